@@ -1,0 +1,217 @@
+"""The `mpi-join` command line."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import click
+
+from .errors import JobError
+
+
+def _fail(e):
+    click.echo(f"mpi-join: error: {e}", err=True)
+    sys.exit(getattr(e, "exit_code", 2))
+
+
+def _under_mpi():
+    return any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"))
+
+
+def mpiexec_path():
+    """The mpiexec next to this Python (the mpich wheel's), else the one on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.path.exists(here) else shutil.which("mpiexec")
+
+
+def mpiexec_cmd(n, args):
+    exe = mpiexec_path()
+    if not exe:
+        raise JobError("mpiexec not found: install the mpich wheel (pip install mpich) or put mpiexec on PATH")
+    return [exe, "-n", str(n), sys.executable, "-m", "mpi_join", *args]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="mpi-join")
+def main():
+    """Exact sliding-window stream joins across MPI ranks.
+
+    \b
+    Typical session:
+      mpi-join generate equi --out work/equi          # staged input + job.toml
+      mpiexec -n 4 mpi-join run work/equi/job.toml    # or: mpi-join run -n 4 work/equi/job.toml
+      mpi-join verify work/equi/out --job work/equi/job.toml
+    """
+
+
+@main.command()
+@click.argument("job", type=click.Path(dir_okay=False))
+@click.option("-n", "--np", "nprocs", type=int, default=None,
+              help="Launch this many ranks with mpiexec yourself (default: run as one rank of an "
+                   "mpiexec/srun launch).")
+@click.option("--output", type=click.Path(file_okay=False), default=None,
+              help="Override [output] dir: where results/ and metrics/ are written.")
+@click.option("--staged", type=click.Path(file_okay=False), default=None,
+              help="Override [input] staged: the staged input directory.")
+@click.option("--strategy", default=None, help="Override [strategy] name (hash).")
+def run(job, nprocs, output, staged, strategy):
+    """Run JOB (a TOML job file) on the MPI ranks of this launch.
+
+    Rank 0 is the master: it reads the staged input, replays the merged stream in seq order and
+    distributes it; the other ranks join. Results go to OUTPUT/results/part-*.parquet (one
+    column <stream>_seq per stream, emit_ns, latency_ns), metrics to OUTPUT/metrics/.
+
+    \b
+    The job file:
+      [job]       name, ts_unit ("ns" | "us" | "ms" | "s", unit of the ts column; default "ms")
+      [input]     staged = "dir"                      staged layout: dir/<stream>/part-*.parquet
+      [output]    dir = "dir"
+      [streams.R] schema = { x = "int32", z = "char20", pix = "uint8[5000,3]" }
+                  window = "15min" (time) | 1000 (last 1000 tuples) | "unbounded"
+      [predicate] equi  = [ ["R.x", "S.a"], ... ]              all must hold (AND)
+                  band  = [ { left = "R.y", right = "S.b", eps = 10, closed = false } ]
+                  theta = [ { udf = "module:function", streams = ["R", "S"] } ]
+      [strategy]  name = "hash"; partitions = 60; local_join = "index" | "bnl"
+      [run]       batch_size = 8192        tuples per distribution epoch at most
+                  flush_interval = "50ms"  an epoch closes after this long at most
+                  rate = "max" | N         replay as fast as possible or N tuples/s per stream
+                  max_inflight = 4         unacknowledged epochs per slave (backpressure)
+                  progress = true          live progress line on stderr
+
+    \b
+    Exit codes: 0 success, 2 bad job or input (one-line error), 1 a rank failed.
+    """
+    overrides = {"output": output, "staged": staged, "strategy": strategy}
+    if nprocs is not None and not _under_mpi():
+        args = ["run", job] + sum([[f"--{k}", v] for k, v in overrides.items() if v], [])
+        try:
+            cmd = mpiexec_cmd(nprocs, args)
+        except JobError as e:
+            _fail(e)
+        sys.exit(subprocess.call(cmd))
+    from .runtime import run_rank
+    sys.exit(run_rank(job, overrides))
+
+
+@main.command()
+@click.argument("workload", type=click.Choice(["band", "equi", "images"]))
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Directory for staged/ and job.toml.")
+@click.option("--tuples", default=20000, show_default=True, help="Tuples over all streams.")
+@click.option("--seed", default=1, show_default=True, help="Random seed (same seed, same data).")
+@click.option("--rate", default=1000.0, show_default=True, help="Arrival rate per stream, tuples/s (event time).")
+@click.option("--window", default=None, help="Time window, e.g. 30s (defaults: band 10s, equi 30s, images 5s).")
+@click.option("--count-window", type=int, default=None, help="Use a count window of this many tuples instead.")
+@click.option("--skew", default=0.7, show_default=True, help="equi: b-model skew b of the join keys.")
+@click.option("--keys", type=click.IntRange(1, 2), default=1, show_default=True, help="equi: join on 1 or 2 key columns.")
+@click.option("--domain-bits", default=14, show_default=True, help="equi: keys take 2^bits values.")
+@click.option("--streams", default=3, show_default=True, help="images: number of streams M.")
+@click.option("--pixels", type=click.Choice(["5000", "10000", "20000"]), default="5000", show_default=True,
+              help="images: RGB pixels per image.")
+@click.option("--predicate", type=click.Choice(["similarity", "probabilistic"]), default="similarity",
+              show_default=True, help="images: per-pixel similarity UDF, or a coin with set selectivity.")
+@click.option("--selectivity", default=0.01, show_default=True, help="images: selectivity of the probabilistic predicate.")
+@click.option("--strategy", default="hash", show_default=True, help="Strategy written into job.toml.")
+def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys, domain_bits, streams, pixels,
+             predicate, selectivity, strategy):
+    """Generate a workload as staged input plus a job file.
+
+    \b
+    band    band-join benchmark: R<x int32, y float32, z char20>, S<a int32, b float32, c float64, d bool>,
+            values uniform in 1..10^4, |x-a| < 10 and |y-b| < 10, fixed rate per stream
+    equi    shared-nothing paper: Poisson arrivals, 64-byte tuples, b-model keys (skew b)
+    images  PSP multi-way: M streams of k-pixel RGB images, similarity UDF or probabilistic predicate
+    """
+    from .workloads import make
+    try:
+        path = make(workload, out, tuples=tuples, seed=seed, rate=rate, window=window, skew=skew, keys=keys,
+                    domain_bits=domain_bits, streams=streams, pixels=int(pixels), predicate=predicate,
+                    selectivity=selectivity, strategy=strategy, count_window=count_window)
+    except (JobError, ValueError) as e:
+        _fail(e)
+    click.echo(f"wrote {tuples:,} tuples to {os.path.join(out, 'staged')} and the job file {path}")
+
+
+@main.command()
+@click.argument("results", type=click.Path())
+@click.option("--job", "job_path", required=True, type=click.Path(dir_okay=False), help="The job file of the run.")
+@click.option("--examples", default=5, show_default=True, help="How many examples of each difference to print.")
+def verify(results, job_path, examples):
+    """Compare RESULTS (a run's output dir or a results dataset) with the oracle.
+
+    Prints the counts of missing, extra and duplicated results with examples; exits 1 on any
+    difference."""
+    from .config import load_job
+    from .verify import format_report, verify as do_verify
+    try:
+        job = load_job(job_path)
+        rep = do_verify(results, job, examples)
+    except JobError as e:
+        _fail(e)
+    click.echo(format_report(rep))
+    sys.exit(0 if rep["ok"] else 1)
+
+
+@main.command()
+@click.argument("job_path", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Write the results here as Parquet.")
+def oracle(job_path, out):
+    """Compute JOB's exact result in one process (the reference every strategy must equal)."""
+    from .config import load_job
+    from .oracle import run_oracle
+    from .staged import read_staged
+    try:
+        job = load_job(job_path)
+        arrays = read_staged(job)
+    except JobError as e:
+        _fail(e)
+    t0 = time.perf_counter()
+    res = run_oracle(job, arrays)
+    el = time.perf_counter() - t0
+    n = sum(len(a) for a in arrays)
+    click.echo(f"{len(res):,} results from {n:,} tuples in {el:.2f} s ({n / max(el, 1e-9):,.0f} tuples/s)")
+    if out:
+        import numpy as np
+        from .results import ResultWriter
+        w = ResultWriter(out, 0, job.stream_names)
+        w.add([res[:, k] for k in range(res.shape[1])], np.zeros(len(res), np.int64), np.zeros(len(res), np.int64))
+        w.close()
+        click.echo(f"wrote {out}")
+
+
+@main.command()
+@click.argument("strategy", type=click.Choice(["hash"]))
+@click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks (master + slaves).")
+@click.option("--tuples", default=400_000, show_default=True, help="Tuples over both streams.")
+@click.option("--rate", default=1000.0, show_default=True, help="Event-time arrival rate per stream (tuples/s).")
+@click.option("--window", default="60s", show_default=True, help="Time window of both streams.")
+@click.option("--skew", default=0.7, show_default=True, help="b-model skew of the join keys.")
+@click.option("--local-join", type=click.Choice(["index", "bnl"]), default="index", show_default=True)
+@click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Work directory (default: a temporary one).")
+def bench(strategy, nprocs, tuples, rate, window, skew, local_join, workdir):
+    """Throughput and latency of STRATEGY on workload (b), against the oracle in the same run.
+
+    Prints the strategy's tuples/s and production-delay percentiles beside the single-core
+    oracle's tuples/s on the same input, and their ratio; checks the results are equal."""
+    from .bench import bench_hash
+    try:
+        bench_hash(nprocs, tuples, rate, window, skew, local_join, workdir)
+    except JobError as e:
+        _fail(e)
+
+
+@main.command()
+@click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks.")
+@click.option("--tuples", default=200_000, show_default=True, help="Tuples over both streams.")
+@click.option("--dir", "workdir", default="demo-run", show_default=True, type=click.Path(file_okay=False))
+def demo(nprocs, tuples, workdir):
+    """Generate workload (b), run it with `hash` under mpiexec, verify against the oracle."""
+    from .bench import demo as run_demo
+    try:
+        sys.exit(run_demo(nprocs, tuples, workdir))
+    except JobError as e:
+        _fail(e)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""Job files (TOML) -> typed, validated objects.
+
+Everything is checked here, before any rank starts work; each error names the field.
+"""
+import os
+import sys
+import tomllib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import ConfigError
+from .schema import INTEGER_KINDS, stream_dtype
+from .units import TS_UNITS, ns_to_ts, parse_duration_ns
+
+
+@dataclass(frozen=True)
+class Window:
+    """A stream's window: `time` (size in ts units), `count` (size in tuples) or `unbounded`."""
+    kind: str
+    size: int
+    text: str
+
+    def describe(self):
+        return self.text
+
+
+@dataclass(frozen=True)
+class Stream:
+    name: str
+    schema: dict
+    dtype: np.dtype
+    window: Window
+
+
+@dataclass(frozen=True)
+class Equi:
+    left: tuple   # (stream index, column)
+    right: tuple
+
+
+@dataclass(frozen=True)
+class Band:
+    left: tuple
+    right: tuple
+    eps: float
+    closed: bool
+
+
+@dataclass(frozen=True)
+class Theta:
+    udf: str          # "module:function", numba-compilable, f(rec_a, rec_b) -> bool
+    streams: tuple    # (stream index a, stream index b)
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """A conjunction of pairwise conditions (equi, band, theta) between streams."""
+    equi: tuple = ()
+    band: tuple = ()
+    theta: tuple = ()
+
+    @property
+    def kinds(self):
+        return {k for k in ("equi", "band", "theta") if getattr(self, k)}
+
+    def between(self, i, j):
+        """Conditions relating streams i and j, each oriented so that `left` is stream i."""
+        out = []
+        for c in self.equi + self.band:
+            if (c.left[0], c.right[0]) == (i, j):
+                out.append(c)
+            elif (c.left[0], c.right[0]) == (j, i):
+                out.append(_flip(c))
+        for t in self.theta:
+            if t.streams in ((i, j), (j, i)):
+                out.append(t)
+        return out
+
+
+def _flip(c):
+    if isinstance(c, Equi):
+        return Equi(c.right, c.left)
+    return Band(c.right, c.left, c.eps, c.closed)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    params: dict
+
+
+@dataclass(frozen=True)
+class Run:
+    batch_size: int
+    flush_interval_ns: int
+    rate: float | None        # tuples/s per stream; None = as fast as possible
+    max_inflight: int
+    progress: bool
+
+
+@dataclass(frozen=True)
+class Job:
+    path: str
+    name: str
+    ts_unit: str
+    staged: str
+    output: str
+    streams: tuple
+    predicate: Predicate
+    strategy: Strategy
+    run: Run
+    raw: dict = field(repr=False, compare=False, default=None)
+
+    @property
+    def stream_names(self):
+        return tuple(s.name for s in self.streams)
+
+    def stream_index(self, name):
+        return self.stream_names.index(name)
+
+
+_TOP = {"job", "input", "output", "streams", "predicate", "strategy", "run"}
+
+
+def load_job(path, overrides=None):
+    """Read and validate a job file. `overrides` ({"output": ..., ...}) come from the command line."""
+    if not os.path.exists(path):
+        raise ConfigError(f"{path}: job file not found")
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    return parse_job(raw, path, overrides or {})
+
+
+def parse_job(raw, path="<job>", overrides=None):
+    overrides = overrides or {}
+    base = os.path.dirname(os.path.abspath(path)) if path != "<job>" else os.getcwd()
+    _no_unknown(raw, _TOP, "", path)
+    job_t = _table(raw, "job", path, required=False)
+    _no_unknown(job_t, {"name", "ts_unit"}, "job.", path)
+    name = str(job_t.get("name", os.path.splitext(os.path.basename(path))[0]))
+    ts_unit = job_t.get("ts_unit", "ms")
+    if ts_unit not in TS_UNITS:
+        raise ConfigError(f"{path}: job.ts_unit: must be one of {', '.join(TS_UNITS)}, got {ts_unit!r}")
+
+    inp = _table(raw, "input", path)
+    _no_unknown(inp, {"staged"}, "input.", path)
+    staged = overrides.get("staged") or _str(inp, "staged", "input.", path)
+    out = _table(raw, "output", path)
+    _no_unknown(out, {"dir"}, "output.", path)
+    output = overrides.get("output") or _str(out, "dir", "output.", path)
+    staged, output = (p if "://" in p else os.path.join(base, p) for p in (staged, output))
+
+    if base not in sys.path:  # UDF modules next to the job file are importable
+        sys.path.insert(0, base)
+    streams = _streams(raw, ts_unit, path)
+    predicate = _predicate(raw, streams, path)
+    strategy = _strategy(raw, path, overrides)
+    run = _run(raw, path)
+    job = Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, raw)
+    from .strategies import check_strategy
+    return check_strategy(job)
+
+
+def _streams(raw, ts_unit, path):
+    st = _table(raw, "streams", path)
+    if len(st) < 2:
+        raise ConfigError(f"{path}: streams: a join needs at least two streams, found {len(st)}")
+    out = []
+    for name, spec in st.items():
+        where = f"streams.{name}"
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{path}: {where}: expected a table with schema and window")
+        _no_unknown(spec, {"schema", "window"}, where + ".", path)
+        schema = spec.get("schema")
+        if not isinstance(schema, dict) or not schema:
+            raise ConfigError(f"{path}: {where}.schema: required, a table of column = type")
+        try:
+            dtype = stream_dtype(schema, f"{where}.schema")
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
+        if "window" not in spec:
+            raise ConfigError(f"{path}: {where}.window: required (a duration such as \"15min\", a tuple count, or \"unbounded\")")
+        out.append(Stream(name, dict(schema), dtype, _window(spec["window"], ts_unit, f"{where}.window", path)))
+    return tuple(out)
+
+
+def _window(w, ts_unit, where, path):
+    if isinstance(w, bool):
+        raise ConfigError(f"{path}: {where}: expected a duration, a tuple count or \"unbounded\", got {w!r}")
+    if isinstance(w, int):
+        if w <= 0:
+            raise ConfigError(f"{path}: {where}: a count window must hold at least 1 tuple, got {w}")
+        return Window("count", w, f"{w} tuples")
+    if isinstance(w, str) and w.strip().lower() in ("unbounded", "inf", "infinite"):
+        return Window("unbounded", 0, "unbounded")
+    try:
+        ns = parse_duration_ns(w, where)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    if ns <= 0:
+        raise ConfigError(f"{path}: {where}: a time window must be longer than zero, got {w!r}")
+    return Window("time", ns_to_ts(ns, ts_unit), w)
+
+
+def _col(ref, streams, where, path):
+    if not isinstance(ref, str) or ref.count(".") != 1:
+        raise ConfigError(f"{path}: {where}: expected \"stream.column\", got {ref!r}")
+    s, c = ref.split(".")
+    names = [x.name for x in streams]
+    if s not in names:
+        raise ConfigError(f"{path}: {where}: unknown stream {s!r} (streams: {', '.join(names)})")
+    i = names.index(s)
+    if c not in streams[i].schema:
+        raise ConfigError(f"{path}: {where}: stream {s!r} has no column {c!r} (columns: {', '.join(streams[i].schema)})")
+    return (i, c)
+
+
+def _pair(l, r, streams, where, path):
+    a, b = _col(l, streams, where, path), _col(r, streams, where, path)
+    if a[0] == b[0]:
+        raise ConfigError(f"{path}: {where}: both sides are in stream {streams[a[0]].name!r}; a condition relates two streams")
+    return a, b
+
+
+def _predicate(raw, streams, path):
+    p = _table(raw, "predicate", path)
+    _no_unknown(p, {"equi", "band", "theta"}, "predicate.", path)
+    equi, band, theta = [], [], []
+    for k, e in enumerate(p.get("equi", [])):
+        where = f"predicate.equi[{k}]"
+        if not (isinstance(e, list) and len(e) == 2):
+            raise ConfigError(f"{path}: {where}: expected a pair [\"R.x\", \"S.a\"], got {e!r}")
+        a, b = _pair(e[0], e[1], streams, where, path)
+        for (si, c) in (a, b):
+            dt = streams[si].dtype.fields[c][0]
+            if dt.kind not in INTEGER_KINDS or dt.shape:
+                raise ConfigError(f"{path}: {where}: equi-join column {streams[si].name}.{c} is "
+                                  f"{streams[si].schema[c]}; equi keys must be integer or bool columns")
+        equi.append(Equi(a, b))
+    for k, e in enumerate(p.get("band", [])):
+        where = f"predicate.band[{k}]"
+        if not isinstance(e, dict):
+            raise ConfigError(f"{path}: {where}: expected {{left=\"R.x\", right=\"S.a\", eps=10}}")
+        _no_unknown(e, {"left", "right", "eps", "closed"}, where + ".", path)
+        a, b = _pair(e.get("left"), e.get("right"), streams, where, path)
+        for (si, c) in (a, b):
+            dt = streams[si].dtype.fields[c][0]
+            if dt.kind not in "iufb" or dt.shape:
+                raise ConfigError(f"{path}: {where}: band column {streams[si].name}.{c} is {streams[si].schema[c]}; band columns must be numeric")
+        eps = e.get("eps")
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+            raise ConfigError(f"{path}: {where}.eps: expected a number >= 0, got {eps!r}")
+        closed = e.get("closed", False)
+        if not isinstance(closed, bool):
+            raise ConfigError(f"{path}: {where}.closed: expected true or false, got {closed!r}")
+        band.append(Band(a, b, float(eps), closed))
+    for k, e in enumerate(p.get("theta", [])):
+        where = f"predicate.theta[{k}]"
+        if not isinstance(e, dict):
+            raise ConfigError(f"{path}: {where}: expected {{udf=\"module:function\", streams=[\"R\", \"S\"]}}")
+        _no_unknown(e, {"udf", "streams"}, where + ".", path)
+        udf = e.get("udf")
+        if not isinstance(udf, str) or udf.count(":") != 1:
+            raise ConfigError(f"{path}: {where}.udf: expected \"module:function\", got {udf!r}")
+        names = [s.name for s in streams]
+        ss = e.get("streams", names[:2] if len(names) == 2 else None)
+        if not (isinstance(ss, list) and len(ss) == 2 and all(x in names for x in ss) and ss[0] != ss[1]):
+            raise ConfigError(f"{path}: {where}.streams: expected two distinct stream names from {names}, got {ss!r}")
+        from .predicate import load_udf
+        try:
+            load_udf(udf)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {where}.udf: {err}") from None
+        theta.append(Theta(udf, (names.index(ss[0]), names.index(ss[1]))))
+    pred = Predicate(tuple(equi), tuple(band), tuple(theta))
+    if not pred.kinds:
+        raise ConfigError(f"{path}: predicate: give at least one of equi, band or theta")
+    # every stream must be connected to the others, or the join is a cross product
+    linked = {0}
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(streams)):
+            for j in list(linked):
+                if i not in linked and pred.between(i, j):
+                    linked.add(i)
+                    changed = True
+    if len(linked) != len(streams):
+        lost = [streams[i].name for i in range(len(streams)) if i not in linked]
+        raise ConfigError(f"{path}: predicate: no condition links stream(s) {', '.join(lost)} to the others")
+    return pred
+
+
+def _strategy(raw, path, overrides):
+    st = dict(_table(raw, "strategy", path))
+    if overrides.get("strategy"):
+        st["name"] = overrides["strategy"]
+    name = st.pop("name", None)
+    if not isinstance(name, str):
+        raise ConfigError(f"{path}: strategy.name: required")
+    return Strategy(name, st)
+
+
+def _run(raw, path):
+    r = _table(raw, "run", path, required=False)
+    _no_unknown(r, {"batch_size", "flush_interval", "rate", "max_inflight", "progress"}, "run.", path)
+    bs = r.get("batch_size", 8192)
+    if isinstance(bs, bool) or not isinstance(bs, int) or bs <= 0:
+        raise ConfigError(f"{path}: run.batch_size: expected a positive integer, got {bs!r}")
+    try:
+        fi = parse_duration_ns(r.get("flush_interval", "50ms"), "run.flush_interval")
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    if fi <= 0:
+        raise ConfigError(f"{path}: run.flush_interval: must be longer than zero")
+    rate = r.get("rate", "max")
+    if rate == "max":
+        rate = None
+    elif isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
+        raise ConfigError(f"{path}: run.rate: expected \"max\" or tuples/s per stream (> 0), got {rate!r}")
+    mi = r.get("max_inflight", 4)
+    if isinstance(mi, bool) or not isinstance(mi, int) or mi < 1:
+        raise ConfigError(f"{path}: run.max_inflight: expected an integer >= 1, got {mi!r}")
+    prog = r.get("progress", True)
+    if not isinstance(prog, bool):
+        raise ConfigError(f"{path}: run.progress: expected true or false, got {prog!r}")
+    return Run(bs, fi, None if rate is None else float(rate), mi, prog)
+
+
+def _table(raw, key, path, required=True):
+    v = raw.get(key)
+    if v is None:
+        if required:
+            raise ConfigError(f"{path}: [{key}]: required section is missing")
+        return {}
+    if not isinstance(v, dict):
+        raise ConfigError(f"{path}: {key}: expected a table")
+    return v
+
+
+def _str(t, key, prefix, path):
+    v = t.get(key)
+    if not isinstance(v, str) or not v:
+        raise ConfigError(f"{path}: {prefix}{key}: required, a path")
+    return v
+
+
+def _no_unknown(t, allowed, prefix, path):
+    extra = sorted(set(t) - set(allowed))
+    if extra:
+        raise ConfigError(f"{path}: {prefix}{extra[0]}: unknown field (allowed: {', '.join(sorted(allowed))})")

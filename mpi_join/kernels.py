@@ -1,0 +1,193 @@
+"""numba kernels for the inner loops of every join.
+
+Kernels emit pairs of row indices into preallocated output arrays and return how many pairs
+they found; `collect` grows the outputs and reruns when a kernel overflows, so no Python runs
+per tuple. A pair (a, b) passes the window test when the later of the two (by seq) sees the
+other inside its window: `coord[older] >= lo[newer]` (see window.py for coord and lo).
+"""
+import functools
+
+import numba
+import numpy as np
+from numba import njit
+
+_EMPTY = np.zeros(0, np.int64)
+
+
+def collect(kernel, *args, guess=1024):
+    """Run a pair-emitting kernel, growing the output until it fits; returns (ia, ib)."""
+    cap = max(int(guess), 16)
+    while True:
+        oa = np.empty(cap, np.int64)
+        ob = np.empty(cap, np.int64)
+        n = kernel(*args, oa, ob)
+        if n <= cap:
+            return oa[:n], ob[:n]
+        cap = int(n)
+
+
+@njit(cache=True, inline="always")
+def _visible(a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
+    if a_seq > b_seq:
+        return b_coord >= a_lo
+    return a_coord >= b_lo
+
+
+@njit(cache=True)
+def equi_bnl(a_keys, a_seq, a_coord, a_lo, b_keys, b_seq, b_coord, b_lo, out_a, out_b):
+    """Block nested loop equi-join of batch a with batch b (the paper's local join)."""
+    n = 0
+    cap = out_a.shape[0]
+    k = a_keys.shape[1]
+    nb = b_keys.shape[0]
+    for i in range(a_keys.shape[0]):
+        k0 = a_keys[i, 0]
+        for j in range(nb):
+            if b_keys[j, 0] != k0:
+                continue
+            same = True
+            for c in range(1, k):
+                if a_keys[i, c] != b_keys[j, c]:
+                    same = False
+                    break
+            if same and _visible(a_seq[i], a_coord[i], a_lo[i], b_seq[j], b_coord[j], b_lo[j]):
+                if n < cap:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
+    return n
+
+
+@njit(cache=True)
+def equi_index(a_keys, a_h, a_seq, a_coord, a_lo, b_keys, b_hsorted, b_order, b_seq, b_coord, b_lo, out_a, out_b):
+    """Index equi-join: b is indexed by key hash (sorted, so one key's entries are contiguous)."""
+    n = 0
+    cap = out_a.shape[0]
+    k = a_keys.shape[1]
+    for i in range(a_keys.shape[0]):
+        h = a_h[i]
+        p = np.searchsorted(b_hsorted, h)
+        while p < b_hsorted.shape[0] and b_hsorted[p] == h:
+            j = b_order[p]
+            p += 1
+            same = True
+            for c in range(k):
+                if a_keys[i, c] != b_keys[j, c]:
+                    same = False
+                    break
+            if same and _visible(a_seq[i], a_coord[i], a_lo[i], b_seq[j], b_coord[j], b_lo[j]):
+                if n < cap:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
+    return n
+
+
+@njit(cache=True)
+def range_equi(a_code, a_lo_idx, a_hi_idx, b_code_sorted, b_idx_sorted, out_a, out_b):
+    """For each a, the b rows with the same exact key code whose index lies in [lo, hi).
+
+    b is sorted by (code, index), so each key's rows form one block ordered by arrival."""
+    n = 0
+    cap = out_a.shape[0]
+    for i in range(a_code.shape[0]):
+        c = a_code[i]
+        s = np.searchsorted(b_code_sorted, c)
+        e = np.searchsorted(b_code_sorted, c, side="right")
+        if s == e:
+            continue
+        blk = b_idx_sorted[s:e]
+        lo = s + np.searchsorted(blk, a_lo_idx[i])
+        hi = s + np.searchsorted(blk, a_hi_idx[i])
+        for p in range(lo, hi):
+            if n < cap:
+                out_a[n] = i
+                out_b[n] = b_idx_sorted[p]
+            n += 1
+    return n
+
+
+@njit(cache=True, inline="always")
+def _band_ok(A, i, B, j, eps, closed):
+    for c in range(A.shape[1]):
+        d = abs(A[i, c] - B[j, c])
+        if closed[c]:
+            if d > eps[c]:
+                return False
+        elif d >= eps[c]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def range_band(a_lo_idx, a_hi_idx, A, B, eps, closed, out_a, out_b):
+    """For each a, the b rows in [lo, hi) within every band |A - B| < eps (<= when closed)."""
+    n = 0
+    cap = out_a.shape[0]
+    for i in range(A.shape[0]):
+        for j in range(a_lo_idx[i], a_hi_idx[i]):
+            if _band_ok(A, i, B, j, eps, closed):
+                if n < cap:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
+    return n
+
+
+@njit(cache=True)
+def band_mask(ia, ib, A, B, eps, closed):
+    out = np.empty(ia.shape[0], np.bool_)
+    for p in range(ia.shape[0]):
+        out[p] = _band_ok(A, ia[p], B, ib[p], eps, closed)
+    return out
+
+
+@njit(cache=True)
+def range_all(a_lo_idx, a_hi_idx, out_a, out_b):
+    """Every (a, b) with b in a's index range: candidates for a theta-only predicate."""
+    n = 0
+    cap = out_a.shape[0]
+    for i in range(a_lo_idx.shape[0]):
+        for j in range(a_lo_idx[i], a_hi_idx[i]):
+            if n < cap:
+                out_a[n] = i
+                out_b[n] = j
+            n += 1
+    return n
+
+
+@functools.lru_cache(maxsize=None)
+def theta_kernels(udf):
+    """Kernels specialised for one UDF f(rec_a, rec_b) -> bool (numba inlines the call)."""
+
+    @njit
+    def mask(RA, RB, ia, ib):
+        out = np.empty(ia.shape[0], np.bool_)
+        for p in range(ia.shape[0]):
+            out[p] = udf(RA[ia[p]], RB[ib[p]])
+        return out
+
+    @njit
+    def ranged(RA, RB, a_lo_idx, a_hi_idx, out_a, out_b):
+        n = 0
+        cap = out_a.shape[0]
+        for i in range(RA.shape[0]):
+            for j in range(a_lo_idx[i], a_hi_idx[i]):
+                if udf(RA[i], RB[j]):
+                    if n < cap:
+                        out_a[n] = i
+                        out_b[n] = j
+                    n += 1
+        return n
+
+    return mask, ranged
+
+
+def theta_mask(udf, RA, RB, ia, ib):
+    if len(ia) == 0:
+        return np.zeros(0, np.bool_)
+    return theta_kernels(udf)[0](RA, RB, ia, ib)
+
+
+__all__ = ["collect", "equi_bnl", "equi_index", "range_equi", "range_band", "band_mask",
+           "range_all", "theta_kernels", "theta_mask", "numba"]

@@ -1,0 +1,75 @@
+"""The `hash` strategy's master: per-partition mini-buffers drained to slaves every epoch.
+
+Each distribution epoch, the tuples released by the source are hashed on their equi keys into
+partitions; every slave receives, in one message, the tuples of the partitions it owns from
+both streams (stream identity kept: one array per stream) and the windows' expiry bounds.
+At most `max_inflight` epochs per slave are unacknowledged: a slow slave slows the master.
+"""
+import numpy as np
+
+from ..partitioning import PartitionMap, Partitioner
+from ..transport import Tag, pack, unpack_obj
+from .source import Source
+
+
+class HashMaster:
+    def __init__(self, job, transport, arrays, metrics, progress):
+        self.job, self.tx, self.metrics, self.progress = job, transport, metrics, progress
+        self.part = Partitioner(job, job.strategy.params["partitions"])
+        self.source = Source(job, arrays, hasher=lambda a, i: self.part.hashes(self.part.keys(a, i)))
+        self.slaves = list(range(1, transport.size))
+        self.map = PartitionMap(self.part.n_partitions, self.slaves)
+        self.inflight = {s: 0 for s in self.slaves}
+        self.results = {s: 0 for s in self.slaves}
+        self.done = {}
+        self.epoch = 0
+        self.peak_buffer = 0
+
+    def run(self):
+        while not self.source.done:
+            batches = self.source.next_epoch()
+            self.metrics.tuples_in += sum(len(b) for b in batches)
+            self.peak_buffer = max(self.peak_buffer, sum(b.nbytes for b in batches))
+            self.distribute(batches, self.source.bounds())
+            self.progress.update(self.source.released, sum(self.results.values()))
+        for s in self.slaves:
+            self.tx.send(s, Tag.EOS, pack([self.epoch]))
+        while len(self.done) < len(self.slaves):
+            self._handle(*self.tx.recv())
+        self.tx.flush()
+        self.progress.update(self.source.released, sum(self.results.values()), force=True)
+        self.progress.close()
+        self.metrics.extra["peak_buffer_bytes"] = self.peak_buffer
+        return [self.done[s] for s in self.slaves]
+
+    def distribute(self, batches, bounds):
+        per_slave = []
+        for b in batches:
+            owner = self.map.owner[self.part.partitions(b["_h"])]
+            order = np.argsort(owner, kind="stable")
+            b, owner = b[order], owner[order]
+            cuts = np.searchsorted(owner, self.slaves + [self.slaves[-1] + 1])
+            per_slave.append({s: b[cuts[k]:cuts[k + 1]] for k, s in enumerate(self.slaves)})
+        header = [self.epoch] + list(bounds)
+        for s in self.slaves:
+            while self.inflight[s] >= self.job.run.max_inflight:
+                self._handle(*self.tx.recv(tag=Tag.ACK))
+            parts = [ps[s] for ps in per_slave]
+            self.tx.send(s, Tag.DATA, pack(header, parts))
+            self.metrics.tuples_out += sum(len(p) for p in parts)
+            self.inflight[s] += 1
+        self.epoch += 1
+        self.metrics.epochs = self.epoch
+        while (msg := self.tx.poll(tag=Tag.ACK)) is not None:
+            self._handle(*msg)
+
+    def _handle(self, src, tag, buf):
+        if tag == Tag.ACK:
+            ack = buf.view(np.int64)
+            self.inflight[src] -= 1
+            self.results[src] = int(ack[1])
+        elif tag == Tag.DONE:
+            self.done[src] = unpack_obj(buf)
+            self.results[src] = self.done[src]["results"]
+        else:
+            raise RuntimeError(f"master: unexpected message {tag.name} from rank {src}")

@@ -1,0 +1,155 @@
+"""The reference: the exact join result of DESIGN.md section 3, in one process.
+
+It follows the three-step procedure over the merged stream: each arriving tuple (in seq order)
+probes the current window of every other stream, is inserted into its own window, and tuples
+that no future tuple can see are expired. Because ts is non-decreasing in seq, the window a
+tuple sees is a contiguous row range [lo, hi) of each stream (window.index_ranges), so the
+probe is a numba loop over that range and each result is found once, by its newest tuple.
+"""
+import numpy as np
+
+from . import kernels as K
+from .config import Band, Equi, Theta
+from .predicate import band_matrix, binary_parts, key_matrix, load_udf
+from .schema import SEQ
+from .window import index_ranges
+
+
+def run_oracle(job, arrays):
+    """All results of `job` over `arrays` (one structured array per stream, sorted by seq).
+
+    Returns an (n, M) int64 array of seqs, one column per stream, in job stream order."""
+    if len(arrays) == 2:
+        parts = [_binary(job, arrays, 0, 1), _binary(job, arrays, 1, 0)[:, ::-1]]
+        return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
+    return _multiway(job, arrays)
+
+
+def _binary(job, arrays, i, j):
+    """Results found when a tuple of stream i arrives and probes stream j; columns (i, j)."""
+    A, B = arrays[i], arrays[j]
+    lo, hi = index_ranges(job.streams[j].window, A, B)
+    ia, ib = probe_ranges(job.predicate, i, j, A, B, lo, hi)
+    return np.stack([A[SEQ][ia], B[SEQ][ib]], axis=1)
+
+
+def probe_ranges(pred, i, j, A, B, lo, hi):
+    """Pairs (row of A, row of B) with B's row in [lo, hi) that satisfy every condition i~j."""
+    eq_a, eq_b, bands, thetas = binary_parts(pred, i, j)
+    guess = 4 * len(A) + 1024
+    if eq_a:
+        ca, cb = exact_codes(key_matrix(A, eq_a), key_matrix(B, eq_b))
+        order = np.lexsort((np.arange(len(B)), cb))
+        ia, ib = K.collect(K.range_equi, ca, lo, hi, cb[order], order.astype(np.int64), guess=guess)
+        keep = np.ones(len(ia), bool)
+        if bands:
+            keep &= _band_mask(A, B, ia, ib, bands)
+        ia, ib = ia[keep], ib[keep]
+    elif bands:
+        Ab, Bb, eps, closed = _band_args(A, B, bands)
+        ia, ib = K.collect(K.range_band, lo, hi, Ab, Bb, eps, closed, guess=guess)
+    else:
+        udf = load_udf(thetas[0].udf)
+        RA, RB = _oriented(thetas[0], i, A, B)
+        rk = K.theta_kernels(udf)[1]
+        if thetas[0].streams == (i, j):
+            ia, ib = K.collect(rk, RA, RB, lo, hi, guess=guess)
+        else:  # the UDF takes (b, a): enumerate the range, then ask it in its own order
+            ia, ib = K.collect(K.range_all, lo, hi, guess=guess)
+            keep = K.theta_mask(udf, RA, RB, ib, ia)
+            ia, ib = ia[keep], ib[keep]
+        thetas = thetas[1:]
+    for t in thetas:
+        keep = _theta_mask(t, i, A, B, ia, ib)
+        ia, ib = ia[keep], ib[keep]
+    return ia, ib
+
+
+def pair_mask(pred, i, j, A, B, ia, ib):
+    """Which candidate pairs (A[ia], B[ib]) satisfy every condition between streams i and j."""
+    keep = np.ones(len(ia), bool)
+    for c in pred.between(i, j):
+        if isinstance(c, Equi):
+            keep &= A[c.left[1]][ia].astype(np.int64) == B[c.right[1]][ib].astype(np.int64)
+        elif isinstance(c, Band):
+            keep &= _band_mask(A, B, ia, ib, [c])
+        else:
+            keep &= _theta_mask(c, i, A, B, ia, ib)
+    return keep
+
+
+def exact_codes(ka, kb):
+    """Dense integer codes for key rows, equal iff the rows are equal (exact, no hashing)."""
+    both = np.concatenate([ka, kb])
+    if both.shape[1] == 1:
+        _, inv = np.unique(both[:, 0], return_inverse=True)
+    else:
+        _, inv = np.unique(both, axis=0, return_inverse=True)
+    inv = inv.reshape(-1).astype(np.int64)
+    return inv[:len(ka)], inv[len(ka):]
+
+
+def _band_args(A, B, bands):
+    Ab = band_matrix(A, [b.left[1] for b in bands])
+    Bb = band_matrix(B, [b.right[1] for b in bands])
+    eps = np.array([b.eps for b in bands], np.float64)
+    closed = np.array([b.closed for b in bands], np.bool_)
+    return Ab, Bb, eps, closed
+
+
+def _band_mask(A, B, ia, ib, bands):
+    Ab, Bb, eps, closed = _band_args(A, B, bands)
+    return K.band_mask(ia, ib, Ab, Bb, eps, closed)
+
+
+def _oriented(theta, i, A, B):
+    return (A, B) if theta.streams[0] == i else (B, A)
+
+
+def _theta_mask(theta, i, A, B, ia, ib):
+    udf = load_udf(theta.udf)
+    if theta.streams[0] == i:
+        return K.theta_mask(udf, A, B, ia, ib)
+    return K.theta_mask(udf, B, A, ib, ia)
+
+
+def _multiway(job, arrays):
+    """M-way join: the newest tuple t binds first; each other stream's window rows are added in
+    turn and every condition with an already-bound stream filters the growing combinations."""
+    M = len(arrays)
+    out = []
+    for i in range(M):
+        A = arrays[i]
+        ranges = {j: index_ranges(job.streams[j].window, A, arrays[j]) for j in range(M) if j != i}
+        order = _bind_order(job.predicate, i, M)
+        for t in range(len(A)):
+            rows = {i: np.array([t], np.int64)}
+            for j in order:
+                lo, hi = ranges[j][0][t], ranges[j][1][t]
+                n = len(next(iter(rows.values())))
+                if n == 0 or hi <= lo:
+                    rows = None
+                    break
+                cand = np.arange(lo, hi, dtype=np.int64)
+                rep = {k: np.repeat(v, len(cand)) for k, v in rows.items()}
+                new = np.tile(cand, n)
+                keep = np.ones(len(new), bool)
+                for k, v in rep.items():
+                    if job.predicate.between(k, j):
+                        keep &= pair_mask(job.predicate, k, j, arrays[k], arrays[j], v, new)
+                rows = {k: v[keep] for k, v in rep.items()}
+                rows[j] = new[keep]
+            if rows and len(rows[i]):
+                out.append(np.stack([arrays[k][SEQ][rows[k]] for k in range(M)], axis=1))
+    return np.concatenate(out) if out else np.zeros((0, M), np.int64)
+
+
+def _bind_order(pred, first, M):
+    """Order to bind streams so each new one has a condition with a bound one (when possible)."""
+    bound, order = {first}, []
+    while len(bound) < M:
+        nxt = next((j for j in range(M) if j not in bound and any(pred.between(k, j) for k in bound)),
+                   next(j for j in range(M) if j not in bound))
+        order.append(nxt)
+        bound.add(nxt)
+    return order

@@ -1,0 +1,36 @@
+"""Equal keys must meet on one slave: tuples are hashed on their equi-key columns into many
+partitions (far more than slaves), and a partition map places partitions on slaves."""
+import numpy as np
+
+from ..predicate import binary_parts, key_hash, key_matrix
+
+
+class Partitioner:
+    """Key columns of each stream and the hash -> partition function, shared by master and slaves."""
+
+    def __init__(self, job, n_partitions):
+        if len(job.streams) != 2:
+            raise ValueError("hash partitioning joins two streams")
+        eq0, eq1, _, _ = binary_parts(job.predicate, 0, 1)
+        self.key_cols = (eq0, eq1)
+        self.n_partitions = int(n_partitions)
+
+    def keys(self, batch, stream):
+        return key_matrix(batch, self.key_cols[stream])
+
+    def hashes(self, keys):
+        return key_hash(keys)
+
+    def partitions(self, hashes):
+        return (hashes % np.uint64(self.n_partitions)).astype(np.int64)
+
+
+class PartitionMap:
+    """Which slave owns each partition (partitions dealt round-robin at start)."""
+
+    def __init__(self, n_partitions, slaves):
+        self.slaves = list(slaves)
+        self.owner = np.array([self.slaves[p % len(self.slaves)] for p in range(n_partitions)], np.int64)
+
+    def partitions_of(self, slave):
+        return np.nonzero(self.owner == slave)[0]

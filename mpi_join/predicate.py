@@ -1,0 +1,72 @@
+"""Turning predicate conditions into arrays the kernels read: key matrices, band columns, UDFs."""
+import importlib
+
+import numpy as np
+
+from .errors import ConfigError
+
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def load_udf(spec):
+    """Import "module:function" and return it as a numba function (compiling it if it is plain Python)."""
+    import numba
+    mod, _, fn = spec.partition(":")
+    try:
+        m = importlib.import_module(mod)
+    except Exception as e:  # noqa: BLE001 - any import failure is the user's to see
+        raise ConfigError(f"cannot import module {mod!r}: {e}") from None
+    f = getattr(m, fn, None)
+    if f is None:
+        raise ConfigError(f"module {mod!r} has no function {fn!r}")
+    if isinstance(f, numba.core.registry.CPUDispatcher):
+        return f
+    if not callable(f):
+        raise ConfigError(f"{spec} is not a function")
+    return numba.njit(f)
+
+
+def key_matrix(batch, cols):
+    """Equi-key columns of a batch as an (n, k) int64 matrix (exact: keys are integers)."""
+    out = np.empty((len(batch), len(cols)), np.int64)
+    for j, c in enumerate(cols):
+        out[:, j] = batch[c]
+    return out
+
+
+def mix64(x):
+    """splitmix64 finaliser, vectorised: a well-spread 64-bit hash of uint64 values."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + _GOLD
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        return z ^ (z >> np.uint64(31))
+
+
+def key_hash(keys):
+    """One 64-bit hash per row of an (n, k) key matrix; equal keys always hash equal."""
+    h = np.zeros(keys.shape[0], np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(keys.shape[1]):
+            h = mix64(h * np.uint64(31) + keys[:, j].view(np.uint64))
+    return h
+
+
+def band_matrix(batch, cols):
+    """Band columns of a batch as an (n, k) float64 matrix: bands are evaluated in float64."""
+    out = np.empty((len(batch), len(cols)), np.float64)
+    for j, c in enumerate(cols):
+        out[:, j] = batch[c]
+    return out
+
+
+def binary_parts(pred, i, j):
+    """Split the conditions between streams i and j into (equi cols i, equi cols j, bands, thetas)."""
+    from .config import Band, Equi, Theta
+    conds = pred.between(i, j)
+    eq = [c for c in conds if isinstance(c, Equi)]
+    bd = [c for c in conds if isinstance(c, Band)]
+    th = [c for c in conds if isinstance(c, Theta)]
+    return ([c.left[1] for c in eq], [c.right[1] for c in eq], bd, th)

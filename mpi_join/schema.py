@@ -1,0 +1,117 @@
+"""Column types of the staged data: names in job files <-> numpy <-> Arrow.
+
+Tuples are numpy structured arrays: one contiguous buffer per batch, so a batch travels
+through MPI as raw bytes and numba kernels read its columns without copies.
+"""
+import re
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import ConfigError
+
+_SIMPLE = {
+    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+    "float32": np.float32, "float64": np.float64, "bool": np.bool_,
+}
+_CHAR = re.compile(r"^char(\d+)$")
+_ARRAY = re.compile(r"^(u?int(?:8|16|32|64)|float(?:32|64))\[(\d+(?:\s*,\s*\d+)*)\]$")
+
+# columns every staged stream has
+SEQ, TS = "seq", "ts"
+INTEGER_KINDS = "iub"
+
+
+def numpy_field(name, type_name, where):
+    """Map a job-file type name ("int32", "char20", "uint8[5000,3]") to a numpy field spec."""
+    t = str(type_name).strip().lower()
+    if t in _SIMPLE:
+        return (name, _SIMPLE[t])
+    m = _CHAR.match(t)
+    if m and int(m.group(1)) > 0:
+        return (name, f"S{int(m.group(1))}")
+    m = _ARRAY.match(t)
+    if m:
+        shape = tuple(int(x) for x in m.group(2).split(","))
+        if all(s > 0 for s in shape):
+            return (name, _SIMPLE[m.group(1)], shape)
+    raise ConfigError(
+        f"{where}: unknown column type {type_name!r}; use one of {', '.join(_SIMPLE)}, "
+        f"charN (fixed bytes), or an array such as uint8[5000,3]"
+    )
+
+
+def stream_dtype(schema, where):
+    """Structured dtype of a stream: seq, ts, then the payload columns in schema order."""
+    fields = [(SEQ, np.int64), (TS, np.int64)]
+    for name, t in schema.items():
+        if name in (SEQ, TS):
+            raise ConfigError(f"{where}.{name}: '{name}' is reserved (every stream has seq and ts)")
+        fields.append(numpy_field(name, t, f"{where}.{name}"))
+    return np.dtype(fields)
+
+
+def arrow_type(np_dtype):
+    """Arrow type used to store one numpy field in Parquet."""
+    base, shape = np_dtype.base, np_dtype.shape
+    if shape:
+        return pa.binary(int(np.prod(shape)) * base.itemsize)
+    if base.kind == "S":
+        return pa.binary(base.itemsize)
+    return pa.from_numpy_dtype(base)
+
+
+def type_name(np_dtype):
+    """Inverse of numpy_field, for manifests and error messages."""
+    base, shape = np_dtype.base, np_dtype.shape
+    if base.kind == "S":
+        return f"char{base.itemsize}"
+    name = "bool" if base.kind == "b" else base.name
+    if shape:
+        return f"{name}[{','.join(map(str, shape))}]"
+    return name
+
+
+def to_arrow(arr):
+    """Structured array -> Arrow table (fixed-size binary for char and array columns)."""
+    cols, names = [], []
+    for name in arr.dtype.names:
+        fd = arr.dtype.fields[name][0]
+        col = arr[name]
+        if fd.shape or fd.base.kind == "S":
+            width = fd.itemsize
+            raw = np.ascontiguousarray(col).view(np.uint8).reshape(len(arr), width) if len(arr) else np.zeros((0, width), np.uint8)
+            cols.append(pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(width), len(arr), [None, pa.py_buffer(raw.tobytes())]))
+        else:
+            cols.append(pa.array(col))
+        names.append(name)
+    return pa.Table.from_arrays(cols, names=names)
+
+
+def from_arrow(table, dtype, where):
+    """Arrow table -> structured array of `dtype`; `where` names the file in errors."""
+    out = np.empty(table.num_rows, dtype=dtype)
+    for name in dtype.names:
+        fd = dtype.fields[name][0]
+        col = table.column(name)
+        if col.null_count:
+            raise_null(where, name, col)
+        if fd.shape or fd.base.kind == "S":
+            chunks = [c.buffers()[1] for c in col.chunks]
+            offs = [c.offset for c in col.chunks]
+            parts = [np.frombuffer(b, np.uint8)[o * fd.itemsize:(o + len(c)) * fd.itemsize]
+                     for b, o, c in zip(chunks, offs, col.chunks)]
+            raw = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+            out[name] = raw.view(fd.base).reshape((table.num_rows,) + fd.shape) if fd.shape else raw.view(fd)
+        else:
+            out[name] = col.to_numpy(zero_copy_only=False)
+    return out
+
+
+def raise_null(where, name, col):
+    from .errors import InputError
+    import pyarrow.compute as pc
+    first = pc.index(pc.is_null(col), True).as_py()
+    raise InputError(f"{where}: column '{name}' has {col.null_count} null value(s) (first at row {first}); nulls are not allowed")

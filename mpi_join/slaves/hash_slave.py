@@ -1,0 +1,42 @@
+"""The `hash` strategy's slave loop: receive an epoch, join it, write results, acknowledge."""
+import time
+
+import numpy as np
+
+from ..partitioning import Partitioner
+from ..transport import Tag, pack, pack_obj, unpack
+from ..window import runtime_dtype
+from .hash_join import HashJoinModule
+
+
+def run_slave(job, tx, metrics, writer):
+    dtypes = [runtime_dtype(s.dtype) for s in job.streams]
+    params = job.strategy.params
+    module = HashJoinModule(Partitioner(job, params["partitions"]), dtypes, params["local_join"])
+    slow = params["slow_delay"] if params["slow_rank"] == tx.rank else 0.0
+    while True:
+        _, tag, buf = tx.recv(source=0)
+        if tag == Tag.EOS:
+            break
+        if tag != Tag.DATA:
+            raise RuntimeError(f"slave: unexpected message {tag.name} from the master")
+        header, batches = unpack(buf, dtypes)
+        epoch, bounds = int(header[0]), header[1:3]
+        metrics.tuples_in += sum(len(b) for b in batches)
+        if slow:
+            time.sleep(slow)
+        sa, sb, tin = module.on_epoch(bounds, batches)
+        if len(sa):
+            now = time.time_ns()
+            lat = now - tin
+            writer.add([sa, sb], np.full(len(sa), now, np.int64), lat)
+            metrics.latency.add(lat)
+            metrics.results += len(sa)
+        metrics.epochs += 1
+        w0, w1 = module.window_tuples()
+        tx.send(0, Tag.ACK, np.array([epoch, metrics.results, metrics.tuples_in, w0, w1], np.int64))
+    writer.close()
+    metrics.extra["window_tuples"] = module.window_tuples()
+    done = metrics.to_dict(tx)
+    tx.send(0, Tag.DONE, pack_obj(done))
+    tx.flush()

@@ -1,0 +1,104 @@
+"""The strategy registry: what each strategy supports and needs, checked before any rank works."""
+from dataclasses import dataclass, replace
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Param:
+    default: object
+    check: object      # value -> error text or None
+    help: str
+
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    name: str
+    summary: str
+    predicates: frozenset      # predicate kinds it can evaluate
+    streams: tuple             # (min, max) number of streams
+    min_ranks: int
+    params: dict
+
+
+def _pos_int(v):
+    return None if isinstance(v, int) and not isinstance(v, bool) and v > 0 else "expected a positive integer"
+
+
+def _choice(*opts):
+    return lambda v: None if v in opts else f"expected one of {', '.join(map(repr, opts))}"
+
+
+def _non_neg(v):
+    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else "expected a number >= 0"
+
+
+def _rank_or_none(v):
+    return None if v == -1 or (isinstance(v, int) and not isinstance(v, bool) and v >= 1) else "expected a slave rank (>= 1), or -1 for none"
+
+
+REGISTRY = {
+    "hash": StrategyInfo(
+        name="hash",
+        summary="master + slaves; epoch-synchronised distribution of hash-partitioned windows",
+        predicates=frozenset({"equi"}),
+        streams=(2, 2),
+        min_ranks=2,
+        params={
+            "partitions": Param(60, _pos_int, "hash partitions (far more than slaves)"),
+            "local_join": Param("index", _choice("index", "bnl"),
+                                "local join on a slave: 'bnl' block nested loop (the paper's), 'index' hash index"),
+            "slow_rank": Param(-1, _rank_or_none, "make this slave slow (testing): it sleeps slow_delay per epoch"),
+            "slow_delay": Param(0.0, _non_neg, "seconds a slow slave sleeps per epoch"),
+        },
+    ),
+}
+
+
+def supporting(kinds):
+    """Names of strategies that can evaluate all predicate kinds in `kinds`."""
+    return [n for n, s in REGISTRY.items() if set(kinds) <= s.predicates]
+
+
+def check_strategy(job):
+    """Known name, known parameters with valid values; returns the job with defaults filled in."""
+    where = f"{job.path}: strategy"
+    info = REGISTRY.get(job.strategy.name)
+    if info is None:
+        raise ConfigError(f"{where}.name: unknown strategy {job.strategy.name!r} (available: {', '.join(REGISTRY)})")
+    params = {}
+    for k, v in job.strategy.params.items():
+        if k not in info.params:
+            raise ConfigError(f"{where}.{k}: unknown parameter for strategy {info.name!r} "
+                              f"(parameters: {', '.join(info.params)})")
+        err = info.params[k].check(v)
+        if err:
+            raise ConfigError(f"{where}.{k}: {err}, got {v!r}")
+        params[k] = v
+    for k, p in info.params.items():
+        params.setdefault(k, p.default)
+    return replace(job, strategy=replace(job.strategy, params=params))
+
+
+def check_runnable(job, nranks):
+    """Can this strategy run this job on `nranks` ranks? Raises ConfigError naming the problem."""
+    info = REGISTRY[job.strategy.name]
+    m = len(job.streams)
+    if not info.streams[0] <= m <= info.streams[1]:
+        raise ConfigError(f"{job.path}: strategy {info.name!r} joins {info.streams[0]}"
+                          f"{'' if info.streams[0] == info.streams[1] else '-' + str(info.streams[1])} streams; the job has {m}")
+    unsupported = job.predicate.kinds - info.predicates
+    if unsupported:
+        others = supporting(job.predicate.kinds)
+        hint = (f"strategies that support it: {', '.join(others)}" if others else
+                "no distributed strategy in this version supports it; `mpi-join oracle` computes it in one process")
+        why = " (hash partitioning needs equal keys to meet on one slave)" if info.name == "hash" else ""
+        raise ConfigError(f"{job.path}: predicate: strategy {info.name!r} supports only "
+                          f"{', '.join(sorted(info.predicates))} predicates{why}, the job has "
+                          f"{', '.join(sorted(unsupported))}; {hint}")
+    if nranks < info.min_ranks:
+        raise ConfigError(f"strategy {info.name!r} needs at least {info.min_ranks} MPI ranks (a master and "
+                          f"{info.min_ranks - 1}+ slaves), got {nranks}; launch with mpiexec -n {info.min_ranks} or more")
+    slow = job.strategy.params.get("slow_rank", -1)
+    if slow != -1 and slow >= nranks:
+        raise ConfigError(f"{job.path}: strategy.slow_rank: rank {slow} does not exist (ranks 0..{nranks - 1})")

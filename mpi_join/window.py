@@ -1,0 +1,107 @@
+"""Window semantics in one place, and the window store every strategy shares.
+
+Every window kind reduces to one integer test. Each tuple u of stream j has a coordinate
+`coord` (its ts for a time window, its position in stream j for a count window). A newer tuple t
+(by seq) of another stream sees u iff `coord(u) >= lo_j(t)`, where
+  time:      lo_j(t) = t.ts - W_j + 1              (t.ts - u.ts < W_j)
+  count:     lo_j(t) = cnt_j(t) - W_j              (u is among the last W_j tuples of j before t)
+  unbounded: lo_j(t) = -inf
+cnt_j(t) is the number of j tuples that arrived before t. lo is non-decreasing along each stream,
+so a window can drop every u with coord(u) < the smallest lo a future tuple can have.
+"""
+import numpy as np
+
+from .schema import SEQ, TS
+
+NEG_INF = np.iinfo(np.int64).min
+POS_INF = np.iinfo(np.int64).max
+INTERNAL = [("_coord", np.int64), ("_lo", np.int64), ("_tin", np.int64), ("_h", np.uint64)]
+
+
+def coords(window, arr):
+    """Coordinate of each tuple of a stream (arr sorted by seq) in its own window."""
+    if window.kind == "time":
+        return arr[TS].astype(np.int64, copy=False)
+    if window.kind == "count":
+        return np.arange(len(arr), dtype=np.int64)
+    return np.zeros(len(arr), np.int64)
+
+
+def lows(window_j, arr_i, arr_j):
+    """lo_j(t) for every tuple t of stream i over stream j's window."""
+    n = len(arr_i)
+    if window_j.kind == "time":
+        return arr_i[TS].astype(np.int64) - (window_j.size - 1)
+    if window_j.kind == "count":
+        return np.searchsorted(arr_j[SEQ], arr_i[SEQ]).astype(np.int64) - window_j.size
+    return np.full(n, NEG_INF, np.int64)
+
+
+def index_ranges(window_j, arr_i, arr_j):
+    """Rows [lo, hi) of stream j (sorted by seq) inside the window each tuple of stream i sees."""
+    hi = np.searchsorted(arr_j[SEQ], arr_i[SEQ]).astype(np.int64)
+    if window_j.kind == "time":
+        lo = np.searchsorted(arr_j[TS], arr_i[TS] - (window_j.size - 1)).astype(np.int64)
+    elif window_j.kind == "count":
+        lo = hi - window_j.size
+    else:
+        lo = np.zeros_like(hi)
+    return np.clip(lo, 0, hi), hi
+
+
+def runtime_dtype(stream_dtype):
+    """Staged columns plus internal ones: _coord, _lo (over the opposite stream), _tin (release
+    time, ns, for production delay) and _h (equi-key hash; 0 without equi keys)."""
+    return np.dtype(stream_dtype.descr + INTERNAL)
+
+
+class Window:
+    """A growable window of tuples in arrival order; expires a prefix at a time.
+
+    Appends are amortised O(1) per tuple (capacity doubles, expired space is reclaimed by
+    compaction); `view()` is a zero-copy slice kernels read directly."""
+
+    def __init__(self, dtype, capacity=256):
+        self._buf = np.empty(capacity, dtype)
+        self._start = 0
+        self._end = 0
+
+    def __len__(self):
+        return self._end - self._start
+
+    def view(self):
+        return self._buf[self._start:self._end]
+
+    def append(self, batch):
+        n = len(batch)
+        if n == 0:
+            return
+        if self._end + n > len(self._buf):
+            live = len(self)
+            cap = len(self._buf)
+            while live + n > cap // 2 and live + n > cap - cap // 4 or live + n > cap:
+                cap *= 2
+            new = np.empty(cap, self._buf.dtype) if cap != len(self._buf) else self._buf
+            new[:live] = self._buf[self._start:self._end]
+            self._buf, self._start, self._end = new, 0, live
+        self._buf[self._end:self._end + n] = batch
+        self._end += n
+
+    def expire(self, bound):
+        """Drop the tuples whose _coord is below `bound` (they sit at the front)."""
+        if len(self) == 0:
+            return 0
+        c = self._buf["_coord"][self._start:self._end]
+        k = int(np.searchsorted(c, bound))
+        self._start += k
+        return k
+
+    def take(self):
+        """Remove and return every tuple (used to move state)."""
+        out = self.view().copy()
+        self._start = self._end = 0
+        return out
+
+    @property
+    def nbytes(self):
+        return len(self) * self._buf.dtype.itemsize
