@@ -72,21 +72,96 @@ def read_results(path, stream_names):
     return np.concatenate(parts) if parts else np.zeros((0, len(cols)), np.int64)
 
 
-def compare(expected, got):
-    """Compare result sets: (missing rows, extra rows, duplicated rows with their counts)."""
+def _encode(expected, got):
+    """Rows as one int64 each (mixed radix over the seq range) when they fit, else None."""
     M = expected.shape[1]
-    ue = np.unique(expected, axis=0) if len(expected) else expected.reshape(0, M)
-    if len(got):
-        ug, cg = np.unique(got, axis=0, return_counts=True)
-    else:
-        ug, cg = got.reshape(0, M), np.zeros(0, np.int64)
+    hi = max([int(a.max()) for a in (expected, got) if len(a)] + [0]) + 1
+    mins = [int(a.min()) for a in (expected, got) if len(a)]
+    if (mins and min(mins) < 0) or hi ** M >= 2 ** 62:
+        return None
+    enc = []
+    for a in (expected, got):
+        k = np.zeros(len(a), np.int64)
+        for c in range(M):
+            k = k * hi + a[:, c]
+        enc.append(k)
+    return enc, hi
+
+
+def _unique_counts(keys):
+    """Sorted unique values and their counts (a plain sort: faster than np.unique here)."""
+    s = np.sort(keys)
+    if len(s) == 0:
+        return s, np.zeros(0, np.int64)
+    starts = np.nonzero(np.concatenate([[True], s[1:] != s[:-1]]))[0]
+    return s[starts], np.diff(np.append(starts, len(s)))
+
+
+def _member(a, sorted_b):
+    """Which values of a occur in the sorted array sorted_b."""
+    if len(sorted_b) == 0:
+        return np.zeros(len(a), bool)
+    p = np.minimum(np.searchsorted(sorted_b, a), len(sorted_b) - 1)
+    return sorted_b[p] == a
+
+
+def _decode(keys, hi, M):
+    out = np.empty((len(keys), M), np.int64)
+    for c in range(M - 1, -1, -1):
+        out[:, c] = keys % hi
+        keys = keys // hi
+    return out
+
+
+def compare(expected, got):
+    """Compare result sets: (missing rows, extra rows, (duplicated rows, their counts))."""
+    M = expected.shape[1]
+    enc = _encode(expected, got)
+    if enc is None:
+        return _compare_rows(expected, got)
+    (ke, kg), hi = enc
+    ue, _ = _unique_counts(ke)
+    ug, cg = _unique_counts(kg)
+    missing = ue[~_member(ue, ug)]
+    extra = ug[~_member(ug, ue)]
+    dup = cg > 1
+    return _decode(missing, hi, M), _decode(extra, hi, M), (_decode(ug[dup], hi, M), cg[dup])
+
+
+def _group_starts(rows):
+    """rows sorted lexicographically -> bool array marking the first row of each run of equal rows."""
+    first = np.ones(len(rows), bool)
+    if len(rows) > 1:
+        first[1:] = np.any(rows[1:] != rows[:-1], axis=1)
+    return first
+
+
+def _sort_rows(rows, *extra):
+    order = np.lexsort(tuple(extra) + tuple(rows.T[::-1]))
+    return order
+
+
+def unique_rows(rows):
+    """Unique rows (lexicographic order) and how often each occurs."""
+    if len(rows) == 0:
+        return rows, np.zeros(0, np.int64)
+    s = rows[_sort_rows(rows)]
+    starts = np.nonzero(_group_starts(s))[0]
+    return s[starts], np.diff(np.append(starts, len(s)))
+
+
+def _compare_rows(expected, got):
+    """compare() for rows too wide to encode in one int64: lexicographic sorts."""
+    ue, _ = unique_rows(expected)
+    ug, cg = unique_rows(got)
     both = np.concatenate([ue, ug])
-    if len(both):
-        _, inv, cnt = np.unique(both, axis=0, return_inverse=True, return_counts=True)
-        inv = inv.reshape(-1)
-        missing = ue[cnt[inv[:len(ue)]] == 1]
-        extra = ug[cnt[inv[len(ue):]] == 1]
-    else:
-        missing = extra = both
+    tag = np.concatenate([np.zeros(len(ue), np.int8), np.ones(len(ug), np.int8)])
+    order = np.lexsort((tag,) + tuple(both.T[::-1]))
+    s, t = both[order], tag[order]
+    first = _group_starts(s)
+    size = np.diff(np.append(np.nonzero(first)[0], len(s)))
+    alone = np.repeat(size == 1, size)
+    missing = s[alone & (t == 0)]
+    extra = s[alone & (t == 1)]
     dup = cg > 1
     return missing, extra, (ug[dup], cg[dup])

@@ -43,18 +43,12 @@ class HashMaster:
         return [self.done[s] for s in self.slaves]
 
     def distribute(self, batches, bounds):
-        per_slave = []
-        for b in batches:
-            owner = self.map.owner[self.part.partitions(b["_h"])]
-            order = np.argsort(owner, kind="stable")
-            b, owner = b[order], owner[order]
-            cuts = np.searchsorted(owner, self.slaves + [self.slaves[-1] + 1])
-            per_slave.append({s: b[cuts[k]:cuts[k + 1]] for k, s in enumerate(self.slaves)})
+        per_slave = route(batches, self.part, self.map)
         header = [self.epoch] + list(bounds)
         for s in self.slaves:
             while self.inflight[s] >= self.job.run.max_inflight:
                 self._handle(*self.tx.recv(tag=Tag.ACK))
-            parts = [ps[s] for ps in per_slave]
+            parts = per_slave[s]
             self.tx.send(s, Tag.DATA, pack(header, parts))
             self.metrics.tuples_out += sum(len(p) for p in parts)
             self.inflight[s] += 1
@@ -73,3 +67,17 @@ class HashMaster:
             self.results[src] = self.done[src]["results"]
         else:
             raise RuntimeError(f"master: unexpected message {tag.name} from rank {src}")
+
+
+def route(batches, part, pmap):
+    """Split one epoch's batches by owning slave: {slave: [batch of stream 0, batch of stream 1]},
+    each batch still in seq order (the per-partition mini-buffers, merged per slave)."""
+    out = {s: [] for s in pmap.slaves}
+    for b in batches:
+        owner = pmap.owner[part.partitions(b["_h"])]
+        order = np.argsort(owner, kind="stable")
+        b, owner = b[order], owner[order]
+        cuts = np.searchsorted(owner, pmap.slaves + [pmap.slaves[-1] + 1])
+        for k, s in enumerate(pmap.slaves):
+            out[s].append(b[cuts[k]:cuts[k + 1]])
+    return out

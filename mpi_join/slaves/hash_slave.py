@@ -1,4 +1,5 @@
 """The `hash` strategy's slave loop: receive an epoch, join it, write results, acknowledge."""
+import os
 import time
 
 import numpy as np
@@ -9,11 +10,19 @@ from ..window import runtime_dtype
 from .hash_join import HashJoinModule
 
 
+def injected_fault(rank):
+    """MPI_JOIN_FAULT="rank:epoch" makes that rank fail at that epoch (to test job abort)."""
+    spec = os.environ.get("MPI_JOIN_FAULT", "")
+    r, _, e = spec.partition(":")
+    return int(e) if r.strip() == str(rank) and e.strip().isdigit() else -1
+
+
 def run_slave(job, tx, metrics, writer):
     dtypes = [runtime_dtype(s.dtype) for s in job.streams]
     params = job.strategy.params
     module = HashJoinModule(Partitioner(job, params["partitions"]), dtypes, params["local_join"])
     slow = params["slow_delay"] if params["slow_rank"] == tx.rank else 0.0
+    fault = injected_fault(tx.rank)
     while True:
         _, tag, buf = tx.recv(source=0)
         if tag == Tag.EOS:
@@ -23,6 +32,8 @@ def run_slave(job, tx, metrics, writer):
         header, batches = unpack(buf, dtypes)
         epoch, bounds = int(header[0]), header[1:3]
         metrics.tuples_in += sum(len(b) for b in batches)
+        if epoch == fault:
+            raise RuntimeError(f"fault injected at epoch {epoch} (MPI_JOIN_FAULT)")
         if slow:
             time.sleep(slow)
         sa, sb, tin = module.on_epoch(bounds, batches)

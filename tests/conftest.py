@@ -1,0 +1,89 @@
+"""Shared helpers: build jobs from arrays, launch real mpiexec runs with a hang guard."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from mpi_join.config import load_job
+from mpi_join.staged import write_staged
+
+BIN = os.path.dirname(sys.executable)
+MPIEXEC = os.path.join(BIN, "mpiexec")
+RUN_TIMEOUT = 180
+
+
+def mpi_join_cmd(*args):
+    return [sys.executable, "-m", "mpi_join", *args]
+
+
+def run_mpi(n, *args, timeout=RUN_TIMEOUT, env=None):
+    """Launch `mpiexec -n n mpi-join ARGS`; a hang fails the test instead of stalling the suite."""
+    e = dict(os.environ, MPI_JOIN_QUIET="1")
+    e.update(env or {})
+    try:
+        return subprocess.run([MPIEXEC, "-n", str(n), *mpi_join_cmd(*args)], capture_output=True,
+                              text=True, timeout=timeout, env=e)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"mpiexec -n {n} {' '.join(args)} did not finish within {timeout} s (a rank hangs)")
+
+
+def run_cli(*args, timeout=300):
+    return subprocess.run(mpi_join_cmd(*args), capture_output=True, text=True, timeout=timeout)
+
+
+def equi_job_text(windows, keys=1, strategy="hash", extra_strategy="", run="", predicate=None):
+    on = '[["R.k", "S.k"]]' if keys == 1 else '[["R.k", "S.k"], ["R.k2", "S.k2"]]'
+    pred = predicate or f"equi = {on}"
+    return textwrap.dedent(f"""\
+        [job]
+        name = "t"
+        ts_unit = "ms"
+        [input]
+        staged = "staged"
+        [output]
+        dir = "out"
+        [streams.R]
+        schema = {{ k = "int32", k2 = "int16", v = "float32" }}
+        window = {windows[0]}
+        [streams.S]
+        schema = {{ k = "int64", k2 = "int16", w = "float64" }}
+        window = {windows[1]}
+        [predicate]
+        {pred}
+        [strategy]
+        name = "{strategy}"
+        {extra_strategy}
+        [run]
+        {run}
+        """)
+
+
+def random_streams(rng, n, key_range=6, ts_step=3, k2_range=2):
+    """Two random streams with a dense seq, non-decreasing ts (with ties) and small key domains."""
+    sid = rng.integers(0, 2, n)
+    ts = np.cumsum(rng.integers(0, ts_step + 1, n)).astype(np.int64)
+    R = np.zeros(int((sid == 0).sum()), [("seq", "i8"), ("ts", "i8"), ("k", "i4"), ("k2", "i2"), ("v", "f4")])
+    S = np.zeros(int((sid == 1).sum()), [("seq", "i8"), ("ts", "i8"), ("k", "i8"), ("k2", "i2"), ("w", "f8")])
+    for arr, s in ((R, 0), (S, 1)):
+        arr["seq"] = np.nonzero(sid == s)[0]
+        arr["ts"] = ts[sid == s]
+        arr["k"] = rng.integers(0, key_range, len(arr))
+        arr["k2"] = rng.integers(0, k2_range, len(arr))
+    R["v"] = rng.uniform(0, 20, len(R))
+    S["w"] = rng.uniform(0, 20, len(S))
+    return [R, S]
+
+
+def write_job(tmp, text, arrays=None):
+    """Write job.toml (and staged data for `arrays`) under tmp; returns (path, loaded job)."""
+    os.makedirs(tmp, exist_ok=True)
+    path = os.path.join(tmp, "job.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    job = load_job(path)
+    if arrays is not None:
+        write_staged(job.staged, job.streams, arrays, job.ts_unit)
+    return path, job
