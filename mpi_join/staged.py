@@ -101,13 +101,18 @@ def check_order(job, arrays):
     sid = np.concatenate([np.full(len(a), k) for k, a in enumerate(arrays)])
     order = np.argsort(seqs, kind="stable")
     seqs, tss, sid = seqs[order], tss[order], sid[order]
-    n = len(seqs)
-    bad = np.nonzero(seqs != np.arange(n))[0]
+    dup = np.nonzero(seqs[1:] == seqs[:-1])[0]
+    if len(dup):
+        k = dup[0]
+        where = sorted({job.streams[sid[k]].name, job.streams[sid[k + 1]].name})
+        raise InputError(f"{os.path.join(job.staged, where[0])}: seq must be dense from 0 across streams; "
+                         f"seq {seqs[k]} is used twice (streams {', '.join(where)})")
+    bad = np.nonzero(seqs != np.arange(len(seqs)))[0]
     if len(bad):
         k = bad[0]
-        what = "is used twice" if k > 0 and seqs[k] == seqs[k - 1] else f"is missing (found {seqs[k]} instead)"
         s = job.streams[sid[k]].name
-        raise InputError(f"{os.path.join(job.staged, s)}: seq must be dense from 0 across streams; seq {k} {what}")
+        raise InputError(f"{os.path.join(job.staged, s)}: seq must be dense from 0 across streams; "
+                         f"seq {k} is missing (next is {seqs[k]})")
     back = np.nonzero(tss[1:] < tss[:-1])[0]
     if len(back):
         k = back[0] + 1

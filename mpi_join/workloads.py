@@ -193,7 +193,7 @@ def _images(rng, tuples, rate, window, skew, keys, domain_bits, streams, pixels,
     next_id = 0
     for n in _split(tuples, m):
         which = rng.integers(0, len(protos), n)
-        noise = rng.integers(-20, 21, (n, pixels, 3))
+        noise = rng.integers(-10, 11, (n, pixels, 3))
         pix = np.clip(protos[which].astype(np.int16) + noise, 0, 255).astype(np.uint8)
         cols.append({"id": np.arange(next_id, next_id + n, dtype=np.int64), "pix": pix})
         next_id += n

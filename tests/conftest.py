@@ -36,7 +36,7 @@ def run_cli(*args, timeout=300):
 
 def equi_job_text(windows, keys=1, strategy="hash", extra_strategy="", run="", predicate=None):
     on = '[["R.k", "S.k"]]' if keys == 1 else '[["R.k", "S.k"], ["R.k2", "S.k2"]]'
-    pred = predicate or f"equi = {on}"
+    pred = f"equi = {on}" if predicate is None else predicate
     return textwrap.dedent(f"""\
         [job]
         name = "t"

@@ -1,0 +1,1 @@
+"""Neighbour topologies (rings and chains of ranks) for strategies whose ranks pass data along."""

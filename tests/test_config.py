@@ -1,0 +1,73 @@
+"""Job files: windows, durations, predicates and strategy parameters are read and checked."""
+import tomllib
+
+import pytest
+
+from mpi_join.config import parse_job
+from mpi_join.errors import ConfigError
+from mpi_join.units import parse_duration_ns
+from conftest import equi_job_text, run_cli
+
+
+def _job(text):
+    return parse_job(tomllib.loads(text), "job.toml")
+
+
+@pytest.mark.parametrize("text,ns", [("15min", 900 * 10**9), ("2s", 2 * 10**9), ("250ms", 250 * 10**6),
+                                     ("1.5h", 5400 * 10**9), ("7us", 7000), (" 3 sec ", 3 * 10**9)])
+def test_durations(text, ns):
+    assert parse_duration_ns(text, "f") == ns
+
+
+@pytest.mark.parametrize("bad", ["15 minutes", "fast", "", "10", 10])
+def test_bad_durations_name_the_field(bad):
+    with pytest.raises(ConfigError, match="^my.field: "):
+        parse_duration_ns(bad, "my.field")
+
+
+def test_window_kinds_in_ts_units():
+    job = _job(equi_job_text(('"15min"', "1000")))
+    r, s = job.streams
+    assert (r.window.kind, r.window.size) == ("time", 900_000)        # ts_unit ms
+    assert (s.window.kind, s.window.size) == ("count", 1000)
+    job = _job(equi_job_text(('"unbounded"', '"1us"')))
+    assert job.streams[0].window.kind == "unbounded"
+    assert job.streams[1].window.size == 1                             # rounded up, never to zero
+
+
+def test_strategy_defaults_filled_and_checked():
+    job = _job(equi_job_text(('"1s"', '"1s"')))
+    assert job.strategy.params["partitions"] == 60 and job.strategy.params["local_join"] == "index"
+    with pytest.raises(ConfigError, match="strategy.local_join: expected one of"):
+        _job(equi_job_text(('"1s"', '"1s"'), extra_strategy='local_join = "sort"'))
+    with pytest.raises(ConfigError, match="strategy.fanout: unknown parameter"):
+        _job(equi_job_text(('"1s"', '"1s"'), extra_strategy="fanout = 3"))
+
+
+@pytest.mark.parametrize("pred,msg", [
+    ('equi = [["R.v", "S.w"]]', "equi keys must be integer"),
+    ('equi = [["R.k", "R.k2"]]', "both sides are in stream 'R'"),
+    ('equi = [["X.k", "S.k"]]', "unknown stream 'X'"),
+    ('band = [{left = "R.v", right = "S.w"}]', "eps: expected a number"),
+    ('theta = [{udf = "no_such_module:f"}]', "cannot import module 'no_such_module'"),
+    ('theta = [{udf = "mpi_join.udfs:nothing"}]', "has no function 'nothing'"),
+    ("", "give at least one of equi, band or theta"),
+])
+def test_bad_predicates(pred, msg):
+    with pytest.raises(ConfigError, match=msg):
+        _job(equi_job_text(('"1s"', '"1s"'), predicate=pred))
+
+
+def test_reserved_and_unknown_types():
+    with pytest.raises(ConfigError, match="streams.R.schema.k: unknown column type 'int128'"):
+        _job(equi_job_text(('"1s"', '"1s"')).replace('k = "int32"', 'k = "int128"'))
+    with pytest.raises(ConfigError, match="'seq' is reserved"):
+        _job(equi_job_text(('"1s"', '"1s"')).replace('k = "int32"', 'k = "int32", seq = "int64"'))
+
+
+def test_run_help_documents_every_option():
+    p = run_cli("run", "--help")
+    assert p.returncode == 0
+    for word in ("--np", "--output", "--staged", "--strategy", "window", "batch_size", "flush_interval",
+                 "rate", "max_inflight", "equi", "band", "theta", "local_join", "partitions", "ts_unit"):
+        assert word in p.stdout, word

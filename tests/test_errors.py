@@ -1,0 +1,166 @@
+"""Bad jobs and bad input: one line naming the problem, a non-zero exit, and no rank left hanging."""
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import equi_job_text, random_streams, run_cli, run_mpi, write_job
+
+
+def _one_error_line(p):
+    lines = [l for l in p.stderr.splitlines() if l.startswith("mpi-join: error:")]
+    assert len(lines) == 1, p.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def good(tmp_path):
+    text = equi_job_text(('"5ms"', '"5ms"'))
+    arrays = random_streams(np.random.default_rng(0), 200)
+    path, job = write_job(str(tmp_path), text, arrays)
+    return tmp_path, path, job, arrays
+
+
+def _expect_run_error(path, *fragments, ranks=3):
+    p = run_mpi(ranks, "run", str(path), timeout=60)
+    assert p.returncode != 0
+    line = _one_error_line(p)
+    for f in fragments:
+        assert f in line, line
+    return line
+
+
+def test_missing_stream_file(good):
+    tmp, path, job, _ = good
+    for f in os.listdir(os.path.join(job.staged, "S")):
+        os.remove(os.path.join(job.staged, "S", f))
+    _expect_run_error(path, os.path.join(job.staged, "S"), "no Parquet part files", "'S'")
+
+
+def test_missing_staged_dir(good):
+    tmp, path, job, _ = good
+    p = run_mpi(2, "run", path, "--staged", str(tmp / "nowhere"), timeout=60)
+    assert p.returncode == 2
+    assert "nowhere: staged input directory not found" in _one_error_line(p)
+
+
+def test_missing_job_file(tmp_path):
+    _expect_run_error(tmp_path / "nope.toml", "nope.toml: job file not found")
+
+
+def test_wrong_schema(good):
+    tmp, path, job, arrays = good
+    f = os.path.join(job.staged, "R", "part-00000.parquet")
+    t = pq.read_table(f)
+    t = t.set_column(t.schema.get_field_index("k"), "k", pa.array(t.column("k").to_numpy().astype(np.float64)))
+    pq.write_table(t, f)
+    _expect_run_error(path, f, "column 'k' has type double", "int32")
+
+
+def test_missing_column(good):
+    tmp, path, job, arrays = good
+    f = os.path.join(job.staged, "S", "part-00000.parquet")
+    pq.write_table(pq.read_table(f).drop(["w"]), f)
+    _expect_run_error(path, f, "column 'w' of stream 'S' is missing")
+
+
+def test_ts_going_backwards(good):
+    tmp, path, job, arrays = good
+    R, S = arrays
+    S["ts"][len(S) // 2] -= 1000
+    from mpi_join.staged import write_staged
+    write_staged(job.staged, job.streams, [R, S], job.ts_unit)
+    _expect_run_error(path, "ts goes backwards at seq", "non-decreasing")
+
+
+def test_seq_not_dense(good):
+    tmp, path, job, arrays = good
+    R, S = arrays
+    R["seq"][3] = S["seq"][5]
+    from mpi_join.staged import write_staged
+    write_staged(job.staged, job.streams, [R, S], job.ts_unit)
+    _expect_run_error(path, "seq must be dense", "is used twice")
+
+
+def test_nulls_in_key_column(good):
+    tmp, path, job, arrays = good
+    f = os.path.join(job.staged, "S", "part-00000.parquet")
+    t = pq.read_table(f)
+    k = t.column("k").to_pylist()
+    k[7] = None
+    t = t.set_column(t.schema.get_field_index("k"), "k", pa.array(k, pa.int64()))
+    pq.write_table(t, f)
+    _expect_run_error(path, f, "column 'k' has 1 null value(s) (first at row 7)")
+
+
+def test_window_of_zero(tmp_path):
+    (tmp_path / "job.toml").write_text(equi_job_text(('"0s"', '"5ms"')))
+    _expect_run_error(tmp_path / "job.toml", "streams.R.window", "longer than zero")
+    (tmp_path / "job.toml").write_text(equi_job_text(('"5ms"', "0")))
+    _expect_run_error(tmp_path / "job.toml", "streams.S.window", "at least 1 tuple")
+
+
+def test_unknown_strategy(tmp_path):
+    (tmp_path / "job.toml").write_text(equi_job_text(('"5ms"', '"5ms"'), strategy="magic"))
+    _expect_run_error(tmp_path / "job.toml", "strategy.name", "unknown strategy 'magic'", "available: hash")
+
+
+def test_too_few_ranks(good):
+    tmp, path, job, _ = good
+    _expect_run_error(path, "needs at least 2 MPI ranks", "got 1", ranks=1)
+
+
+def test_non_equi_predicate_names_supporting_strategies(tmp_path):
+    text = equi_job_text(('"5ms"', '"5ms"'), predicate='band = [{left = "R.v", right = "S.w", eps = 1}]')
+    path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(1), 50))
+    line = _expect_run_error(path, "strategy 'hash' supports only equi", "band", "hash partitioning")
+    assert "mpi-join oracle" in line or "strategies that support it" in line
+
+
+@pytest.mark.parametrize("snippet,fragment", [
+    ("[run]\nbatch_size = 0", "run.batch_size: expected a positive integer"),
+    ("[run]\nrate = -5", "run.rate"),
+    ("[run]\nflush_interval = \"soon\"", "run.flush_interval: cannot read duration 'soon'"),
+    ("[run]\ncolour = 1", "run.colour: unknown field"),
+])
+def test_bad_run_options(tmp_path, snippet, fragment):
+    text = equi_job_text(('"5ms"', '"5ms"')).replace("[run]\n", "") + snippet + "\n"
+    (tmp_path / "job.toml").write_text(text)
+    p = run_cli("verify", str(tmp_path), "--job", str(tmp_path / "job.toml"))
+    assert p.returncode == 2 and fragment in _one_error_line(p)
+
+
+def test_bad_predicate_column(tmp_path):
+    (tmp_path / "job.toml").write_text(equi_job_text(('"5ms"', '"5ms"'), predicate='equi = [["R.k", "S.nope"]]'))
+    p = run_cli("verify", str(tmp_path), "--job", str(tmp_path / "job.toml"))
+    assert p.returncode == 2 and "predicate.equi[0]: stream 'S' has no column 'nope'" in _one_error_line(p)
+
+
+def test_failing_rank_aborts_the_job_with_rank_and_reason(tmp_path):
+    text = equi_job_text(('"5ms"', '"5ms"'), run="batch_size = 10")
+    path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(2), 500))
+    p = run_mpi(4, "run", path, env={"MPI_JOIN_FAULT": "2:3"}, timeout=60)
+    assert p.returncode != 0
+    assert "mpi-join: rank 2 failed: RuntimeError: fault injected at epoch 3" in p.stderr
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
+def test_verify_reports_missing_extra_and_duplicated(good):
+    tmp, path, job, _ = good
+    p = run_mpi(3, "run", path)
+    assert p.returncode == 0, p.stderr
+    ok = run_cli("verify", job.output, "--job", path)
+    assert ok.returncode == 0 and "OK: results equal the oracle" in ok.stdout
+    rdir = os.path.join(job.output, "results")
+    files = sorted(os.listdir(rdir))
+    t = pq.read_table(os.path.join(rdir, files[0]))
+    assert t.num_rows >= 2
+    tampered = pa.concat_tables([t.slice(1), t.slice(1, 1)])          # drop one, duplicate one
+    extra = pa.table({c: pa.array([10**9] if c.endswith("_seq") else [0], pa.int64()) for c in t.column_names})
+    pq.write_table(pa.concat_tables([tampered, extra.cast(t.schema)]), os.path.join(rdir, files[0]))
+    bad = run_cli("verify", job.output, "--job", path)
+    assert bad.returncode == 1
+    assert "missing 1   extra 1   duplicated 1" in bad.stdout
+    assert "DIFFERENT" in bad.stdout
