@@ -133,3 +133,25 @@ class Transport:
                 time.sleep(sleep)
                 sleep = min(sleep * 2, _MAX_SLEEP)
         self.idle_s += time.perf_counter() - t0
+
+
+class Credits:
+    """Bounded in-flight messages per peer: beyond `limit` unacknowledged messages to a peer,
+    the sender must wait for an acknowledgement (backpressure instead of unbounded buffers)."""
+
+    def __init__(self, peers, limit):
+        self.limit = int(limit)
+        self.out = {p: 0 for p in peers}
+        self.peak = {p: 0 for p in peers}
+
+    def full(self, peer):
+        return self.out[peer] >= self.limit
+
+    def sent(self, peer):
+        self.out[peer] += 1
+        self.peak[peer] = max(self.peak[peer], self.out[peer])
+
+    def acked(self, peer):
+        if self.out[peer] <= 0:
+            raise RuntimeError(f"acknowledgement from rank {peer} without a message in flight")
+        self.out[peer] -= 1

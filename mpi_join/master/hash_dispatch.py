@@ -8,7 +8,7 @@ At most `max_inflight` epochs per slave are unacknowledged: a slow slave slows t
 import numpy as np
 
 from ..partitioning import PartitionMap, Partitioner
-from ..transport import Tag, pack, unpack_obj
+from ..transport import Credits, Tag, pack, unpack_obj
 from .source import Source
 
 
@@ -19,7 +19,7 @@ class HashMaster:
         self.source = Source(job, arrays, hasher=lambda a, i: self.part.hashes(self.part.keys(a, i)))
         self.slaves = list(range(1, transport.size))
         self.map = PartitionMap(self.part.n_partitions, self.slaves)
-        self.inflight = {s: 0 for s in self.slaves}
+        self.credits = Credits(self.slaves, job.run.max_inflight)
         self.results = {s: 0 for s in self.slaves}
         self.done = {}
         self.epoch = 0
@@ -40,18 +40,19 @@ class HashMaster:
         self.progress.update(self.source.released, sum(self.results.values()), force=True)
         self.progress.close()
         self.metrics.extra["peak_buffer_bytes"] = self.peak_buffer
+        self.metrics.extra["peak_inflight"] = max(self.credits.peak.values())
         return [self.done[s] for s in self.slaves]
 
     def distribute(self, batches, bounds):
         per_slave = route(batches, self.part, self.map)
         header = [self.epoch] + list(bounds)
         for s in self.slaves:
-            while self.inflight[s] >= self.job.run.max_inflight:
+            while self.credits.full(s):
                 self._handle(*self.tx.recv(tag=Tag.ACK))
             parts = per_slave[s]
             self.tx.send(s, Tag.DATA, pack(header, parts))
             self.metrics.tuples_out += sum(len(p) for p in parts)
-            self.inflight[s] += 1
+            self.credits.sent(s)
         self.epoch += 1
         self.metrics.epochs = self.epoch
         while (msg := self.tx.poll(tag=Tag.ACK)) is not None:
@@ -60,7 +61,7 @@ class HashMaster:
     def _handle(self, src, tag, buf):
         if tag == Tag.ACK:
             ack = buf.view(np.int64)
-            self.inflight[src] -= 1
+            self.credits.acked(src)
             self.results[src] = int(ack[1])
         elif tag == Tag.DONE:
             self.done[src] = unpack_obj(buf)
