@@ -59,14 +59,13 @@ def _master(job_path, overrides, tx):
     metrics = RankMetrics(0, "master")
     total = sum(len(a) for a in arrays)
     progress = Progress(total, enabled=job.run.progress)
-    t0 = time.perf_counter()
     master = _strategy_master(job)(job, tx, arrays, metrics, progress)
     slave_metrics = master.run()
-    wall = time.perf_counter() - t0
+    wall = master.wall_s           # from the start of the replay (all ranks ready) to the last report
     ranks = [metrics.to_dict(tx)] + slave_metrics
     summary = summarize(ranks, wall, total)
     summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size,
-                   startup_s=t0 - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
+                   startup_s=master.t_replay - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
     mdir = os.path.join(job.output, "metrics")
     for r in ranks:
         write_json(os.path.join(mdir, f"rank-{r['rank']:04d}.json"), r)

@@ -20,6 +20,7 @@ class Tag(IntEnum):
     EOS = 4       # master -> slave: end of stream, drain and report
     DONE = 5      # slave -> master: final metrics
     CTRL = 6      # control messages of adaptive strategies
+    READY = 7     # slave -> master: warmed up (kernels compiled), the replay clock may start
 
 
 _MAX_SLEEP = 0.002

@@ -5,6 +5,8 @@ partitions; every slave receives, in one message, the tuples of the partitions i
 both streams (stream identity kept: one array per stream) and the windows' expiry bounds.
 At most `max_inflight` epochs per slave are unacknowledged: a slow slave slows the master.
 """
+import time
+
 import numpy as np
 
 from ..partitioning import PartitionMap, Partitioner
@@ -26,6 +28,10 @@ class HashMaster:
         self.peak_buffer = 0
 
     def run(self):
+        for _ in self.slaves:            # the replay clock starts when every slave is ready
+            self.tx.recv(tag=Tag.READY)
+        self.progress.restart()
+        self.t_replay = time.perf_counter()
         while not self.source.done:
             batches = self.source.next_epoch()
             self.metrics.tuples_in += sum(len(b) for b in batches)
@@ -37,6 +43,7 @@ class HashMaster:
         while len(self.done) < len(self.slaves):
             self._handle(*self.tx.recv())
         self.tx.flush()
+        self.wall_s = time.perf_counter() - self.t_replay
         self.progress.update(self.source.released, sum(self.results.values()), force=True)
         self.progress.close()
         self.metrics.extra["peak_buffer_bytes"] = self.peak_buffer

@@ -15,6 +15,9 @@ class Progress:
         self._last = 0.0
         self._every = 0.25 if self.tty else 5.0
 
+    def restart(self):
+        self.t0 = time.perf_counter()
+
     def update(self, tuples, results, force=False):
         if not self.enabled:
             return

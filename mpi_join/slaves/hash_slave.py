@@ -8,6 +8,7 @@ from ..partitioning import Partitioner
 from ..transport import Tag, pack, pack_obj, unpack
 from ..window import runtime_dtype
 from .hash_join import HashJoinModule
+from .local_join import warm_up
 
 
 def injected_fault(rank):
@@ -23,6 +24,8 @@ def run_slave(job, tx, metrics, writer):
     module = HashJoinModule(Partitioner(job, params["partitions"]), dtypes, params["local_join"])
     slow = params["slow_delay"] if params["slow_rank"] == tx.rank else 0.0
     fault = injected_fault(tx.rank)
+    warm_up(dtypes, len(module.part.key_cols[0]), params["local_join"])
+    tx.send(0, Tag.READY, np.zeros(1, np.int64))
     while True:
         _, tag, buf = tx.recv(source=0)
         if tag == Tag.EOS:

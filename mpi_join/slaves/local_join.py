@@ -26,3 +26,13 @@ def _index_join(P, kp, args_p, X, kx, args_x, guess):
     hx = X["_h"]
     order = np.argsort(hx, kind="stable").astype(np.int64)
     return K.collect(K.equi_index, kp, P["_h"], *args_p, kx, hx[order], order, *args_x, guess=guess)
+
+
+def warm_up(dtypes, n_keys, method):
+    """Compile (or load from numba's cache) the kernels for these tuple types before data
+    arrives, so the first epoch's production delay is not a compiler's."""
+    a = np.zeros(2, dtypes[0])
+    b = np.zeros(3, dtypes[1])
+    keys = np.zeros((2, n_keys), np.int64), np.zeros((3, n_keys), np.int64)
+    equi_join(a, b, keys[0], keys[1], method)
+    equi_join(b, a, keys[1], keys[0], method)
