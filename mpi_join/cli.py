@@ -112,8 +112,10 @@ def run(job, nprocs, output, staged, strategy):
               show_default=True, help="images: per-pixel similarity UDF, or a coin with set selectivity.")
 @click.option("--selectivity", default=0.01, show_default=True, help="images: selectivity of the probabilistic predicate.")
 @click.option("--strategy", default="hash", show_default=True, help="Strategy written into job.toml.")
+@click.option("--raw", type=click.Choice(["csv", "json", "parquet"]), default=None,
+              help="Write raw files (out/raw/<stream>/) for `mpi-join stage` instead of staged data.")
 def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys, domain_bits, streams, pixels,
-             predicate, selectivity, strategy):
+             predicate, selectivity, strategy, raw):
     """Generate a workload as staged input plus a job file.
 
     \b
@@ -126,10 +128,72 @@ def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys
     try:
         path = make(workload, out, tuples=tuples, seed=seed, rate=rate, window=window, skew=skew, keys=keys,
                     domain_bits=domain_bits, streams=streams, pixels=int(pixels), predicate=predicate,
-                    selectivity=selectivity, strategy=strategy, count_window=count_window)
+                    selectivity=selectivity, strategy=strategy, count_window=count_window, raw=raw)
     except (JobError, ValueError) as e:
         _fail(e)
-    click.echo(f"wrote {tuples:,} tuples to {os.path.join(out, 'staged')} and the job file {path}")
+    where = os.path.join(out, "raw" if raw else "staged")
+    click.echo(f"wrote {tuples:,} tuples to {where} and the job file {path}")
+
+
+_MASTER = click.option("--master", default="local[*]", show_default=True,
+                       help="Spark master URL (local[*], spark://host:7077, yarn, ...).")
+_CONF = click.option("--conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
+
+
+@main.command()
+@click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
+@click.option("--out", default=None, help="Staged output path or URI (default: the job's [input] staged).")
+@_MASTER
+@_CONF
+def stage(job_path, out, master, conf):
+    """Stage the raw input of JOB with Spark into the staged layout.
+
+    Each stream's `raw = { path, format, time, time_unit }` names its files (CSV, JSON lines or
+    Parquet; a file, directory, glob, or hdfs:// / file:// URI) and its event-time column (a
+    timestamp, or a number in ns/us/ms/s). The union is ordered by (event time, stream, file,
+    row) and numbered with a dense seq. Rows whose event time or columns are null or cannot be
+    parsed go to <staged>/_quarantine/<stream>/ with the reason; the counts are printed and kept
+    in the manifest. Also runnable as `spark-submit jobs/stage.py JOB`."""
+    from .config import load_job
+    from .spark.session import spark_session
+    from .spark.stage import stage as do_stage
+    try:
+        job = load_job(job_path)
+        man = do_stage(spark_session(master, "mpi-join stage", conf), job, out,
+                       progress=lambda m: click.echo(m, err=True))
+    except JobError as e:
+        _fail(e)
+    q = man["quarantined"]
+    per = ", ".join(f"{k} {v['count']:,}" for k, v in man["streams"].items())
+    bad = ", ".join(f"{k} {v:,}" for k, v in q.items() if v)
+    click.echo(f"staged {man['total']:,} tuples ({per}); quarantined {sum(q.values()):,}" + (f" ({bad})" if bad else ""))
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path())
+@click.option("--job", "job_path", required=True, type=click.Path(dir_okay=False), help="The job file of the run.")
+@click.option("--out", required=True, help="Output dataset path or URI.")
+@click.option("--with-payload", is_flag=True, help="Join each result back to its input tuples' columns.")
+@click.option("--files", default=1, show_default=True, help="Number of Parquet files to write.")
+@_MASTER
+@_CONF
+def collect(run_dir, job_path, out, with_payload, files, master, conf):
+    """Merge the result part files of a run (RUN_DIR = its output dir) into one Parquet dataset.
+
+    Writes OUT/_summary.json: result count, latency percentiles and per-rank figures. With
+    --with-payload, each result carries <stream>_<column> for every input column. Also
+    runnable as `spark-submit jobs/collect.py RUN_DIR --job JOB --out OUT`."""
+    from .config import load_job
+    from .spark.collect import collect as do_collect
+    from .spark.session import spark_session
+    try:
+        job = load_job(job_path)
+        s = do_collect(spark_session(master, "mpi-join collect", conf), job, run_dir, out, with_payload, files,
+                       progress=lambda m: click.echo(m, err=True))
+    except JobError as e:
+        _fail(e)
+    lat = s["latency_ms"]
+    click.echo(f"collected {s['results']:,} results into {out}; latency ms p50 {lat['p50']} p99 {lat['p99']}")
 
 
 @main.command()

@@ -26,11 +26,32 @@ class Window:
 
 
 @dataclass(frozen=True)
+class RawSource:
+    """Where a stream's raw input is and how to read its event time (for `mpi-join stage`)."""
+    path: str             # file, directory, glob, or URI (hdfs://, file://)
+    format: str           # csv | json | parquet
+    time: str             # the event-time column
+    time_unit: str        # ns | us | ms | s (a number) or "timestamp"
+    delimiter: str = ","
+    header: bool = True
+
+
+@dataclass(frozen=True)
 class Stream:
     name: str
     schema: dict
     dtype: np.dtype
     window: Window
+    raw: RawSource | None = None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Consistent cuts of every rank's state, written to HDF5 (see checkpoint.py)."""
+    dir: str
+    every_tuples: int | None
+    every_ns: int | None
+    keep: int
 
 
 @dataclass(frozen=True)
@@ -110,6 +131,7 @@ class Job:
     predicate: Predicate
     strategy: Strategy
     run: Run
+    checkpoint: Checkpoint | None = None
     raw: dict = field(repr=False, compare=False, default=None)
 
     @property
@@ -120,7 +142,7 @@ class Job:
         return self.stream_names.index(name)
 
 
-_TOP = {"job", "input", "output", "streams", "predicate", "strategy", "run"}
+_TOP = {"job", "input", "output", "streams", "predicate", "strategy", "run", "checkpoint"}
 
 
 def load_job(path, overrides=None):
@@ -156,16 +178,17 @@ def parse_job(raw, path="<job>", overrides=None):
 
     if base not in sys.path:  # UDF modules next to the job file are importable
         sys.path.insert(0, base)
-    streams = _streams(raw, ts_unit, path)
+    streams = _streams(raw, ts_unit, path, base)
     predicate = _predicate(raw, streams, path)
     strategy = _strategy(raw, path, overrides)
     run = _run(raw, path)
-    job = Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, raw)
+    ckpt = _checkpoint(raw, path, base, overrides)
+    job = Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, ckpt, raw)
     from .strategies import check_strategy
     return check_strategy(job)
 
 
-def _streams(raw, ts_unit, path):
+def _streams(raw, ts_unit, path, base):
     st = _table(raw, "streams", path)
     if len(st) < 2:
         raise ConfigError(f"{path}: streams: a join needs at least two streams, found {len(st)}")
@@ -174,7 +197,7 @@ def _streams(raw, ts_unit, path):
         where = f"streams.{name}"
         if not isinstance(spec, dict):
             raise ConfigError(f"{path}: {where}: expected a table with schema and window")
-        _no_unknown(spec, {"schema", "window"}, where + ".", path)
+        _no_unknown(spec, {"schema", "window", "raw"}, where + ".", path)
         schema = spec.get("schema")
         if not isinstance(schema, dict) or not schema:
             raise ConfigError(f"{path}: {where}.schema: required, a table of column = type")
@@ -184,8 +207,73 @@ def _streams(raw, ts_unit, path):
             raise ConfigError(f"{path}: {e}") from None
         if "window" not in spec:
             raise ConfigError(f"{path}: {where}.window: required (a duration such as \"15min\", a tuple count, or \"unbounded\")")
-        out.append(Stream(name, dict(schema), dtype, _window(spec["window"], ts_unit, f"{where}.window", path)))
+        rs = _raw_source(spec["raw"], schema, f"{where}.raw", path, base) if "raw" in spec else None
+        out.append(Stream(name, dict(schema), dtype, _window(spec["window"], ts_unit, f"{where}.window", path), rs))
     return tuple(out)
+
+
+RAW_FORMATS = ("csv", "json", "parquet")
+TIME_UNITS = TS_UNITS + ("timestamp",)
+
+
+def _raw_source(r, schema, where, path, base):
+    if not isinstance(r, dict):
+        raise ConfigError(f"{path}: {where}: expected {{ path = ..., format = ..., time = ..., time_unit = ... }}")
+    _no_unknown(r, {"path", "format", "time", "time_unit", "delimiter", "header"}, where + ".", path)
+    p = r.get("path")
+    if not isinstance(p, str) or not p:
+        raise ConfigError(f"{path}: {where}.path: required, a file, directory, glob or URI")
+    fmt = r.get("format") or next((f for f in RAW_FORMATS if p.rstrip("/*").endswith("." + f)), None)
+    if fmt == "jsonl":
+        fmt = "json"
+    if fmt not in RAW_FORMATS:
+        raise ConfigError(f"{path}: {where}.format: expected one of {', '.join(RAW_FORMATS)}, got {fmt!r}")
+    t = r.get("time")
+    if not isinstance(t, str) or not t:
+        raise ConfigError(f"{path}: {where}.time: required, the name of the event-time column")
+    if t in schema:
+        raise ConfigError(f"{path}: {where}.time: {t!r} is also a schema column; the event time becomes ts")
+    unit = r.get("time_unit", "timestamp")
+    if unit not in TIME_UNITS:
+        raise ConfigError(f"{path}: {where}.time_unit: expected one of {', '.join(TIME_UNITS)}, got {unit!r}")
+    delim = r.get("delimiter", ",")
+    if not isinstance(delim, str) or len(delim) != 1:
+        raise ConfigError(f"{path}: {where}.delimiter: expected one character, got {delim!r}")
+    header = r.get("header", True)
+    if not isinstance(header, bool):
+        raise ConfigError(f"{path}: {where}.header: expected true or false")
+    full = p if "://" in p or os.path.isabs(p) else os.path.join(base, p)
+    return RawSource(full, fmt, t, unit, delim, header)
+
+
+def _checkpoint(raw, path, base, overrides):
+    c = raw.get("checkpoint")
+    if c is None:
+        return None
+    if not isinstance(c, dict):
+        raise ConfigError(f"{path}: checkpoint: expected a table")
+    _no_unknown(c, {"dir", "every_tuples", "every", "keep"}, "checkpoint.", path)
+    d = overrides.get("checkpoint_dir") or _str(c, "dir", "checkpoint.", path)
+    if "://" in d:
+        raise ConfigError(f"{path}: checkpoint.dir: checkpoints are written to a local or shared filesystem path, got {d!r}")
+    d = d if os.path.isabs(d) else os.path.join(base, d)
+    et = c.get("every_tuples")
+    if et is not None and (isinstance(et, bool) or not isinstance(et, int) or et <= 0):
+        raise ConfigError(f"{path}: checkpoint.every_tuples: expected a positive integer, got {et!r}")
+    ev = None
+    if c.get("every") is not None:
+        try:
+            ev = parse_duration_ns(c["every"], "checkpoint.every")
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
+        if ev <= 0:
+            raise ConfigError(f"{path}: checkpoint.every: must be longer than zero")
+    if et is None and ev is None:
+        raise ConfigError(f"{path}: checkpoint: give every_tuples, every (a duration), or both")
+    keep = c.get("keep", 2)
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ConfigError(f"{path}: checkpoint.keep: expected an integer >= 1, got {keep!r}")
+    return Checkpoint(d, et, ev, keep)
 
 
 def _window(w, ts_unit, where, path):

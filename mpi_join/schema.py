@@ -98,7 +98,11 @@ def from_arrow(table, dtype, where):
         col = table.column(name)
         if col.null_count:
             raise_null(where, name, col)
-        if fd.shape or fd.base.kind == "S":
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        if (fd.shape or fd.base.kind == "S") and not pa.types.is_fixed_size_binary(col.type):
+            out[name] = _variable_bytes(col, fd, name, where)
+        elif fd.shape or fd.base.kind == "S":
             chunks = [c.buffers()[1] for c in col.chunks]
             offs = [c.offset for c in col.chunks]
             parts = [np.frombuffer(b, np.uint8)[o * fd.itemsize:(o + len(c)) * fd.itemsize]
@@ -106,8 +110,35 @@ def from_arrow(table, dtype, where):
             raw = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
             out[name] = raw.view(fd.base).reshape((table.num_rows,) + fd.shape) if fd.shape else raw.view(fd)
         else:
-            out[name] = col.to_numpy(zero_copy_only=False)
+            vals = col.to_numpy(zero_copy_only=False)
+            if fd.base.kind in "iu" and len(vals) and vals.dtype != fd.base:
+                info = np.iinfo(fd.base)
+                if vals.min() < info.min or vals.max() > info.max:
+                    from .errors import InputError
+                    bad = int(np.nonzero((vals < info.min) | (vals > info.max))[0][0])
+                    raise InputError(f"{where}: column '{name}' value {vals[bad]} at row {bad} does not fit {type_name(fd)}")
+            out[name] = vals
     return out
+
+
+def _variable_bytes(col, fd, name, where):
+    """Variable-length binary/string column -> fixed-size bytes, refusing values that are too long
+    (for array columns, values must have exactly the array's size)."""
+    import pyarrow.compute as pc
+    from .errors import InputError
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        col = col.cast(pa.binary())
+    lens = pc.binary_length(col).to_numpy(zero_copy_only=False)
+    width = fd.itemsize
+    bad = np.nonzero(lens != width)[0] if fd.shape else np.nonzero(lens > width)[0]
+    if len(bad):
+        k = int(bad[0])
+        need = f"exactly {width}" if fd.shape else f"at most {width}"
+        raise InputError(f"{where}: column '{name}' row {k} has {lens[k]} bytes, {type_name(fd)} needs {need}")
+    vals = np.array(col.to_pylist(), dtype=f"S{width}")
+    if fd.shape:
+        return vals.view(fd.base).reshape((len(vals),) + fd.shape)
+    return vals
 
 
 def raise_null(where, name, col):

@@ -73,18 +73,36 @@ def read_stream(staged, stream):
     return arr
 
 
+def _compatible(fd, got):
+    """Is an Arrow column type acceptable for a numpy field? Exact types always are; so are any
+    integer width for an integer column (values are range-checked when read), and variable
+    binary or string for fixed-size bytes (what Spark writes; lengths are checked when read)."""
+    base = fd.base
+    if got == arrow_type(fd):
+        return True
+    if base.kind in "iu" and not fd.shape:
+        return pa.types.is_integer(got)
+    if base.kind == "S" or fd.shape:
+        return pa.types.is_binary(got) or pa.types.is_large_binary(got) or (
+            base.kind == "S" and (pa.types.is_string(got) or pa.types.is_large_string(got)))
+    if base.kind == "f":
+        return pa.types.is_floating(got)
+    return False
+
+
 def _check_schema(f, schema, stream):
     for name in stream.dtype.names:
         fd = stream.dtype.fields[name][0]
-        want = arrow_type(fd)
         idx = schema.get_field_index(name)
         if idx < 0:
             raise InputError(f"{f}: column '{name}' of stream '{stream.name}' is missing "
                              f"(file has: {', '.join(schema.names)})")
         got = schema.field(idx).type
-        if got != want and not (pa.types.is_dictionary(got) and got.value_type == want):
+        if pa.types.is_dictionary(got):
+            got = got.value_type
+        if not _compatible(fd, got):
             raise InputError(f"{f}: column '{name}' has type {got}, the job declares "
-                             f"{stream.schema.get(name, type_name(fd))} (Parquet {want})")
+                             f"{stream.schema.get(name, type_name(fd))} (Parquet {arrow_type(fd)})")
 
 
 def read_staged(job):

@@ -51,13 +51,18 @@ def bmodel_keys(n, bias, levels, rng):
 
 def make(workload, out, tuples=20000, seed=1, rate=1000.0, window=None, skew=0.7, keys=1,
          domain_bits=14, streams=3, pixels=5000, predicate="similarity", selectivity=0.01,
-         strategy="hash", count_window=None):
-    """Generate a workload under `out` (staged/ and job.toml); returns the job file path."""
+         strategy="hash", count_window=None, raw=None):
+    """Generate a workload under `out` (staged/ and job.toml); returns the job file path.
+
+    With raw="csv" | "json" | "parquet", write raw files under out/raw/<stream>/ instead, with
+    an event_time column, and a job file whose streams say how to stage them (mpi-join stage)."""
     rng = np.random.default_rng(seed)
     gen = {"band": _band, "equi": _equi, "images": _images}[workload]
     job_text, names, cols, tss, unit = gen(rng, tuples, rate, window, skew, keys, domain_bits, streams,
                                            pixels, predicate, selectivity, strategy, count_window, out)
     os.makedirs(out, exist_ok=True)
+    if raw:
+        job_text = _with_raw(job_text, names, raw, unit)
     job_path = os.path.join(out, "job.toml")
     with open(job_path, "w") as f:
         f.write(job_text)
@@ -70,8 +75,65 @@ def make(workload, out, tuples=20000, seed=1, rate=1000.0, window=None, skew=0.7
         for k, v in c.items():
             a[k] = v
         arrays.append(a)
-    write_staged(job.staged, job.streams, arrays, unit, extra={"workload": workload, "seed": seed})
+    if raw:
+        for st, a in zip(job.streams, arrays):
+            write_raw(os.path.join(out, "raw", st.name), a, raw, unit)
+    else:
+        write_staged(job.staged, job.streams, arrays, unit, extra={"workload": workload, "seed": seed})
     return job_path
+
+
+RAW_TIME = {"csv": None, "parquet": None, "json": "timestamp"}   # None: a number in the ts unit
+
+
+def _with_raw(text, names, fmt, unit):
+    tu = RAW_TIME[fmt] or unit
+    for n in names:
+        text = text.replace(f"[streams.{n}]\n", f'[streams.{n}]\nraw = {{ path = "raw/{n}", format = "{fmt}", '
+                                                 f'time = "event_time", time_unit = "{tu}" }}\n', 1)
+    return text
+
+
+def write_raw(directory, arr, fmt, unit, files=2):
+    """A stream's rows as raw files (event_time instead of seq/ts), split into `files` parts."""
+    import base64
+    import datetime
+    import json
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+    os.makedirs(directory, exist_ok=True)
+    names = [n for n in arr.dtype.names if n not in ("seq", "ts")]
+    for k, part in enumerate(np.array_split(arr, files)):
+        cols = {"event_time": part["ts"]}
+        for n in names:
+            fd = arr.dtype.fields[n][0]
+            v = part[n]
+            if fd.shape:
+                v = [bytes(x) for x in np.ascontiguousarray(v).reshape(len(v), -1)]
+                cols[n] = v if fmt == "parquet" else [base64.b64encode(x).decode() for x in v]
+            elif fd.kind == "S":
+                cols[n] = [x.decode() for x in v] if fmt != "parquet" else list(v)
+            else:
+                cols[n] = v
+        path = os.path.join(directory, f"part-{k:05d}.{'jsonl' if fmt == 'json' else fmt}")
+        if fmt == "json":
+            epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+            per = ts_unit_ns(unit) // 1000
+            with open(path, "w") as f:
+                for i in range(len(part)):
+                    row = {"event_time": (epoch + datetime.timedelta(microseconds=int(cols["event_time"][i]) * per))
+                           .strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+                    for n in names:
+                        x = cols[n][i]
+                        row[n] = x.item() if hasattr(x, "item") else x
+                    f.write(json.dumps(row) + "\n")
+        else:
+            table = pa.table({c: pa.array(v) for c, v in cols.items()})
+            if fmt == "csv":
+                pcsv.write_csv(table, path)
+            else:
+                pq.write_table(table, path)
 
 
 def _toml(text):

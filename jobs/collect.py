@@ -1,0 +1,25 @@
+"""spark-submit entry for collection: spark-submit jobs/collect.py RUN_DIR --job JOB.toml --out URI
+
+Same as `mpi-join collect`, with the Spark master and configuration taken from spark-submit."""
+import argparse
+import sys
+
+from mpi_join.config import load_job
+from mpi_join.errors import JobError
+from mpi_join.spark.collect import collect
+from mpi_join.spark.session import spark_session
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("run_dir")
+    ap.add_argument("--job", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--with-payload", action="store_true")
+    a = ap.parse_args()
+    try:
+        job = load_job(a.job)
+        s = collect(spark_session(None, "mpi-join collect"), job, a.run_dir, a.out, a.with_payload)
+    except JobError as e:
+        print(f"mpi-join: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(f"collected {s['results']:,} results into {a.out}")

@@ -1,0 +1,68 @@
+"""Files through Hadoop's FileSystem API, so local paths, file:// and hdfs:// all work alike."""
+import os
+
+
+def _jvm_path(spark, uri):
+    jvm = spark.sparkContext._jvm
+    p = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return jvm, fs, p
+
+
+def qualify(uri):
+    """Local paths become absolute (Spark resolves relative paths against its own cwd)."""
+    return uri if "://" in uri else os.path.abspath(uri)
+
+
+def list_files(spark, uri):
+    """Data files under a file, directory or glob, sorted by name (hidden and _ files skipped)."""
+    jvm, fs, p = _jvm_path(spark, qualify(uri))
+    statuses = fs.globStatus(p) or []
+    out = []
+    for st in statuses:
+        if st.isDirectory():
+            for child in fs.listStatus(st.getPath()):
+                if child.isFile():
+                    out.append(child.getPath())
+        else:
+            out.append(st.getPath())
+    names = [str(x.toString()) for x in out if not str(x.getName()).startswith(("_", "."))]
+    return sorted(names)
+
+
+def exists(spark, uri):
+    jvm, fs, p = _jvm_path(spark, qualify(uri))
+    return bool(fs.exists(p))
+
+
+def write_text(spark, uri, text):
+    """Write a small text file atomically (write to a temporary name, then rename)."""
+    jvm, fs, p = _jvm_path(spark, qualify(uri))
+    tmp = jvm.org.apache.hadoop.fs.Path(str(p.toString()) + ".tmp")
+    out = fs.create(tmp, True)
+    out.write(bytearray(text.encode()))
+    out.close()
+    if fs.exists(p):
+        fs.delete(p, False)
+    fs.rename(tmp, p)
+
+
+def read_text(spark, uri):
+    jvm, fs, p = _jvm_path(spark, qualify(uri))
+    if not fs.exists(p):
+        return None
+    stream = fs.open(p)
+    reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))
+    lines = []
+    line = reader.readLine()
+    while line is not None:
+        lines.append(line)
+        line = reader.readLine()
+    reader.close()
+    return "\n".join(lines)
+
+
+def delete(spark, uri):
+    jvm, fs, p = _jvm_path(spark, qualify(uri))
+    if fs.exists(p):
+        fs.delete(p, True)

@@ -1,0 +1,29 @@
+"""A SparkSession set up for the pipeline: local[*] by default, any master by option, quiet."""
+import os
+
+
+def spark_session(master=None, app="mpi-join", conf=()):
+    """Build (or reuse) the session. `master` None keeps what spark-submit set (the CLI passes
+    local[*] by default)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", _python())
+    from pyspark.sql import SparkSession
+    b = SparkSession.builder.appName(app)
+    if master:
+        b = b.master(master)
+    b = (b.config("spark.ui.showConsoleProgress", "false")
+          .config("spark.ui.enabled", "false")
+          .config("spark.sql.session.timeZone", "UTC")
+          .config("spark.sql.shuffle.partitions", "8")
+          .config("spark.driver.memory", os.environ.get("MPI_JOIN_SPARK_DRIVER_MEMORY", "2g")))
+    for kv in conf:
+        k, _, v = kv.partition("=")
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _python():
+    import sys
+    return sys.executable
