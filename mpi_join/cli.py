@@ -268,11 +268,13 @@ def bench(strategy, nprocs, tuples, rate, window, skew, local_join, workdir):
 @click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks.")
 @click.option("--tuples", default=200_000, show_default=True, help="Tuples over both streams.")
 @click.option("--dir", "workdir", default="demo-run", show_default=True, type=click.Path(file_okay=False))
-def demo(nprocs, tuples, workdir):
-    """Generate workload (b), run it with `hash` under mpiexec, verify against the oracle."""
+@_MASTER
+def demo(nprocs, tuples, workdir, master):
+    """The whole pipeline on workload (b): generate raw CSV, stage with Spark, run `hash` under
+    mpiexec, collect with Spark, verify against the oracle."""
     from .bench import demo as run_demo
     try:
-        sys.exit(run_demo(nprocs, tuples, workdir))
+        sys.exit(run_demo(nprocs, tuples, workdir, master))
     except JobError as e:
         _fail(e)
 

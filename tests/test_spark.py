@@ -126,3 +126,27 @@ def test_collect_merges_results_with_payload(spark, tmp_path):
     assert set(summary["per_rank"]) == {"0", "1", "2"}
     assert summary["per_rank"]["1"]["results"] + summary["per_rank"]["2"]["results"] == len(expect)
     assert summary["latency_ms"]["p50"] > 0
+
+
+def test_cli_stage_and_spark_submit_collect(tmp_path):
+    """The two ways to launch the jobs: `mpi-join stage` and `spark-submit jobs/collect.py`."""
+    import subprocess
+    import sys
+    from conftest import BIN, run_cli
+    path = make("equi", str(tmp_path), tuples=2000, window="1s", raw="parquet")
+    p = run_cli("stage", path, "--master", "local[2]")
+    assert p.returncode == 0, p.stderr
+    assert "staged 2,000 tuples (R 1,000, S 1,000); quarantined 0" in p.stdout
+    r = run_mpi(2, "run", path)
+    assert r.returncode == 0, r.stderr
+    jobs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jobs")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    c = subprocess.run([os.path.join(BIN, "spark-submit"), "--master", "local[2]", os.path.join(jobs, "collect.py"),
+                        str(tmp_path / "out"), "--job", path, "--out", str(tmp_path / "coll")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert c.returncode == 0, c.stderr[-2000:]
+    job = load_job(path)
+    n = len(run_oracle(job, read_staged(job)))
+    assert f"collected {n:,} results" in c.stdout
+    bad = run_cli("stage", str(tmp_path / "nope.toml"))
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("nope.toml: job file not found")
