@@ -55,7 +55,10 @@ def main():
 @click.option("--staged", type=click.Path(file_okay=False), default=None,
               help="Override [input] staged: the staged input directory.")
 @click.option("--strategy", default=None, help="Override [strategy] name (hash).")
-def run(job, nprocs, output, staged, strategy):
+@click.option("--resume", type=click.Path(file_okay=False), default=None,
+              help="Restart from the newest complete checkpoint in this directory: results already "
+                   "committed are kept, later ones discarded and recomputed (exactly once).")
+def run(job, nprocs, output, staged, strategy, resume):
     """Run JOB (a TOML job file) on the MPI ranks of this launch.
 
     Rank 0 is the master: it reads the staged input, replays the merged stream in seq order and
@@ -78,11 +81,14 @@ def run(job, nprocs, output, staged, strategy):
                   rate = "max" | N         replay as fast as possible or N tuples/s per stream
                   max_inflight = 4         unacknowledged epochs per slave (backpressure)
                   progress = true          live progress line on stderr
+      [checkpoint] dir = "ckpt"            HDF5 checkpoints (one file per rank + MANIFEST.json)
+                  every_tuples = 100000   cut every N input tuples, and/or
+                  every = "10s"           every interval; keep = 2 newest complete ones
 
     \b
     Exit codes: 0 success, 2 bad job or input (one-line error), 1 a rank failed.
     """
-    overrides = {"output": output, "staged": staged, "strategy": strategy}
+    overrides = {"output": output, "staged": staged, "strategy": strategy, "resume": resume}
     if nprocs is not None and not _under_mpi():
         args = ["run", job] + sum([[f"--{k}", v] for k, v in overrides.items() if v], [])
         try:
@@ -194,6 +200,36 @@ def collect(run_dir, job_path, out, with_payload, files, master, conf):
         _fail(e)
     lat = s["latency_ms"]
     click.echo(f"collected {s['results']:,} results into {out}; latency ms p50 {lat['p50']} p99 {lat['p99']}")
+
+
+@main.group()
+def checkpoint():
+    """Look at HDF5 checkpoints."""
+
+
+@checkpoint.command("inspect")
+@click.argument("directory", type=click.Path(file_okay=False))
+def checkpoint_inspect(directory):
+    """List the checkpoints in DIRECTORY and what each holds."""
+    from .checkpoint import describe
+    if not os.path.isdir(directory):
+        _fail(JobError(f"{directory}: checkpoint directory not found"))
+    rows = describe(directory)
+    if not rows:
+        click.echo(f"{directory}: no checkpoints")
+        return
+    head = ("id", "complete", "epoch", "input offset", "results", "result files", "ranks", "state rows", "MB", "created")
+    table = [head] + [(r["id"], "yes" if r["complete"] else "NO (ignored)", _d(r["epoch"]), _d(r["input_offset"]),
+                       _d(r["results"]), _d(r["result_files"]), r["rank_files"],
+                       "damaged" if r["state_rows"] is None else f"{r['state_rows']:,}",
+                       f"{r['bytes'] / 1e6:.2f}", r["created"] or "-") for r in rows]
+    w = [max(len(str(t[k])) for t in table) for k in range(len(head))]
+    for t in table:
+        click.echo("  ".join(str(c).rjust(w[k]) for k, c in enumerate(t)))
+
+
+def _d(v):
+    return "-" if v is None else f"{v:,}"
 
 
 @main.command()

@@ -47,6 +47,10 @@ class ResultWriter:
         self.flush()
         return self.files
 
+    def resume(self, names):
+        """Continue after a checkpoint whose committed files of this rank are `names`."""
+        self.files = [os.path.join(self.dir, n) for n in names]
+
 
 def result_files(path):
     """Part files of a results dataset: `path` is the run's output dir or its results/ dir."""

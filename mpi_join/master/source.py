@@ -83,3 +83,8 @@ class Source:
             rt = self.streams[j]
             out.append(int(rt["_lo"][self.cursor[j]]) if self.cursor[j] < len(rt) else int(POS_INF))
         return out
+
+    def seek(self, offset):
+        """Continue after the first `offset` tuples (restart from a checkpoint)."""
+        self.released = int(offset)
+        self.cursor = [int(np.searchsorted(rt[SEQ], offset)) for rt in self.streams]

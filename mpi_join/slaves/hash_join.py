@@ -69,3 +69,15 @@ class HashJoinModule:
 
     def window_tuples(self):
         return [sum(len(w) for w in ws.values()) for ws in self.windows]
+
+    # checkpoint state (see checkpoint.py): every non-empty window, by stream and partition
+    def snapshot(self):
+        return {f"window/{s}/{p}": w.view() for s in (0, 1) for p, w in sorted(self.windows[s].items()) if len(w)}
+
+    def restore(self, arrays):
+        for name, a in arrays.items():
+            _, s, p = name.split("/")
+            self._window(int(s), int(p)).append(a)
+
+    def state_dtypes(self):
+        return {"window/0/": self.dtypes[0], "window/1/": self.dtypes[1]}

@@ -1,0 +1,169 @@
+"""HDF5 checkpoints: state round trips, validation, and exactly-once restart after SIGKILL."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from mpi_join import checkpoint as ck
+from mpi_join.errors import ConfigError, InputError
+from mpi_join.master.hash_dispatch import route
+from mpi_join.master.source import Source
+from mpi_join.oracle import run_oracle
+from mpi_join.partitioning import PartitionMap, Partitioner
+from mpi_join.results import read_results
+from mpi_join.slaves.hash_join import HashJoinModule
+from mpi_join.window import runtime_dtype
+from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, run_cli, run_mpi, write_job
+from reference import as_set
+
+CKPT = '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = {n}\nkeep = 2\n'
+
+
+def test_module_state_survives_hdf5_round_trip(tmp_path):
+    """Stop after some epochs, save every slave's module to HDF5, load into new modules, go on:
+    the union of results equals the oracle (nothing lost or repeated across the cut)."""
+    text = equi_job_text(('"6ms"', "5"), keys=2, run="batch_size = 37")
+    arrays = random_streams(np.random.default_rng(9), 1500, key_range=5)
+    path, job = write_job(str(tmp_path), text, arrays)
+    part = Partitioner(job, 13)
+    pmap = PartitionMap(13, [1, 2, 3])
+    src = Source(job, arrays, hasher=lambda a, i: part.hashes(part.keys(a, i)))
+    dts = [runtime_dtype(s.dtype) for s in job.streams]
+    mods = {s: HashJoinModule(part, dts, "index") for s in pmap.slaves}
+    out, epoch = [], 0
+    while not src.done:
+        if epoch == 17:
+            for s, m in mods.items():
+                ck.write_rank(str(tmp_path / "c"), 0, s, m.snapshot(), {"epoch": epoch})
+            mods = {s: HashJoinModule(part, dts, "bnl") for s in pmap.slaves}
+            for s, m in mods.items():
+                arr, attrs = ck.read_rank(str(tmp_path / "c"), 0, s, m.state_dtypes())
+                assert attrs == {"epoch": 17}
+                m.restore(arr)
+        b = src.next_epoch()
+        for s, parts in route(b, part, pmap).items():
+            sa, sb, _ = mods[s].on_epoch(src.bounds(), parts)
+            out.append(np.stack([sa, sb], axis=1))
+        epoch += 1
+    got = np.concatenate(out)
+    assert len(got) == len(as_set(got))
+    assert as_set(got) == as_set(run_oracle(job, arrays))
+
+
+def test_read_rank_refuses_wrong_dtype_and_damage(tmp_path):
+    root = str(tmp_path)
+    ck.write_rank(root, 3, 1, {"window/0/5": np.zeros(4, [("seq", "i8"), ("x", "f4")])}, {"a": 1})
+    with pytest.raises(InputError, match=r"array 'window/0/5' has dtype .* this job needs"):
+        ck.read_rank(root, 3, 1, {"window/0/": np.dtype([("seq", "i8"), ("x", "f8")])})
+    with pytest.raises(InputError, match="unexpected array 'window/0/5'"):
+        ck.read_rank(root, 3, 1, {"other": np.dtype("i8")})
+    f = ck.rank_file(root, 3, 1)
+    with open(f, "r+b") as h:
+        h.truncate(os.path.getsize(f) // 2)
+    with pytest.raises(InputError, match=r"rank-0001.h5: damaged checkpoint file"):
+        ck.read_rank(root, 3, 1)
+    with pytest.raises(InputError, match="checkpoint file of rank 2 is missing"):
+        ck.read_rank(root, 3, 2)
+
+
+def _slow_job(tmp_path, n=24000, every=2000):
+    text = equi_job_text(('"30ms"', "40"), run='batch_size = 400\nrate = 4000\nflush_interval = "20ms"')
+    text += CKPT.format(n=every)
+    arrays = random_streams(np.random.default_rng(21), n, key_range=30, ts_step=2)
+    return write_job(str(tmp_path), text, arrays) + (arrays,)
+
+
+def _rank_pid(rank, marker):
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read()
+            if marker.encode() not in cmd or b"mpi_join" not in cmd:
+                continue
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"PMI_RANK={rank}".encode() in env:
+            return int(d)
+    return None
+
+
+def test_sigkill_a_slave_then_resume_exactly_once(tmp_path):
+    path, job, arrays = _slow_job(tmp_path)
+    root = job.checkpoint.dir
+    env = dict(os.environ, MPI_JOIN_QUIET="1")
+    p = subprocess.Popen([MPIEXEC, "-n", "3", *mpi_join_cmd("run", path)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 90
+        done = []
+        while not done and time.time() < deadline:
+            assert p.poll() is None, "the run ended before its first checkpoint"
+            time.sleep(0.05)
+            done = [m for c, m in ck.list_checkpoints(root) if m] if os.path.isdir(root) else []
+        assert done and done[-1]["input_offset"] < 24000, "no checkpoint in the middle of the run"
+        pid = _rank_pid(2, path)
+        assert pid, "rank 2 not found"
+        os.kill(pid, signal.SIGKILL)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    before = len(read_results(job.output, job.stream_names))
+    r = run_mpi(3, "run", path, "--resume", root)
+    assert r.returncode == 0, r.stderr
+    assert "resuming from checkpoint" in r.stderr
+    got = read_results(job.output, job.stream_names)
+    expect = run_oracle(job, arrays)
+    assert len(got) == len(as_set(got)), "a result was written twice"
+    assert as_set(got) == as_set(expect)
+    summary = json.loads(open(os.path.join(job.output, "metrics", "summary.json")).read())
+    assert summary["resumed_from"]["input_offset"] > 0
+    assert before > 0
+
+
+def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):
+    path, job, arrays = _slow_job(tmp_path, n=3000, every=500)
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("rate = 4000", 'rate = "max"'))
+    assert run_mpi(3, "run", path).returncode == 0
+    root = job.checkpoint.dir
+    listing = run_cli("checkpoint", "inspect", root)
+    assert listing.returncode == 0 and listing.stdout.count(" yes ") == 2, listing.stdout
+    p = run_mpi(4, "run", path, "--resume", root)
+    assert p.returncode == 2 and "checkpoint holds 3 ranks; resume with mpiexec -n 3 (got 4)" in p.stderr
+    with open(path, "w") as f:
+        f.write(text.replace('rate = 4000', 'rate = "max"').replace('window = "30ms"', 'window = "31ms"'))
+    p = run_mpi(3, "run", path, "--resume", root)
+    assert p.returncode == 2 and "checkpoint was written by a different job configuration" in p.stderr
+    with open(path, "w") as f:
+        f.write(text.replace('rate = 4000', 'rate = "max"'))
+    newest = max(c for c, m in ck.list_checkpoints(root) if m)
+    with open(ck.rank_file(root, newest, 1), "wb") as h:
+        h.write(b"not hdf5")
+    p = run_mpi(3, "run", path, "--resume", root)
+    assert p.returncode == 2 and "damaged checkpoint file" in p.stderr
+    p = run_mpi(3, "run", path, "--resume", str(tmp_path / "nowhere"))
+    assert p.returncode == 2 and "nowhere: checkpoint directory not found" in p.stderr
+
+
+def test_checkpoint_config_errors(tmp_path):
+    from mpi_join.config import load_job
+    base = equi_job_text(('"5ms"', '"5ms"'))
+    for snippet, msg in [('[checkpoint]\ndir = "c"', "give every_tuples, every"),
+                         ('[checkpoint]\ndir = "c"\nevery_tuples = 0', "checkpoint.every_tuples: expected a positive integer"),
+                         ('[checkpoint]\ndir = "c"\nevery = "never"', "checkpoint.every: cannot read duration")]:
+        (tmp_path / "j.toml").write_text(base + snippet + "\n")
+        with pytest.raises(ConfigError, match=msg):
+            load_job(str(tmp_path / "j.toml"))
