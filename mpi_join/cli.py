@@ -202,6 +202,67 @@ def collect(run_dir, job_path, out, with_payload, files, master, conf):
     click.echo(f"collected {s['results']:,} results into {out}; latency ms p50 {lat['p50']} p99 {lat['p99']}")
 
 
+@main.command()
+@click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
+@click.option("--nodes", default=1, show_default=True, help="Nodes for the run step.")
+@click.option("--ntasks", default=4, show_default=True, help="MPI ranks for the run step.")
+@click.option("--time", "time_limit", default="01:00:00", show_default=True, help="Time limit per job.")
+@click.option("--partition", default=None, help="Slurm partition.")
+@click.option("--launcher", type=click.Choice(["srun", "mpiexec"]), default="srun", show_default=True,
+              help="srun --mpi=pmi2, or the venv's mpiexec inside the allocation.")
+@click.option("--chain", is_flag=True, help="One job per step, chained with --dependency=afterok.")
+@click.option("--overcommit", is_flag=True, help="Allow more tasks than CPUs (#SBATCH --overcommit).")
+@click.option("--stage/--no-stage", default=None, help="Stage with Spark first (default: when every stream has raw input).")
+@click.option("--collect/--no-collect", default=True, show_default=True, help="Collect the results with Spark after the run.")
+@click.option("--verify", is_flag=True, help="Check the results against the oracle after the run.")
+@click.option("--spark-master", default="local[*]", show_default=True, help="Spark master for stage and collect.")
+@click.option("--collect-out", default=None, help="Collected dataset (default: OUTPUT/collected).")
+@click.option("--python", "python_exe", default=sys.executable, show_default=True, help="Python with mpi-join installed.")
+@click.option("--sbatch-opt", multiple=True, metavar="OPTION", help="Extra #SBATCH line, e.g. --account=abc (repeatable).")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Where to write the scripts (default: slurm/ next to the job file).")
+@click.option("--submit", is_flag=True, help="Submit right away (sbatch, or the chain's submit script).")
+def slurm(job_path, nodes, ntasks, time_limit, partition, launcher, chain, overcommit, stage, collect, verify,
+          spark_master, collect_out, python_exe, sbatch_opt, out_dir, submit):
+    """Render Slurm batch scripts for JOB: stage -> run -> collect as one job, or a chain.
+
+    \b
+    Examples:
+      mpi-join slurm job.toml --ntasks 16 --nodes 4 --partition batch --time 02:00:00
+      sbatch slurm/<name>.sbatch
+      mpi-join slurm job.toml --chain --submit          # stage, run, collect as 3 dependent jobs
+    """
+    from .config import load_job
+    from .slurm import SlurmOptions, log_dir, render
+    try:
+        job = load_job(job_path)
+    except JobError as e:
+        _fail(e)
+    o = SlurmOptions(nodes=nodes, ntasks=ntasks, time=time_limit, partition=partition, launcher=launcher,
+                     chain=chain, overcommit=overcommit, python=python_exe, spark_master=spark_master,
+                     collect_out=collect_out, stage=stage, collect=collect, verify=verify, extra=tuple(sbatch_opt))
+    out_dir = out_dir or os.path.join(os.path.dirname(os.path.abspath(job_path)), "slurm")
+    os.makedirs(out_dir, exist_ok=True)
+    os.makedirs(log_dir(job, o), exist_ok=True)
+    files = render(job, o)
+    for name, text in files.items():
+        p = os.path.join(out_dir, name)
+        with open(p, "w") as f:
+            f.write(text)
+        os.chmod(p, 0o755)
+        click.echo(f"wrote {p}")
+    entry = next((n for n in files if n.endswith("-submit.sh")), next(iter(files)))
+    entry = os.path.join(out_dir, entry)
+    cmd = ["bash", entry] if entry.endswith(".sh") else ["sbatch", "--parsable", entry]
+    if not submit:
+        click.echo("submit with: " + " ".join(cmd[:1] + cmd[2:] if cmd[0] == "sbatch" else cmd))
+        return
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        _fail(JobError(f"{' '.join(cmd)} failed: {p.stderr.strip() or p.stdout.strip()}"))
+    click.echo(f"submitted: job id(s) {p.stdout.strip()}")
+
+
 @main.group()
 def checkpoint():
     """Look at HDF5 checkpoints."""

@@ -30,8 +30,8 @@ def run_mpi(n, *args, timeout=RUN_TIMEOUT, env=None):
         pytest.fail(f"mpiexec -n {n} {' '.join(args)} did not finish within {timeout} s (a rank hangs)")
 
 
-def run_cli(*args, timeout=300):
-    return subprocess.run(mpi_join_cmd(*args), capture_output=True, text=True, timeout=timeout)
+def run_cli(*args, timeout=300, env=None):
+    return subprocess.run(mpi_join_cmd(*args), capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def equi_job_text(windows, keys=1, strategy="hash", extra_strategy="", run="", predicate=None):
