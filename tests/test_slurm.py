@@ -69,3 +69,15 @@ def test_rendered_script_quotes_values(tmp_path):
     assert "#SBATCH --partition='a b'" in text
     assert "JOB=" + __import__("shlex").quote(os.path.abspath(path)) in text
     assert "$HOME" in text and "'\"'\"'" in text          # the quote and $ stay literal
+
+
+def test_example_batch_script_in_jobs(cluster, tmp_path):
+    import sys
+    path = make("equi", str(tmp_path), tuples=2000, window="1s", raw="json")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jobs", "slurm", "pipeline.sbatch")
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    p = subprocess.run(["sbatch", "--wait", "--ntasks=3", "--overcommit", f"--output={tmp_path}/log-%j.out",
+                        script, path, venv], capture_output=True, text=True, env=cluster.env, timeout=900, cwd=str(tmp_path))
+    log = "".join(open(os.path.join(str(tmp_path), f)).read() for f in os.listdir(str(tmp_path)) if f.startswith("log-"))
+    assert p.returncode == 0, p.stderr + log[-3000:]
+    _check(path, os.path.join(str(tmp_path), "out", "collected"))

@@ -114,7 +114,7 @@ def test_collect_merges_results_with_payload(spark, tmp_path):
     job = load_job(path)
     p = run_mpi(3, "run", path)
     assert p.returncode == 0, p.stderr
-    s = collect(spark, job, job.output, str(tmp_path / "collected"), with_payload=True, progress=lambda m: None)
+    s = collect(spark, job, job.output, f"file://{tmp_path}/collected", with_payload=True, progress=lambda m: None)
     expect = run_oracle(job, read_staged(job))
     assert s["results"] == len(expect) > 0
     t = pq.read_table(str(tmp_path / "collected"))
