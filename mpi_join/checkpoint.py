@@ -65,8 +65,8 @@ def write_rank(root, cid, rank, arrays, attrs):
 
 
 def read_rank(root, cid, rank, expected=None):
-    """Read one rank's state, validating it. `expected` maps array names (or name prefixes ending
-    in '/') to the dtype they must have. Returns (arrays, attrs)."""
+    """Read one rank's state, validating it. `expected(name)` gives the dtype the array `name`
+    must have (None: the array should not be there). Returns (arrays, attrs)."""
     import h5py
     path = rank_file(root, cid, rank)
     if not os.path.exists(path):
@@ -87,24 +87,15 @@ def read_rank(root, cid, rank, expected=None):
     except Exception as e:  # noqa: BLE001 - h5py raises OSError/KeyError/ValueError on damage
         raise InputError(f"{path}: damaged checkpoint file: {e}") from None
     for name, a in arrays.items():
-        want = _expected_dtype(expected, name)
-        if expected is not None and want is None:
+        if expected is None:
+            continue
+        want = expected(name)
+        if want is None:
             raise InputError(f"{path}: unexpected array '{name}' in checkpoint")
-        if want is not None and (a.dtype != want or a.ndim != 1):
+        if a.dtype != want or a.ndim != 1:
             raise InputError(f"{path}: array '{name}' has dtype {a.dtype} and shape {a.shape}; "
                              f"this job needs a 1-d array of {want}")
     return arrays, attrs
-
-
-def _expected_dtype(expected, name):
-    if expected is None:
-        return None
-    if name in expected:
-        return expected[name]
-    for k, v in expected.items():
-        if k.endswith("/") and name.startswith(k):
-            return v
-    return None
 
 
 def write_manifest(root, cid, info):

@@ -25,6 +25,18 @@ def _pos_int(v):
     return None if isinstance(v, int) and not isinstance(v, bool) and v > 0 else "expected a positive integer"
 
 
+def _non_neg_int(v):
+    return None if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else "expected an integer >= 0"
+
+
+def _fraction(v):
+    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 else "expected a number in [0, 1]"
+
+
+def _bool(v):
+    return None if isinstance(v, bool) else "expected true or false"
+
+
 def _choice(*opts):
     return lambda v: None if v in opts else f"expected one of {', '.join(map(repr, opts))}"
 
@@ -48,6 +60,17 @@ REGISTRY = {
             "partitions": Param(60, _pos_int, "hash partitions (far more than slaves)"),
             "local_join": Param("index", _choice("index", "bnl"),
                                 "local join on a slave: 'bnl' block nested loop (the paper's), 'index' hash index"),
+            "theta": Param(384, _non_neg_int, "fine tuning: bucket limit in blocks (0: off); the paper's 1.5 MB / 4 KB"),
+            "block_size": Param(4096, _pos_int, "block size in bytes, for theta"),
+            "reorganize_every": Param(10, _non_neg_int, "reorganisation epoch, in distribution epochs (0: never)"),
+            "supply_threshold": Param(0.5, _fraction, "average buffer occupancy above which a slave supplies"),
+            "consumer_threshold": Param(0.01, _fraction, "average buffer occupancy below which a slave consumes"),
+            "declustering": Param(True, _bool, "adapt the number of active slaves (take out, bring back)"),
+            "rho": Param(2.0, _non_neg, "bring a slave back when suppliers > rho x consumers"),
+            "subgroups": Param(1, _pos_int, "serve the slaves in this many sub-groups per distribution epoch"),
+            "force": Param("", _choice("", "migrate", "decluster"),
+                           "testing: force migrations every reorganisation, or alternate declustering"),
+            "seed": Param(0, _non_neg_int, "seed of the controller's random choices"),
             "slow_rank": Param(-1, _rank_or_none, "make this slave slow (testing): it sleeps slow_delay per epoch"),
             "slow_delay": Param(0.0, _non_neg, "seconds a slow slave sleeps per epoch"),
         },

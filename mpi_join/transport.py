@@ -21,6 +21,7 @@ class Tag(IntEnum):
     DONE = 5      # slave -> master: final metrics
     CTRL = 6      # control messages of adaptive strategies
     READY = 7     # slave -> master: warmed up (kernels compiled), the replay clock may start
+    STATE = 8     # slave -> slave: a partition group's state, moved from supplier to consumer
 
 
 _MAX_SLEEP = 0.002

@@ -12,7 +12,7 @@ from ..window import POS_INF, coords, lows, runtime_dtype
 
 
 class Source:
-    def __init__(self, job, arrays, hasher=None):
+    def __init__(self, job, arrays, hasher=None, slots=1):
         if len(arrays) != 2:
             raise ValueError("the epoch source serves binary joins")
         self.job = job
@@ -32,6 +32,9 @@ class Source:
         self.cursor = [0] * len(arrays)
         self.rate = job.run.rate
         self.t0 = None
+        # with sub-groups an epoch is `slots` slots: each releases a slot's share
+        self.batch_size = max(1, -(-job.run.batch_size // slots))
+        self.flush_ns = job.run.flush_interval_ns / slots
 
     @property
     def done(self):
@@ -50,15 +53,15 @@ class Source:
         if self.t0 is None:
             self.t0 = now
             self._wall0 = time.time_ns()
-        bs = self.job.run.batch_size
-        deadline = now + self.job.run.flush_interval_ns / 1e9
+        bs = self.batch_size
+        deadline = now + self.flush_ns / 1e9
         while True:
             due = self._due(now)
             pending = due - self.released
             if pending >= bs or (pending > 0 and (now >= deadline or due >= self.total)):
                 break
             if now >= deadline:     # nothing arrived this epoch: start a new one
-                deadline = now + self.job.run.flush_interval_ns / 1e9
+                deadline = now + self.flush_ns / 1e9
             time.sleep(min(max(deadline - now, 0.0002), 0.002))
             now = time.perf_counter()
         end = min(due, self.released + bs)
