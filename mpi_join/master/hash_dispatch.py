@@ -50,6 +50,7 @@ class HashMaster:
         self.rng = np.random.default_rng(prm["seed"])
         self.reorgs = 0
         self._reports = {}
+        self._complete = []
         self.log = {"migrations": [], "deactivated": [], "activated": [], "occupancy": []}
         self.ckpt = Checkpointer(job, transport, self.slaves, transport.size)
         self.resumed_from = None
@@ -85,10 +86,12 @@ class HashMaster:
             if self.slot % self.g == 0:
                 self._end_of_epoch()
             self._drain()
+            self._finish_migrations()
             self.progress.update(self.source.released, sum(self.results.values()))
         self._flush(self.slaves)
         while self.moving:
             self._handle(*self.tx.recv())
+            self._finish_migrations()
         for s in self.slaves:
             self.tx.send(s, Tag.EOS, pack([self.msg_no]))
         while len(self.done) < len(self.slaves):
@@ -206,8 +209,15 @@ class HashMaster:
         m = self.moving[msg["p"]]
         m["acks"].add(msg["role"])
         if m["acks"] == {"supplier", "consumer"}:
-            p = msg["p"]
-            del self.moving[p]
+            self._complete.append(msg["p"])
+
+    def _finish_migrations(self):
+        """Release the held tuples of groups whose move has been acknowledged. Called only
+        between sends: a message to the consumer that is still being sent (waiting for credit)
+        must not be overtaken by one whose bounds assume it has arrived."""
+        while self._complete:
+            p = self._complete.pop(0)
+            m = self.moving.pop(p)
             self.map.owner[p] = m["to"]
             # the held tuples go out together with everything else routed to the consumer, so
             # the bounds in the message hold for all the tuples it has not seen yet
