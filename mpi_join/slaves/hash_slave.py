@@ -23,7 +23,8 @@ from .local_join import warm_up
 
 
 def injected_fault(rank):
-    """MPI_JOIN_FAULT="rank:epoch" makes that rank fail at that epoch (to test job abort)."""
+    """MPI_JOIN_FAULT="rank:epoch" makes that rank fail at its epoch-th epoch, counting from 0
+    (to test that a failing rank aborts the job)."""
     spec = os.environ.get("MPI_JOIN_FAULT", "")
     r, _, e = spec.partition(":")
     return int(e) if r.strip() == str(rank) and e.strip().isdigit() else -1
@@ -111,8 +112,8 @@ class HashSlave:
     def _epoch(self, msg_no, bounds, batches, n):
         m = self.metrics
         m.tuples_in += n
-        if msg_no == self.fault:
-            raise RuntimeError(f"fault injected at epoch {msg_no} (MPI_JOIN_FAULT)")
+        if m.epochs == self.fault:
+            raise RuntimeError(f"fault injected at epoch {m.epochs} (MPI_JOIN_FAULT)")
         if self.slow:
             time.sleep(self.slow)
         nres, delay = self._join(bounds, batches)
