@@ -65,14 +65,16 @@ REGISTRY = {
             "reorganize_every": Param(10, _non_neg_int, "reorganisation epoch, in distribution epochs (0: never)"),
             "supply_threshold": Param(0.5, _fraction, "average buffer occupancy above which a slave supplies"),
             "consumer_threshold": Param(0.01, _fraction, "average buffer occupancy below which a slave consumes"),
+            "buffer_capacity": Param(0, _non_neg_int, "slave buffer capacity in tuples, for occupancy "
+                                     "(0: max_inflight x batch_size / slaves)"),
             "declustering": Param(True, _bool, "adapt the number of active slaves (take out, bring back)"),
             "rho": Param(2.0, _non_neg, "bring a slave back when suppliers > rho x consumers"),
             "subgroups": Param(1, _pos_int, "serve the slaves in this many sub-groups per distribution epoch"),
             "force": Param("", _choice("", "migrate", "decluster"),
                            "testing: force migrations every reorganisation, or alternate declustering"),
             "seed": Param(0, _non_neg_int, "seed of the controller's random choices"),
-            "slow_rank": Param(-1, _rank_or_none, "make this slave slow (testing): it sleeps slow_delay per epoch"),
-            "slow_delay": Param(0.0, _non_neg, "seconds a slow slave sleeps per epoch"),
+            "slow_rank": Param(-1, _rank_or_none, "make this slave slow (testing): it sleeps slow_delay per 1000 tuples"),
+            "slow_delay": Param(0.0, _non_neg, "seconds a slow slave sleeps per 1000 tuples"),
         },
     ),
 }

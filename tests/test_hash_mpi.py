@@ -64,7 +64,7 @@ def test_slow_slave_gets_backpressure_not_a_growing_queue(tmp_path):
     """With one slave made slow, the master never has more than max_inflight epochs unacknowledged
     to any slave, and the results are still exact."""
     import json
-    text = equi_job_text(('"8ms"', "6"), extra_strategy="slow_rank = 2\nslow_delay = 0.02",
+    text = equi_job_text(('"8ms"', "6"), extra_strategy="slow_rank = 2\nslow_delay = 1.0\nreorganize_every = 0",
                          run="batch_size = 40\nmax_inflight = 2")
     arrays = random_streams(np.random.default_rng(11), 2000, key_range=10)
     path, job = write_job(str(tmp_path), text, arrays)

@@ -1,8 +1,11 @@
 """The `hash` strategy's slave: a join module plus a state mover behind one MPI loop.
 
 Messages from the master are taken off the network as soon as they arrive and kept in the
-slave's stream buffer (a queue of epochs); the buffer's occupancy at each epoch's arrival,
-averaged over a reorganisation epoch, is the load the master balances. Epochs and in-order
+slave's stream buffer (a queue of epochs). Its occupancy at the end of each epoch is the number
+of tuples still waiting divided by the buffer's capacity (the same on every slave, by default
+its share of what the master may have in flight: max_inflight x batch_size / slaves);
+averaged over a reorganisation epoch, it is the load the master balances (a slave that keeps
+up sees 0, one that falls behind approaches 1). Epochs and in-order
 markers (checkpoint, install) are processed one at a time. Control that must not wait behind
 the buffer is handled on arrival: load reports, and moving a partition group out (the state
 mover takes the group's windows, its split information and its still-buffered tuples and sends
@@ -42,8 +45,8 @@ class HashSlave:
         self.part = Partitioner(job, prm["partitions"])
         self.module = HashJoinModule(self.part, self.dtypes, prm["local_join"], prm["theta"], prm["block_size"])
         self.queue = deque()
-        self.buffered = 0
-        self.capacity = job.run.max_inflight * job.run.batch_size
+        self.buffered = 0                  # tuples waiting in the buffer
+        self.capacity = prm["buffer_capacity"] or max(1, job.run.max_inflight * job.run.batch_size // (tx.size - 1))
         self.occupancy = []
         self.states = {}
         self.slow = prm["slow_delay"] if prm["slow_rank"] == tx.rank else 0.0
@@ -70,6 +73,8 @@ class HashSlave:
                 break
             if item[0] == "data":
                 self._epoch(*item[1:])
+                self._drain()            # occupancy at the end of the epoch: epochs still waiting
+                self.occupancy.append(self._occupancy())
             else:
                 self._in_order(item[1])
         self.writer.close()
@@ -89,11 +94,10 @@ class HashSlave:
             n = sum(len(b) for b in batches)
             self.queue.append(("data", int(header[0]), header[1:3].copy(), batches, n))
             self.buffered += n
-            self.occupancy.append(self.buffered / self.capacity)
         elif tag == Tag.CTRL:
             msg = unpack_obj(buf)
             if msg["kind"] == "report":
-                occ = float(np.mean(self.occupancy)) if self.occupancy else self.buffered / self.capacity
+                occ = float(np.mean(self.occupancy)) if self.occupancy else self._occupancy()
                 self.occupancy = []
                 self.tx.send(0, Tag.CTRL, pack_obj({"kind": "report", "occupancy": occ}))
             elif msg["kind"] == "migrate_out":
@@ -114,8 +118,8 @@ class HashSlave:
         m.tuples_in += n
         if m.epochs == self.fault:
             raise RuntimeError(f"fault injected at epoch {m.epochs} (MPI_JOIN_FAULT)")
-        if self.slow:
-            time.sleep(self.slow)
+        if self.slow:                     # a slower node: extra seconds per 1000 tuples
+            time.sleep(self.slow * n / 1000)
         nres, delay = self._join(bounds, batches)
         self.buffered -= n
         m.epochs += 1
@@ -135,6 +139,9 @@ class HashSlave:
         self.metrics.results += len(sa)
         return len(sa), float(lat.mean() / 1e6)
 
+    def _occupancy(self):
+        return min(1.0, self.buffered / self.capacity)
+
     def _record(self, msg_no, n, results, delay, window):
         cpu, idle, comm = time.process_time(), self.tx.idle_s, self.tx.comm_s
         c0, i0, k0 = self._last
@@ -142,7 +149,7 @@ class HashSlave:
         for k, v in (("msg", msg_no), ("tuples", n), ("results", results), ("delay_ms", delay),
                      ("cpu_s", cpu - c0), ("idle_s", idle - i0), ("comm_s", comm - k0),
                      ("window_tuples", window), ("buckets", self.module.buckets()),
-                     ("occupancy", self.buffered / self.capacity)):
+                     ("occupancy", self._occupancy())):
             self.series[k].append(v)
 
     def _in_order(self, msg):
