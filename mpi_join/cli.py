@@ -340,6 +340,32 @@ def oracle(job_path, out):
         click.echo(f"wrote {out}")
 
 
+@main.command("bench-adaptive")
+@click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks (master + slaves).")
+@click.option("--out", default="bench-adaptive", show_default=True, type=click.Path(file_okay=False),
+              help="Where figures.md, figures.png, imbalance.png and the runs go.")
+@click.option("--seconds", default=5.0, show_default=True, help="Event time replayed per point.")
+@click.option("--rates", default="20000,40000,60000,80000", show_default=True, help="Arrival rates per stream.")
+@click.option("--window", default="4s", show_default=True, help="Time window of both streams.")
+@click.option("--theta", default=32, show_default=True, help="Fine tuning's bucket limit (blocks) in the tuned runs.")
+@click.option("--epochs", default="10,25,50,100,200", show_default=True, help="Distribution epochs (ms).")
+def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
+    """The shapes of the shared-nothing paper's Figures 5 to 10 for the adaptive `hash` strategy.
+
+    Delay, CPU and idle time against arrival rate with and without fine tuning; communication
+    overhead against the distribution epoch; load imbalance under skew with and without
+    reorganisation. Writes a markdown table and PNG plots; every point is a real mpiexec run."""
+    from .bench_adaptive import run_figures
+    try:
+        md = run_figures(out, nprocs, seconds, tuple(int(x) for x in rates.split(",")),
+                         tuple(int(x) for x in epochs.split(",")), window, theta,
+                         progress=lambda m: click.echo(m, err=True))
+    except JobError as e:
+        _fail(e)
+    click.echo(md)
+    click.echo(f"plots: {os.path.join(out, 'figures.png')}, {os.path.join(out, 'imbalance.png')}")
+
+
 @main.command()
 @click.argument("strategy", type=click.Choice(["hash"]))
 @click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks (master + slaves).")
