@@ -1,0 +1,23 @@
+"""The benchmark commands run end to end (tiny sizes) and produce their tables and plots."""
+import os
+
+from conftest import run_cli
+
+
+def test_bench_hash_prints_ratio_against_oracle(tmp_path):
+    p = run_cli("bench", "hash", "-n", "3", "--tuples", "20000", "--window", "2s", "--dir", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert "oracle (1 core)" in p.stdout and "hash (3 ranks)" in p.stdout
+    assert "ratio hash / oracle tuples/s:" in p.stdout and "results equal the oracle" in p.stdout
+
+
+def test_bench_adaptive_writes_tables_and_plots(tmp_path):
+    out = tmp_path / "figs"
+    p = run_cli("bench-adaptive", "-n", "3", "--out", str(out), "--seconds", "0.5", "--rates", "2000,4000",
+                "--epochs", "20,80", "--window", "200ms", timeout=600)
+    assert p.returncode == 0, p.stderr
+    for title in ("against arrival rate", "against the distribution epoch", "Load imbalance"):
+        assert title in p.stdout
+    assert p.stdout.count("| tuned |") == 2 and p.stdout.count("| untuned |") == 2
+    for f in ("figures.md", "figures.json", "figures.png", "imbalance.png"):
+        assert os.path.getsize(out / f) > 0
