@@ -33,24 +33,27 @@ def _visible(a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
     return a_coord >= b_lo
 
 
+@njit(cache=True, inline="always")
+def _match(a_keys, i, b_keys, j, first, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
+    """Keys equal (columns from `first` on) and the newer tuple sees the older one."""
+    for c in range(first, a_keys.shape[1]):
+        if a_keys[i, c] != b_keys[j, c]:
+            return False
+    return _visible(a_seq[i], a_coord[i], a_lo[i], b_seq[j], b_coord[j], b_lo[j])
+
+
 @njit(cache=True)
 def equi_bnl(a_keys, a_seq, a_coord, a_lo, b_keys, b_seq, b_coord, b_lo, out_a, out_b):
     """Block nested loop equi-join of batch a with batch b (the paper's local join)."""
     n = 0
     cap = out_a.shape[0]
-    k = a_keys.shape[1]
     nb = b_keys.shape[0]
     for i in range(a_keys.shape[0]):
         k0 = a_keys[i, 0]
         for j in range(nb):
-            if b_keys[j, 0] != k0:
+            if b_keys[j, 0] != k0:       # the tight loop compares the first key column only
                 continue
-            same = True
-            for c in range(1, k):
-                if a_keys[i, c] != b_keys[j, c]:
-                    same = False
-                    break
-            if same and _visible(a_seq[i], a_coord[i], a_lo[i], b_seq[j], b_coord[j], b_lo[j]):
+            if _match(a_keys, i, b_keys, j, 1, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
                 if n < cap:
                     out_a[n] = i
                     out_b[n] = j
@@ -63,19 +66,13 @@ def equi_index(a_keys, a_h, a_seq, a_coord, a_lo, b_keys, b_hsorted, b_order, b_
     """Index equi-join: b is indexed by key hash (sorted, so one key's entries are contiguous)."""
     n = 0
     cap = out_a.shape[0]
-    k = a_keys.shape[1]
     for i in range(a_keys.shape[0]):
         h = a_h[i]
         p = np.searchsorted(b_hsorted, h)
         while p < b_hsorted.shape[0] and b_hsorted[p] == h:
             j = b_order[p]
             p += 1
-            same = True
-            for c in range(k):
-                if a_keys[i, c] != b_keys[j, c]:
-                    same = False
-                    break
-            if same and _visible(a_seq[i], a_coord[i], a_lo[i], b_seq[j], b_coord[j], b_lo[j]):
+            if _match(a_keys, i, b_keys, j, 0, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
                 if n < cap:
                     out_a[n] = i
                     out_b[n] = j

@@ -5,7 +5,6 @@
   images PSP's multi-way workload: M streams of k-pixel RGB images, similarity or coin predicate
 """
 import os
-import textwrap
 
 import numpy as np
 
@@ -151,6 +150,14 @@ def _window_line(window, count_window, default):
     return f'"{window or default}"'
 
 
+def _binary_job(comment, name, unit, schema_r, schema_s, window, predicate, strategy, run):
+    """The job file of a two-stream workload (streams R and S, staged/ and out/ beside it)."""
+    return (f'{comment}\n[job]\nname = "{name}"\nts_unit = "{unit}"\n\n[input]\nstaged = "staged"\n\n'
+            f'[output]\ndir = "out"\n\n[streams.R]\nschema = {schema_r}\nwindow = {window}\n\n'
+            f'[streams.S]\nschema = {schema_s}\nwindow = {window}\n\n[predicate]\n{predicate}\n\n'
+            f'[strategy]\n{strategy}\n\n[run]\n{run}\n')
+
+
 def _band(rng, tuples, rate, window, skew, keys, domain_bits, streams, pixels, predicate, sel,
           strategy, count_window, out):
     unit = "us"
@@ -164,35 +171,12 @@ def _band(rng, tuples, rate, window, skew, keys, domain_bits, streams, pixels, p
          "d": rng.random(ns) < 0.5}
     tss = [_fixed_rate_ts(nr, rate, ts_unit_ns(unit), 0.0), _fixed_rate_ts(ns, rate, ts_unit_ns(unit), 0.5)]
     w = _window_line(window, count_window, "10s")
-    text = textwrap.dedent(f"""\
-        # band-join benchmark (CellJoin, handshake join, SplitJoin): selectivity about 1:250,000
-        [job]
-        name = "band"
-        ts_unit = "{unit}"
-
-        [input]
-        staged = "staged"
-
-        [output]
-        dir = "out"
-
-        [streams.R]
-        schema = {{ x = "int32", y = "float32", z = "char20" }}
-        window = {w}
-
-        [streams.S]
-        schema = {{ a = "int32", b = "float32", c = "float64", d = "bool" }}
-        window = {w}
-
-        [predicate]
-        band = [ {{ left = "R.x", right = "S.a", eps = 10 }}, {{ left = "R.y", right = "S.b", eps = 10 }} ]
-
-        [strategy]
-        name = "{strategy}"
-
-        [run]
-        rate = "max"
-        """)
+    text = _binary_job(
+        "# band-join benchmark (CellJoin, handshake join, SplitJoin): selectivity about 1:250,000",
+        "band", unit, '{ x = "int32", y = "float32", z = "char20" }',
+        '{ a = "int32", b = "float32", c = "float64", d = "bool" }', w,
+        'band = [ { left = "R.x", right = "S.a", eps = 10 }, { left = "R.y", right = "S.b", eps = 10 } ]',
+        f'name = "{strategy}"', 'rate = "max"')
     return text, ["R", "S"], [R, S], tss, unit
 
 
@@ -208,38 +192,12 @@ def _equi(rng, tuples, rate, window, skew, keys, domain_bits, streams, pixels, p
         tss.append(_poisson_ts(n, rate, ts_unit_ns(unit), rng))
     w = _window_line(window, count_window, "30s")
     on = '[ ["R.key", "S.key"] ]' if keys == 1 else '[ ["R.key", "S.key"], ["R.key2", "S.key2"] ]'
-    text = textwrap.dedent(f"""\
-        # shared-nothing paper workload: Poisson arrivals ({rate:g}/s per stream), 64-byte tuples,
-        # b-model join keys (b = {skew}) over 2^{domain_bits} values
-        [job]
-        name = "equi"
-        ts_unit = "{unit}"
-
-        [input]
-        staged = "staged"
-
-        [output]
-        dir = "out"
-
-        [streams.R]
-        schema = {{ key = "int64", key2 = "int32", pad = "char36" }}
-        window = {w}
-
-        [streams.S]
-        schema = {{ key = "int64", key2 = "int32", pad = "char36" }}
-        window = {w}
-
-        [predicate]
-        equi = {on}
-
-        [strategy]
-        name = "{strategy}"
-        partitions = 60
-
-        [run]
-        rate = "max"
-        batch_size = 8192
-        """)
+    schema = '{ key = "int64", key2 = "int32", pad = "char36" }'
+    text = _binary_job(
+        f"# shared-nothing paper workload: Poisson arrivals ({rate:g}/s per stream), 64-byte tuples,\n"
+        f"# b-model join keys (b = {skew}) over 2^{domain_bits} values",
+        "equi", unit, schema, schema, w, f"equi = {on}", f'name = "{strategy}"\npartitions = 60',
+        'rate = "max"\nbatch_size = 8192')
     return text, ["R", "S"], cols, tss, unit
 
 
