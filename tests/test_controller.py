@@ -29,6 +29,8 @@ def test_no_supplier_takes_the_least_loaded_slave_out():
     assert sorted(g for g, s, c in p.moves) == [1, 4, 7]
     assert all(s == 2 and c in (1, 3) for g, s, c in p.moves)
     assert not plan(occ, {1: [0]}, [1], [], rng).deactivate          # the last slave stays
+    busy = plan({1: 0.3, 2: 0.4}, {1: [0], 2: [1]}, [1, 2], [], rng)
+    assert not busy.deactivate and not busy.moves                     # busy but not overloaded: keep all
 
 
 def test_many_suppliers_bring_a_slave_back():

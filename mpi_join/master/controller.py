@@ -26,9 +26,10 @@ def plan(occupancy, groups_of, active, inactive, rng, supply=0.5, consume=0.01, 
     """One reorganisation. `occupancy` and `groups_of` cover the active slaves."""
     p = Plan()
     p.suppliers, p.consumers = classify({s: occupancy[s] for s in active}, supply, consume)
-    if declustering and not p.suppliers and len(active) > 1:
-        # nobody is overloaded: take the least loaded slave out, spreading its groups over the rest
-        out = min(active, key=lambda s: (occupancy[s], -s))
+    if declustering and not p.suppliers and p.consumers and len(active) > 1:
+        # nobody is overloaded and some slave is nearly idle: take the least loaded slave out,
+        # spreading its groups over the rest
+        out = min(p.consumers, key=lambda s: (occupancy[s], -s))
         rest = [s for s in active if s != out]
         for k, g in enumerate(sorted(groups_of.get(out, []))):
             p.moves.append((g, out, rest[k % len(rest)]))
