@@ -7,7 +7,6 @@ other inside its window: `coord[older] >= lo[newer]` (see window.py for coord an
 """
 import functools
 
-import numba
 import numpy as np
 from numba import njit
 
@@ -187,4 +186,4 @@ def theta_mask(udf, RA, RB, ia, ib):
 
 
 __all__ = ["collect", "equi_bnl", "equi_index", "range_equi", "range_band", "band_mask",
-           "range_all", "theta_kernels", "theta_mask", "numba"]
+           "range_all", "theta_kernels", "theta_mask"]

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import checkpoint as ck
 from ..errors import InputError
-from ..partitioning import PartitionMap, Partitioner
+from ..partitioning import PartitionMap, Partitioner, group_rows
 from ..transport import Credits, Tag, pack, pack_obj, unpack_obj
 from . import controller
 from .checkpointer import Checkpointer
@@ -126,15 +126,11 @@ class HashMaster:
         for s_idx, b in enumerate(batches):
             parts = self.part.partitions(b["_h"])
             owner = self.map.owner[parts].copy()
-            for p, m in self.moving.items():
+            for p in self.moving:
                 owner[parts == p] = -1 - p
-            order = np.argsort(owner, kind="stable")
-            b, owner = b[order], owner[order]
-            vals, starts = np.unique(owner, return_index=True)
-            ends = np.append(starts[1:], len(b))
-            for o, s0, e0 in zip(vals, starts, ends):
-                dest = self.acc[int(o)] if o >= 0 else self.moving[int(-1 - o)]["held"]
-                dest[s_idx].append(b[s0:e0])
+            for o, rows in group_rows(b, owner):
+                dest = self.acc[o] if o >= 0 else self.moving[-1 - o]["held"]
+                dest[s_idx].append(rows)
 
     def _buffered_bytes(self):
         n = sum(x.nbytes for a in self.acc.values() for side in a for x in side)
@@ -258,12 +254,8 @@ def _cat(chunks, dtype):
 def route(batches, part, pmap):
     """Split one epoch's batches by owning slave: {slave: [batch of stream 0, batch of stream 1]},
     each batch still in seq order (the per-partition mini-buffers, merged per slave)."""
-    out = {s: [] for s in pmap.slaves}
-    for b in batches:
-        owner = pmap.owner[part.partitions(b["_h"])]
-        order = np.argsort(owner, kind="stable")
-        b, owner = b[order], owner[order]
-        cuts = np.searchsorted(owner, pmap.slaves + [pmap.slaves[-1] + 1])
-        for k, s in enumerate(pmap.slaves):
-            out[s].append(b[cuts[k]:cuts[k + 1]])
+    out = {s: [b[:0] for b in batches] for s in pmap.slaves}
+    for k, b in enumerate(batches):
+        for s, rows in group_rows(b, pmap.owner[part.partitions(b["_h"])]):
+            out[s][k] = rows
     return out

@@ -11,6 +11,7 @@ joins on its own, and a smaller bucket means a shorter block nested loop.
 import numpy as np
 
 from ..predicate import mix64
+from .hashing import group_rows
 from ..window import Window
 
 _SALT = np.uint64(0x5851F42D4C957F2D)
@@ -66,20 +67,11 @@ class ExtendibleGroup:
         """Split a batch (in seq order) by bucket: [(bucket, rows)], rows keep seq order."""
         if len(self.directory) == 1:
             return [(self.directory[0], batch)]
+        bs = self.buckets()
+        number = {id(b): k for k, b in enumerate(bs)}
+        entry_bucket = np.array([number[id(b)] for b in self.directory], np.int64)
         idx = (bucket_hash(batch["_h"]) & np.uint64(len(self.directory) - 1)).astype(np.int64)
-        order = np.argsort(idx, kind="stable")
-        idx_sorted = idx[order]
-        uniq, starts = np.unique(idx_sorted, return_index=True)
-        ends = np.append(starts[1:], len(order))
-        by_bucket = {}
-        for e, s0, e0 in zip(uniq, starts, ends):
-            b = self.directory[e]
-            by_bucket.setdefault(id(b), (b, []))[1].append(order[s0:e0])
-        out = []
-        for b, parts in by_bucket.values():
-            rows = np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0]
-            out.append((b, batch[rows]))
-        return out
+        return [(bs[k], rows) for k, rows in group_rows(batch, entry_bucket[idx])]
 
     # -- tuning ------------------------------------------------------------------------
     def tune(self):

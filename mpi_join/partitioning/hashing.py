@@ -34,3 +34,16 @@ class PartitionMap:
 
     def partitions_of(self, slave):
         return np.nonzero(self.owner == slave)[0]
+
+
+def group_rows(batch, labels):
+    """[(label, rows)] for each distinct integer label, ascending; each group's rows keep their
+    order in `batch` (stable), so a group of a batch in seq order is in seq order too."""
+    if len(batch) == 0:
+        return []
+    order = np.argsort(labels, kind="stable")
+    sl = labels[order]
+    starts = np.flatnonzero(np.concatenate([[True], sl[1:] != sl[:-1]]))
+    ends = np.append(starts[1:], len(sl))
+    b = batch[order]
+    return [(int(sl[s0]), b[s0:e0]) for s0, e0 in zip(starts, ends)]

@@ -14,6 +14,7 @@ split into buckets kept between theta/2 and theta blocks, and each bucket joins 
 """
 import numpy as np
 
+from ..partitioning import group_rows
 from ..partitioning.extendible import ExtendibleGroup
 from .local_join import equi_join
 
@@ -37,15 +38,7 @@ class HashJoinModule:
     def on_epoch(self, bounds, batches):
         """Join one epoch. Returns (seq of stream 0, seq of stream 1, _tin of the newer tuple),
         three aligned int64 arrays with one entry per result."""
-        by_part = []
-        for s in (0, 1):
-            b = batches[s]
-            parts = self.part.partitions(b["_h"])
-            order = np.argsort(parts, kind="stable")
-            b, parts = b[order], parts[order]
-            uniq, starts = np.unique(parts, return_index=True)
-            ends = np.append(starts[1:], len(b))
-            by_part.append({int(p): b[s0:e0] for p, s0, e0 in zip(uniq, starts, ends)})
+        by_part = [dict(group_rows(b, self.part.partitions(b["_h"]))) for b in batches]
         out = []
         for p in sorted(set(by_part[0]) | set(by_part[1])):
             g = self._group(p)
