@@ -328,6 +328,12 @@ def _predicate(raw, streams, path):
             if dt.kind not in INTEGER_KINDS or dt.shape:
                 raise ConfigError(f"{path}: {where}: equi-join column {streams[si].name}.{c} is "
                                   f"{streams[si].schema[c]}; equi keys must be integer or bool columns")
+        ta, tb = (streams[si].dtype.fields[c][0] for si, c in (a, b))
+        if (ta == np.uint64) != (tb == np.uint64):
+            u, o = (a, b) if ta == np.uint64 else (b, a)
+            raise ConfigError(f"{path}: {where}: equi-join of uint64 column {streams[u[0]].name}.{u[1]} with "
+                              f"{streams[o[0]].schema[o[1]]} column {streams[o[0]].name}.{o[1]}: values above "
+                              f"2^63-1 cannot be compared with signed ones; declare both uint64 or both signed")
         equi.append(Equi(a, b))
     for k, e in enumerate(p.get("band", [])):
         where = f"predicate.band[{k}]"

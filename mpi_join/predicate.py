@@ -1,4 +1,5 @@
 """Turning predicate conditions into arrays the kernels read: key matrices, band columns, UDFs."""
+import functools
 import importlib
 
 import numpy as np
@@ -10,8 +11,10 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
+@functools.lru_cache(maxsize=None)
 def load_udf(spec):
-    """Import "module:function" and return it as a numba function (compiling it if it is plain Python)."""
+    """Import "module:function" and return it as a numba function (compiling it if it is plain
+    Python). Cached: one dispatcher per spec, so kernels specialised for it compile once."""
     import numba
     mod, _, fn = spec.partition(":")
     try:

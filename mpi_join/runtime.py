@@ -1,8 +1,12 @@
 """What every rank runs under `mpiexec ... mpi-join run JOB`.
 
-Rank 0 (the master) loads and validates the job and its input before anyone works, then tells
-the others to start or to exit with its one-line error. Any exception on any rank after that
-aborts the whole job (COMM_WORLD.Abort) with that rank's number and reason: no rank hangs.
+Rank 0 (the driver) loads and validates the job, and what it can of the input (schemas, counts,
+Parquet metadata), before anyone works, then tells the others to start or to exit with its
+one-line error. Each rank then builds its part from the strategy registry: the driver with the
+strategy's router (master/driver.py), a worker with its join module (slaves/worker.py). Any
+exception on any rank after that aborts the whole job (COMM_WORLD.Abort) with that rank's number
+and reason: no rank hangs. An input error found while reading (a row out of order) is printed as
+the same one-line error as before the start.
 """
 import os
 import shutil
@@ -14,7 +18,7 @@ from .config import load_job
 from .errors import JobError
 from .metrics import RankMetrics, summarize, write_json
 from .strategies import check_runnable
-from .transport import Tag, pack_obj, unpack_obj
+from .protocol import Start, Tag, decode_control
 
 
 def run_rank(job_path, overrides):
@@ -26,59 +30,64 @@ def run_rank(job_path, overrides):
     try:
         tx = Transport(comm)
         if rank == 0:
-            return _master(job_path, overrides, tx)
-        return _slave(job_path, overrides, tx)
+            return _driver(job_path, overrides, tx)
+        return _worker(job_path, overrides, tx)
     except BaseException as e:  # noqa: BLE001 - any failure must take the whole job down
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        sys.stderr.write(f"mpi-join: rank {rank} failed: {type(e).__name__}: {why}\n")
-        if not isinstance(e, (JobError, KeyboardInterrupt)):
-            traceback.print_exc(file=sys.stderr)
+        if isinstance(e, JobError):
+            sys.stderr.write(f"mpi-join: error: {why} (rank {rank}; job aborted)\n")
+        else:
+            sys.stderr.write(f"mpi-join: rank {rank} failed: {type(e).__name__}: {why}\n")
+            if not isinstance(e, KeyboardInterrupt):
+                traceback.print_exc(file=sys.stderr)
         sys.stderr.flush()
-        comm.Abort(1)
+        time.sleep(0.2)          # let mpiexec forward the line before the job is torn down
+        comm.Abort(2 if isinstance(e, JobError) else 1)
         return 1
 
 
-def _master(job_path, overrides, tx):
-    from .staged import read_staged
+def _driver(job_path, overrides, tx):
+    from . import strategies
+    from .master.driver import Driver
+    from .master.progress import Progress, summary_table
     t_start = time.perf_counter()
-    err, resume = None, None
+    err, resume, driver = None, None, None
+    metrics = RankMetrics(0, "driver")
     try:
         job = load_job(job_path, overrides)
         check_runnable(job, tx.size)
-        arrays = read_staged(job)
+        info = strategies.get(job.strategy.name)
+        topo = info.topology(tx.size, job.strategy.params)
         if overrides.get("resume"):
             from .checkpoint import latest_complete
             root = os.path.abspath(overrides["resume"])
             cid, man = latest_complete(root, job, tx.size)
-            resume = {"dir": root, "id": cid}
-            _prepare_output(job.output, keep=set(man["committed_files"]))
-        else:
-            _prepare_output(job.output)
+            resume = (root, cid)
+        progress = Progress(0, enabled=job.run.progress)
+        driver = Driver(job, tx, topo, info.load("router"), metrics, progress, resume)
+        _prepare_output(job.output, keep=set(man["committed_files"]) if resume else None)
     except JobError as e:
         err = str(e)
+    start = Start(err, resume[0] if resume else None, resume[1] if resume else -1).encode()
     for r in range(1, tx.size):
-        tx.send(r, Tag.START, pack_obj({"error": err, "resume": resume}))
+        tx.send(r, Tag.START, start)
     tx.flush()
     if err:
         sys.stderr.write(f"mpi-join: error: {err}\n")
         return 2
-    from .master.progress import Progress, summary_table
-    metrics = RankMetrics(0, "master")
-    total = sum(len(a) for a in arrays)
-    progress = Progress(total, enabled=job.run.progress)
-    master = _strategy_master(job)(job, tx, arrays, metrics, progress, resume)
+    total = driver.total
     if resume:
-        sys.stderr.write(f"mpi-join: resuming from checkpoint {resume['id']} in {resume['dir']} "
-                         f"at input offset {master.resumed_from['input_offset']:,}\n")
-        total -= master.resumed_from["input_offset"]
-        progress.total = total
-    slave_metrics = master.run()
-    wall = master.wall_s           # from the start of the replay (all ranks ready) to the last report
-    ranks = [metrics.to_dict(tx)] + slave_metrics
+        sys.stderr.write(f"mpi-join: resuming from checkpoint {resume[1]} in {resume[0]} "
+                         f"at input offset {driver.resumed_from['input_offset']:,}\n")
+        total -= driver.resumed_from["input_offset"]
+    progress.total = total
+    worker_metrics = driver.run()
+    wall = driver.wall_s           # from the start of the replay (all ranks ready) to the last report
+    ranks = [metrics.to_dict(tx)] + worker_metrics
     summary = summarize(ranks, wall, total)
-    summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=master.resumed_from,
-                   checkpoints=master.ckpt.completed,
-                   startup_s=master.t_replay - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
+    summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=driver.resumed_from,
+                   checkpoints=driver.ckpt.completed, topology=topo.name,
+                   startup_s=driver.t_replay - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
     mdir = os.path.join(job.output, "metrics")
     for r in ranks:
         write_json(os.path.join(mdir, f"rank-{r['rank']:04d}.json"), r)
@@ -89,32 +98,25 @@ def _master(job_path, overrides, tx):
     return 0
 
 
-def _slave(job_path, overrides, tx):
+def _worker(job_path, overrides, tx):
+    from . import strategies
+    from .results import ResultWriter
+    from .slaves.worker import Worker
+    from .window import runtime_dtype
     _, _, buf = tx.recv(source=0, tag=Tag.START)
-    start = unpack_obj(buf)
-    if start["error"]:
+    start = decode_control(buf)
+    if start.error:
         return 2
     job = load_job(job_path, overrides)
-    from .metrics import RankMetrics as RM
-    from .results import ResultWriter
-    metrics = RM(tx.rank, "slave")
+    info = strategies.get(job.strategy.name)
+    topo = info.topology(tx.size, job.strategy.params)
+    metrics = RankMetrics(tx.rank, topo.role(tx.rank))
     writer = ResultWriter(os.path.join(job.output, "results"), tx.rank, job.stream_names)
-    _strategy_slave(job)(job, tx, metrics, writer, start["resume"])
+    dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
+    module = info.load("module")(job, tx.rank, topo, dtypes)
+    resume = (start.resume_dir, start.resume_id) if start.resume_dir else None
+    Worker(job, tx, topo, module, metrics, writer, resume).run()
     return 0
-
-
-def _strategy_master(job):
-    if job.strategy.name == "hash":
-        from .master.hash_dispatch import HashMaster
-        return HashMaster
-    raise JobError(f"strategy {job.strategy.name!r} has no master")
-
-
-def _strategy_slave(job):
-    if job.strategy.name == "hash":
-        from .slaves.hash_slave import run_slave
-        return run_slave
-    raise JobError(f"strategy {job.strategy.name!r} has no slave")
 
 
 def _prepare_output(out, keep=None):

@@ -57,20 +57,153 @@ def stream_files(staged, stream):
     return files
 
 
+class StreamReader:
+    """One stream's staged rows, read incrementally in seq order (record batch by record batch),
+    so memory does not grow with the input. Files are ordered by their smallest seq (from the
+    Parquet statistics); rows must be in seq order within the stream, checked as they are read.
+    `seek(seq)` skips whole row groups before `seq` using their statistics, without reading them."""
+
+    def __init__(self, staged, stream, chunk_rows=65536):
+        self.stream, self.chunk_rows = stream, chunk_rows
+        self.parts = []                  # (file, ParquetFile, [(row group, rows, seq min, seq max)])
+        for f in stream_files(staged, stream.name):
+            try:
+                pf = pq.ParquetFile(f)
+            except Exception as e:  # noqa: BLE001 - a damaged file is the user's to see
+                raise InputError(f"{f}: cannot read Parquet: {e}") from None
+            _check_schema(f, pf.schema_arrow, stream)
+            self.parts.append((f, pf, _row_groups(f, pf)))
+        self.parts.sort(key=lambda p: (p[2][0][2] if p[2] and p[2][0][2] is not None else 2 ** 62, p[0]))
+        self.count = sum(rg[1] for p in self.parts for rg in p[2])
+        self._it = None
+        self._pos = (0, 0)               # next (part, row group) to open
+        self._skip = -1                  # drop rows with seq below this (after a seek)
+        self._last = (-1, None, 0)       # last seq read, its file and row (order checks)
+        self._row = 0                    # rows read from the current file so far
+
+    def seek(self, seq):
+        """Continue at the first row with seq >= `seq`; row groups wholly before it are skipped."""
+        self._it, self._skip, self._last = None, int(seq), (-1, None, 0)
+        for pi, (_, _, rgs) in enumerate(self.parts):
+            row = 0
+            for gi, (_, n, lo, hi) in enumerate(rgs):
+                if hi is None or hi >= seq:
+                    self._pos, self._row = (pi, gi), row
+                    return
+                row += n
+        self._pos, self._row = (len(self.parts), 0), 0
+
+    def _open(self):
+        pi, gi = self._pos
+        if pi >= len(self.parts):
+            return False
+        f, pf, rgs = self.parts[pi]
+        if gi == 0:
+            self._row = 0
+        self._it = pf.iter_batches(batch_size=self.chunk_rows, row_groups=list(range(gi, len(rgs))),
+                                   columns=list(self.stream.dtype.names))
+        self._file = f
+        self._pos = (pi + 1, 0)
+        return True
+
+    def next_chunk(self):
+        """The next rows as a structured array sorted by seq, or None at the end."""
+        while True:
+            if self._it is None and not self._open():
+                return None
+            try:
+                rb = next(self._it)
+            except StopIteration:
+                self._it = None
+                continue
+            f, row0 = self._file, self._row
+            self._row += rb.num_rows
+            arr = from_arrow(pa.Table.from_batches([rb]), self.stream.dtype, f)
+            self._check_order(arr, f, row0)
+            if self._skip >= 0:
+                arr = arr[arr[SEQ] >= self._skip]
+            if len(arr):
+                return arr
+
+    def _check_order(self, arr, f, row0):
+        seq = arr[SEQ]
+        if not len(seq):
+            return
+        prev, pf, prow = self._last
+        bad = np.nonzero(seq[1:] <= seq[:-1])[0]
+        if seq[0] <= prev:
+            raise InputError(f"{f}: row {row0}: seq {seq[0]} of stream '{self.stream.name}' comes after seq {prev} "
+                             f"({pf} row {prow}); a stream's rows must be in increasing seq order")
+        if len(bad):
+            k = int(bad[0]) + 1
+            raise InputError(f"{f}: row {row0 + k}: seq {seq[k]} of stream '{self.stream.name}' comes after seq "
+                             f"{seq[k - 1]}; a stream's rows must be in increasing seq order")
+        self._last = (int(seq[-1]), f, row0 + len(seq) - 1)
+
+
+    def count_before(self, offset):
+        """Rows with seq < offset, from row-group statistics (reading the seq column of at most
+        one row group, the one that straddles the offset)."""
+        n = 0
+        for _, pf, rgs in self.parts:
+            for g, rows, lo, hi in rgs:
+                if hi is not None and hi < offset:
+                    n += rows
+                    continue
+                if lo is not None and lo >= offset:
+                    return n
+                seq = pf.read_row_group(g, columns=[SEQ]).column(0).to_numpy()
+                n += int(np.searchsorted(seq, offset))
+                if len(seq) and seq[-1] >= offset:
+                    return n
+        return n
+
+
+class ArrayReader:
+    """StreamReader's interface over a stream already in memory (sorted by seq)."""
+
+    def __init__(self, arr, chunk_rows=65536):
+        self.arr, self.chunk_rows = arr, chunk_rows
+        self.count = len(arr)
+        self._pos = 0
+
+    def seek(self, seq):
+        self._pos = self.count_before(seq)
+
+    def count_before(self, offset):
+        return int(np.searchsorted(self.arr[SEQ], offset))
+
+    def next_chunk(self):
+        if self._pos >= self.count:
+            return None
+        c = self.arr[self._pos:self._pos + self.chunk_rows]
+        self._pos += len(c)
+        return c
+
+
+def _row_groups(f, pf):
+    """[(index, rows, seq min, seq max)] of a file's row groups (min/max None without statistics)."""
+    out = []
+    md = pf.metadata
+    col = pf.schema_arrow.get_field_index(SEQ)
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        lo = hi = None
+        if col >= 0:
+            st = rg.column(col).statistics
+            if st is not None and st.has_min_max:
+                lo, hi = int(st.min), int(st.max)
+        out.append((g, rg.num_rows, lo, hi))
+    return out
+
+
 def read_stream(staged, stream):
     """Read one stream's staged rows as a structured array sorted by seq (validated)."""
+    r = StreamReader(staged, stream)
     parts = []
-    for f in stream_files(staged, stream.name):
-        try:
-            table = pq.read_table(f)
-        except Exception as e:  # noqa: BLE001 - a damaged file is the user's to see
-            raise InputError(f"{f}: cannot read Parquet: {e}") from None
-        _check_schema(f, table.schema, stream)
-        parts.append(from_arrow(table, stream.dtype, f))
-    arr = np.concatenate(parts) if len(parts) > 1 else parts[0]
-    if len(arr) > 1 and not np.all(arr[SEQ][1:] > arr[SEQ][:-1]):
-        arr = arr[np.argsort(arr[SEQ], kind="stable")]
-    return arr
+    while (c := r.next_chunk()) is not None:
+        parts.append(c)
+    return np.concatenate(parts) if parts else np.zeros(0, stream.dtype)
 
 
 def _compatible(fd, got):
@@ -106,37 +239,56 @@ def _check_schema(f, schema, stream):
 
 
 def read_staged(job):
-    """Read and validate every stream of a job; returns arrays in job stream order."""
+    """Read and validate every stream of a job; returns arrays in job stream order (all in memory:
+    for single-process tools; a run's driver reads incrementally through master/source.py)."""
     arrays = [read_stream(job.staged, s) for s in job.streams]
-    check_order(job, arrays)
+    OrderCheck(job).check(arrays)
     return arrays
 
 
-def check_order(job, arrays):
-    """seq must be dense from 0 across all streams and ts non-decreasing in seq."""
-    seqs = np.concatenate([a[SEQ] for a in arrays])
-    tss = np.concatenate([a[TS] for a in arrays])
-    sid = np.concatenate([np.full(len(a), k) for k, a in enumerate(arrays)])
-    order = np.argsort(seqs, kind="stable")
-    seqs, tss, sid = seqs[order], tss[order], sid[order]
-    dup = np.nonzero(seqs[1:] == seqs[:-1])[0]
-    if len(dup):
-        k = dup[0]
-        where = sorted({job.streams[sid[k]].name, job.streams[sid[k + 1]].name})
-        raise InputError(f"{os.path.join(job.staged, where[0])}: seq must be dense from 0 across streams; "
-                         f"seq {seqs[k]} is used twice (streams {', '.join(where)})")
-    bad = np.nonzero(seqs != np.arange(len(seqs)))[0]
-    if len(bad):
-        k = bad[0]
-        s = job.streams[sid[k]].name
-        raise InputError(f"{os.path.join(job.staged, s)}: seq must be dense from 0 across streams; "
-                         f"seq {k} is missing (next is {seqs[k]})")
-    back = np.nonzero(tss[1:] < tss[:-1])[0]
-    if len(back):
-        k = back[0] + 1
-        s = job.streams[sid[k]].name
-        raise InputError(f"{os.path.join(job.staged, s)}: ts goes backwards at seq {k}: "
-                         f"{tss[k]} after {tss[k - 1]} (ts must be non-decreasing in seq)")
+class OrderCheck:
+    """seq must be dense from 0 across all streams and ts non-decreasing in seq: checked on
+    consecutive slices of the merged input (one epoch at a time, or everything at once)."""
+
+    def __init__(self, job, start=0):
+        self.job = job
+        self.next_seq = int(start)
+        self.last_ts = None
+
+    def check(self, parts):
+        """`parts[k]`: stream k's rows of the next slice [next_seq, next_seq + total)."""
+        seqs = np.concatenate([a[SEQ] for a in parts])
+        if not len(seqs):
+            return
+        tss = np.concatenate([a[TS] for a in parts])
+        sid = np.concatenate([np.full(len(a), k) for k, a in enumerate(parts)])
+        order = np.argsort(seqs, kind="stable")
+        seqs, tss, sid = seqs[order], tss[order], sid[order]
+        dup = np.nonzero(seqs[1:] == seqs[:-1])[0]
+        if len(dup):
+            k = dup[0]
+            where = sorted({self.job.streams[sid[k]].name, self.job.streams[sid[k + 1]].name})
+            raise InputError(f"{os.path.join(self.job.staged, where[0])}: seq must be dense from 0 across streams; "
+                             f"seq {seqs[k]} is used twice (streams {', '.join(where)})")
+        want = np.arange(self.next_seq, self.next_seq + len(seqs))
+        bad = np.nonzero(seqs != want)[0]
+        if len(bad):
+            k = bad[0]
+            s = self.job.streams[sid[k]].name
+            raise InputError(f"{os.path.join(self.job.staged, s)}: seq must be dense from 0 across streams; "
+                             f"seq {want[k]} is missing (next is {seqs[k]})")
+        if self.last_ts is not None and tss[0] < self.last_ts:
+            back = np.array([0])
+        else:
+            back = np.nonzero(tss[1:] < tss[:-1])[0] + 1
+        if len(back):
+            k = back[0]
+            prev = tss[k - 1] if k else self.last_ts
+            s = self.job.streams[sid[k]].name
+            raise InputError(f"{os.path.join(self.job.staged, s)}: ts goes backwards at seq {seqs[k]}: "
+                             f"{tss[k]} after {prev} (ts must be non-decreasing in seq)")
+        self.next_seq += len(seqs)
+        self.last_ts = int(tss[-1])
 
 
 def read_manifest(staged):

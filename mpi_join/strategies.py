@@ -1,5 +1,16 @@
-"""The strategy registry: what each strategy supports and needs, checked before any rank works."""
-from dataclasses import dataclass, replace
+"""The strategy registry: each strategy declared once, read by the runtime, the CLI, bench,
+the workload generator and the tests.
+
+An entry names what the strategy can do (predicate kinds, stream count, minimum ranks), its
+parameters (testing-only knobs marked), its topology, and where its code is: the driver-side
+router (master/driver.Router) and the worker-side join module (slaves/module.JoinModule), as
+"module:attribute" so nothing is imported before it is needed. Strategies outside this package
+register themselves with `register()` from a module named in MPI_JOIN_STRATEGIES (a comma
+list, imported on every rank).
+"""
+import importlib
+import os
+from dataclasses import dataclass, field, replace
 
 from .errors import ConfigError
 
@@ -9,16 +20,28 @@ class Param:
     default: object
     check: object      # value -> error text or None
     help: str
+    testing: bool = False      # a knob for tests (fault injection, forced decisions), not tuning
 
 
 @dataclass(frozen=True)
 class StrategyInfo:
     name: str
     summary: str
-    predicates: frozenset      # predicate kinds it can evaluate
+    predicates: frozenset      # predicate kinds it can evaluate (all of a job's kinds must be in it)
     streams: tuple             # (min, max) number of streams
     min_ranks: int
     params: dict
+    topology: object = None    # (nranks, params) -> topology.Topology
+    router: str = ""           # "module:Class", a master.driver.Router
+    module: str = ""           # "module:Class", a slaves.module.JoinModule
+    workload: str = "equi"     # the generator workload that suits it best (bench, tests)
+    requires: frozenset = field(default_factory=frozenset)   # predicate kinds a job must have
+    requires_why: str = ""
+    check: object = None       # (job, nranks) -> error text or None: strategy-specific checks
+
+    def load(self, what):
+        mod, _, attr = getattr(self, what).partition(":")
+        return getattr(importlib.import_module(mod), attr)
 
 
 def _pos_int(v):
@@ -49,13 +72,32 @@ def _rank_or_none(v):
     return None if v == -1 or (isinstance(v, int) and not isinstance(v, bool) and v >= 1) else "expected a slave rank (>= 1), or -1 for none"
 
 
+def _check_hash(job, nranks):
+    slow = job.strategy.params.get("slow_rank", -1)
+    if slow != -1 and slow >= nranks:
+        return f"{job.path}: strategy.slow_rank: rank {slow} does not exist (ranks 0..{nranks - 1})"
+    return None
+
+
+def _star(n, params):
+    from .topology import Star
+    return Star(n)
+
+
 REGISTRY = {
     "hash": StrategyInfo(
         name="hash",
         summary="master + slaves; epoch-synchronised distribution of hash-partitioned windows",
-        predicates=frozenset({"equi"}),
+        predicates=frozenset({"equi", "band", "theta"}),
+        requires=frozenset({"equi"}),
+        requires_why="hash partitioning needs equal keys to meet on one slave",
         streams=(2, 2),
         min_ranks=2,
+        topology=_star,
+        router="mpi_join.master.hash_router:HashRouter",
+        module="mpi_join.slaves.hash_join:HashJoinModule",
+        workload="equi",
+        check=_check_hash,
         params={
             "partitions": Param(60, _pos_int, "hash partitions (far more than slaves)"),
             "local_join": Param("index", _choice("index", "bnl"),
@@ -68,27 +110,63 @@ REGISTRY = {
             "buffer_capacity": Param(0, _non_neg_int, "slave buffer capacity in tuples, for occupancy "
                                      "(0: max_inflight x batch_size / slaves)"),
             "declustering": Param(True, _bool, "adapt the number of active slaves (take out, bring back)"),
+            "idle_busy": Param(0.25, _fraction, "a slave is taken out only if its CPU was busy less than this "
+                               "fraction of the time (and the windows are full)"),
             "rho": Param(2.0, _non_neg, "bring a slave back when suppliers > rho x consumers"),
             "subgroups": Param(1, _pos_int, "serve the slaves in this many sub-groups per distribution epoch"),
             "force": Param("", _choice("", "migrate", "decluster"),
-                           "testing: force migrations every reorganisation, or alternate declustering"),
+                           "force migrations every reorganisation, or alternate declustering", testing=True),
             "seed": Param(0, _non_neg_int, "seed of the controller's random choices"),
-            "slow_rank": Param(-1, _rank_or_none, "make this slave slow (testing): it sleeps slow_delay per 1000 tuples"),
-            "slow_delay": Param(0.0, _non_neg, "seconds a slow slave sleeps per 1000 tuples"),
+            "slow_rank": Param(-1, _rank_or_none, "make this slave slow: it sleeps slow_delay per 1000 tuples",
+                               testing=True),
+            "slow_delay": Param(0.0, _non_neg, "seconds a slow slave sleeps per 1000 tuples", testing=True),
         },
     ),
 }
 
 
+def register(info):
+    """Add a strategy (from a plugin module, or a test). Names are unique."""
+    if info.name in REGISTRY and REGISTRY[info.name] is not info:
+        raise ValueError(f"strategy {info.name!r} is already registered")
+    REGISTRY[info.name] = info
+    return info
+
+
+_plugins_loaded = set()
+
+
+def load_plugins():
+    """Import the modules named in MPI_JOIN_STRATEGIES (each calls register())."""
+    for mod in filter(None, (m.strip() for m in os.environ.get("MPI_JOIN_STRATEGIES", "").split(","))):
+        if mod not in _plugins_loaded:
+            try:
+                importlib.import_module(mod)
+            except ImportError as e:
+                raise ConfigError(f"MPI_JOIN_STRATEGIES: cannot import {mod!r}: {e}") from None
+            _plugins_loaded.add(mod)
+
+
+def get(name):
+    load_plugins()
+    return REGISTRY.get(name)
+
+
+def names():
+    load_plugins()
+    return list(REGISTRY)
+
+
 def supporting(kinds):
     """Names of strategies that can evaluate all predicate kinds in `kinds`."""
-    return [n for n, s in REGISTRY.items() if set(kinds) <= s.predicates]
+    load_plugins()
+    return [n for n, s in REGISTRY.items() if set(kinds) <= s.predicates and s.requires <= set(kinds)]
 
 
 def check_strategy(job):
     """Known name, known parameters with valid values; returns the job with defaults filled in."""
     where = f"{job.path}: strategy"
-    info = REGISTRY.get(job.strategy.name)
+    info = get(job.strategy.name)
     if info is None:
         raise ConfigError(f"{where}.name: unknown strategy {job.strategy.name!r} (available: {', '.join(REGISTRY)})")
     params = {}
@@ -107,7 +185,7 @@ def check_strategy(job):
 
 def check_runnable(job, nranks):
     """Can this strategy run this job on `nranks` ranks? Raises ConfigError naming the problem."""
-    info = REGISTRY[job.strategy.name]
+    info = get(job.strategy.name)
     m = len(job.streams)
     if not info.streams[0] <= m <= info.streams[1]:
         raise ConfigError(f"{job.path}: strategy {info.name!r} joins {info.streams[0]}"
@@ -117,13 +195,26 @@ def check_runnable(job, nranks):
         others = supporting(job.predicate.kinds)
         hint = (f"strategies that support it: {', '.join(others)}" if others else
                 "no distributed strategy in this version supports it; `mpi-join oracle` computes it in one process")
-        why = " (hash partitioning needs equal keys to meet on one slave)" if info.name == "hash" else ""
         raise ConfigError(f"{job.path}: predicate: strategy {info.name!r} supports only "
-                          f"{', '.join(sorted(info.predicates))} predicates{why}, the job has "
+                          f"{', '.join(sorted(info.predicates))} predicates, the job has "
                           f"{', '.join(sorted(unsupported))}; {hint}")
+    missing = info.requires - job.predicate.kinds
+    if missing:
+        why = f" ({info.requires_why})" if info.requires_why else ""
+        raise ConfigError(f"{job.path}: predicate: strategy {info.name!r} needs {' and '.join(sorted(missing))} "
+                          f"conditions{why}, the job has only {', '.join(sorted(job.predicate.kinds))}; "
+                          f"{', '.join(sorted(info.predicates - info.requires))} conditions may be added to them")
     if nranks < info.min_ranks:
         raise ConfigError(f"strategy {info.name!r} needs at least {info.min_ranks} MPI ranks (a master and "
                           f"{info.min_ranks - 1}+ slaves), got {nranks}; launch with mpiexec -n {info.min_ranks} or more")
-    slow = job.strategy.params.get("slow_rank", -1)
-    if slow != -1 and slow >= nranks:
-        raise ConfigError(f"{job.path}: strategy.slow_rank: rank {slow} does not exist (ranks 0..{nranks - 1})")
+    err = info.check(job, nranks) if info.check else None
+    if err:
+        raise ConfigError(err)
+
+
+def describe_params(info):
+    """Lines for --help: each parameter, its default and what it does."""
+    out = []
+    for k, p in info.params.items():
+        out.append(f"{k} = {p.default!r}: {p.help}" + (" (testing)" if p.testing else ""))
+    return out

@@ -2,26 +2,16 @@
 
 Waiting never spins a core: receives poll with Iprobe and back off (sleeping up to 2 ms), so
 ranks can outnumber cores. Sends are nonblocking and their buffers are kept until complete.
-A message is one contiguous uint8 buffer made by `pack`: a small int64 header followed by the
+Tags and message kinds are in protocol.py. A message is one contiguous uint8 buffer made by `pack`: a small int64 header followed by the
 raw bytes of any number of structured arrays (each padded to 8 bytes), read back zero-copy.
 """
 import json
 import time
-from enum import IntEnum
 
 import numpy as np
 from mpi4py import MPI
 
-
-class Tag(IntEnum):
-    START = 1     # master -> all: go (or the startup error to exit with)
-    DATA = 2      # master -> slave: one distribution epoch
-    ACK = 3       # slave -> master: epoch processed (credits for backpressure, progress)
-    EOS = 4       # master -> slave: end of stream, drain and report
-    DONE = 5      # slave -> master: final metrics
-    CTRL = 6      # control messages of adaptive strategies
-    READY = 7     # slave -> master: warmed up (kernels compiled), the replay clock may start
-    STATE = 8     # slave -> slave: a partition group's state, moved from supplier to consumer
+from .protocol import Tag
 
 
 _MAX_SLEEP = 0.002

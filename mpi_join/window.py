@@ -49,10 +49,12 @@ def index_ranges(window_j, arr_i, arr_j):
     return np.clip(lo, 0, hi), hi
 
 
-def runtime_dtype(stream_dtype):
-    """Staged columns plus internal ones: _coord, _lo (over the opposite stream), _tin (release
-    time, ns, for production delay) and _h (equi-key hash; 0 without equi keys)."""
-    return np.dtype(stream_dtype.descr + INTERNAL)
+def runtime_dtype(stream_dtype, M=2):
+    """Staged columns plus internal ones: _coord, _lo (over the opposite stream of a binary join),
+    _tin (release time, ns, for production delay) and _h (a strategy's routing hash, e.g. of the
+    equi key; 0 when unused). With M > 2 streams, `_los[j]` is lo over stream j."""
+    extra = [("_los", np.int64, (M,))] if M > 2 else []
+    return np.dtype(stream_dtype.descr + INTERNAL + extra)
 
 
 class Window:
@@ -65,6 +67,11 @@ class Window:
         self._buf = np.empty(capacity, dtype)
         self._start = 0
         self._end = 0
+        self.base = 0          # absolute number of view()[0]: rows keep their absolute numbers
+
+    @property
+    def dtype(self):
+        return self._buf.dtype
 
     def __len__(self):
         return self._end - self._start
@@ -94,11 +101,13 @@ class Window:
         c = self._buf["_coord"][self._start:self._end]
         k = int(np.searchsorted(c, bound))
         self._start += k
+        self.base += k
         return k
 
     def take(self):
         """Remove and return every tuple (used to move state)."""
         out = self.view().copy()
+        self.base += len(out)
         self._start = self._end = 0
         return out
 

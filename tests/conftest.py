@@ -10,9 +10,27 @@ import pytest
 from mpi_join.config import load_job
 from mpi_join.staged import write_staged
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+# test-only strategies (tests/relay_strategy.py) are registered through the plugin variable, on
+# this process and on every rank it launches; tests/ is importable there too (UDF fixtures)
+os.environ["MPI_JOIN_STRATEGIES"] = "relay_strategy"
+os.environ["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
 BIN = os.path.dirname(sys.executable)
 MPIEXEC = os.path.join(BIN, "mpiexec")
 RUN_TIMEOUT = 180
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: launches mpiexec, Spark or Slurm (the full tier; "
+                                       "`pytest -m 'not slow'` is the fast tier)")
+
+
+def pytest_collection_modifyitems(items):
+    """Every test of a module that launches real processes is in the slow tier, unless marked fast."""
+    for item in items:
+        if getattr(item.module, "SLOW", False) and not item.get_closest_marker("fast"):
+            item.add_marker(pytest.mark.slow)
 
 
 def mpi_join_cmd(*args):

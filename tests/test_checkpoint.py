@@ -10,12 +10,12 @@ import pytest
 
 from mpi_join import checkpoint as ck
 from mpi_join.errors import ConfigError, InputError
-from mpi_join.master.hash_dispatch import route
+from mpi_join.master.hash_router import route
 from mpi_join.master.source import Source
 from mpi_join.oracle import run_oracle
 from mpi_join.partitioning import PartitionMap, Partitioner
 from mpi_join.results import read_results
-from mpi_join.slaves.hash_join import HashJoinModule
+from mpi_join.slaves.hash_join import HashJoinCore
 from mpi_join.window import runtime_dtype
 from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, run_cli, run_mpi, write_job
 from reference import as_set
@@ -31,9 +31,9 @@ def test_module_state_survives_hdf5_round_trip(tmp_path):
     path, job = write_job(str(tmp_path), text, arrays)
     part = Partitioner(job, 13)
     pmap = PartitionMap(13, [1, 2, 3])
-    src = Source(job, arrays, hasher=lambda a, i: part.hashes(part.keys(a, i)))
+    src = Source(job, arrays=arrays, annotate=lambda b, i: b.__setitem__("_h", part.hashes(part.keys(b, i))))
     dts = [runtime_dtype(s.dtype) for s in job.streams]
-    mods = {s: HashJoinModule(part, dts, "index", theta=2, block_bytes=256) for s in pmap.slaves}
+    mods = {s: HashJoinCore(part, dts, "index", theta=2, block_bytes=256) for s in pmap.slaves}
     out, epoch = [], 0
     while not src.done:
         if epoch == 17:
@@ -41,7 +41,7 @@ def test_module_state_survives_hdf5_round_trip(tmp_path):
             for s, m in mods.items():
                 snap, state = m.snapshot()
                 ck.write_rank(str(tmp_path / "c"), 0, s, snap, dict(state, epoch=epoch))
-            mods = {s: HashJoinModule(part, dts, "bnl", theta=2, block_bytes=256) for s in pmap.slaves}
+            mods = {s: HashJoinCore(part, dts, "bnl", theta=2, block_bytes=256) for s in pmap.slaves}
             for s, m in mods.items():
                 arr, attrs = ck.read_rank(str(tmp_path / "c"), 0, s, m.state_dtype)
                 assert attrs["epoch"] == 17

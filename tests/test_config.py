@@ -71,3 +71,16 @@ def test_run_help_documents_every_option():
     for word in ("--np", "--output", "--staged", "--strategy", "window", "batch_size", "flush_interval",
                  "rate", "max_inflight", "equi", "band", "theta", "local_join", "partitions", "ts_unit"):
         assert word in p.stdout, word
+
+
+def test_uint64_key_against_signed_key_is_refused():
+    """2^64-1 stored as uint64 must never meet -1 stored as int64: such a job is refused."""
+    text = equi_job_text(('"1s"', '"1s"')).replace('k = "int32"', 'k = "uint64"')
+    with pytest.raises(ConfigError, match=r"predicate.equi\[0\]: equi-join of uint64 column R.k with int64 column S.k"):
+        _job(text)
+    both = text.replace('k = "int64"', 'k = "uint64"')
+    assert _job(both).predicate.equi
+
+
+def test_fast_tier_marker_is_registered(pytestconfig):
+    assert any(m.startswith("slow:") for m in pytestconfig.getini("markers"))

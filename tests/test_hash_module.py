@@ -4,11 +4,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpi_join.master.hash_dispatch import route
+from mpi_join.master.hash_router import route
 from mpi_join.master.source import Source
 from mpi_join.oracle import run_oracle
 from mpi_join.partitioning import PartitionMap, Partitioner
-from mpi_join.slaves.hash_join import HashJoinModule
+from mpi_join.slaves.hash_join import HashJoinCore
 from mpi_join.window import runtime_dtype
 from conftest import equi_job_text, random_streams
 from reference import as_set
@@ -20,9 +20,9 @@ def simulate(job, arrays, n_slaves, partitions, local_join, batch_size):
     job = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=batch_size))
     part = Partitioner(job, partitions)
     pmap = PartitionMap(partitions, list(range(1, n_slaves + 1)))
-    src = Source(job, arrays, hasher=lambda a, i: part.hashes(part.keys(a, i)))
+    src = Source(job, arrays=arrays, annotate=lambda b, i: b.__setitem__("_h", part.hashes(part.keys(b, i))))
     dts = [runtime_dtype(s.dtype) for s in job.streams]
-    mods = {s: HashJoinModule(Partitioner(job, partitions), dts, local_join) for s in pmap.slaves}
+    mods = {s: HashJoinCore(Partitioner(job, partitions), dts, local_join) for s in pmap.slaves}
     out = []
     while not src.done:
         batches = src.next_epoch()

@@ -1,14 +1,17 @@
-"""The master's side of checkpoints: when to cut, the markers, and the manifest (checkpoint.py)."""
+"""The driver's side of checkpoints: when to cut, the markers, and the manifest (checkpoint.py)."""
 import time
 
 from .. import checkpoint as ck
-from ..transport import Tag, pack_obj
+from ..protocol import Marker, Tag
 
 
 class Checkpointer:
-    def __init__(self, job, tx, peers, nranks, first_id=0):
+    """Markers go to the entry workers (they forward them along the topology); every worker
+    reports when its rank file is written; the driver's own state and then the manifest follow."""
+
+    def __init__(self, job, tx, entries, workers, nranks, first_id=0):
         self.cfg = job.checkpoint
-        self.tx, self.peers, self.nranks = tx, list(peers), nranks
+        self.tx, self.entries, self.workers, self.nranks = tx, list(entries), list(workers), nranks
         self.fp = ck.fingerprint(job)
         self.next_id = first_id
         self.pending = {}
@@ -25,36 +28,35 @@ class Checkpointer:
         self._last_t = time.perf_counter()
 
     def due(self, offset):
-        if not self.enabled:
+        if not self.enabled or self.pending:      # one cut at a time: a marker may still be circling
             return False
         c = self.cfg
         return ((c.every_tuples is not None and offset - self._last_offset >= c.every_tuples) or
                 (c.every_ns is not None and (time.perf_counter() - self._last_t) * 1e9 >= c.every_ns))
 
     def cut(self, epoch, offset, arrays, attrs):
-        """Send a checkpoint marker after `epoch` to every peer; the master's own state at the cut
-        (`arrays`, `attrs`) is written when every peer has saved its part."""
+        """Send a checkpoint marker after `epoch` on every entry link; the driver's own state at the
+        cut (`arrays`, `attrs`) is written when every worker has saved its part."""
         cid = self.next_id
         self.next_id += 1
-        msg = pack_obj({"kind": "checkpoint", "id": cid, "epoch": epoch, "dir": self.cfg.dir})
-        for p in self.peers:
+        msg = Marker(cid, epoch, self.cfg.dir).encode()
+        for p in self.entries:
             self.tx.send(p, Tag.CTRL, msg)
         self.pending[cid] = {"epoch": epoch, "offset": offset, "arrays": arrays, "attrs": attrs, "acks": {}}
         self.start_clock(offset)
 
     def on_ack(self, src, msg):
-        cid = msg["id"]
-        p = self.pending[cid]
+        p = self.pending[msg.id]
         p["acks"][src] = msg
-        if len(p["acks"]) == len(self.peers):
-            self._finish(cid, self.pending.pop(cid))
+        if len(p["acks"]) == len(self.workers):
+            self._finish(msg.id, self.pending.pop(msg.id))
 
     def _finish(self, cid, p):
         ck.write_rank(self.cfg.dir, cid, 0, p["arrays"], dict(p["attrs"], epoch=p["epoch"], input_offset=p["offset"]))
-        files = sorted(f for a in p["acks"].values() for f in a["files"])
+        files = sorted(f for a in p["acks"].values() for f in a.files)
         ck.write_manifest(self.cfg.dir, cid, {
             "epoch": p["epoch"], "input_offset": p["offset"], "ranks": self.nranks, "fingerprint": self.fp,
-            "committed_files": files, "results": sum(a["results"] for a in p["acks"].values()),
+            "committed_files": files, "results": sum(a.results for a in p["acks"].values()),
         })
         self.completed.append(cid)
         ck.prune(self.cfg.dir, self.cfg.keep)

@@ -22,14 +22,20 @@ def classify(occupancy, supply, consume):
     return suppliers, consumers
 
 
-def plan(occupancy, groups_of, active, inactive, rng, supply=0.5, consume=0.01, rho=2.0, declustering=True):
-    """One reorganisation. `occupancy` and `groups_of` cover the active slaves."""
+def plan(occupancy, groups_of, active, inactive, rng, supply=0.5, consume=0.01, rho=2.0, declustering=True,
+         busy=None, idle_busy=0.25, windows_full=True):
+    """One reorganisation. `occupancy`, `busy` (CPU seconds per wall second) and `groups_of`
+    cover the active slaves. A slave leaves service only when nobody supplies, the windows are
+    full (load before that is not steady-state load), and its CPU is nearly idle: a slave whose
+    buffer is empty because it keeps up by working hard is not idle."""
     p = Plan()
     p.suppliers, p.consumers = classify({s: occupancy[s] for s in active}, supply, consume)
-    if declustering and not p.suppliers and p.consumers and len(active) > 1:
+    busy = busy or {}
+    idle = [s for s in p.consumers if busy.get(s, 0.0) < idle_busy]
+    if declustering and windows_full and not p.suppliers and idle and len(active) > 1:
         # nobody is overloaded and some slave is nearly idle: take the least loaded slave out,
         # spreading its groups over the rest
-        out = min(p.consumers, key=lambda s: (occupancy[s], -s))
+        out = min(idle, key=lambda s: (busy.get(s, 0.0), occupancy[s], -s))
         rest = [s for s in active if s != out]
         for k, g in enumerate(sorted(groups_of.get(out, []))):
             p.moves.append((g, out, rest[k % len(rest)]))

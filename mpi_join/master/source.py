@@ -1,35 +1,42 @@
-"""The source: replays the merged stream in seq order at the configured rate, an epoch at a time.
+"""The source: replays M staged streams merged in seq order at the configured rate, an epoch at a
+time, reading the Parquet files incrementally so rank 0's memory does not grow with the input.
 
-Streams are held as arrays sorted by seq, so the tuples of one epoch (a seq range) are one
-contiguous row range per stream. The source also knows every window's expiry bound: the
-smallest lo that any tuple still to come can have (window.py)."""
+Each released tuple gets the runtime columns of window.py: its own `_coord`, and `lo` over every
+other stream (`_lo` for a binary join: over the opposite stream; `_los[j]` for M > 2). The
+source also gives each stream's expiry bound: the smallest lo that any tuple still to come can
+have over it. The input is checked as it is read (seq dense across streams, ts non-decreasing,
+rows in seq order), and an error names the file and row.
+"""
 import time
 
 import numpy as np
 
-from ..schema import SEQ
-from ..window import POS_INF, coords, lows, runtime_dtype
+from ..errors import InputError
+from ..schema import SEQ, TS
+from ..staged import ArrayReader, OrderCheck, StreamReader
+from ..window import NEG_INF, POS_INF, runtime_dtype
 
 
 class Source:
-    def __init__(self, job, arrays, hasher=None, slots=1):
-        if len(arrays) != 2:
-            raise ValueError("the epoch source serves binary joins")
+    def __init__(self, job, annotate=None, slots=1, chunk_rows=65536, counts=None, arrays=None):
+        """`arrays`: replay these in-memory streams instead of the staged files (tests, tools)."""
         self.job = job
-        self.streams = []
-        for i, a in enumerate(arrays):
-            j = 1 - i
-            rt = np.zeros(len(a), runtime_dtype(a.dtype))
-            for name in a.dtype.names:
-                rt[name] = a[name]
-            rt["_coord"] = coords(job.streams[i].window, a)
-            rt["_lo"] = lows(job.streams[j].window, a, arrays[j])
-            if hasher is not None:
-                rt["_h"] = hasher(a, i)
-            self.streams.append(rt)
-        self.total = sum(len(a) for a in arrays)
+        self.M = len(job.streams)
+        self.readers = ([StreamReader(job.staged, s, chunk_rows) for s in job.streams] if arrays is None else
+                        [ArrayReader(a, chunk_rows) for a in arrays])
+        self.windows = [s.window for s in job.streams]
+        self.dtypes = [runtime_dtype(s.dtype, self.M) for s in job.streams]
+        self.annotate = annotate                 # annotate(batch, stream) fills strategy columns
+        self.total = sum(r.count for r in self.readers)
+        if counts is not None and list(counts) != [r.count for r in self.readers]:
+            raise InputError(f"{job.staged}: the manifest counts {list(counts)} tuples per stream, the Parquet "
+                             f"files hold {[r.count for r in self.readers]}; stage the input again")
         self.released = 0
-        self.cursor = [0] * len(arrays)
+        self.cursor = [0] * self.M               # tuples of each stream released so far
+        self._buf = [np.zeros(0, s.dtype) for s in job.streams]
+        self._eof = [False] * self.M
+        self.check = OrderCheck(job)
+        self._first_ts = None
         self.rate = job.run.rate
         self.t0 = None
         # with sub-groups an epoch is `slots` slots: each releases a slot's share
@@ -40,15 +47,34 @@ class Source:
     def done(self):
         return self.released >= self.total
 
+    # -- reading ----------------------------------------------------------------------------
+    def _fill(self, k, end):
+        """Make stream k's buffer hold every row with seq < end, plus one row beyond (the next
+        tuple, for the bounds), unless the stream ends first."""
+        while not self._eof[k] and (not len(self._buf[k]) or self._buf[k][SEQ][-1] < end):
+            c = self.readers[k].next_chunk()
+            if c is None:
+                self._eof[k] = True
+            else:
+                self._buf[k] = np.concatenate([self._buf[k], c]) if len(self._buf[k]) else c
+
+    def _take(self, k, end):
+        self._fill(k, end)
+        b = self._buf[k]
+        n = int(np.searchsorted(b[SEQ], end))
+        out, self._buf[k] = b[:n], b[n:]
+        return out
+
+    # -- replay -----------------------------------------------------------------------------
     def _due(self, now):
         if self.rate is None:
             return self.total
-        return min(self.total, int((now - self.t0) * self.rate * len(self.streams)))
+        return min(self.total, int((now - self.t0) * self.rate * self.M))
 
     def next_epoch(self):
         """Release the next epoch: up to batch_size tuples, or what is due within flush_interval.
 
-        Returns one batch per stream (copies, with _tin stamped). Sleeps while nothing is due."""
+        Returns one runtime batch per stream (with _tin stamped). Sleeps while nothing is due."""
         now = time.perf_counter()
         if self.t0 is None:
             self.t0 = now
@@ -65,29 +91,105 @@ class Source:
             time.sleep(min(max(deadline - now, 0.0002), 0.002))
             now = time.perf_counter()
         end = min(due, self.released + bs)
+        return self.release(end)
+
+    def release(self, end):
+        """Runtime batches of every tuple with seq in [released, end), in seq order per stream."""
+        raw = [self._take(k, end) for k in range(self.M)]
+        self.check.check(raw)
+        if self._first_ts is None and self.check.last_ts is not None:
+            self._first_ts = min(int(a[TS][0]) for a in raw if len(a))
+        if self.check.next_seq != end:
+            raise InputError(f"{self.job.staged}: seq must be dense from 0 across streams; seq "
+                             f"{self.check.next_seq} is missing (the streams end before it)")
         out = []
-        for i, rt in enumerate(self.streams):
-            r1 = int(np.searchsorted(rt[SEQ], end))
-            b = rt[self.cursor[i]:r1].copy()
+        for k, a in enumerate(raw):
+            b = np.zeros(len(a), self.dtypes[k])
+            for name in a.dtype.names:
+                b[name] = a[name]
+            b["_coord"] = self._coords(k, a)
+            los = [self._lows(j, a, raw[j]) if j != k else None for j in range(self.M)]
+            if self.M == 2:
+                b["_lo"] = los[1 - k]
+            else:
+                for j in range(self.M):
+                    b["_los"][:, j] = NEG_INF if j == k else los[j]
             if self.rate is None:
                 b["_tin"] = time.time_ns()
-            else:   # the tuple's scheduled arrival, so delay includes waiting in the master
-                b["_tin"] = self._wall0 + (b[SEQ] / (self.rate * len(self.streams)) * 1e9).astype(np.int64)
-            self.cursor[i] = r1
+            else:   # the tuple's scheduled arrival, so delay includes waiting in the driver
+                b["_tin"] = self._wall0 + (b[SEQ] / (self.rate * self.M) * 1e9).astype(np.int64)
+            if self.annotate is not None:
+                self.annotate(b, k)
             out.append(b)
+        for k, a in enumerate(raw):
+            self.cursor[k] += len(a)
         self.released = end
         return out
 
+    def _coords(self, k, a):
+        w = self.windows[k]
+        if w.kind == "time":
+            return a[TS]
+        if w.kind == "count":
+            return np.arange(self.cursor[k], self.cursor[k] + len(a), dtype=np.int64)
+        return np.zeros(len(a), np.int64)
+
+    def _lows(self, j, a, epoch_j):
+        """lo_j(t) for the tuples t of `a` (another stream's rows of this epoch); `epoch_j` are
+        stream j's rows of this epoch."""
+        w = self.windows[j]
+        if w.kind == "time":
+            return a[TS] - (w.size - 1)
+        if w.kind == "count":   # j tuples before t: those released earlier plus this epoch's
+            return self.cursor[j] + np.searchsorted(epoch_j[SEQ], a[SEQ]).astype(np.int64) - w.size
+        return np.full(len(a), NEG_INF, np.int64)
+
     def bounds(self):
-        """Expiry bound of each stream's window: the lo of the next tuple of the other stream."""
+        """Expiry bound of each stream's window: the smallest lo any tuple still to come can have."""
+        nxt = []
+        for k in range(self.M):
+            self._fill(k, self.released)
+            b = self._buf[k]
+            nxt.append(int(b[TS][0]) if len(b) else None)
         out = []
-        for i in range(len(self.streams)):
-            j = 1 - i
-            rt = self.streams[j]
-            out.append(int(rt["_lo"][self.cursor[j]]) if self.cursor[j] < len(rt) else int(POS_INF))
+        for j, w in enumerate(self.windows):
+            others = [t for k, t in enumerate(nxt) if k != j and t is not None]
+            if not others:
+                out.append(int(POS_INF))
+            elif w.kind == "time":
+                out.append(min(others) - (w.size - 1))
+            elif w.kind == "count":
+                out.append(self.cursor[j] - w.size)
+            else:
+                out.append(int(NEG_INF))
         return out
 
+    def windows_full(self):
+        """Have the windows filled up (so load measured now is steady-state load)? Time windows: the
+        replayed event time spans the largest window; count windows: each stream has released its
+        window's worth; unbounded windows never fill."""
+        for k, w in enumerate(self.windows):
+            if w.kind == "unbounded":
+                return False
+            if w.kind == "count" and self.cursor[k] < w.size:
+                return False
+        spans = [w.size for w in self.windows if w.kind == "time"]
+        if spans:
+            if self.check.last_ts is None or self._first_ts is None:
+                return False
+            return self.check.last_ts - self._first_ts >= max(spans)
+        return True
+
     def seek(self, offset):
-        """Continue after the first `offset` tuples (restart from a checkpoint)."""
-        self.released = int(offset)
-        self.cursor = [int(np.searchsorted(rt[SEQ], offset)) for rt in self.streams]
+        """Continue after the first `offset` tuples (restart from a checkpoint): row groups before
+        the offset are skipped without reading; the rest of the prefix is read and dropped."""
+        offset = int(offset)
+        for r in self.readers:
+            r.seek(offset)
+        self._buf = [np.zeros(0, s.dtype) for s in self.job.streams]
+        self._eof = [False] * self.M
+        # per-stream counts before the offset: what the count windows' coordinates continue from
+        self.cursor = [r.count_before(offset) for r in self.readers]
+        self.released = offset
+        self.check = OrderCheck(self.job, offset)
+        self.check.last_ts = None

@@ -23,14 +23,28 @@ def bucket_hash(h):
 
 
 class Bucket:
-    __slots__ = ("depth", "windows")
+    """A bucket's store: anything with `windows` (two window.Window) and `load(rows0, rows1)`
+    (append without joining) -- the local join's windows and index, or bare windows."""
+    __slots__ = ("depth", "store", "windows")
 
-    def __init__(self, depth, dtypes):
+    def __init__(self, depth, make_store):
         self.depth = depth
-        self.windows = [Window(dt) for dt in dtypes]
+        self.store = make_store()
+        self.windows = self.store.windows
 
     def __len__(self):
         return sum(len(w) for w in self.windows)
+
+
+class _Windows:
+    """A bucket store of bare windows (no index)."""
+
+    def __init__(self, dtypes):
+        self.windows = [Window(dt) for dt in dtypes]
+
+    def load(self, *rows):
+        for w, r in zip(self.windows, rows):
+            w.append(r)
 
 
 class ExtendibleGroup:
@@ -39,13 +53,14 @@ class ExtendibleGroup:
     theta: bucket size limit in blocks (0 disables fine tuning: one bucket, never split);
     block_bytes: block size; max_depth bounds the directory (2**max_depth entries)."""
 
-    def __init__(self, dtypes, theta=0, block_bytes=4096, max_depth=12):
+    def __init__(self, dtypes, theta=0, block_bytes=4096, max_depth=12, make_store=None):
         self.dtypes = dtypes
+        self.make_store = make_store or (lambda: _Windows(dtypes))
         self.theta = theta
         self.per_block = [max(1, block_bytes // dt.itemsize) for dt in dtypes]
         self.max_depth = max_depth
         self.global_depth = 0
-        self.directory = [Bucket(0, dtypes)]
+        self.directory = [Bucket(0, self.make_store)]
 
     # -- structure ---------------------------------------------------------------------
     def buckets(self):
@@ -100,15 +115,18 @@ class ExtendibleGroup:
             self.directory = self.directory + self.directory
             self.global_depth += 1
         d = b.depth
-        lo, hi = Bucket(d + 1, self.dtypes), Bucket(d + 1, self.dtypes)
+        lo, hi = Bucket(d + 1, self.make_store), Bucket(d + 1, self.make_store)
         for i, x in enumerate(self.directory):
             if x is b:
                 self.directory[i] = hi if (i >> d) & 1 else lo
-        for s, w in enumerate(b.windows):
+        parts = {False: [], True: []}
+        for w in b.windows:
             rows = w.view()
             bit = ((bucket_hash(rows["_h"]) >> np.uint64(d)) & np.uint64(1)).astype(bool)
-            lo.windows[s].append(rows[~bit])
-            hi.windows[s].append(rows[bit])
+            parts[False].append(rows[~bit])
+            parts[True].append(rows[bit])
+        lo.store.load(*parts[False])
+        hi.store.load(*parts[True])
 
     def buddy_of(self, b):
         if b.depth == 0:
@@ -121,10 +139,12 @@ class ExtendibleGroup:
         other = self.buddy_of(b)
         if other is None or other is b or other.depth != b.depth or self.blocks(b) + self.blocks(other) >= self.theta:
             return False
-        m = Bucket(b.depth - 1, self.dtypes)
+        m = Bucket(b.depth - 1, self.make_store)
+        rows = []
         for s in range(len(self.dtypes)):
             both = np.concatenate([b.windows[s].view(), other.windows[s].view()])
-            m.windows[s].append(both[np.argsort(both["seq"], kind="stable")])
+            rows.append(both[np.argsort(both["seq"], kind="stable")])
+        m.store.load(*rows)
         for i, x in enumerate(self.directory):
             if x is b or x is other:
                 self.directory[i] = m
@@ -152,10 +172,9 @@ class ExtendibleGroup:
 
     def install(self, arrays, info):
         """Rebuild from state(): buckets, their windows, and the directory."""
-        bs = [Bucket(d, self.dtypes) for d in info["depths"]]
-        for name, rows in arrays.items():
-            k, s = name.split("/")
-            bs[int(k)].windows[int(s)].append(rows)
+        bs = [Bucket(d, self.make_store) for d in info["depths"]]
+        for k, b in enumerate(bs):
+            b.store.load(*[arrays.get(f"{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.dtypes)])
         self.global_depth = int(info["global_depth"])
         self.directory = [bs[k] for k in info["directory"]]
         if len(self.directory) != 1 << self.global_depth:

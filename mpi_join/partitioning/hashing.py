@@ -13,6 +13,7 @@ class Partitioner:
             raise ValueError("hash partitioning joins two streams")
         eq0, eq1, _, _ = binary_parts(job.predicate, 0, 1)
         self.key_cols = (eq0, eq1)
+        self.pred = job.predicate
         self.n_partitions = int(n_partitions)
 
     def keys(self, batch, stream):

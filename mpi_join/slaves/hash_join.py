@@ -12,27 +12,122 @@ every result exactly once. Then the new tuples join the windows and expired ones
 Each partition group is an ExtendibleGroup: with fine tuning on (theta > 0) its windows are
 split into buckets kept between theta/2 and theta blocks, and each bucket joins on its own.
 """
+import time
+
 import numpy as np
 
-from ..partitioning import group_rows
+from ..partitioning import Partitioner, group_rows
 from ..partitioning.extendible import ExtendibleGroup
-from .local_join import equi_join
+from ..partitioning.migration import Install, Migrated, MigrateOut, read_state, state_arrays, state_dtypes, state_header
+from ..topology import DRIVER
+from .local_join import BinaryJoin, warm_up
+from .module import JoinModule, Output
 
 _NONE = np.zeros(0, np.int64)
 
 
-class HashJoinModule:
+class HashJoinModule(JoinModule):
+    """The slave side of `hash`: the windows of the partition groups this slave owns."""
+    urgent_ops = frozenset({MigrateOut.op})
+
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        prm = job.strategy.params
+        self.core = HashJoinCore(Partitioner(job, prm["partitions"]), dtypes, prm["local_join"], prm["theta"],
+                                 prm["block_size"])
+        self.slow = prm["slow_delay"] if prm["slow_rank"] == rank else 0.0
+        self.buffer_capacity = prm["buffer_capacity"]
+        self.states = {}                 # group -> state received from a supplier, not yet installed
+
+    def warm_up(self):
+        warm_up(self.job.predicate, self.dtypes, self.core.local_join)
+
+    def on_data(self, src, header, batches):
+        if self.slow:                     # a slower node: extra seconds per 1000 tuples
+            time.sleep(self.slow * sum(len(b) for b in batches) / 1000)
+        return self._join(header.bounds, batches)
+
+    def _join(self, bounds, batches):
+        out = Output()
+        sa, sb, tin = self.core.on_epoch(np.asarray(bounds, np.int64), batches)
+        out.emit((sa, sb), tin)
+        return out
+
+    # -- state migration -------------------------------------------------------------------
+    def on_control(self, src, msg, ctx):
+        if isinstance(msg, MigrateOut):
+            return self._migrate_out(msg, ctx)
+        if isinstance(msg, Install):
+            return self._install(msg, ctx)
+        return super().on_control(src, msg, ctx)
+
+    def _migrate_out(self, msg, ctx):
+        """Supplier, on arrival: send group p's windows, split information and still-buffered
+        tuples straight to the consumer."""
+        p = msg.group
+        arrays, info = self.core.take_group(p)
+        part = self.core.part
+        buffered = ctx.take_queued(lambda b: part.partitions(b["_h"]) == p)
+        out = Output()
+        out.move(msg.to, state_header(p, info), state_arrays(arrays, info, buffered, self.core.store_dtypes))
+        out.tell(DRIVER, Migrated(p, "supplier"))
+        return out
+
+    def on_state(self, src, header, arrays):
+        p, arrays, info, buffered = read_state(header, arrays)
+        self.states[p] = (arrays, info, buffered)
+
+    def state_dtypes_for(self, header):
+        return state_dtypes(header, self.core.store_dtypes, self.dtypes)
+
+    def _install(self, msg, ctx):
+        """Consumer, in order: wait for the supplier's state, install it, join its buffered tuples."""
+        p = msg.group
+        ctx.wait(lambda: p in self.states)
+        arrays, info, buffered = self.states.pop(p)
+        self.core.put_group(p, arrays, info)
+        out = self._join(msg.bounds, buffered)
+        out.tell(DRIVER, Migrated(p, "consumer"))
+        return out
+
+    # -- checkpoint state ------------------------------------------------------------------
+    def snapshot(self):
+        return self.core.snapshot()
+
+    def restore(self, arrays, attrs):
+        self.core.restore(arrays, attrs)
+
+    def state_dtype(self, name):
+        return self.core.state_dtype(name)
+
+    def stats(self):
+        w0, w1 = self.core.window_tuples()
+        return {"window_tuples": w0 + w1, "buckets": self.core.buckets()}
+
+
+class HashJoinCore:
+    """Per-group windows and the epoch join, independent of any runtime (tested directly).
+
+    Each bucket of a group is a local_join.BinaryJoin: its windows and its index are kept across
+    epochs; the equi key is what partitions, band and theta conditions are checked on the
+    candidate pairs (residual conditions)."""
+
     def __init__(self, partitioner, dtypes, local_join="index", theta=0, block_bytes=4096):
         self.part = partitioner
         self.dtypes = dtypes
         self.local_join = local_join
         self.theta, self.block_bytes = theta, block_bytes
+        self.make_store = lambda: BinaryJoin(partitioner.pred, dtypes, local_join)
+        self.store_dtypes = self.make_store().dtypes       # window rows: runtime rows + key columns
         self.groups = {}                 # partition -> ExtendibleGroup
+
+    def _new_group(self):
+        return ExtendibleGroup(self.store_dtypes, self.theta, self.block_bytes, make_store=self.make_store)
 
     def _group(self, p):
         g = self.groups.get(p)
         if g is None:
-            g = self.groups[p] = ExtendibleGroup(self.dtypes, self.theta, self.block_bytes)
+            g = self.groups[p] = self._new_group()
         return g
 
     def on_epoch(self, bounds, batches):
@@ -48,23 +143,15 @@ class HashJoinModule:
                     for bucket, rows in g.route(by_part[s][p]):
                         new.setdefault(id(bucket), [bucket, batches[0][:0], batches[1][:0]])[1 + s] = rows
             for bucket, nA, nB in new.values():
-                oA, oB = bucket.windows[0].view(), bucket.windows[1].view()
-                for A, B in ((nA, oB), (oA, nB), (nA, nB)):
-                    if len(A) and len(B):
-                        self._join(A, B, out)
-                bucket.windows[0].append(nA)
-                bucket.windows[1].append(nB)
-            g.tune()
+                r = bucket.store.step(nA, nB)
+                if len(r[0]):
+                    out.append(r)
+            if self.theta:
+                g.tune()
         self.expire(bounds)
         if not out:
             return _NONE, _NONE, _NONE
         return tuple(np.concatenate([o[k] for o in out]) for k in range(3))
-
-    def _join(self, A, B, out):
-        ia, ib = equi_join(A, B, self.part.keys(A, 0), self.part.keys(B, 1), self.local_join)
-        if len(ia):
-            sa, sb = A["seq"][ia], B["seq"][ib]
-            out.append((sa, sb, np.where(sa > sb, A["_tin"][ia], B["_tin"][ib])))
 
     def expire(self, bounds):
         for g in self.groups.values():
@@ -90,7 +177,7 @@ class HashJoinModule:
         return g.state()
 
     def put_group(self, p, arrays, info):
-        g = ExtendibleGroup(self.dtypes, self.theta, self.block_bytes)
+        g = self._new_group()
         g.install(arrays, info)
         self.groups[p] = g
 
@@ -115,5 +202,5 @@ class HashJoinModule:
         """dtype a checkpointed array must have: group/<p>/<bucket>/<stream>."""
         parts = name.split("/")
         if len(parts) == 4 and parts[0] == "group" and parts[3] in ("0", "1"):
-            return self.dtypes[int(parts[3])]
+            return self.store_dtypes[int(parts[3])]
         return None

@@ -1,38 +1,301 @@
-"""Local equi-join of two batches of runtime tuples (block nested loop or hash index)."""
+"""Local binary window joins, maintained incrementally: what every strategy's worker joins with.
+
+`BinaryJoin` holds the windows of two streams (window.Window, rows keep absolute numbers) and
+the index its predicate needs, kept across batches: entries are appended on arrival and dropped
+with expiry, never rebuilt per batch. A batch step joins new R x window S, window R x new S and
+new R x new S, keeping a pair only when its newer tuple sees the older one (window.py), then
+appends the new tuples and expires by the bounds. Index kinds, chosen from the predicate:
+
+- equi: the hash of the equi key (`_h`) sorted, in two runs: a large sorted run and a small one
+  that new entries are merged into; when the small run passes a quarter of the large one the two
+  are merged (linear, numba) and expired entries dropped. One key's entries are contiguous in
+  each run, so a probe is two binary searches and a short scan. Keys are compared exactly.
+- band: the same two runs over the first band column (float64); a probe scans [x - eps, x + eps].
+- scan: a nested loop over the visible part of the window (theta and anything else).
+- bnl: the shared-nothing paper's block nested loop for equi keys.
+Conditions the index does not decide (a band or theta next to an equi key) are evaluated on the
+candidate pairs only.
+"""
 import numpy as np
+from numba import njit
 
 from .. import kernels as K
+from ..config import Band, Equi
+from ..predicate import band_matrix, binary_parts, key_hash, key_matrix
+from ..window import Window
+
+_E = np.zeros(0, np.int64)
 
 
-def equi_join(A, B, ka, kb, method):
-    """Row pairs (ia, ib) of A x B with equal keys where the newer tuple sees the older one.
-
-    A, B: runtime arrays (fields seq, _coord, _lo, _h); ka, kb: (n, k) int64 key matrices."""
-    if len(A) == 0 or len(B) == 0:
-        return K._EMPTY, K._EMPTY
-    args_a = (A["seq"], A["_coord"], A["_lo"])
-    args_b = (B["seq"], B["_coord"], B["_lo"])
-    guess = 2 * (len(A) + len(B))
-    if method == "bnl":
-        return K.collect(K.equi_bnl, ka, *args_a, kb, *args_b, guess=guess)
-    # index the smaller side (sorted by key hash: one key's entries are contiguous) and probe it
-    if len(A) < len(B):
-        ib, ia = _index_join(B, kb, args_b, A, ka, args_a, guess)
-        return ia, ib
-    return _index_join(A, ka, args_a, B, kb, args_b, guess)
+def derived_dtype(dtype, n_keys, n_bands):
+    """A window row: the runtime row plus its equi key as int64 and band columns as float64."""
+    extra = ([("_key", np.int64, (n_keys,))] if n_keys else []) + ([("_band", np.float64, (n_bands,))] if n_bands else [])
+    return np.dtype(dtype.descr + extra)
 
 
-def _index_join(P, kp, args_p, X, kx, args_x, guess):
-    hx = X["_h"]
-    order = np.argsort(hx, kind="stable").astype(np.int64)
-    return K.collect(K.equi_index, kp, P["_h"], *args_p, kx, hx[order], order, *args_x, guess=guess)
+class BinaryJoin:
+    """Windows of streams i=0 and j=1 of a binary predicate, with an incremental index.
+
+    `method`: "index" (equi hash index if there is an equi condition, else a band index if there
+    is a band, else scan), "bnl" (block nested loop on the equi key) or "scan"."""
+
+    def __init__(self, pred, dtypes, method="index", i=0, j=1):
+        self.pred, self.i, self.j = pred, i, j
+        eq_i, eq_j, bands, thetas = binary_parts(pred, i, j)
+        self.key_cols = (eq_i, eq_j)
+        self.band_cols = ([b.left[1] for b in bands], [b.right[1] for b in bands])
+        self.eps = np.array([b.eps for b in bands], np.float64)
+        self.closed = np.array([b.closed for b in bands], np.bool_)
+        if method == "index":
+            method = "equi" if eq_i else ("band" if bands else "scan")
+        if method == "bnl" and not eq_i:
+            method = "scan"
+        self.method = method
+        decided = {"equi": {Equi}, "bnl": {Equi}, "band": {Band}, "scan": set()}[method]
+        self.residual = any(type(c) not in decided for c in pred.between(i, j))
+        if method == "band" and len(bands) > 1:
+            self.residual = True
+        self.dtypes = [derived_dtype(dt, len(eq_i), len(bands)) for dt in dtypes]
+        self.windows = [Window(dt) for dt in self.dtypes]
+        self.runs = [SortedRuns(np.uint64 if method == "equi" else np.float64) for _ in (0, 1)]
+
+    # -- the batch step ---------------------------------------------------------------------
+    def step(self, new0, new1, bounds=None):
+        """Join one batch of each stream with the windows and with each other, then append them
+        (and expire, when `bounds` is given). Returns (seq 0, seq 1, tin of the newer tuple)."""
+        n0, n1 = self.derive(new0, 0), self.derive(new1, 1)
+        out = []
+        w0, w1 = self.windows[0].view(), self.windows[1].view()
+        if len(n0) and len(w1):
+            out.append(self._pairs(n0, 0, w1, self.windows[1].base, self.runs[1]))
+        if len(n1) and len(w0):
+            out.append(self._pairs(n1, 1, w0, self.windows[0].base, self.runs[0]))
+        if len(n0) and len(n1):
+            key = self._sortkey(n1, 1)
+            run = SortedRuns.of(key) if key is not None else None
+            out.append(self._pairs(n0, 0, n1, 0, run))
+        # results are read out before appending: an append may compact the window under its views
+        res = [(A["seq"][a], B["seq"][b], np.where(A["seq"][a] > B["seq"][b], A["_tin"][a], B["_tin"][b]))
+               for (A, a, B, b) in out if len(a)]
+        self.append(n0, 0)
+        self.append(n1, 1)
+        if bounds is not None:
+            self.expire(bounds)
+        if not res:
+            return _E, _E, _E
+        return tuple(np.concatenate([r[k] for r in res]) for k in range(3))
+
+    def _pairs(self, P, p, X, xbase, run):
+        """Pairs (rows of P, rows of X) where P is stream p's rows and X the other's; returns
+        (rows of stream 0, idx, rows of stream 1, idx) oriented by stream."""
+        ip, ix = self._probe(P, p, X, xbase, run)
+        if self.residual and len(ip):
+            A, B, ia, ib = (P, X, ip, ix) if p == 0 else (X, P, ix, ip)
+            from ..oracle import pair_mask
+            keep = pair_mask(self.pred, self.i, self.j, A, B, ia, ib)
+            ip, ix = ip[keep], ix[keep]
+        return (P, ip, X, ix) if p == 0 else (X, ix, P, ip)
+
+    def _probe(self, P, p, X, xbase, run):
+        vis_p = (P["seq"], P["_coord"], P["_lo"])
+        vis_x = (X["seq"], X["_coord"], X["_lo"])
+        guess = 2 * (len(P) + len(X)) + 64
+        if self.method == "equi":
+            res = [K.collect(equi_run, P["_key"], P["_h"], *vis_p, rk, rp, xbase, X["_key"], *vis_x, guess=guess)
+                   for rk, rp in run.runs() if len(rk)]
+        elif self.method == "band":
+            eps = self.eps
+            res = [K.collect(band_run, P["_band"], *vis_p, rk, rp, xbase, X["_band"], *vis_x, eps, self.closed,
+                             guess=guess) for rk, rp in run.runs() if len(rk)]
+        elif self.method == "bnl":
+            res = [K.collect(K.equi_bnl, P["_key"], *vis_p, X["_key"], *vis_x, guess=guess)]
+        else:
+            res = [_scan(P, X, vis_p, vis_x)]
+        if not res:
+            return _E, _E
+        return np.concatenate([r[0] for r in res]), np.concatenate([r[1] for r in res])
+
+    # -- window maintenance -----------------------------------------------------------------
+    def derive(self, batch, s):
+        """A batch of runtime rows as window rows (the key and band columns filled in)."""
+        if batch.dtype == self.dtypes[s]:
+            return batch
+        out = np.empty(len(batch), self.dtypes[s])
+        for name in batch.dtype.names:
+            out[name] = batch[name]
+        if self.key_cols[0]:
+            out["_key"] = key_matrix(batch, self.key_cols[s])
+            out["_h"] = key_hash(out["_key"])
+        if len(self.eps):
+            out["_band"] = band_matrix(batch, self.band_cols[s])
+        return out
+
+    def _sortkey(self, rows, s):
+        if self.method == "equi":
+            return rows["_h"]
+        if self.method == "band":
+            return rows["_band"][:, 0].copy()
+        return None
+
+    def append(self, rows, s):
+        w = self.windows[s]
+        first = w.base + len(w)
+        w.append(rows)
+        key = self._sortkey(rows, s)
+        if key is not None:
+            self.runs[s].add(key, first, w.base)
+
+    def expire(self, bounds):
+        for s, w in enumerate(self.windows):
+            w.expire(bounds[self.i if s == 0 else self.j] if len(bounds) > 2 else bounds[s])
+
+    def __len__(self):
+        return len(self.windows[0]) + len(self.windows[1])
+
+    # -- state: the windows' rows; indexes are rebuilt from them on restore -----------------
+    def load(self, rows0, rows1):
+        """Append rows (in seq order) without joining them: installing moved or restored state."""
+        for s, rows in enumerate((rows0, rows1)):
+            if len(rows):
+                self.append(self.derive(rows, s), s)
 
 
-def warm_up(dtypes, n_keys, method):
-    """Compile (or load from numba's cache) the kernels for these tuple types before data
-    arrives, so the first epoch's production delay is not a compiler's."""
-    a = np.zeros(2, dtypes[0])
-    b = np.zeros(3, dtypes[1])
-    keys = np.zeros((2, n_keys), np.int64), np.zeros((3, n_keys), np.int64)
-    equi_join(a, b, keys[0], keys[1], method)
-    equi_join(b, a, keys[1], keys[0], method)
+class SortedRuns:
+    """(key, absolute row) pairs sorted by key in two runs; see the module docstring."""
+
+    def __init__(self, key_dtype):
+        self.kd = key_dtype
+        self.big = (np.zeros(0, key_dtype), _E)
+        self.small = (np.zeros(0, key_dtype), _E)
+
+    @classmethod
+    def of(cls, keys):
+        r = cls(keys.dtype)
+        order = np.argsort(keys, kind="stable")
+        r.big = (keys[order], order.astype(np.int64))
+        return r
+
+    def runs(self):
+        return (self.big, self.small)
+
+    def add(self, keys, first, live_from):
+        """Entries for rows first, first+1, ... with these keys; entries below `live_from` are
+        dropped when runs merge."""
+        if not len(keys):
+            return
+        keys = np.asarray(keys, self.kd)
+        order = np.argsort(keys, kind="stable")
+        new = (keys[order], order.astype(np.int64) + first)
+        self.small = _merge(*self.small, *new, live_from)
+        if len(self.small[0]) > len(self.big[0]) // 4 + 1024:
+            self.big = _merge(*self.big, *self.small, live_from)
+            self.small = (np.zeros(0, self.kd), _E)
+
+
+def _merge(k1, p1, k2, p2, live_from):
+    n = len(k1) + len(k2)
+    ko = np.empty(n, k1.dtype if len(k1) else k2.dtype)
+    po = np.empty(n, np.int64)
+    m = merge_runs(k1, p1, k2, p2, live_from, ko, po)
+    return ko[:m], po[:m]
+
+
+@njit(cache=True)
+def merge_runs(k1, p1, k2, p2, live_from, ko, po):
+    """Merge two runs sorted by key (then row), dropping rows below live_from."""
+    a = b = m = 0
+    while a < k1.shape[0] or b < k2.shape[0]:
+        if b >= k2.shape[0] or (a < k1.shape[0] and (k1[a] < k2[b] or (k1[a] == k2[b] and p1[a] <= p2[b]))):
+            k, p = k1[a], p1[a]
+            a += 1
+        else:
+            k, p = k2[b], p2[b]
+            b += 1
+        if p >= live_from:
+            ko[m] = k
+            po[m] = p
+            m += 1
+    return m
+
+
+@njit(cache=True)
+def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x_seq, x_coord, x_lo, out_a, out_b):
+    """Probe one run of an equi index: rows of X whose key equals the probe's and whose visibility
+    holds. Entries of expired rows (pos < xbase) are skipped."""
+    n = 0
+    cap = out_a.shape[0]
+    nx = x_seq.shape[0]
+    for i in range(p_h.shape[0]):
+        h = p_h[i]
+        q = np.searchsorted(run_h, h)
+        while q < run_h.shape[0] and run_h[q] == h:
+            j = run_pos[q] - xbase
+            q += 1
+            if j < 0 or j >= nx:
+                continue
+            if K._match(p_keys, i, x_keys, j, 0, p_seq, p_coord, p_lo, x_seq, x_coord, x_lo):
+                if n < cap:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
+    return n
+
+
+@njit(cache=True)
+def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq, x_coord, x_lo, eps, closed,
+             out_a, out_b):
+    """Probe one run of a band index (sorted on the first band column): rows of X within every
+    band of the probe, visible to each other."""
+    n = 0
+    cap = out_a.shape[0]
+    nx = x_seq.shape[0]
+    for i in range(p_band.shape[0]):
+        v = p_band[i, 0]
+        q = np.searchsorted(run_v, v - eps[0])
+        while q < run_v.shape[0] and run_v[q] <= v + eps[0]:
+            j = run_pos[q] - xbase
+            q += 1
+            if j < 0 or j >= nx:
+                continue
+            if K._band_ok(p_band, i, x_band, j, eps, closed) and K._visible(
+                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
+                if n < cap:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
+    return n
+
+
+@njit(cache=True)
+def visible_pairs(p_seq, p_coord, p_lo, x_seq, x_coord, x_lo, i0, i1, out_a, out_b):
+    """Every pair (i in [i0, i1), j) of probe and window rows in which the newer sees the older."""
+    n = 0
+    cap = out_a.shape[0]
+    for i in range(i0, i1):
+        for j in range(x_seq.shape[0]):
+            if K._visible(p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
+                if n < cap:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
+    return n
+
+
+def _scan(P, X, vis_p, vis_x, pairs_per_block=1 << 22):
+    """Nested loop in blocks of probe rows (bounded memory); candidates are filtered by the
+    residual conditions afterwards (every condition, for a scan)."""
+    step = max(1, pairs_per_block // max(1, len(X)))
+    res = [K.collect(visible_pairs, *vis_p, *vis_x, i0, min(i0 + step, len(P)), guess=1024)
+           for i0 in range(0, len(P), step)]
+    if not res:
+        return _E, _E
+    return np.concatenate([r[0] for r in res]), np.concatenate([r[1] for r in res])
+
+
+def warm_up(pred, dtypes, method):
+    """Compile (or load from numba's cache) the kernels of this join before data arrives, so the
+    first batch's production delay is not a compiler's."""
+    j = BinaryJoin(pred, dtypes, method)
+    for k in range(2):
+        j.step(np.zeros(2 + k, dtypes[0]), np.zeros(3, dtypes[1]))
+    j.runs[0].big = _merge(j.runs[0].big[0], j.runs[0].big[1], j.runs[0].big[0], j.runs[0].big[1], 0)

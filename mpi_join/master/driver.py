@@ -1,0 +1,228 @@
+"""The shared driver lifecycle (rank 0): replay, credits, checkpoints, end of stream and finish.
+
+The driver owns everything a strategy's routing does not: it waits until every worker is READY,
+replays the input through the source an epoch at a time and hands each epoch to the strategy's
+router, which decides where tuples go and sends them with `send` (credits per link: at most
+`max_inflight` unacknowledged DATA messages per entry link; while waiting, the driver keeps
+handling what workers send). At epoch ends it cuts checkpoints (markers on every entry link; the
+workers forward them along the topology) and lets the router adapt. At the end of the input it
+sends end-of-stream, detects termination with probes (the four-counter method: two waves with the
+same counts, DATA sent equal to DATA handled) and tells every worker to finish.
+"""
+import time
+
+import numpy as np
+
+from .. import checkpoint as ck
+from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, MarkerDone, Probe, ProbeReply, Tag,
+                        decode_control)
+from ..staged import read_manifest
+from ..transport import Credits, pack, unpack_obj
+from .checkpointer import Checkpointer
+from .source import Source
+
+
+class Router:
+    """What a strategy supplies on the driver. Calling contract:
+    - `annotate(batch, stream)` fills strategy columns (e.g. `_h`) of each released batch;
+    - `route(batches, slot)` once per released slot (an epoch has `slots` slots), in seq order;
+      it sends with `driver.send(dest, batches, lane)` now or keeps tuples for later;
+    - `flush()` sends everything kept (before a checkpoint and at the end of the input);
+    - `quiet()` is True when nothing is in flight that a checkpoint could not capture;
+    - `end_of_epoch(epoch)` after each epoch (after any checkpoint cut at that epoch);
+    - `on_control(src, msg)` for the strategy's control records from workers;
+    - `snapshot()`/`restore()` its state at a checkpoint; `stats()` for the driver's metrics."""
+    slots = 1
+
+    def __init__(self, job, topology, driver):
+        self.job, self.topology, self.driver = job, topology, driver
+
+    def annotate(self, batch, stream):
+        pass
+
+    def route(self, batches, slot):
+        raise NotImplementedError
+
+    def flush(self):
+        pass
+
+    def quiet(self):
+        return True
+
+    def end_of_epoch(self, epoch):
+        pass
+
+    def on_control(self, src, msg):
+        raise RuntimeError(f"driver: unexpected control record {msg.op!r} from rank {src}")
+
+    def snapshot(self):
+        return {}, {}
+
+    def restore(self, arrays, attrs):
+        pass
+
+    def state_dtype(self, name):
+        return None
+
+    def stats(self):
+        return {}
+
+
+class Driver:
+    def __init__(self, job, tx, topology, router_cls, metrics, progress, resume=None):
+        self.job, self.tx, self.topo, self.metrics, self.progress = job, tx, topology, metrics, progress
+        self.workers = topology.workers
+        self.entries = topology.entries()
+        self.router = router_cls(job, topology, self)
+        man = read_manifest(job.staged)
+        counts = [man["streams"][s.name]["count"] for s in job.streams] if man and "streams" in man and all(
+            s.name in man["streams"] for s in job.streams) else None
+        self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts)
+        self.credits = Credits(self.entries, job.run.max_inflight)
+        self.msg_no = {e: 0 for e in self.entries}
+        self.results = {w: 0 for w in self.workers}
+        self.sent = 0                      # DATA messages sent (termination counts)
+        self.epoch = 0
+        self.done = {}
+        self.loads = {}
+        self._probe = {}
+        self.ckpt = Checkpointer(job, tx, self.entries, self.workers, tx.size)
+        self.resumed_from = None
+        if resume:
+            self._restore(*resume)
+        self.ckpt.start_clock(self.source.released)
+
+    @property
+    def total(self):
+        return self.source.total
+
+    # -- what routers call ------------------------------------------------------------------
+    def send(self, dest, batches, lane=0, extra=(), bounds=None):
+        """Send one DATA message to entry worker `dest`, waiting for credit (handling messages meanwhile)."""
+        while self.credits.full(dest):
+            self._handle(*self.tx.recv())
+        b = self.source.bounds() if bounds is None else bounds
+        h = DataHeader(self.msg_no[dest], lane, tuple(int(x) for x in b), tuple(extra))
+        self.tx.send(dest, Tag.DATA, pack(h.encode(), batches))
+        self.msg_no[dest] += 1
+        self.sent += 1
+        self.metrics.tuples_out += sum(len(x) for x in batches)
+        self.credits.sent(dest)
+
+    def control(self, dest, msg):
+        self.tx.send(dest, Tag.CTRL, msg.encode())
+
+    def wait(self, ready):
+        """Handle incoming messages until `ready()` holds."""
+        while not ready():
+            self._handle(*self.tx.recv())
+
+    def drain(self):
+        while (msg := self.tx.poll()) is not None:
+            self._handle(*msg)
+
+    def load(self, ranks):
+        """Ask `ranks` for their load since the last request: {rank: LoadReport}."""
+        self.loads = {}
+        for r in ranks:
+            self.control(r, LoadRequest())
+        self.wait(lambda: all(r in self.loads for r in ranks))
+        return dict(self.loads)
+
+    def bounds(self):
+        return self.source.bounds()
+
+    # -- the lifecycle ----------------------------------------------------------------------
+    def run(self):
+        for _ in self.workers:            # the replay clock starts when every worker is ready
+            self.tx.recv(tag=Tag.READY)
+        self.progress.restart()
+        self.t_replay = time.perf_counter()
+        slots, slot = self.router.slots, 0
+        while not self.source.done:
+            batches = self.source.next_epoch()
+            self.metrics.tuples_in += sum(len(b) for b in batches)
+            self.router.route(batches, slot % slots)
+            slot += 1
+            if slot % slots == 0:
+                self.epoch += 1
+                if self.ckpt.due(self.source.released) and not self.source.done:
+                    self._cut()
+                self.router.end_of_epoch(self.epoch)
+            self.drain()
+            self.progress.update(self.source.released, sum(self.results.values()))
+        self.router.flush()
+        self.wait(self.router.quiet)
+        self.router.flush()
+        for e in self.entries:
+            self.control(e, Eos())
+        self.wait(lambda: not self.ckpt.pending)
+        self._terminate()
+        for w in self.workers:
+            self.control(w, Fin())
+        self.wait(lambda: len(self.done) == len(self.workers))
+        self.tx.flush()
+        self.wall_s = time.perf_counter() - self.t_replay
+        self.progress.update(self.source.released, sum(self.results.values()), force=True)
+        self.progress.close()
+        self.metrics.epochs = self.epoch
+        self.metrics.extra.update(peak_inflight=max(self.credits.peak.values(), default=0),
+                                  topology=self.topo.name, **self.router.stats())
+        return [self.done[w] for w in self.workers]
+
+    def _cut(self):
+        """A consistent cut after this epoch: everything routed so far is sent, nothing is moving."""
+        self.router.flush()
+        self.wait(self.router.quiet)
+        self.router.flush()
+        arrays, attrs = self.router.snapshot()
+        self.ckpt.cut(self.epoch - 1, self.source.released, {f"router/{k}": v for k, v in arrays.items()},
+                      {"router": attrs, "tuples_out": self.metrics.tuples_out, "sent": self.sent})
+
+    def _terminate(self):
+        """Probe waves until two in a row see the same counts and every DATA sent was handled."""
+        wave, prev, sleep = 0, None, 0.0001
+        while True:
+            wave += 1
+            self._probe = {}
+            for w in self.workers:
+                self.control(w, Probe(wave))
+            self.wait(lambda: len(self._probe) == len(self.workers))
+            sent = self.sent + sum(r.sent for r in self._probe.values())
+            got = sum(r.received for r in self._probe.values())
+            if sent == got and prev == (sent, got):
+                return
+            prev = (sent, got)
+            time.sleep(sleep)
+            sleep = min(2 * sleep, 0.005)
+
+    def _restore(self, root, cid):
+        arrays, attrs = ck.read_rank(root, cid, 0, lambda n: self.router.state_dtype(n[7:]) if n.startswith("router/") else None)
+        self.router.restore({k[7:]: v for k, v in arrays.items()}, attrs["router"])
+        self.source.seek(attrs["input_offset"])
+        self.sent = attrs["sent"]
+        self.metrics.tuples_out = attrs["tuples_out"]
+        self.epoch = attrs["epoch"] + 1
+        self.ckpt.next_id = cid + 1
+        self.resumed_from = {"checkpoint": cid, "input_offset": attrs["input_offset"]}
+
+    # -- messages from workers --------------------------------------------------------------
+    def _handle(self, src, tag, buf):
+        if tag == Tag.ACK:
+            self.credits.acked(src)
+            self.results[src] = int(buf.view(np.int64)[1])
+        elif tag == Tag.CTRL:
+            msg = decode_control(buf)
+            if isinstance(msg, MarkerDone):
+                self.ckpt.on_ack(src, msg)
+            elif isinstance(msg, ProbeReply):
+                self._probe[src] = msg
+            elif isinstance(msg, LoadReport):
+                self.loads[src] = msg
+            else:
+                self.router.on_control(src, msg)
+        elif tag == Tag.DONE:
+            self.done[src] = unpack_obj(buf)
+            self.results[src] = self.done[src]["results"]
+        else:
+            raise RuntimeError(f"driver: unexpected {tag.name} message from rank {src}")

@@ -1,0 +1,186 @@
+"""The `hash` strategy's routing on the driver: hash-partitioned mini-buffers drained to slaves
+every epoch, reorganised by load (IV-B, IV-C, V).
+
+Each released tuple is hashed on its equi keys into a partition (a partition group, the unit
+that moves); every slave receives, per epoch, one message with the tuples of the groups it owns
+from both streams. With sub-groups, the epoch is cut into `subgroups` slots and each slot serves
+one sub-group of slaves, so the driver holds about half as much at its peak.
+
+Every `reorganize_every` epochs the controller reads each slave's load (buffer occupancy and CPU
+busy fraction), moves one group from each supplier to a consumer (the supplier sends the group's
+windows, buffered tuples and split information straight to the consumer; the driver holds the
+group's new tuples until both have acknowledged) and adjusts the degree of declustering.
+"""
+import numpy as np
+
+from ..errors import InputError
+from ..partitioning import PartitionMap, Partitioner, group_rows
+from ..partitioning.migration import Install, Migrated, MigrateOut
+from . import controller
+from .driver import Router
+
+
+class HashRouter(Router):
+    def __init__(self, job, topology, driver):
+        super().__init__(job, topology, driver)
+        self.params = prm = job.strategy.params
+        self.part = Partitioner(job, prm["partitions"])
+        self.slaves = topology.workers
+        self.slots = self.g = max(1, min(prm["subgroups"], len(self.slaves)))
+        self.map = PartitionMap(self.part.n_partitions, self.slaves)
+        self.active = list(self.slaves)
+        self.acc = {s: ([], []) for s in self.slaves}      # routed, not yet sent (per slave)
+        self.moving = {}                                   # partition -> migration in flight
+        self._complete = []
+        self.peak_buffer = 0
+        self.rng = np.random.default_rng(prm["seed"])
+        self.reorgs = 0
+        self.log = {"migrations": [], "deactivated": [], "activated": [], "occupancy": [], "busy": []}
+
+    def annotate(self, batch, stream):
+        batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
+
+    # -- distribution ---------------------------------------------------------------------
+    def route(self, batches, slot):
+        """Append each released tuple to its owner's mini-buffer (or the held tuples of a group
+        that is moving), then drain this slot's sub-group."""
+        for s_idx, b in enumerate(batches):
+            parts = self.part.partitions(b["_h"])
+            owner = self.map.owner[parts].copy()
+            for p in self.moving:
+                owner[parts == p] = -1 - p
+            for o, rows in group_rows(b, owner):
+                dest = self.acc[o] if o >= 0 else self.moving[-1 - o]["held"]
+                dest[s_idx].append(rows)
+        self.peak_buffer = max(self.peak_buffer, self._buffered_bytes())
+        self._flush(self.active[slot::self.g])
+        self._finish_migrations()
+
+    def flush(self):
+        self._flush(self.slaves)
+        self._finish_migrations()
+
+    def quiet(self):
+        self._finish_migrations()
+        return not self.moving
+
+    def _buffered_bytes(self):
+        n = sum(x.nbytes for a in self.acc.values() for side in a for x in side)
+        return n + sum(x.nbytes for m in self.moving.values() for side in m["held"] for x in side)
+
+    def _flush(self, slaves):
+        for s in slaves:
+            parts = [_cat(side, dt) for side, dt in zip(self.acc[s], self.driver.source.dtypes)]
+            self.acc[s] = ([], [])
+            self._send(s, parts)
+
+    def _send(self, s, parts):
+        # a consumer must keep what the held tuples of a group moving to it will need: its
+        # bounds stay where they were when the move began until the held tuples reach it
+        bounds = np.array(self.driver.bounds(), np.int64)
+        for m in self.moving.values():
+            if m["to"] == s:
+                bounds = np.minimum(bounds, m["bounds"])
+        self.driver.send(s, parts, bounds=bounds)
+
+    # -- reorganisation -------------------------------------------------------------------
+    def end_of_epoch(self, epoch):
+        every = self.params["reorganize_every"]
+        if every and epoch % every == 0 and not self.moving and not self.driver.source.done:
+            self.flush()
+            self._reorganise(epoch)
+
+    def _reorganise(self, epoch):
+        self.reorgs += 1
+        loads = self.driver.load(self.active)
+        occ = {s: r.occupancy for s, r in loads.items()}
+        busy = {s: r.busy for s, r in loads.items()}
+        self.log["occupancy"].append({"epoch": epoch, **{str(s): round(o, 4) for s, o in occ.items()}})
+        self.log["busy"].append({"epoch": epoch, **{str(s): round(o, 3) for s, o in busy.items()}})
+        groups_of = {s: [int(p) for p in self.map.partitions_of(s)] for s in self.active}
+        inactive = [s for s in self.slaves if s not in self.active]
+        prm = self.params
+        if prm["force"]:
+            pl = controller.forced_plan(groups_of, self.active, inactive, self.rng, prm["force"], self.reorgs)
+        else:
+            pl = controller.plan(occ, groups_of, self.active, inactive, self.rng, prm["supply_threshold"],
+                                 prm["consumer_threshold"], prm["rho"], prm["declustering"], busy=busy,
+                                 idle_busy=prm["idle_busy"], windows_full=self.driver.source.windows_full())
+        for s in pl.activate:
+            self.active.append(s)
+            self.active.sort()
+            self.log["activated"].append({"epoch": epoch, "slave": s})
+        for p, src, dst in pl.moves:
+            self._migrate(p, src, dst, epoch)
+        for s in pl.deactivate:
+            self.active.remove(s)
+            self.log["deactivated"].append({"epoch": epoch, "slave": s})
+
+    def _migrate(self, p, src, dst, epoch):
+        """Start moving partition group p: the supplier sends its state to the consumer; the
+        group's new tuples are held here until both acknowledge."""
+        bounds = [int(x) for x in self.driver.bounds()]
+        self.moving[p] = {"from": src, "to": dst, "acks": set(), "held": ([], []), "epoch": epoch,
+                          "bounds": np.array(bounds, np.int64)}
+        self.driver.control(src, MigrateOut(p, dst))
+        self.driver.control(dst, Install(p, src, tuple(bounds)))
+        self.log["migrations"].append({"epoch": epoch, "group": p, "from": src, "to": dst})
+
+    def on_control(self, src, msg):
+        if not isinstance(msg, Migrated):
+            return super().on_control(src, msg)
+        m = self.moving[msg.group]
+        m["acks"].add(msg.role)
+        if m["acks"] == {"supplier", "consumer"}:
+            self._complete.append(msg.group)
+
+    def _finish_migrations(self):
+        """Release the held tuples of groups whose move has been acknowledged. Called only
+        between sends: a message to the consumer that is still being sent (waiting for credit)
+        must not be overtaken by one whose bounds assume it has arrived."""
+        while self._complete:
+            p = self._complete.pop(0)
+            m = self.moving.pop(p)
+            self.map.owner[p] = m["to"]
+            # the held tuples go out together with everything else routed to the consumer, so
+            # the bounds in the message hold for all the tuples it has not seen yet
+            to = m["to"]
+            parts = [_cat(a + h, dt) for a, h, dt in zip(self.acc[to], m["held"], self.driver.source.dtypes)]
+            self.acc[to] = ([], [])
+            self._send(to, parts)
+
+    # -- checkpoint state -----------------------------------------------------------------
+    def snapshot(self):
+        return {"partition_owner": self.map.owner.copy()}, {"active": self.active}
+
+    def restore(self, arrays, attrs):
+        owner = arrays["partition_owner"]
+        if len(owner) != self.part.n_partitions:
+            raise InputError(f"checkpoint: partition map has {len(owner)} partitions, the job has "
+                             f"{self.part.n_partitions}")
+        self.map.owner = owner.astype(np.int64)
+        self.active = list(attrs.get("active", self.active))
+
+    def state_dtype(self, name):
+        return np.dtype(np.int64) if name == "partition_owner" else None
+
+    def stats(self):
+        return dict(peak_buffer_bytes=self.peak_buffer, subgroups=self.g, reorganisations=self.reorgs,
+                    active_slaves=self.active,
+                    final_partitions={str(s): int((self.map.owner == s).sum()) for s in self.slaves}, **self.log)
+
+
+def _cat(chunks, dtype):
+    if not chunks:
+        return np.zeros(0, dtype)
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+
+def route(batches, part, pmap):
+    """Split one epoch's batches by owning slave: {slave: [batch of stream 0, batch of stream 1]},
+    each batch still in seq order (the per-partition mini-buffers, merged per slave)."""
+    out = {s: [b[:0] for b in batches] for s in pmap.slaves}
+    for k, b in enumerate(batches):
+        for s, rows in group_rows(b, pmap.owner[part.partitions(b["_h"])]):
+            out[s][k] = rows
+    return out

@@ -1,0 +1,152 @@
+"""The wire protocol every strategy shares: a few generic tags, a data header, typed control records.
+
+Tags name the kind of message, never a strategy. DATA carries a batch: a `DataHeader` (message
+number, a strategy-defined lane, the expiry bounds of all M streams) and one structured array
+per stream, packed by `transport.pack` into one buffer. CTRL carries a small typed record
+(`Control` subclasses: a class-level `op` and named fields, JSON on the wire, never on the data
+path). CTRL travels on the same link as DATA, so a marker sent after a batch is received after
+it (MPI's non-overtaking order between one sender and one receiver).
+"""
+import json
+from dataclasses import asdict, dataclass, fields
+from enum import IntEnum
+from typing import ClassVar
+
+import numpy as np
+
+
+class Tag(IntEnum):
+    START = 1     # rank 0 -> all: go, or the startup error to exit with
+    READY = 2     # worker -> rank 0: kernels compiled, the replay clock may start
+    DATA = 3      # a batch: DataHeader + one array per stream
+    ACK = 4       # a DATA message was processed: a credit back to its sender, and counters
+    CTRL = 5      # a typed control record (markers, probes, strategy control), in order with DATA
+    STATE = 6     # a piece of join state moved between workers (migration, scaling)
+    DONE = 7      # worker -> rank 0: final metrics
+
+
+@dataclass(frozen=True)
+class DataHeader:
+    """Header of a DATA message. `bounds[j]` is stream j's expiry bound: no tuple still to come
+    can see a tuple of j whose coord is below it (window.py). `lane` means what the strategy
+    wants it to (a direction, an operator id, a group); `extra` are more strategy integers."""
+    msg_no: int
+    lane: int
+    bounds: tuple
+    extra: tuple = ()
+
+    def encode(self):
+        return [self.msg_no, self.lane, len(self.bounds), *self.bounds, *self.extra]
+
+    @classmethod
+    def decode(cls, h):
+        m = int(h[2])
+        return cls(int(h[0]), int(h[1]), tuple(int(x) for x in h[3:3 + m]), tuple(int(x) for x in h[3 + m:]))
+
+
+ACK_FIELDS = ("msg_no", "results", "tuples_in")
+
+
+def ack_buffer(msg_no, results, tuples_in):
+    """ACK payload: which message, and the receiver's running result and input counts."""
+    return np.array([msg_no, results, tuples_in], np.int64)
+
+
+_OPS = {}
+
+
+@dataclass(frozen=True)
+class Control:
+    """Base of typed control records. Subclasses set `op` and declare named fields."""
+    op: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if cls.op:
+            if cls.op in _OPS and _OPS[cls.op] is not cls:
+                raise TypeError(f"control op {cls.op!r} declared twice")
+            _OPS[cls.op] = cls
+
+    def encode(self):
+        return np.frombuffer(json.dumps({"op": self.op, **asdict(self)}).encode(), np.uint8).copy()
+
+
+def decode_control(buf):
+    d = json.loads(bytes(buf).decode())
+    op = d.pop("op", None)
+    cls = _OPS.get(op)
+    if cls is None:
+        raise RuntimeError(f"unknown control record {op!r}")
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names})
+
+
+# -- records of the shared lifecycle ---------------------------------------------------------
+@dataclass(frozen=True)
+class Start(Control):
+    op: ClassVar[str] = "start"
+    error: str | None = None
+    resume_dir: str | None = None
+    resume_id: int = -1
+
+
+@dataclass(frozen=True)
+class Marker(Control):
+    """Checkpoint marker: forwarded along every downstream link; a rank's state is cut when the
+    first copy arrives, and the messages that arrive on a link before its own copy are saved with
+    it (channel state), so a ring or a chain is cut consistently without pausing."""
+    op: ClassVar[str] = "marker"
+    id: int = 0
+    epoch: int = 0
+    dir: str = ""
+
+
+@dataclass(frozen=True)
+class MarkerDone(Control):
+    op: ClassVar[str] = "marker_done"
+    id: int = 0
+    files: tuple = ()
+    results: int = 0
+
+
+@dataclass(frozen=True)
+class Eos(Control):
+    """End of stream on one link: its sender will send no more DATA on it."""
+    op: ClassVar[str] = "eos"
+
+
+@dataclass(frozen=True)
+class Probe(Control):
+    """Termination probe (four-counter method): a worker answers with its data message counts."""
+    op: ClassVar[str] = "probe"
+    wave: int = 0
+
+
+@dataclass(frozen=True)
+class ProbeReply(Control):
+    op: ClassVar[str] = "probe_reply"
+    wave: int = 0
+    sent: int = 0          # DATA messages sent to other workers
+    received: int = 0      # DATA messages received from other workers
+
+
+@dataclass(frozen=True)
+class Fin(Control):
+    """Everything is processed everywhere: flush, report and stop."""
+    op: ClassVar[str] = "fin"
+
+
+@dataclass(frozen=True)
+class LoadRequest(Control):
+    op: ClassVar[str] = "load_request"
+
+
+@dataclass(frozen=True)
+class LoadReport(Control):
+    """A worker's load since its last report: buffer occupancy (tuples waiting / capacity,
+    averaged over batches) and CPU busy fraction (CPU seconds / wall seconds)."""
+    op: ClassVar[str] = "load_report"
+    occupancy: float = 0.0
+    busy: float = 0.0
+    tuples: int = 0
+    window_full: bool = False

@@ -1,0 +1,93 @@
+"""What a strategy's worker supplies: a join module, a pure state machine with no MPI in it.
+
+Calling contract (slaves/worker.py is the only caller):
+- `warm_up()` once, before READY: compile every kernel the run will use.
+- `on_data(src, header, batches)` once per DATA message, in the order each link delivered them
+  (links are FIFO; messages of different links interleave). `batches[k]` is stream k's rows
+  (runtime dtype, seq order), `header.bounds[k]` stream k's expiry bound after this message.
+  Returns an Output: results to emit, batches to forward to named ranks, control records.
+- `on_control(src, msg, ctx)` for the strategy's own control records, in order with DATA on the
+  link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA).
+- `on_state(src, header, arrays)` when a STATE message (moved join state) arrives.
+- `on_eos(src)` when the end of the input has passed link `src`.
+- `snapshot()` -> (arrays, attrs) and `restore(arrays, attrs)`: the module's whole state; the
+  worker writes it into the checkpoint and moves nothing else. `state_dtype(name)` validates.
+- `stats()` -> {"window_tuples": n, ...} for metrics.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Output:
+    """What handling one message produced."""
+    results: list = field(default_factory=list)     # (tuple of seq arrays, one per stream; tin array)
+    forward: list = field(default_factory=list)     # (dest, lane, batches, bounds, extra)
+    control: list = field(default_factory=list)     # (dest, Control)
+    state: list = field(default_factory=list)       # (dest, header ints, arrays)
+
+    def emit(self, seqs, tin):
+        if len(tin):
+            self.results.append((tuple(seqs), tin))
+
+    def send(self, dest, batches, bounds, lane=0, extra=()):
+        self.forward.append((dest, lane, batches, tuple(int(b) for b in bounds), tuple(extra)))
+
+    def tell(self, dest, msg):
+        self.control.append((dest, msg))
+
+    def move(self, dest, header, arrays):
+        self.state.append((dest, list(header), list(arrays)))
+
+    def extend(self, other):
+        if other is not None:
+            self.results += other.results
+            self.forward += other.forward
+            self.control += other.control
+            self.state += other.state
+        return self
+
+
+class JoinModule:
+    """Defaults for the optional hooks; a strategy overrides what it needs."""
+    urgent_ops = frozenset()
+    buffer_capacity = 0          # tuples, for the load metric (0: the worker's share of what may be in flight)
+
+    def __init__(self, job, rank, topology, dtypes):
+        self.job, self.rank, self.topology, self.dtypes = job, rank, topology, dtypes
+
+    def warm_up(self):
+        pass
+
+    def on_data(self, src, header, batches):
+        raise NotImplementedError
+
+    def on_control(self, src, msg, ctx):
+        raise RuntimeError(f"rank {self.rank}: unexpected control record {msg.op!r} from rank {src}")
+
+    def on_state(self, src, header, arrays):
+        raise RuntimeError(f"rank {self.rank}: unexpected STATE message from rank {src}")
+
+    def on_eos(self, src):
+        return None
+
+    def snapshot(self):
+        return {}, {}
+
+    def restore(self, arrays, attrs):
+        pass
+
+    def state_dtype(self, name):
+        return None
+
+    def stats(self):
+        return {"window_tuples": 0}
+
+    def state_dtypes_for(self, header):
+        """dtypes of the arrays of a STATE message with this header (for strategies that move state)."""
+        raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
+
+
+def empty(dtype):
+    return np.zeros(0, dtype)

@@ -1,0 +1,347 @@
+"""The shared worker lifecycle: everything a worker rank does that is not its strategy's join.
+
+A worker warms its module up, reports READY, then takes messages off the network as soon as
+they arrive into one FIFO inbox per sending rank, and handles them one at a time:
+- DATA goes to `module.on_data`; what it returns is applied: results are written (with their
+  production delay), forwarded batches go to an outbox per downstream link, sent as credits
+  allow. Each DATA message is acknowledged to its sender after it has been handled (a credit).
+  While any outbox is waiting for credit, the worker takes nothing new from the driver (so
+  backpressure reaches the source), but it keeps handling what other workers send (so a ring or
+  a chain cannot deadlock on credits).
+- Checkpoint markers (Chandy-Lamport, no pause): the first copy cuts the state (results flushed
+  into committed files, `module.snapshot()`), and the marker goes out on every downstream link;
+  DATA that arrives on a link before that link's own copy is saved as channel state. When every
+  upstream link has delivered its copy, the rank file is complete and the driver is told.
+- End of stream travels the input's path (`topology.continues`); the driver ends the job with
+  termination probes (sent and received DATA counts, four-counter method) and FIN.
+A failing worker raises; runtime.py aborts the whole job with its rank and reason.
+"""
+import os
+import time
+from collections import deque
+
+import numpy as np
+
+from .. import checkpoint as ck
+from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, Marker, MarkerDone, Probe, ProbeReply,
+                        Tag, ack_buffer, decode_control)
+from ..topology import DRIVER
+from ..transport import Credits, pack, unpack
+
+
+def injected_fault(rank):
+    """MPI_JOIN_FAULT="rank:batch" makes that rank fail at its batch-th DATA message, counting
+    from 0 (to test that a failing rank aborts the job)."""
+    spec = os.environ.get("MPI_JOIN_FAULT", "")
+    r, _, e = spec.partition(":")
+    return int(e) if r.strip() == str(rank) and e.strip().isdigit() else -1
+
+
+class Cut:
+    """A checkpoint in progress on this rank: the open rank file and the links still recording."""
+
+    def __init__(self, marker, waiting):
+        self.marker = marker
+        self.waiting = set(waiting)
+        self.channel = []                  # (src, header ints, batches) recorded after the cut
+        self.arrays, self.attrs = {}, {}
+
+
+class Worker:
+    def __init__(self, job, tx, topology, module, metrics, writer, resume=None):
+        self.job, self.tx, self.topo, self.module = job, tx, topology, module
+        self.metrics, self.writer = metrics, writer
+        self.rank = tx.rank
+        self.dtypes = module.dtypes
+        self.up = topology.upstream(self.rank)
+        self.down = topology.downstream(self.rank)
+        self.inbox = {}                             # src -> deque of items
+        self.outbox = {d: deque() for d in self.down}
+        self.credits = Credits(self.down, job.run.max_inflight)
+        self.msg_no = {d: 0 for d in self.down}
+        self.sent = 0                               # DATA to other workers (termination counts)
+        self.received = 0                           # DATA handled, from anyone
+        self.buffered = 0                           # driver tuples waiting in the inbox
+        self.capacity = module.buffer_capacity or max(
+            1, job.run.max_inflight * job.run.batch_size // max(1, len(topology.workers)))
+        self.occupancy = []
+        self.load_mark = (time.perf_counter(), time.process_time(), 0)
+        self.eos_from = set()
+        self.cut = None
+        self.fin = False
+        self.fault = injected_fault(self.rank)
+        self.series = {k: [] for k in ("src", "tuples", "results", "delay_ms", "cpu_s", "idle_s", "comm_s",
+                                       "window_tuples", "occupancy")}
+        self._last = (time.process_time(), tx.idle_s, tx.comm_s)
+        if resume:
+            self._restore(*resume)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self):
+        self.module.warm_up()
+        self.tx.send(DRIVER, Tag.READY, np.zeros(1, np.int64))
+        while not self.fin:
+            self._pump()
+            item = self._next()
+            if item is None:
+                self._absorb(*self.tx.recv())
+                continue
+            self._handle(*item)
+        self._pump_out(final=True)
+        self.writer.close()
+        self.metrics.extra.update(series=self.series, role=self.topo.role(self.rank), **self.module.stats())
+        self.metrics.role = self.topo.role(self.rank)
+        self.tx.send(DRIVER, Tag.DONE, _json(self.metrics.to_dict(self.tx)))
+        self.tx.flush()
+
+    def wait(self, ready):
+        """Take messages off the network until `ready()` holds (for a module that needs a STATE
+        message before it can go on); everything else stays queued in order."""
+        while not ready():
+            self._pump()
+            if not ready():
+                self._absorb(*self.tx.recv())
+
+    def take_queued(self, select):
+        """Remove from the driver's queued (not yet handled) DATA the rows `select(batch)` marks;
+        returns them as one array per stream, in seq order (a strategy moving state uses this)."""
+        taken = [[] for _ in self.dtypes]
+        q = self.inbox.get(DRIVER, ())
+        for k, item in enumerate(q):
+            if item[0] != "data":
+                continue
+            _, header, batches, ack = item
+            keep = []
+            for s, b in enumerate(batches):
+                mine = select(b)
+                taken[s].append(b[mine])
+                keep.append(b[~mine])
+                self.buffered -= int(mine.sum())
+            q[k] = ("data", header, keep, ack)
+        return [np.concatenate(t) if t else np.zeros(0, dt) for t, dt in zip(taken, self.dtypes)]
+
+    def _pump(self):
+        while (msg := self.tx.poll()) is not None:
+            self._absorb(*msg)
+        self._pump_out()
+
+    def _next(self):
+        """The next item to handle: other workers' first (never blocked), the driver's only
+        while no outbox waits for credit."""
+        for src, q in self.inbox.items():
+            if q and src != DRIVER:
+                return src, q.popleft()
+        q = self.inbox.get(DRIVER)
+        if q and not any(self.outbox.values()):
+            return DRIVER, q.popleft()
+        return None
+
+    def _absorb(self, src, tag, buf):
+        if tag == Tag.DATA:
+            h, batches = unpack(buf, self.dtypes)
+            header = DataHeader.decode(h)
+            n = sum(len(b) for b in batches)
+            if src == DRIVER:
+                self.buffered += n
+            self.inbox.setdefault(src, deque()).append(("data", header, batches, True))
+        elif tag == Tag.ACK:
+            self.credits.acked(src)
+        elif tag == Tag.CTRL:
+            msg = decode_control(buf)
+            if isinstance(msg, (Probe, LoadRequest)) or msg.op in self.module.urgent_ops:
+                self._urgent(src, msg)
+            else:
+                self.inbox.setdefault(src, deque()).append(("ctrl", msg))
+        elif tag == Tag.STATE:
+            h, _ = unpack(buf, [])
+            arrays = unpack(buf, self.module.state_dtypes_for(h))[1]
+            self._apply(self.module.on_state(src, h.copy(), arrays))
+        else:
+            raise RuntimeError(f"worker {self.rank}: unexpected {tag.name} message from rank {src}")
+
+    def _urgent(self, src, msg):
+        if isinstance(msg, Probe):
+            self.tx.send(DRIVER, Tag.CTRL, ProbeReply(msg.wave, self.sent, self.received).encode())
+        elif isinstance(msg, LoadRequest):
+            self.tx.send(DRIVER, Tag.CTRL, self._load_report().encode())
+        else:
+            self._apply(self.module.on_control(src, msg, self))
+
+    def _handle(self, src, item):
+        if item[0] == "data":
+            self._data(src, *item[1:])
+            return
+        msg = item[1]
+        if isinstance(msg, Marker):
+            self._marker(src, msg)
+        elif isinstance(msg, Eos):
+            self._eos(src)
+        elif isinstance(msg, Fin):
+            self.fin = True
+        else:
+            self._apply(self.module.on_control(src, msg, self))
+
+    # -- data -------------------------------------------------------------------------------
+    def _data(self, src, header, batches, ack):
+        m = self.metrics
+        n = sum(len(b) for b in batches)
+        if m.epochs == self.fault:
+            raise RuntimeError(f"fault injected at batch {m.epochs} (MPI_JOIN_FAULT)")
+        if self.cut is not None and src in self.cut.waiting:
+            self.cut.channel.append((src, header.encode(), [b.copy() for b in batches]))
+        m.tuples_in += n
+        m.epochs += 1
+        self.received += 1
+        out = self.module.on_data(src, header, batches)
+        nres, delay = self._apply(out)
+        if src == DRIVER:
+            self.buffered -= n
+            self._pump()                         # occupancy at the end of the batch: what still waits
+            self.occupancy.append(min(1.0, self.buffered / self.capacity))
+        if ack:
+            self.tx.send(src, Tag.ACK, ack_buffer(header.msg_no, m.results, m.tuples_in))
+        self._record(src, n, nres, delay)
+
+    def _apply(self, out):
+        """Carry out a module's Output; returns (results, mean production delay in ms)."""
+        if out is None:
+            return 0, None
+        nres, lat_sum = 0, 0.0
+        if out.results:
+            now = time.time_ns()
+            for seqs, tin in out.results:
+                lat = now - tin
+                self.writer.add(list(seqs), np.full(len(tin), now, np.int64), lat)
+                self.metrics.latency.add(lat)
+                nres += len(tin)
+                lat_sum += float(lat.sum())
+            self.metrics.results += nres
+        for dest, lane, batches, bounds, extra in out.forward:
+            self._send_data(dest, DataHeader(0, lane, bounds, extra), batches)
+        for dest, msg in out.control:
+            if dest in self.outbox:
+                self.outbox[dest].append(("ctrl", msg))
+            else:
+                self.tx.send(dest, Tag.CTRL, msg.encode())
+        for dest, header, arrays in out.state:
+            self.tx.send(dest, Tag.STATE, pack(header, arrays))
+        self._pump_out()
+        return nres, (lat_sum / nres / 1e6 if nres else None)
+
+    def _send_data(self, dest, header, batches):
+        if dest not in self.outbox:
+            raise RuntimeError(f"worker {self.rank}: rank {dest} is not downstream of it in the "
+                               f"{self.topo.name} topology (downstream: {self.down})")
+        self.outbox[dest].append(("data", header, batches))
+        self.sent += 1
+        self.metrics.tuples_out += sum(len(b) for b in batches)
+
+    def _pump_out(self, final=False):
+        """Send what the outboxes hold, in order, as far as credits allow."""
+        for dest, q in self.outbox.items():
+            while q:
+                kind, *rest = q[0]
+                if kind == "data":
+                    if self.credits.full(dest):
+                        if not final:
+                            break
+                        while self.credits.full(dest):
+                            self._absorb_acks()
+                    header, batches = rest
+                    header = DataHeader(self.msg_no[dest], header.lane, header.bounds, header.extra)
+                    self.msg_no[dest] += 1
+                    self.tx.send(dest, Tag.DATA, pack(header.encode(), batches))
+                    self.credits.sent(dest)
+                else:
+                    self.tx.send(dest, Tag.CTRL, rest[0].encode())
+                q.popleft()
+
+    def _absorb_acks(self):
+        src, tag, buf = self.tx.recv()
+        self._absorb(src, tag, buf)
+
+    # -- end of stream ----------------------------------------------------------------------
+    def _eos(self, src):
+        self.eos_from.add(src)
+        self._apply(self.module.on_eos(src))
+        for d in self.topo.continues(self.rank, src):
+            self.outbox[d].append(("ctrl", Eos()))
+        self._pump_out()
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def _marker(self, src, m):
+        if self.cut is None or self.cut.marker.id != m.id:
+            if self.cut is not None:
+                raise RuntimeError(f"worker {self.rank}: checkpoint {m.id} began before {self.cut.marker.id} ended")
+            self.writer.flush()              # results up to the cut are in committed files
+            arrays, attrs = self.module.snapshot()
+            cut = Cut(m, [u for u in self.up if u != src])
+            cut.arrays = {f"module/{k}": np.array(v, copy=True) for k, v in arrays.items()}
+            cut.attrs = {"module": attrs, "epoch": m.epoch, "results": self.metrics.results,
+                         "tuples_in": self.metrics.tuples_in, "sent": self.sent, "received": self.received,
+                         "files": [os.path.basename(f) for f in self.writer.files]}
+            self.cut = cut
+            for d in self.down:
+                self.outbox[d].append(("ctrl", m))
+            self._pump_out()
+        else:
+            self.cut.waiting.discard(src)
+        if not self.cut.waiting:
+            self._finish_cut()
+
+    def _finish_cut(self):
+        c, self.cut = self.cut, None
+        arrays = dict(c.arrays)
+        chan = []
+        for k, (src, header, batches) in enumerate(c.channel):
+            arrays[f"channel/{k}/header"] = np.asarray(header, np.int64)
+            for s, b in enumerate(batches):
+                arrays[f"channel/{k}/{s}"] = b
+            chan.append(src)
+        ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan))
+        self.tx.send(DRIVER, Tag.CTRL, MarkerDone(c.marker.id, tuple(c.attrs["files"]), c.attrs["results"]).encode())
+
+    def _state_dtype(self, name):
+        parts = name.split("/")
+        if parts[0] == "module":
+            return self.module.state_dtype("/".join(parts[1:]))
+        if parts[0] == "channel" and len(parts) == 3:
+            return np.dtype(np.int64) if parts[2] == "header" else self.dtypes[int(parts[2])]
+        return None
+
+    def _restore(self, root, cid):
+        arrays, attrs = ck.read_rank(root, cid, self.rank, self._state_dtype)
+        self.module.restore({k[7:]: v for k, v in arrays.items() if k.startswith("module/")}, attrs["module"])
+        m = self.metrics
+        m.results, m.tuples_in = attrs["results"], attrs["tuples_in"]
+        self.sent, self.received = attrs["sent"], attrs["received"]
+        self.writer.resume(attrs["files"])
+        for k, src in enumerate(attrs.get("channel", [])):   # replay the recorded channel state, unacknowledged
+            header = DataHeader.decode(arrays[f"channel/{k}/header"])
+            batches = [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.dtypes)]
+            self.inbox.setdefault(src, deque()).append(("data", header, batches, False))
+
+    # -- load and metrics -------------------------------------------------------------------
+    def _load_report(self):
+        wall0, cpu0, n0 = self.load_mark
+        wall, cpu = time.perf_counter(), time.process_time()
+        busy = (cpu - cpu0) / max(wall - wall0, 1e-9)
+        occ = float(np.mean(self.occupancy)) if self.occupancy else min(1.0, self.buffered / self.capacity)
+        self.occupancy = []
+        self.load_mark = (wall, cpu, self.metrics.tuples_in)
+        return LoadReport(occ, min(1.0, busy), self.metrics.tuples_in - n0)
+
+    def _record(self, src, n, results, delay):
+        cpu, idle, comm = time.process_time(), self.tx.idle_s, self.tx.comm_s
+        c0, i0, k0 = self._last
+        self._last = (cpu, idle, comm)
+        occ = self.occupancy[-1] if src == DRIVER and self.occupancy else None
+        for k, v in (("src", src), ("tuples", n), ("results", results), ("delay_ms", delay),
+                     ("cpu_s", cpu - c0), ("idle_s", idle - i0), ("comm_s", comm - k0),
+                     ("window_tuples", self.module.stats()["window_tuples"]), ("occupancy", occ)):
+            self.series[k].append(v)
+
+
+def _json(obj):
+    import json
+    return np.frombuffer(json.dumps(obj).encode(), np.uint8).copy()

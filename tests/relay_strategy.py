@@ -1,0 +1,88 @@
+"""Test-only strategies registered from outside the package (MPI_JOIN_STRATEGIES=relay_strategy):
+`relay-ring` and `relay-chain` pass every batch along a ring or a one-way chain of workers.
+
+Each worker owns the join keys whose hash falls in its share (hash % workers) and joins those
+rows of a batch when the batch reaches it; it forwards the whole batch on. On the ring, the head
+joins its share only when a batch comes back to it after a full round, so the tail -> head link
+carries state that a checkpoint must capture (Chandy-Lamport channel state). The results equal
+the oracle's only if batches, markers and end-of-stream travel exactly once in order on every
+link, and a checkpoint cut is consistent."""
+import numpy as np
+
+from mpi_join.master.driver import Router
+from mpi_join.partitioning import Partitioner
+from mpi_join.slaves.hash_join import HashJoinCore
+from mpi_join.slaves.local_join import warm_up
+from mpi_join.slaves.module import JoinModule, Output
+from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
+from mpi_join.topology import Chain, Ring
+
+
+class RelayRouter(Router):
+    """The driver sends each epoch, whole, to the first worker of the path."""
+
+    def __init__(self, job, topology, driver):
+        super().__init__(job, topology, driver)
+        self.part = Partitioner(job, 1)
+
+    def annotate(self, batch, stream):
+        batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
+
+    def route(self, batches, slot):
+        self.driver.send(1, batches, lane=0)
+
+
+class RelayModule(JoinModule):
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        self.n = len(topology.workers)
+        self.share = rank - 1
+        ring = isinstance(topology, Ring)
+        self.last = self.n if (ring and self.n > 1) else self.n - 1      # the hop a batch ends at
+        self.turn = self.last if (ring and rank == 1 and self.n > 1) else self.share
+        self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
+        self.eos = 0
+
+    def on_data(self, src, header, batches):
+        hop = header.lane
+        out = Output()
+        if hop == self.turn:
+            mine = [b[(b["_h"] % np.uint64(self.n)).astype(np.int64) == self.share] for b in batches]
+            sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), mine)
+            out.emit((sa, sb), tin)
+        if hop < self.last:
+            for d in self.topology.downstream(self.rank):
+                out.send(d, batches, header.bounds, lane=hop + 1)
+        return out
+
+    def warm_up(self):
+        warm_up(self.dtypes, 1, "index")
+
+    def on_eos(self, src):
+        self.eos += 1
+
+    def snapshot(self):
+        return self.core.snapshot()
+
+    def restore(self, arrays, attrs):
+        self.core.restore(arrays, attrs)
+
+    def state_dtype(self, name):
+        return self.core.state_dtype(name)
+
+    def stats(self):
+        w0, w1 = self.core.window_tuples()
+        return {"window_tuples": w0 + w1, "eos_seen": self.eos}
+
+
+def _info(name, topology):
+    return StrategyInfo(
+        name=name, summary=f"test relay along a {name.split('-')[1]}", predicates=frozenset({"equi", "band", "theta"}),
+        requires=frozenset({"equi"}), streams=(2, 2), min_ranks=2,
+        params={"note": Param("", lambda v: None, "unused", testing=True)},
+        topology=topology, router="relay_strategy:RelayRouter", module="relay_strategy:RelayModule")
+
+
+for _name, _topo in (("relay-ring", lambda n, p: Ring(n)), ("relay-chain", lambda n, p: Chain(n, bidirectional=False))):
+    if _name not in REGISTRY:
+        register(_info(_name, _topo))

@@ -1,0 +1,89 @@
+"""The shared runtime under real mpiexec, through the test-only relay strategies: batches, markers
+and end-of-stream travel around a ring of 4 workers and along a chain of 4; checkpoints cut
+consistently (the ring's tail -> head link carries channel state) and a SIGKILL then --resume is
+exactly once."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from mpi_join import checkpoint as ck
+from mpi_join.oracle import run_oracle
+from mpi_join.results import read_results
+from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, run_mpi, write_job
+from reference import as_set
+from test_checkpoint import _rank_pid
+
+SLOW = True
+CKPT = '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = {n}\nkeep = 3\n'
+
+
+def _job(tmp, strategy, n=6000, every=600, rate=None, batch=50):
+    run = f"batch_size = {batch}\nmax_inflight = 2" + (f'\nrate = {rate}\nflush_interval = "10ms"' if rate else "")
+    text = equi_job_text(('"30ms"', "40"), strategy=strategy, run=run) + CKPT.format(n=every)
+    arrays = random_streams(np.random.default_rng(7), n, key_range=20, ts_step=2)
+    return write_job(str(tmp), text, arrays) + (arrays,)
+
+
+def _check(job, arrays):
+    got = read_results(job.output, job.stream_names)
+    assert len(got) == len(as_set(got)), "a result was written twice"
+    assert as_set(got) == as_set(run_oracle(job, arrays))
+
+
+@pytest.mark.parametrize("strategy", ["relay-ring", "relay-chain"])
+def test_batches_markers_and_eos_travel_the_topology(tmp_path, strategy):
+    path, job, arrays = _job(tmp_path, strategy)
+    p = run_mpi(5, "run", path)
+    assert p.returncode == 0, p.stderr
+    _check(job, arrays)
+    s = json.loads(open(os.path.join(job.output, "metrics", "summary.json")).read())
+    assert len(s["checkpoints"]) >= 5
+    workers = [r for r in s["ranks"] if r["rank"] > 0]
+    # every worker forwarded what it received (the last one on the path drops it)
+    assert all(r["tuples_in"] == 6000 for r in workers if r["rank"] > 1 or strategy == "relay-chain")
+    eos = {r["rank"]: r["eos_seen"] for r in workers}
+    if strategy == "relay-ring":      # the head sees the end twice: from the driver and back from the tail
+        assert eos == {1: 2, 2: 1, 3: 1, 4: 1}, eos
+        assert [r["role"] for r in workers] == ["head", "ring", "ring", "tail"]
+    else:
+        assert eos == {1: 1, 2: 1, 3: 1, 4: 1}, eos
+    # every complete checkpoint has a file per rank and the results it committed
+    for cid, man in ck.list_checkpoints(job.checkpoint.dir):
+        assert man and man["ranks"] == 5
+        for r in range(5):
+            ck.read_rank(job.checkpoint.dir, cid, r)
+
+
+@pytest.mark.parametrize("strategy", ["relay-ring", "relay-chain"])
+def test_sigkill_then_resume_is_exactly_once(tmp_path, strategy):
+    path, job, arrays = _job(tmp_path, strategy, n=16000, every=1500, rate=2500, batch=100)
+    root = job.checkpoint.dir
+    env = dict(os.environ, MPI_JOIN_QUIET="1")
+    p = subprocess.Popen([MPIEXEC, "-n", "5", *mpi_join_cmd("run", path)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 90
+        done = []
+        while len(done) < 2 and time.time() < deadline:
+            assert p.poll() is None, "the run ended before its second checkpoint"
+            time.sleep(0.05)
+            done = [m for c, m in ck.list_checkpoints(root) if m] if os.path.isdir(root) else []
+        assert done and done[-1]["input_offset"] < 16000, "no checkpoint in the middle of the run"
+        pid = _rank_pid(3, path)
+        assert pid, "rank 3 not found"
+        os.kill(pid, signal.SIGKILL)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    r = run_mpi(5, "run", path, "--resume", root)
+    assert r.returncode == 0, r.stderr
+    assert "resuming from checkpoint" in r.stderr
+    _check(job, arrays)
