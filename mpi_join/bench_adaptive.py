@@ -30,7 +30,7 @@ def _job(workdir, name, tuples, rate, window, skew, strategy, run, domain_bits=1
 
 def _point(nprocs, path, d):
     s = _run_mpi(nprocs, path, os.path.join(d, "out"))
-    slaves = [r for r in s["ranks"] if r["role"] == "slave"]
+    slaves = [r for r in s["ranks"] if r["rank"] > 0]
     delays = [x for r in slaves for x in r.get("series", {}).get("delay_ms", []) if x is not None]
     return {
         "tuples_per_s": s["tuples_per_s"], "results": s["results"],
@@ -39,11 +39,11 @@ def _point(nprocs, path, d):
         "slave_cpu_s": statistics.fmean(r["cpu_s"] for r in slaves),
         "slave_idle_s": statistics.fmean(r["idle_s"] for r in slaves),
         "slave_comm_s": statistics.fmean(r["comm_s"] for r in slaves),
-        "master_comm_s": next(r for r in s["ranks"] if r["role"] == "master")["comm_s"],
+        "master_comm_s": next(r for r in s["ranks"] if r["rank"] == 0)["comm_s"],
         "cpu_max_over_mean": max(r["cpu_s"] for r in slaves) / statistics.fmean(r["cpu_s"] for r in slaves),
         "work_max_over_mean": _work_imbalance(slaves),
         "wall_s": s["wall_s"],
-        "master": next(r for r in s["ranks"] if r["role"] == "master"),
+        "master": next(r for r in s["ranks"] if r["rank"] == 0),
     }
 
 

@@ -32,6 +32,14 @@ def mpiexec_cmd(n, args):
     return [exe, "-n", str(n), sys.executable, "-m", "mpi_join", *args]
 
 
+class _StrategyChoice(click.Choice):
+    """Strategy names from the registry (plugins named in MPI_JOIN_STRATEGIES included)."""
+
+    def __init__(self):
+        from . import strategies
+        super().__init__(strategies.names())
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="mpi-join")
 def main():
@@ -54,7 +62,7 @@ def main():
               help="Override [output] dir: where results/ and metrics/ are written.")
 @click.option("--staged", type=click.Path(file_okay=False), default=None,
               help="Override [input] staged: the staged input directory.")
-@click.option("--strategy", default=None, help="Override [strategy] name (hash).")
+@click.option("--strategy", default=None, help="Override [strategy] name (see `mpi-join strategies`).")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Restart from the newest complete checkpoint in this directory: results already "
                    "committed are kept, later ones discarded and recomputed (exactly once).")
@@ -117,7 +125,8 @@ def run(job, nprocs, output, staged, strategy, resume):
 @click.option("--predicate", type=click.Choice(["similarity", "probabilistic"]), default="similarity",
               show_default=True, help="images: per-pixel similarity UDF, or a coin with set selectivity.")
 @click.option("--selectivity", default=0.01, show_default=True, help="images: selectivity of the probabilistic predicate.")
-@click.option("--strategy", default="hash", show_default=True, help="Strategy written into job.toml.")
+@click.option("--strategy", default="hash", show_default=True, type=_StrategyChoice(),
+              help="Strategy written into job.toml.")
 @click.option("--raw", type=click.Choice(["csv", "json", "parquet"]), default=None,
               help="Write raw files (out/raw/<stream>/) for `mpi-join stage` instead of staged data.")
 def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys, domain_bits, streams, pixels,
@@ -366,23 +375,65 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
     click.echo(f"plots: {os.path.join(out, 'figures.png')}, {os.path.join(out, 'imbalance.png')}")
 
 
+@main.command("strategies")
+def strategies_cmd():
+    """List the strategies: what each joins, on which topology, and its parameters."""
+    from . import strategies
+    for name in strategies.names():
+        info = strategies.get(name)
+        lo, hi = info.streams
+        streams = str(lo) if lo == hi else f"{lo}-{hi}"
+        kinds = ", ".join(sorted(info.predicates))
+        need = f" (needs {', '.join(sorted(info.requires))})" if info.requires else ""
+        topo = info.topology(max(info.min_ranks, 4), {k: p.default for k, p in info.params.items()}).name
+        click.echo(f"{name}: {info.summary}\n  predicates {kinds}{need}; {streams} streams; at least "
+                   f"{info.min_ranks} ranks; topology {topo}; workload {info.workload}")
+        for line in strategies.describe_params(info):
+            click.echo("    " + line)
+
+
 @main.command()
-@click.argument("strategy", type=click.Choice(["hash"]))
-@click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks (master + slaves).")
+@click.argument("strategy", type=_StrategyChoice())
+@click.option("-n", "--np", "nprocs", multiple=True, type=int, help="MPI ranks; repeat to compare rank counts "
+              "in one run (default: 4).")
 @click.option("--tuples", default=400_000, show_default=True, help="Tuples over both streams.")
 @click.option("--rate", default=1000.0, show_default=True, help="Event-time arrival rate per stream (tuples/s).")
 @click.option("--window", default="60s", show_default=True, help="Time window of both streams.")
 @click.option("--skew", default=0.7, show_default=True, help="b-model skew of the join keys.")
-@click.option("--local-join", type=click.Choice(["index", "bnl"]), default="index", show_default=True)
+@click.option("--uniform-keys", type=int, default=None, help="Uniform join keys over this many values instead.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Strategy parameter (repeatable), e.g. --param local_join=bnl.")
+@click.option("--load", "load_fraction", type=float, default=None,
+              help="Also replay at this fraction of the best measured throughput and report its delays (e.g. 0.8).")
+@click.option("--case", type=click.Choice(["runtime"]), default=None,
+              help="runtime: 4.8 M tuples (20,000/s per stream over 120 s, 100,000 uniform keys, 60 s windows) "
+                   "on 2 and 3 ranks, and at 80% of the best rate.")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Work directory (default: a temporary one).")
-def bench(strategy, nprocs, tuples, rate, window, skew, local_join, workdir):
-    """Throughput and latency of STRATEGY on workload (b), against the oracle in the same run.
+def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, load_fraction, case, workdir):
+    """Throughput and latency of STRATEGY against the single-core oracle, measured in the same run.
 
-    Prints the strategy's tuples/s and production-delay percentiles beside the single-core
-    oracle's tuples/s on the same input, and their ratio; checks the results are equal."""
-    from .bench import bench_hash
+    Generates the strategy's workload (from the registry), times the oracle on it, runs STRATEGY
+    under mpiexec on each rank count, checks each run equals the oracle, and prints tuples/s,
+    the ratio to the oracle and production-delay percentiles.
+
+    \b
+    Examples:
+      mpi-join bench hash                       # 400,000 tuples on 4 ranks
+      mpi-join bench hash -n 2 -n 3 --load 0.8  # compare rank counts, then delays at 80% load
+      mpi-join bench hash --case runtime        # the 4.8 M tuple case of the README
+    """
+    from .bench import bench as run_bench
+    prm = {}
+    for kv in params:
+        k, _, v = kv.partition("=")
+        prm[k] = int(v) if v.lstrip("-").isdigit() else (v == "true" if v in ("true", "false") else v)
+    if case == "runtime":
+        tuples, rate, window, uniform_keys = 4_800_000, 20000.0, "60s", 100_000
+        nprocs = nprocs or (2, 3)
+        load_fraction = load_fraction or 0.8
     try:
-        bench_hash(nprocs, tuples, rate, window, skew, local_join, workdir)
+        run_bench(strategy, list(nprocs) or [4], tuples, rate, window, skew, prm, workdir, uniform_keys,
+                  load_fraction=load_fraction)
     except JobError as e:
         _fail(e)
 

@@ -50,13 +50,15 @@ def bmodel_keys(n, bias, levels, rng):
 
 def make(workload, out, tuples=20000, seed=1, rate=1000.0, window=None, skew=0.7, keys=1,
          domain_bits=14, streams=3, pixels=5000, predicate="similarity", selectivity=0.01,
-         strategy="hash", count_window=None, raw=None):
+         strategy="hash", count_window=None, raw=None, uniform_keys=None):
     """Generate a workload under `out` (staged/ and job.toml); returns the job file path.
 
     With raw="csv" | "json" | "parquet", write raw files under out/raw/<stream>/ instead, with
     an event_time column, and a job file whose streams say how to stage them (mpi-join stage)."""
     rng = np.random.default_rng(seed)
     gen = {"band": _band, "equi": _equi, "images": _images}[workload]
+    if uniform_keys:
+        skew = ("uniform", int(uniform_keys))
     job_text, names, cols, tss, unit = gen(rng, tuples, rate, window, skew, keys, domain_bits, streams,
                                            pixels, predicate, selectivity, strategy, count_window, out)
     os.makedirs(out, exist_ok=True)
@@ -185,7 +187,9 @@ def _equi(rng, tuples, rate, window, skew, keys, domain_bits, streams, pixels, p
     unit = "us"
     cols, tss = [], []
     for n in _split(tuples, 2):
-        c = {"key": bmodel_keys(n, skew, domain_bits, rng),
+        keys_of = (rng.integers(1, skew[1] + 1, n, dtype=np.int64) if isinstance(skew, tuple)
+                   else bmodel_keys(n, skew, domain_bits, rng))
+        c = {"key": keys_of,
              "key2": rng.integers(0, 4, n, dtype=np.int32),
              "pad": np.zeros(n, "S36")}
         cols.append(c)
@@ -194,9 +198,10 @@ def _equi(rng, tuples, rate, window, skew, keys, domain_bits, streams, pixels, p
     on = '[ ["R.key", "S.key"] ]' if keys == 1 else '[ ["R.key", "S.key"], ["R.key2", "S.key2"] ]'
     schema = '{ key = "int64", key2 = "int32", pad = "char36" }'
     text = _binary_job(
-        f"# shared-nothing paper workload: Poisson arrivals ({rate:g}/s per stream), 64-byte tuples,\n"
-        f"# b-model join keys (b = {skew}) over 2^{domain_bits} values",
-        "equi", unit, schema, schema, w, f"equi = {on}", f'name = "{strategy}"\npartitions = 60',
+        f"# shared-nothing paper workload: Poisson arrivals ({rate:g}/s per stream), 64-byte tuples,\n" +
+        (f"# uniform join keys over {skew[1]} values" if isinstance(skew, tuple) else
+         f"# b-model join keys (b = {skew}) over 2^{domain_bits} values"),
+        "equi", unit, schema, schema, w, f"equi = {on}", f'name = "{strategy}"',
         'rate = "max"\nbatch_size = 8192')
     return text, ["R", "S"], cols, tss, unit
 

@@ -26,10 +26,20 @@ def pytest_configure(config):
                                        "`pytest -m 'not slow'` is the fast tier)")
 
 
+_LAUNCHES = ("run_mpi(", "MPIEXEC", "_expect_run_error(", "spark_session", "slurm")
+
+
 def pytest_collection_modifyitems(items):
-    """Every test of a module that launches real processes is in the slow tier, unless marked fast."""
+    """Tests that launch mpiexec, Spark or Slurm are the slow tier: every test of a module that
+    sets SLOW = True, and any other test whose body launches one."""
+    import inspect
     for item in items:
-        if getattr(item.module, "SLOW", False) and not item.get_closest_marker("fast"):
+        fn = getattr(item, "function", None)
+        try:
+            src = inspect.getsource(fn) if fn else ""
+        except (OSError, TypeError):
+            src = ""
+        if getattr(item.module, "SLOW", False) or any(k in src for k in _LAUNCHES):
             item.add_marker(pytest.mark.slow)
 
 

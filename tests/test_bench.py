@@ -1,14 +1,18 @@
 """The benchmark commands run end to end (tiny sizes) and produce their tables and plots."""
 import os
 
+SLOW = True
+
 from conftest import run_cli
 
 
 def test_bench_hash_prints_ratio_against_oracle(tmp_path):
-    p = run_cli("bench", "hash", "-n", "3", "--tuples", "20000", "--window", "2s", "--dir", str(tmp_path))
+    p = run_cli("bench", "hash", "-n", "2", "-n", "3", "--tuples", "20000", "--window", "2s", "--load", "0.5",
+                "--uniform-keys", "500", "--dir", str(tmp_path))
     assert p.returncode == 0, p.stderr
-    assert "oracle (1 core)" in p.stdout and "hash (3 ranks)" in p.stdout
-    assert "ratio hash / oracle tuples/s:" in p.stdout and "results equal the oracle" in p.stdout
+    assert "oracle (1 core)" in p.stdout and "hash (2 ranks)" in p.stdout and "hash (3 ranks)" in p.stdout
+    assert "at 50% =" in p.stdout and "vs oracle" in p.stdout
+    assert "results equal the oracle in every run" in p.stdout
 
 
 def test_bench_adaptive_writes_tables_and_plots(tmp_path):

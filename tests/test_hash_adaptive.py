@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from mpi_join.oracle import run_oracle
 from mpi_join.results import read_results
+SLOW = True
+
 from conftest import equi_job_text, random_streams, run_mpi, write_job
 from reference import as_set
 

@@ -10,6 +10,8 @@ from mpi_join.oracle import run_oracle
 from mpi_join.results import read_results
 from mpi_join.staged import read_staged
 from mpi_join.workloads import make
+SLOW = True
+
 from conftest import run_cli
 from reference import as_set
 import slurm_cluster

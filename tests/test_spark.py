@@ -12,6 +12,8 @@ from mpi_join.errors import InputError
 from mpi_join.oracle import run_oracle
 from mpi_join.staged import read_staged
 from mpi_join.workloads import make
+SLOW = True
+
 from conftest import run_mpi
 from reference import as_set
 
