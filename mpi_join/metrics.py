@@ -5,6 +5,7 @@ from 1 us to 10^4 s, so ranks merge exactly by adding counts and memory stays fi
 """
 import json
 import os
+import resource
 import time
 
 import numpy as np
@@ -65,6 +66,7 @@ class RankMetrics:
             "wall_s": time.perf_counter() - self._wall0,
             "cpu_s": time.process_time() - self._cpu0,
             "latency_ms": self.latency.summary(),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "latency_hist": self.latency.counts.tolist(),
         }
         if transport is not None:

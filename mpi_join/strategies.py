@@ -190,11 +190,11 @@ def check_runnable(job, nranks):
     if not info.streams[0] <= m <= info.streams[1]:
         raise ConfigError(f"{job.path}: strategy {info.name!r} joins {info.streams[0]}"
                           f"{'' if info.streams[0] == info.streams[1] else '-' + str(info.streams[1])} streams; the job has {m}")
+    others = supporting(job.predicate.kinds)
+    hint = (f"strategies that support it: {', '.join(others)}" if others else
+            "no distributed strategy in this version supports it; `mpi-join oracle` computes it in one process")
     unsupported = job.predicate.kinds - info.predicates
     if unsupported:
-        others = supporting(job.predicate.kinds)
-        hint = (f"strategies that support it: {', '.join(others)}" if others else
-                "no distributed strategy in this version supports it; `mpi-join oracle` computes it in one process")
         raise ConfigError(f"{job.path}: predicate: strategy {info.name!r} supports only "
                           f"{', '.join(sorted(info.predicates))} predicates, the job has "
                           f"{', '.join(sorted(unsupported))}; {hint}")
@@ -203,7 +203,7 @@ def check_runnable(job, nranks):
         why = f" ({info.requires_why})" if info.requires_why else ""
         raise ConfigError(f"{job.path}: predicate: strategy {info.name!r} needs {' and '.join(sorted(missing))} "
                           f"conditions{why}, the job has only {', '.join(sorted(job.predicate.kinds))}; "
-                          f"{', '.join(sorted(info.predicates - info.requires))} conditions may be added to them")
+                          f"{', '.join(sorted(info.predicates - info.requires))} conditions may be added to them; {hint}")
     if nranks < info.min_ranks:
         raise ConfigError(f"strategy {info.name!r} needs at least {info.min_ranks} MPI ranks (a master and "
                           f"{info.min_ranks - 1}+ slaves), got {nranks}; launch with mpiexec -n {info.min_ranks} or more")

@@ -56,7 +56,7 @@ class RelayModule(JoinModule):
         return out
 
     def warm_up(self):
-        warm_up(self.dtypes, 1, "index")
+        warm_up(self.job.predicate, self.dtypes, "index")
 
     def on_eos(self, src):
         self.eos += 1

@@ -126,7 +126,7 @@ def test_too_few_ranks(good):
 def test_non_equi_predicate_names_supporting_strategies(tmp_path):
     text = equi_job_text(('"5ms"', '"5ms"'), predicate='band = [{left = "R.v", right = "S.w", eps = 1}]')
     path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(1), 50))
-    line = _expect_run_error(path, "strategy 'hash' supports only equi", "band", "hash partitioning")
+    line = _expect_run_error(path, "strategy 'hash' needs equi conditions", "band", "hash partitioning")
     assert "mpi-join oracle" in line or "strategies that support it" in line
 
 
@@ -154,7 +154,7 @@ def test_failing_rank_aborts_the_job_with_rank_and_reason(tmp_path):
     path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(2), 500))
     p = run_mpi(4, "run", path, env={"MPI_JOIN_FAULT": "2:3"}, timeout=60)
     assert p.returncode != 0
-    assert "mpi-join: rank 2 failed: RuntimeError: fault injected at epoch 3" in p.stderr
+    assert "mpi-join: rank 2 failed: RuntimeError: fault injected at batch 3" in p.stderr
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
 
 

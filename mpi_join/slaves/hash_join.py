@@ -118,7 +118,8 @@ class HashJoinCore:
         self.local_join = local_join
         self.theta, self.block_bytes = theta, block_bytes
         self.make_store = lambda: BinaryJoin(partitioner.pred, dtypes, local_join)
-        self.store_dtypes = self.make_store().dtypes       # window rows: runtime rows + key columns
+        self._template = self.make_store()
+        self.store_dtypes = self._template.dtypes          # window rows: runtime rows + key columns
         self.groups = {}                 # partition -> ExtendibleGroup
 
     def _new_group(self):
@@ -133,6 +134,7 @@ class HashJoinCore:
     def on_epoch(self, bounds, batches):
         """Join one epoch. Returns (seq of stream 0, seq of stream 1, _tin of the newer tuple),
         three aligned int64 arrays with one entry per result."""
+        batches = [self._template.derive(b, s) for s, b in enumerate(batches)]    # once per epoch
         by_part = [dict(group_rows(b, self.part.partitions(b["_h"]))) for b in batches]
         out = []
         for p in sorted(set(by_part[0]) | set(by_part[1])):

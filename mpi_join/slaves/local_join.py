@@ -99,7 +99,7 @@ class BinaryJoin:
     def _probe(self, P, p, X, xbase, run):
         vis_p = (P["seq"], P["_coord"], P["_lo"])
         vis_x = (X["seq"], X["_coord"], X["_lo"])
-        guess = 2 * (len(P) + len(X)) + 64
+        guess = 16 * len(P) + 64
         if self.method == "equi":
             res = [K.collect(equi_run, P["_key"], P["_h"], *vis_p, rk, rp, xbase, X["_key"], *vis_x, guess=guess)
                    for rk, rp in run.runs() if len(rk)]
