@@ -119,6 +119,7 @@ def run(job, nprocs, output, staged, strategy, resume):
 @click.option("--skew", default=0.7, show_default=True, help="equi: b-model skew b of the join keys.")
 @click.option("--keys", type=click.IntRange(1, 2), default=1, show_default=True, help="equi: join on 1 or 2 key columns.")
 @click.option("--domain-bits", default=14, show_default=True, help="equi: keys take 2^bits values.")
+@click.option("--uniform-keys", type=int, default=None, help="equi: uniform keys over this many values instead of the b-model.")
 @click.option("--streams", default=3, show_default=True, help="images: number of streams M.")
 @click.option("--pixels", type=click.Choice(["5000", "10000", "20000"]), default="5000", show_default=True,
               help="images: RGB pixels per image.")
@@ -129,8 +130,8 @@ def run(job, nprocs, output, staged, strategy, resume):
               help="Strategy written into job.toml.")
 @click.option("--raw", type=click.Choice(["csv", "json", "parquet"]), default=None,
               help="Write raw files (out/raw/<stream>/) for `mpi-join stage` instead of staged data.")
-def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys, domain_bits, streams, pixels,
-             predicate, selectivity, strategy, raw):
+def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys, domain_bits, uniform_keys, streams,
+             pixels, predicate, selectivity, strategy, raw):
     """Generate a workload as staged input plus a job file.
 
     \b
@@ -143,7 +144,8 @@ def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys
     try:
         path = make(workload, out, tuples=tuples, seed=seed, rate=rate, window=window, skew=skew, keys=keys,
                     domain_bits=domain_bits, streams=streams, pixels=int(pixels), predicate=predicate,
-                    selectivity=selectivity, strategy=strategy, count_window=count_window, raw=raw)
+                    selectivity=selectivity, strategy=strategy, count_window=count_window, raw=raw,
+                    uniform_keys=uniform_keys)
     except (JobError, ValueError) as e:
         _fail(e)
     where = os.path.join(out, "raw" if raw else "staged")
