@@ -26,7 +26,7 @@ from .. import checkpoint as ck
 from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, Marker, MarkerDone, Probe, ProbeReply,
                         Tag, ack_buffer, decode_control)
 from ..topology import DRIVER
-from ..transport import Credits, pack, unpack
+from ..transport import Credits, pack, pack_obj, unpack
 
 
 def injected_fault(rank):
@@ -91,7 +91,7 @@ class Worker:
         self.writer.close()
         self.metrics.extra.update(series=self.series, role=self.topo.role(self.rank), **self.module.stats())
         self.metrics.role = self.topo.role(self.rank)
-        self.tx.send(DRIVER, Tag.DONE, _json(self.metrics.to_dict(self.tx)))
+        self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
         self.tx.flush()
 
     def wait(self, ready):
@@ -341,7 +341,3 @@ class Worker:
                      ("window_tuples", self.module.stats()["window_tuples"]), ("occupancy", occ)):
             self.series[k].append(v)
 
-
-def _json(obj):
-    import json
-    return np.frombuffer(json.dumps(obj).encode(), np.uint8).copy()
