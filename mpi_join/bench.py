@@ -84,6 +84,37 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
     return out
 
 
+def bench_memory(strategy, sizes, nprocs, workdir):
+    """Rank 0's peak RSS against the staged input's size: one run per size in `sizes` (tuples),
+    each equal to the oracle, on uniform keys over 10 M values with 1 s windows so that the
+    workers' state stays small and the driver's reading is what grows, if anything does."""
+    from . import strategies
+    from .config import load_job
+    from .workloads import make
+    info = strategies.get(strategy)
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="mpi-join-bench-")
+        workdir = tmp.name
+    print(f"workload {info.workload}: uniform keys over 10,000,000, 1 s windows; {strategy} on {nprocs} ranks; "
+          f"rank 0 peak RSS by staged tuples", flush=True)
+    rows, base = [], None
+    for n in sizes:
+        d = os.path.join(workdir, f"mem-{n}")
+        job_path = make(info.workload, d, tuples=n, rate=1000.0, window="1s", skew=0.7, strategy=strategy,
+                        uniform_keys=10_000_000)
+        job = load_job(job_path)
+        s = _one(job_path, d, job, nprocs, None, None)
+        rss = s["ranks"][0]["peak_rss_mb"]
+        base = base or rss
+        rows.append((f"{n:,}", f"{rss:.0f}", f"{rss / base:.2f}", f"{s['tuples_per_s']:,.0f}"))
+        print(f"  {n:>12,} tuples: rank 0 peak RSS {rss:7.1f} MB ({rss / base:.2f} x the smallest)", flush=True)
+    print("results equal the oracle in every run")
+    if tmp:
+        tmp.cleanup()
+    return rows
+
+
 def _one(job_path, workdir, job, n, replay_rate, expect_n):
     from .verify import verify
     output = os.path.join(workdir, f"out-{n}" + (f"-{replay_rate:.0f}" if replay_rate else ""))

@@ -407,9 +407,10 @@ def strategies_cmd():
               help="Strategy parameter (repeatable), e.g. --param local_join=bnl.")
 @click.option("--load", "load_fraction", type=float, default=None,
               help="Also replay at this fraction of the best measured throughput and report its delays (e.g. 0.8).")
-@click.option("--case", type=click.Choice(["runtime"]), default=None,
+@click.option("--case", type=click.Choice(["runtime", "memory"]), default=None,
               help="runtime: 4.8 M tuples (20,000/s per stream over 120 s, 100,000 uniform keys, 60 s windows) "
-                   "on 2 and 3 ranks, and at 80% of the best rate.")
+                   "on 2 and 3 ranks, and at 80% of the best rate. memory: rank 0's peak RSS with 1 M and "
+                   "8 M staged tuples (--tuples adds a size), on 2 ranks unless -n is given.")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Work directory (default: a temporary one).")
 def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, load_fraction, case, workdir):
     """Throughput and latency of STRATEGY against the single-core oracle, measured in the same run.
@@ -423,12 +424,22 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
       mpi-join bench hash                       # 400,000 tuples on 4 ranks
       mpi-join bench hash -n 2 -n 3 --load 0.8  # compare rank counts, then delays at 80% load
       mpi-join bench hash --case runtime        # the 4.8 M tuple case of the README
+      mpi-join bench hash --case memory         # rank 0's peak RSS, 1 M against 8 M tuples
     """
     from .bench import bench as run_bench
     prm = {}
     for kv in params:
         k, _, v = kv.partition("=")
         prm[k] = int(v) if v.lstrip("-").isdigit() else (v == "true" if v in ("true", "false") else v)
+    if case == "memory":
+        from .bench import bench_memory
+        given = click.get_current_context().get_parameter_source("tuples") == click.core.ParameterSource.COMMANDLINE
+        sizes = sorted({1_000_000, 8_000_000} | ({tuples} if given else set()))
+        try:
+            bench_memory(strategy, sizes, nprocs[0] if nprocs else 2, workdir)
+        except JobError as e:
+            _fail(e)
+        return
     if case == "runtime":
         tuples, rate, window, uniform_keys = 4_800_000, 20000.0, "60s", 100_000
         nprocs = nprocs or (2, 3)

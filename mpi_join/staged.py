@@ -68,7 +68,7 @@ class StreamReader:
         self.parts = []                  # (file, ParquetFile, [(row group, rows, seq min, seq max)])
         for f in stream_files(staged, stream.name):
             try:
-                pf = pq.ParquetFile(f)
+                pf = pq.ParquetFile(f, buffer_size=1 << 20, pre_buffer=False)
             except Exception as e:  # noqa: BLE001 - a damaged file is the user's to see
                 raise InputError(f"{f}: cannot read Parquet: {e}") from None
             _check_schema(f, pf.schema_arrow, stream)

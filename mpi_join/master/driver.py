@@ -151,9 +151,7 @@ class Driver:
                 self.router.end_of_epoch(self.epoch)
             self.drain()
             self.progress.update(self.source.released, sum(self.results.values()))
-        self.router.flush()
-        self.wait(self.router.quiet)
-        self.router.flush()
+        self._settle()
         for e in self.entries:
             self.control(e, Eos())
         self.wait(lambda: not self.ckpt.pending)
@@ -172,12 +170,17 @@ class Driver:
 
     def _cut(self):
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving."""
-        self.router.flush()
-        self.wait(self.router.quiet)
-        self.router.flush()
+        self._settle()
         arrays, attrs = self.router.snapshot()
         self.ckpt.cut(self.epoch - 1, self.source.released, {f"router/{k}": v for k, v in arrays.items()},
                       {"router": attrs, "tuples_out": self.metrics.tuples_out, "sent": self.sent})
+
+    def _settle(self):
+        """Send everything the router holds and wait until nothing it started (a migration) is
+        moving; the second flush sends what the router released while it settled."""
+        self.router.flush()
+        self.wait(self.router.quiet)
+        self.router.flush()
 
     def _terminate(self):
         """Probe waves until two in a row see the same counts and every DATA sent was handled."""
