@@ -10,7 +10,13 @@ from .errors import InputError
 
 
 class ResultWriter:
-    """Buffers results of one rank and writes Parquet part files of up to `rows_per_file` rows."""
+    """Buffers results of one rank and writes Parquet part files of up to `rows_per_file` rows.
+
+    Files are written by one background thread (Parquet encoding releases the GIL, so it overlaps
+    the join), at most one file at a time: a second flush waits for the first, which bounds the
+    memory to two files' rows. `flush(wait=True)` returns once every file is on disk (a
+    checkpoint commits the names in `files`). Dictionary encoding is off: these columns are
+    nearly unique, and it doubled the write time."""
 
     def __init__(self, directory, rank, stream_names, rows_per_file=1_000_000):
         self.dir, self.rank, self.names = directory, rank, list(stream_names)
@@ -18,6 +24,8 @@ class ResultWriter:
         self._buf = []
         self._n = 0
         self.files = []
+        self._pool = None
+        self._pending = None
         os.makedirs(directory, exist_ok=True)
 
     def add(self, seqs, emit_ns, latency_ns):
@@ -29,27 +37,44 @@ class ResultWriter:
         if self._n >= self.rows_per_file:
             self.flush()
 
-    def flush(self):
-        if not self._buf:
-            return
-        cols = [np.concatenate([b[0][k] for b in self._buf]) for k in range(len(self.names))]
-        emit = np.concatenate([b[1] for b in self._buf])
-        lat = np.concatenate([b[2] for b in self._buf])
-        table = pa.Table.from_arrays(cols + [emit, lat], names=[f"{n}_seq" for n in self.names] + ["emit_ns", "latency_ns"])
-        path = os.path.join(self.dir, f"part-r{self.rank:04d}-{len(self.files):05d}.parquet")
-        tmp = path + ".tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-        self.files.append(path)
-        self._buf, self._n = [], 0
+    def flush(self, wait=False):
+        if self._buf:
+            cols = [np.concatenate([b[0][k] for b in self._buf]) for k in range(len(self.names))]
+            emit = np.concatenate([b[1] for b in self._buf])
+            lat = np.concatenate([b[2] for b in self._buf])
+            table = pa.Table.from_arrays(cols + [emit, lat],
+                                         names=[f"{n}_seq" for n in self.names] + ["emit_ns", "latency_ns"])
+            path = os.path.join(self.dir, f"part-r{self.rank:04d}-{len(self.files):05d}.parquet")
+            self._buf, self._n = [], 0
+            self._wait()
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="results")
+            self._pending = self._pool.submit(_write, table, path)
+            self.files.append(path)
+        if wait:
+            self._wait()
+
+    def _wait(self):
+        if self._pending is not None:
+            p, self._pending = self._pending, None
+            p.result()           # a write error surfaces here, on the rank's own thread
 
     def close(self):
-        self.flush()
+        self.flush(wait=True)
+        if self._pool is not None:
+            self._pool.shutdown()
         return self.files
 
     def resume(self, names):
         """Continue after a checkpoint whose committed files of this rank are `names`."""
         self.files = [os.path.join(self.dir, n) for n in names]
+
+
+def _write(table, path):
+    tmp = path + ".tmp"
+    pq.write_table(table, tmp, use_dictionary=False)
+    os.replace(tmp, path)
 
 
 def result_files(path):

@@ -102,7 +102,8 @@ REGISTRY = {
             "partitions": Param(60, _pos_int, "hash partitions (far more than slaves)"),
             "local_join": Param("index", _choice("index", "bnl"),
                                 "local join on a slave: 'bnl' block nested loop (the paper's), 'index' hash index"),
-            "theta": Param(384, _non_neg_int, "fine tuning: bucket limit in blocks (0: off); the paper's 1.5 MB / 4 KB"),
+            "theta": Param(384, _non_neg_int, "fine tuning of the block nested loop: bucket limit in blocks (0: off); the paper's "
+                                            "1.5 MB / 4 KB; an index join keeps one bucket per group"),
             "block_size": Param(4096, _pos_int, "block size in bytes, for theta"),
             "reorganize_every": Param(10, _non_neg_int, "reorganisation epoch, in distribution epochs (0: never)"),
             "supply_threshold": Param(0.5, _fraction, "average buffer occupancy above which a slave supplies"),

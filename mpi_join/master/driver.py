@@ -139,9 +139,12 @@ class Driver:
         self.progress.restart()
         self.t_replay = time.perf_counter()
         slots, slot = self.router.slots, 0
+        released_at, step = [], max(1, self.source.total // 20)   # (tuples released, s): 20 samples
         while not self.source.done:
             batches = self.source.next_epoch()
             self.metrics.tuples_in += sum(len(b) for b in batches)
+            if self.source.released >= (len(released_at) + 1) * step:
+                released_at.append((self.source.released, round(time.perf_counter() - self.t_replay, 4)))
             self.router.route(batches, slot % slots)
             slot += 1
             if slot % slots == 0:
@@ -165,7 +168,7 @@ class Driver:
         self.progress.close()
         self.metrics.epochs = self.epoch
         self.metrics.extra.update(peak_inflight=max(self.credits.peak.values(), default=0),
-                                  topology=self.topo.name, **self.router.stats())
+                                  topology=self.topo.name, released_at=released_at, **self.router.stats())
         return [self.done[w] for w in self.workers]
 
     def _cut(self):

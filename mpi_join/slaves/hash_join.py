@@ -9,8 +9,11 @@ tuples are the "fresh" tuples of the head blocks; joining them with the opposite
 not with the opposite fresh tuples twice, and fresh-with-fresh exactly once, is what keeps
 every result exactly once. Then the new tuples join the windows and expired ones leave.
 
-Each partition group is an ExtendibleGroup: with fine tuning on (theta > 0) its windows are
-split into buckets kept between theta/2 and theta blocks, and each bucket joins on its own.
+Each partition group is an ExtendibleGroup. With the block nested loop and fine tuning on
+(theta > 0) its windows are split into buckets kept between theta/2 and theta blocks, and each
+bucket joins on its own, which bounds the loop's cost. An index join's cost does not grow with
+the bucket, so with `local_join = "index"` each group is one bucket: splitting would only add a
+join call per bucket per epoch (twice the CPU on the `bench --case runtime` workload).
 """
 import time
 
@@ -33,7 +36,8 @@ class HashJoinModule(JoinModule):
     def __init__(self, job, rank, topology, dtypes):
         super().__init__(job, rank, topology, dtypes)
         prm = job.strategy.params
-        self.core = HashJoinCore(Partitioner(job, prm["partitions"]), dtypes, prm["local_join"], prm["theta"],
+        theta = prm["theta"] if prm["local_join"] == "bnl" else 0      # see the module docstring
+        self.core = HashJoinCore(Partitioner(job, prm["partitions"]), dtypes, prm["local_join"], theta,
                                  prm["block_size"])
         self.slow = prm["slow_delay"] if prm["slow_rank"] == rank else 0.0
         self.buffer_capacity = prm["buffer_capacity"]

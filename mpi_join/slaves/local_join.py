@@ -75,15 +75,18 @@ class BinaryJoin:
             run = SortedRuns.of(key) if key is not None else None
             out.append(self._pairs(n0, 0, n1, 0, run))
         # results are read out before appending: an append may compact the window under its views
-        res = [(A["seq"][a], B["seq"][b], np.where(A["seq"][a] > B["seq"][b], A["_tin"][a], B["_tin"][b]))
-               for (A, a, B, b) in out if len(a)]
+        n = sum(len(a) for (_, a, _, _) in out)
+        res = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)) if n else (_E, _E, _E)
+        off = 0
+        for A, a, B, b in out:
+            if len(a):
+                result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, off)
+                off += len(a)
         self.append(n0, 0)
         self.append(n1, 1)
         if bounds is not None:
             self.expire(bounds)
-        if not res:
-            return _E, _E, _E
-        return tuple(np.concatenate([r[k] for r in res]) for k in range(3))
+        return res
 
     def _pairs(self, P, p, X, xbase, run):
         """Pairs (rows of P, rows of X) where P is stream p's rows and X the other's; returns
@@ -216,6 +219,18 @@ def merge_runs(k1, p1, k2, p2, live_from, ko, po):
             po[m] = p
             m += 1
     return m
+
+
+@njit(cache=True)
+def result_rows(a_seq, a_tin, b_seq, b_tin, ia, ib, out_sa, out_sb, out_tin, off):
+    """Write pairs (ia, ib) as results from `off` on: both seqs, and the arrival of the newer
+    tuple (what its production delay is measured from). One pass instead of seven gathers."""
+    for k in range(ia.shape[0]):
+        sa = a_seq[ia[k]]
+        sb = b_seq[ib[k]]
+        out_sa[off + k] = sa
+        out_sb[off + k] = sb
+        out_tin[off + k] = a_tin[ia[k]] if sa > sb else b_tin[ib[k]]
 
 
 @njit(cache=True)

@@ -273,7 +273,7 @@ class Worker:
         if self.cut is None or self.cut.marker.id != m.id:
             if self.cut is not None:
                 raise RuntimeError(f"worker {self.rank}: checkpoint {m.id} began before {self.cut.marker.id} ended")
-            self.writer.flush()              # results up to the cut are in committed files
+            self.writer.flush(wait=True)     # results up to the cut are in committed files, on disk
             arrays, attrs = self.module.snapshot()
             cut = Cut(m, [u for u in self.up if u != src])
             cut.arrays = {f"module/{k}": np.array(v, copy=True) for k, v in arrays.items()}
