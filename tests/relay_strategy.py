@@ -7,6 +7,8 @@ joins its share only when a batch comes back to it after a full round, so the ta
 carries state that a checkpoint must capture (Chandy-Lamport channel state). The results equal
 the oracle's only if batches, markers and end-of-stream travel exactly once in order on every
 link, and a checkpoint cut is consistent."""
+import time
+
 import numpy as np
 
 from mpi_join.master.driver import Router
@@ -42,9 +44,12 @@ class RelayModule(JoinModule):
         self.turn = self.last if (ring and rank == 1 and self.n > 1) else self.share
         self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
         self.eos = 0
+        self.delay = job.strategy.params["hop_delay"] if rank > 1 else 0.0
 
     def on_data(self, src, header, batches):
         hop = header.lane
+        if self.delay:
+            time.sleep(self.delay)
         out = Output()
         if hop == self.turn:
             mine = [b[(b["_h"] % np.uint64(self.n)).astype(np.int64) == self.share] for b in batches]
@@ -79,7 +84,8 @@ def _info(name, topology):
     return StrategyInfo(
         name=name, summary=f"test relay along a {name.split('-')[1]}", predicates=frozenset({"equi", "band", "theta"}),
         requires=frozenset({"equi"}), streams=(2, 2), min_ranks=2,
-        params={"note": Param("", lambda v: None, "unused", testing=True)},
+        params={"hop_delay": Param(0.0, lambda v: None, "seconds every worker but the first sleeps per batch, "
+                                   "so batches are in flight on every link when a marker passes", testing=True)},
         topology=topology, router="relay_strategy:RelayRouter", module="relay_strategy:RelayModule")
 
 

@@ -22,9 +22,9 @@ SLOW = True
 CKPT = '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = {n}\nkeep = 3\n'
 
 
-def _job(tmp, strategy, n=6000, every=600, rate=None, batch=50):
+def _job(tmp, strategy, n=6000, every=600, rate=None, batch=50, extra=""):
     run = f"batch_size = {batch}\nmax_inflight = 2" + (f'\nrate = {rate}\nflush_interval = "10ms"' if rate else "")
-    text = equi_job_text(('"30ms"', "40"), strategy=strategy, run=run) + CKPT.format(n=every)
+    text = equi_job_text(('"30ms"', "40"), strategy=strategy, run=run, extra_strategy=extra) + CKPT.format(n=every)
     arrays = random_streams(np.random.default_rng(7), n, key_range=20, ts_step=2)
     return write_job(str(tmp), text, arrays) + (arrays,)
 
@@ -37,7 +37,7 @@ def _check(job, arrays):
 
 @pytest.mark.parametrize("strategy", ["relay-ring", "relay-chain"])
 def test_batches_markers_and_eos_travel_the_topology(tmp_path, strategy):
-    path, job, arrays = _job(tmp_path, strategy)
+    path, job, arrays = _job(tmp_path, strategy, extra="hop_delay = 0.002")
     p = run_mpi(5, "run", path)
     assert p.returncode == 0, p.stderr
     _check(job, arrays)
@@ -53,10 +53,15 @@ def test_batches_markers_and_eos_travel_the_topology(tmp_path, strategy):
     else:
         assert eos == {1: 1, 2: 1, 3: 1, 4: 1}, eos
     # every complete checkpoint has a file per rank and the results it committed
+    channel = 0
     for cid, man in ck.list_checkpoints(job.checkpoint.dir):
         assert man and man["ranks"] == 5
         for r in range(5):
-            ck.read_rank(job.checkpoint.dir, cid, r)
+            _, attrs = ck.read_rank(job.checkpoint.dir, cid, r)
+            channel += len(attrs.get("channel", []))
+    # batches are in flight on every link (hop_delay), so the ring's head records the tail -> head
+    # link's state at least once; a one-way chain has no link a marker does not precede
+    assert (channel > 0) == (strategy == "relay-ring"), channel
 
 
 @pytest.mark.parametrize("strategy", ["relay-ring", "relay-chain"])
