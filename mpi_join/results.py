@@ -39,18 +39,14 @@ class ResultWriter:
 
     def flush(self, wait=False):
         if self._buf:
-            cols = [np.concatenate([b[0][k] for b in self._buf]) for k in range(len(self.names))]
-            emit = np.concatenate([b[1] for b in self._buf])
-            lat = np.concatenate([b[2] for b in self._buf])
-            table = pa.Table.from_arrays(cols + [emit, lat],
-                                         names=[f"{n}_seq" for n in self.names] + ["emit_ns", "latency_ns"])
             path = os.path.join(self.dir, f"part-r{self.rank:04d}-{len(self.files):05d}.parquet")
+            chunks, names = self._buf, [f"{n}_seq" for n in self.names] + ["emit_ns", "latency_ns"]
             self._buf, self._n = [], 0
             self._wait()
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="results")
-            self._pending = self._pool.submit(_write, table, path)
+            self._pending = self._pool.submit(_write, chunks, names, path)
             self.files.append(path)
         if wait:
             self._wait()
@@ -71,7 +67,11 @@ class ResultWriter:
         self.files = [os.path.join(self.dir, n) for n in names]
 
 
-def _write(table, path):
+def _write(chunks, names, path):
+    """One part file from the buffered (seqs, emit, latency) chunks; the columns are chunked
+    arrays over the same memory, so nothing is copied before Parquet encodes them."""
+    cols = [[c[0][k] for c in chunks] for k in range(len(names) - 2)] + [[c[1] for c in chunks], [c[2] for c in chunks]]
+    table = pa.Table.from_arrays([pa.chunked_array([pa.array(a, pa.int64()) for a in col]) for col in cols], names=names)
     tmp = path + ".tmp"
     pq.write_table(table, tmp, use_dictionary=False)
     os.replace(tmp, path)

@@ -121,13 +121,17 @@ class Driver:
         while (msg := self.tx.poll()) is not None:
             self._handle(*msg)
 
-    def load(self, ranks):
-        """Ask `ranks` for their load since the last request: {rank: LoadReport}."""
+    def request_load(self, ranks):
+        """Ask `ranks` for their load since their last report; `loads_of` has the answers once
+        all are in. The driver does not wait for them: a worker answers between batches, and
+        waiting would stall the replay for a batch's join time."""
         self.loads = {}
         for r in ranks:
             self.control(r, LoadRequest())
-        self.wait(lambda: all(r in self.loads for r in ranks))
-        return dict(self.loads)
+
+    def loads_of(self, ranks):
+        """{rank: LoadReport} once every rank of `ranks` has answered the last request, else None."""
+        return dict(self.loads) if all(r in self.loads for r in ranks) else None
 
     def bounds(self):
         return self.source.bounds()

@@ -35,6 +35,7 @@ class HashRouter(Router):
         self.peak_buffer = 0
         self.rng = np.random.default_rng(prm["seed"])
         self.reorgs = 0
+        self.asked = None                                  # slaves asked for their load, not yet heard
         self.log = {"migrations": [], "deactivated": [], "activated": [], "occupancy": [], "busy": []}
 
     def annotate(self, batch, stream):
@@ -85,14 +86,21 @@ class HashRouter(Router):
 
     # -- reorganisation -------------------------------------------------------------------
     def end_of_epoch(self, epoch):
+        """Every `reorganize_every` epochs ask the active slaves for their load; reorganise at
+        the first epoch end after all have answered (the replay goes on meanwhile)."""
         every = self.params["reorganize_every"]
-        if every and epoch % every == 0 and not self.moving and not self.driver.source.done:
-            self.flush()
-            self._reorganise(epoch)
+        if self.asked is not None:
+            loads = self.driver.loads_of(self.asked)
+            if loads is not None and not self.moving and not self.driver.source.done:
+                self.asked = None
+                self.flush()          # moves start from a state where everything routed is sent
+                self._reorganise(epoch, loads)
+        elif every and epoch % every == 0 and not self.moving and not self.driver.source.done:
+            self.asked = list(self.active)
+            self.driver.request_load(self.asked)
 
-    def _reorganise(self, epoch):
+    def _reorganise(self, epoch, loads):
         self.reorgs += 1
-        loads = self.driver.load(self.active)
         occ = {s: r.occupancy for s, r in loads.items()}
         busy = {s: r.busy for s, r in loads.items()}
         self.log["occupancy"].append({"epoch": epoch, **{str(s): round(o, 4) for s, o in occ.items()}})
