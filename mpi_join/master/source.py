@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..schema import SEQ, TS
-from ..staged import ArrayReader, OrderCheck, StreamReader
+from ..staged import ArrayReader, OrderCheck, Prefetched, StreamReader
 from ..window import NEG_INF, POS_INF, runtime_dtype
 
 
@@ -22,7 +22,7 @@ class Source:
         """`arrays`: replay these in-memory streams instead of the staged files (tests, tools)."""
         self.job = job
         self.M = len(job.streams)
-        self.readers = ([StreamReader(job.staged, s, chunk_rows) for s in job.streams] if arrays is None else
+        self.readers = ([Prefetched(StreamReader(job.staged, s, chunk_rows)) for s in job.streams] if arrays is None else
                         [ArrayReader(a, chunk_rows) for a in arrays])
         self.windows = [s.window for s in job.streams]
         self.dtypes = [runtime_dtype(s.dtype, self.M) for s in job.streams]
