@@ -45,7 +45,7 @@ class ResultWriter:
             self._wait()
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="results")
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="results", initializer=_lower_priority)
             self._pending = self._pool.submit(_write, chunks, names, path)
             self.files.append(path)
         if wait:
@@ -65,6 +65,16 @@ class ResultWriter:
     def resume(self, names):
         """Continue after a checkpoint whose committed files of this rank are `names`."""
         self.files = [os.path.join(self.dir, n) for n in names]
+
+
+def _lower_priority():
+    """The writer thread yields the core to the join (Linux nice is per thread): on a node with
+    more busy threads than cores, encoding a file then delays no batch's results."""
+    import threading
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):
+        pass
 
 
 def _write(chunks, names, path):
