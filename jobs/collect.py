@@ -15,10 +15,13 @@ if __name__ == "__main__":
     ap.add_argument("--job", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--with-payload", action="store_true")
+    ap.add_argument("--partial", action="store_true", help="collect a run without _SUCCESS, marked partial")
+    ap.add_argument("--overwrite", action="store_true", help="replace a non-empty --out collect did not write")
     a = ap.parse_args()
     try:
         job = load_job(a.job)
-        s = collect(spark_session(None, "mpi-join collect"), job, a.run_dir, a.out, a.with_payload)
+        s = collect(spark_session(None, "mpi-join collect"), job, a.run_dir, a.out, a.with_payload,
+                    partial=a.partial, overwrite=a.overwrite)
     except JobError as e:
         print(f"mpi-join: error: {e}", file=sys.stderr)
         sys.exit(2)

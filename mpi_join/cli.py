@@ -192,21 +192,25 @@ def stage(job_path, out, master, conf):
 @click.option("--out", required=True, help="Output dataset path or URI.")
 @click.option("--with-payload", is_flag=True, help="Join each result back to its input tuples' columns.")
 @click.option("--files", default=1, show_default=True, help="Number of Parquet files to write.")
+@click.option("--partial", is_flag=True, help="Collect a run that did not finish (no _SUCCESS); the summary "
+              "marks the dataset partial.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing non-empty OUT that collect did not write.")
 @_MASTER
 @_CONF
-def collect(run_dir, job_path, out, with_payload, files, master, conf):
+def collect(run_dir, job_path, out, with_payload, files, partial, overwrite, master, conf):
     """Merge the result part files of a run (RUN_DIR = its output dir) into one Parquet dataset.
 
     Writes OUT/_summary.json: result count, latency percentiles and per-rank figures. With
-    --with-payload, each result carries <stream>_<column> for every input column. Also
-    runnable as `spark-submit jobs/collect.py RUN_DIR --job JOB --out OUT`."""
+    --with-payload, each result carries <stream>_<column> for every input column. OUT must not
+    overlap RUN_DIR or the staged input. A run without _SUCCESS (interrupted, failed) is refused
+    unless --partial. Also runnable as `spark-submit jobs/collect.py RUN_DIR --job JOB --out OUT`."""
     from .config import load_job
     from .spark.collect import collect as do_collect
     from .spark.session import spark_session
     try:
         job = load_job(job_path)
         s = do_collect(spark_session(master, "mpi-join collect", conf), job, run_dir, out, with_payload, files,
-                       progress=lambda m: click.echo(m, err=True))
+                       progress=lambda m: click.echo(m, err=True), partial=partial, overwrite=overwrite)
     except JobError as e:
         _fail(e)
     lat = s["latency_ms"]

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import InputError
-from .schema import SEQ, TS, arrow_type, from_arrow, to_arrow, type_name
+from .schema import SEQ, TS, arrow_type, from_arrow, numpy_field, to_arrow, type_name
 
 MANIFEST = "_manifest.json"
 
@@ -48,7 +48,8 @@ def write_staged(path, streams, arrays, ts_unit, rows_per_file=1_000_000, extra=
 def stream_files(staged, stream):
     d = os.path.join(staged, stream)
     if not os.path.isdir(staged):
-        raise InputError(f"{staged}: staged input directory not found")
+        raise InputError(f"{staged}: staged input directory not found; stage the raw input with "
+                         f"`mpi-join stage JOB` first")
     if not os.path.isdir(d):
         raise InputError(f"{d}: no staged data for stream '{stream}' (expected {d}/part-*.parquet)")
     files = sorted(glob.glob(os.path.join(d, "*.parquet")))
@@ -276,6 +277,7 @@ def _check_schema(f, schema, stream):
 def read_staged(job):
     """Read and validate every stream of a job; returns arrays in job stream order (all in memory:
     for single-process tools; a run's driver reads incrementally through master/source.py)."""
+    staged_manifest(job)
     arrays = [read_stream(job.staged, s) for s in job.streams]
     OrderCheck(job).check(arrays)
     return arrays
@@ -332,3 +334,41 @@ def read_manifest(staged):
         return None
     with open(p) as f:
         return json.load(f)
+
+
+def staged_manifest(job):
+    """The staged input's manifest, checked against the job as it is now: the time unit and
+    every stream's schema must be those the input was staged with. A unit changed after staging
+    would silently read a 5 s window as 5000 s, and the oracle would make the same mistake, so
+    every step that reads staged data (run, resume, oracle, verify, collect) comes through here."""
+    p = os.path.join(job.staged, MANIFEST)
+    if not os.path.isdir(job.staged):
+        raise InputError(f"{job.staged}: staged input directory not found; stage the raw input with "
+                         f"`mpi-join stage JOB` first")
+    return check_manifest(job, read_manifest(job.staged), p)
+
+
+def check_manifest(job, man, p):
+    """`man`: the manifest read from `p` (None if there is none). See staged_manifest."""
+    if man is None:
+        raise InputError(f"{p}: missing: the staged input has no manifest; stage it with `mpi-join stage JOB`")
+    unit = man.get("ts_unit")
+    if unit != job.ts_unit:
+        raise InputError(f"{p}: the input was staged with ts_unit = \"{unit}\" and the job says "
+                         f"\"{job.ts_unit}\": windows and timestamps would be read in the wrong unit; "
+                         f"stage again (`mpi-join stage JOB`) or set job.ts_unit = \"{unit}\"")
+    staged = man.get("streams", {})
+    for st in job.streams:
+        if st.name not in staged:
+            raise InputError(f"{p}: stream '{st.name}' was not staged (staged: {', '.join(staged) or 'none'}); "
+                             f"stage again")
+        sch = staged[st.name].get("schema", {})
+        for name in st.dtype.names:
+            want = st.dtype.fields[name][0]
+            if name not in sch:
+                raise InputError(f"{p}: stream '{st.name}' was staged without column '{name}'; stage again")
+            got = np.dtype([numpy_field(name, sch[name], p)])[0]
+            if got != want:
+                raise InputError(f"{p}: stream '{st.name}' column '{name}' was staged as {sch[name]}, the job "
+                                 f"declares {type_name(want)}; stage again or change the job back")
+    return man

@@ -152,3 +152,31 @@ def test_cli_stage_and_spark_submit_collect(tmp_path):
     assert f"collected {n:,} results" in c.stdout
     bad = run_cli("stage", str(tmp_path / "nope.toml"))
     assert bad.returncode == 2 and bad.stderr.strip().endswith("nope.toml: job file not found")
+
+
+def test_collect_refuses_partial_runs_and_overlaps_and_keeps_users_files(spark, tmp_path):
+    """A run without _SUCCESS is refused unless --partial (then marked partial); OUT may not
+    overlap the run or staged directories; a non-empty OUT that collect did not write survives."""
+    from mpi_join.spark.collect import collect
+    path = make("equi", str(tmp_path), tuples=2000, window="1s", domain_bits=8)
+    job = load_job(path)
+    p = run_mpi(2, "run", path)
+    assert p.returncode == 0, p.stderr
+    quiet = dict(progress=lambda m: None)
+    for bad in (job.output, os.path.join(job.output, "results", "x"), str(tmp_path)):
+        with pytest.raises(InputError, match="overlaps"):
+            collect(spark, job, job.output, bad, **quiet)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("four years")
+    with pytest.raises(InputError, match="not written by mpi-join collect"):
+        collect(spark, job, job.output, str(mine), **quiet)
+    assert (mine / "thesis.txt").read_text() == "four years"
+    os.remove(os.path.join(job.output, "_SUCCESS"))          # as after Ctrl-C
+    with pytest.raises(InputError, match="no _SUCCESS"):
+        collect(spark, job, job.output, str(tmp_path / "c1"), **quiet)
+    s = collect(spark, job, job.output, str(tmp_path / "c1"), partial=True, **quiet)
+    assert s["partial"] is True and s["complete_through_input_offset"] is None
+    assert json.loads((tmp_path / "c1" / "_summary.json").read_text())["partial"] is True
+    s = collect(spark, job, job.output, str(tmp_path / "c1"), partial=True, **quiet)    # its own: replaced
+    assert s["results"] == len(run_oracle(job, read_staged(job)))

@@ -16,7 +16,7 @@ import numpy as np
 from .. import checkpoint as ck
 from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, MarkerDone, Probe, ProbeReply, Tag,
                         decode_control)
-from ..staged import read_manifest
+from ..staged import staged_manifest
 from ..transport import Credits, pack, unpack_obj
 from .checkpointer import Checkpointer
 from .source import Source
@@ -74,9 +74,8 @@ class Driver:
         self.workers = topology.workers
         self.entries = topology.entries()
         self.router = router_cls(job, topology, self)
-        man = read_manifest(job.staged)
-        counts = [man["streams"][s.name]["count"] for s in job.streams] if man and "streams" in man and all(
-            s.name in man["streams"] for s in job.streams) else None
+        man = staged_manifest(job)
+        counts = [man["streams"][s.name]["count"] for s in job.streams]
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts)
         self.credits = Credits(self.entries, job.run.max_inflight)
         self.msg_no = {e: 0 for e in self.entries}

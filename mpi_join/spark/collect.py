@@ -8,9 +8,32 @@ from . import fs
 PCTS = (0.5, 0.9, 0.99, 0.999)
 
 
-def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=print):
+MARKER = ".mpi-join-collect"
+
+
+def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=print, partial=False, overwrite=False):
+    """Collect the results of the run in `run_dir` into the dataset `out`.
+
+    Refuses what would lose data or pass off a partial answer as whole: a run without _SUCCESS
+    (unless `partial`; the summary then says so, and up to which input offset the run's last
+    checkpoint is complete), an `out` that overlaps the run's or the staged directory, and an
+    existing non-empty `out` that an earlier collect did not write (unless `overwrite`)."""
     from pyspark.sql import functions as F
     run_dir, out = fs.qualify(run_dir), fs.qualify(out)
+    for name, d in (("the run's output directory", run_dir), ("the staged input", fs.qualify(job.staged))):
+        if _overlap(out, d):
+            raise InputError(f"--out {out}: overlaps {name} {d}; collect into a directory of its own")
+    succeeded = fs.read_text(spark, f"{run_dir}/_SUCCESS") is not None
+    if not succeeded and not partial:
+        raise InputError(f"{run_dir}: no _SUCCESS: the run did not finish, so its results are partial; resume "
+                         f"it with --resume, or collect what there is with --partial")
+    if fs.exists(spark, out) and fs.list_files(spark, out) and not fs.exists(spark, f"{out}/{MARKER}") and not overwrite:
+        raise InputError(f"--out {out}: exists, is not empty and was not written by mpi-join collect; "
+                         f"choose another directory or pass --overwrite to replace it")
+    if with_payload:
+        from ..staged import check_manifest
+        man = fs.read_text(spark, f"{fs.qualify(job.staged)}/_manifest.json")
+        check_manifest(job, json.loads(man) if man else None, f"{job.staged}/_manifest.json")
     rdir = f"{run_dir}/results"
     parts = [f for f in fs.list_files(spark, rdir) if f.endswith(".parquet")]
     if not parts:
@@ -42,15 +65,34 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
         "per_rank": {str(k): v for k, v in sorted(per_rank.items())},
         "run": json.loads(metrics) if metrics else None,
         "with_payload": bool(with_payload), "output": out,
+        "partial": not succeeded,
     }
+    if not succeeded:
+        summary["complete_through_input_offset"] = _checkpointed_offset(job)
     if summary["run"]:
         for r in summary["run"].get("ranks", []):
             summary["per_rank"].setdefault(str(r["rank"]), {}).update(
                 {k: r.get(k) for k in ("role", "tuples_in", "tuples_out", "cpu_s", "idle_s", "comm_s")})
     fs.write_text(spark, f"{out}/_summary.json", json.dumps(summary, indent=2))
+    fs.write_text(spark, f"{out}/{MARKER}", json.dumps({"written_by": "mpi-join collect", "run": run_dir}))
     res.unpersist()
-    progress(f"collect: {total:,} results -> {out}")
+    progress(f"collect: {total:,} results -> {out}" + ("" if succeeded else " (PARTIAL: the run did not finish)"))
     return summary
+
+
+def _overlap(a, b):
+    a, b = a.rstrip("/"), b.rstrip("/")
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def _checkpointed_offset(job):
+    """Input offset of the job's newest complete checkpoint: every result of the tuples before it
+    is in the run's results. None without one."""
+    if job.checkpoint is None or "://" in str(job.checkpoint.dir):
+        return None
+    from ..checkpoint import list_checkpoints
+    done = [m for _, m in list_checkpoints(job.checkpoint.dir) if m]
+    return done[-1].get("input_offset") if done else None
 
 
 def _pcts(p):
