@@ -66,7 +66,9 @@ def main():
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Restart from the newest complete checkpoint in this directory: results already "
                    "committed are kept, later ones discarded and recomputed (exactly once).")
-def run(job, nprocs, output, staged, strategy, resume):
+@click.option("--overwrite", is_flag=True, help="Write into an existing non-empty output directory that no "
+              "mpi-join run has used; only mpi-join's own files there are ever replaced.")
+def run(job, nprocs, output, staged, strategy, resume, overwrite):
     """Run JOB (a TOML job file) on the MPI ranks of this launch.
 
     Rank 0 is the master: it reads the staged input, replays the merged stream in seq order and
@@ -98,14 +100,15 @@ def run(job, nprocs, output, staged, strategy, resume):
     """
     overrides = {"output": output, "staged": staged, "strategy": strategy, "resume": resume}
     if nprocs is not None and not _under_mpi():
-        args = ["run", job] + sum([[f"--{k}", v] for k, v in overrides.items() if v], [])
+        args = ["run", job] + sum([[f"--{k}", v] for k, v in overrides.items() if v], []) + (
+            ["--overwrite"] if overwrite else [])
         try:
             cmd = mpiexec_cmd(nprocs, args)
         except JobError as e:
             _fail(e)
         sys.exit(subprocess.call(cmd))
     from .runtime import run_rank
-    sys.exit(run_rank(job, overrides))
+    sys.exit(run_rank(job, dict(overrides, overwrite=overwrite)))
 
 
 @main.command()
@@ -160,9 +163,11 @@ _CONF = click.option("--conf", multiple=True, metavar="KEY=VALUE", help="Extra S
 @main.command()
 @click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
 @click.option("--out", default=None, help="Staged output path or URI (default: the job's [input] staged).")
+@click.option("--overwrite", is_flag=True, help="Stage into an existing non-empty directory that is not a "
+              "staged directory (its stream folders are replaced).")
 @_MASTER
 @_CONF
-def stage(job_path, out, master, conf):
+def stage(job_path, out, master, conf, overwrite):
     """Stage the raw input of JOB with Spark into the staged layout.
 
     Each stream's `raw = { path, format, time, time_unit }` names its files (CSV, JSON lines or
@@ -177,7 +182,7 @@ def stage(job_path, out, master, conf):
     try:
         job = load_job(job_path)
         man = do_stage(spark_session(master, "mpi-join stage", conf), job, out,
-                       progress=lambda m: click.echo(m, err=True))
+                       progress=lambda m: click.echo(m, err=True), overwrite=overwrite)
     except JobError as e:
         _fail(e)
     q = man["quarantined"]

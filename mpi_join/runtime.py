@@ -9,7 +9,7 @@ and reason: no rank hangs. An input error found while reading (a row out of orde
 the same one-line error as before the start.
 """
 import os
-import shutil
+import re
 import sys
 import time
 import traceback
@@ -65,7 +65,8 @@ def _driver(job_path, overrides, tx):
             resume = (root, cid)
         progress = Progress(0, enabled=job.run.progress)
         driver = Driver(job, tx, topo, info.load("router"), metrics, progress, resume)
-        _prepare_output(job.output, keep=set(man["committed_files"]) if resume else None)
+        _prepare_output(job.output, keep=set(man["committed_files"]) if resume else None,
+                        overwrite=bool(overrides.get("overwrite")))
     except JobError as e:
         err = str(e)
     start = Start(err, resume[0] if resume else None, resume[1] if resume else -1).encode()
@@ -119,28 +120,42 @@ def _worker(job_path, overrides, tx):
     return 0
 
 
-def _prepare_output(out, keep=None):
-    """Clear the results and metrics of an earlier run into the same output directory; when
-    resuming, keep exactly the result files committed by the checkpoint (`keep`, file names)."""
+MARKER = ".mpi-join-run"
+_OWN = {"results": re.compile(r"part-r\d{4}-\d{5}\.parquet(\.tmp)?$"),
+        "metrics": re.compile(r"(rank-\d{4}|summary)\.json(\.tmp)?$")}
+
+
+def _prepare_output(out, keep=None, overwrite=False):
+    """Make `out` ready for this run without deleting anything mpi-join did not write.
+
+    A directory is mpi-join's once it holds the MARKER file (written on first use). An existing
+    non-empty directory without it is refused unless `overwrite`. From an earlier run only
+    mpi-join's own files go: result part files, rank metrics and _SUCCESS, by their names; when
+    resuming, the result files the checkpoint committed (`keep`) stay."""
     if "://" in out:
         raise JobError(f"output.dir: {out}: runs write results to a local or shared filesystem path")
     try:
-        os.makedirs(out, exist_ok=True)
+        marked = os.path.exists(os.path.join(out, MARKER))
+        if os.path.isdir(out) and os.listdir(out) and not marked and not overwrite:
+            raise JobError(f"output.dir: {out} exists, is not empty and holds no mpi-join run; choose another "
+                           "directory, or pass --overwrite to write into it (only mpi-join's own files are replaced)")
         rdir = os.path.join(out, "results")
-        if keep is None:
-            shutil.rmtree(rdir, ignore_errors=True)
-        else:
+        if keep is not None:
             missing = [f for f in keep if not os.path.exists(os.path.join(rdir, f))]
             if missing:
                 raise JobError(f"{rdir}: result file {missing[0]} committed by the checkpoint is missing; "
                                "cannot resume exactly once")
-            for f in os.listdir(rdir) if os.path.isdir(rdir) else []:
-                if f not in keep:
-                    os.remove(os.path.join(rdir, f))
-        shutil.rmtree(os.path.join(out, "metrics"), ignore_errors=True)
+        for sub, own in _OWN.items():
+            d = os.path.join(out, sub)
+            for f in os.listdir(d) if os.path.isdir(d) else []:
+                if own.match(f) and not (sub == "results" and keep is not None and f in keep):
+                    os.remove(os.path.join(d, f))
         done = os.path.join(out, "_SUCCESS")
         if os.path.exists(done):
             os.remove(done)
         os.makedirs(rdir, exist_ok=True)
+        if not marked:
+            with open(os.path.join(out, MARKER), "w") as f:
+                f.write("mpi-join run output: results/, metrics/ and _SUCCESS are written by `mpi-join run`\n")
     except OSError as e:
         raise JobError(f"output.dir: cannot prepare {out}: {e.strerror}") from None

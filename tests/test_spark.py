@@ -180,3 +180,20 @@ def test_collect_refuses_partial_runs_and_overlaps_and_keeps_users_files(spark, 
     assert json.loads((tmp_path / "c1" / "_summary.json").read_text())["partial"] is True
     s = collect(spark, job, job.output, str(tmp_path / "c1"), partial=True, **quiet)    # its own: replaced
     assert s["results"] == len(run_oracle(job, read_staged(job)))
+
+
+def test_stage_keeps_users_files(spark, tmp_path):
+    """Staging into a non-empty directory that is not a staged one, or over the raw input, is
+    refused; restaging a staged directory keeps a user's file beside the stream folders."""
+    from mpi_join.spark.stage import stage
+    job = load_job(make("equi", str(tmp_path), tuples=1000, raw="csv"))
+    quiet = dict(progress=lambda m: None)
+    os.makedirs(job.staged)
+    (tmp_path / "staged" / "thesis.txt").write_text("four years")
+    with pytest.raises(InputError, match="is not a staged directory"):
+        stage(spark, job, **quiet)
+    with pytest.raises(InputError, match="overlaps the raw input"):
+        stage(spark, job, out=job.streams[0].raw.path, **quiet)
+    for _ in range(2):
+        assert stage(spark, job, overwrite=True, **quiet)["total"] == 1000
+        assert (tmp_path / "staged" / "thesis.txt").read_text() == "four years"

@@ -19,11 +19,24 @@ _INT = {"int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint
 _UMAX = {"uint8": 255, "uint16": 65535, "uint32": 4294967295}
 
 
-def stage(spark, job, out=None, progress=print):
-    """Stage every stream of `job` into `out` (default: the job's [input] staged). Returns the manifest."""
+def stage(spark, job, out=None, progress=print, overwrite=False):
+    """Stage every stream of `job` into `out` (default: the job's [input] staged). Returns the manifest.
+
+    `out` is replaced stream by stream, so it must be a staged directory already (it holds a
+    _manifest.json), empty, or absent; anything else is refused unless `overwrite`. It must not
+    overlap a stream's raw input."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
+    from .collect import _overlap
     out = fs.qualify(out or job.staged)
+    for s in job.streams:
+        if s.raw is not None and _overlap(out, fs.qualify(s.raw.path)):
+            raise InputError(f"{out}: the staged directory overlaps the raw input of stream '{s.name}' "
+                             f"({s.raw.path}); stage into a directory of its own")
+    if (fs.exists(spark, out) and fs.list_files(spark, out) and not fs.exists(spark, f"{out}/_manifest.json")
+            and not overwrite):
+        raise InputError(f"{out}: exists, is not empty and is not a staged directory (no _manifest.json); "
+                         f"choose another [input] staged, or pass --overwrite to replace its stream folders")
     frames, quarantined, sources = [], {}, {}
     for i, s in enumerate(job.streams):
         if s.raw is None:
