@@ -10,6 +10,7 @@ the same one-line error as before the start.
 """
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -27,11 +28,15 @@ def run_rank(job_path, overrides):
     from .transport import Transport
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
+    ctx = {}
+    signal.signal(signal.SIGINT, lambda *_: _interrupted(rank, ctx.get("output")))
     try:
         tx = Transport(comm)
         if rank == 0:
-            return _driver(job_path, overrides, tx)
+            return _driver(job_path, overrides, tx, ctx)
         return _worker(job_path, overrides, tx)
+    except KeyboardInterrupt:
+        _interrupted(rank, ctx.get("output"))
     except BaseException as e:  # noqa: BLE001 - any failure must take the whole job down
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         if isinstance(e, JobError):
@@ -46,7 +51,21 @@ def run_rank(job_path, overrides):
         return 1
 
 
-def _driver(job_path, overrides, tx):
+def _interrupted(rank, output):
+    """Ctrl-C reaches every rank of the launch (mpiexec and srun forward it): one line from rank
+    0, the others quiet, and every rank leaves with 130 (128 + SIGINT), without MPI_Abort and
+    without waiting in MPI_Finalize for ranks that are leaving too. Rank 0 leaves last, so that
+    no worker sees its messages break off before its own signal arrives."""
+    if rank == 0:
+        where = f"; partial results in {os.path.join(output, 'results')}" if output else ""
+        sys.stderr.write(f"\nmpi-join: interrupted by the user; no _SUCCESS written{where}\n")
+        sys.stderr.flush()
+        time.sleep(0.5)
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def _driver(job_path, overrides, tx, ctx):
     from . import strategies
     from .master.driver import Driver
     from .master.progress import Progress, summary_table
@@ -55,6 +74,7 @@ def _driver(job_path, overrides, tx):
     metrics = RankMetrics(0, "driver")
     try:
         job = load_job(job_path, overrides)
+        ctx["output"] = job.output
         check_runnable(job, tx.size)
         info = strategies.get(job.strategy.name)
         topo = info.topology(tx.size, job.strategy.params)
