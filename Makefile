@@ -11,9 +11,11 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found (set PYTHON=...)"; exit 2; }
+	@echo "make setup: creating $(VENV) and installing mpi-join with its dependencies (about 90 s)..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	@echo "make setup: done"
 	touch $(STAMP)
 
 demo: $(STAMP)

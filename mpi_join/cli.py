@@ -79,9 +79,12 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
     The job file:
       [job]       name, ts_unit ("ns" | "us" | "ms" | "s", unit of the ts column; default "ms")
       [input]     staged = "dir"                      staged layout: dir/<stream>/part-*.parquet
+                  (written by `mpi-join stage JOB` from each stream's raw input, below)
       [output]    dir = "dir"
       [streams.R] schema = { x = "int32", z = "char20", pix = "uint8[5000,3]" }
                   window = "15min" (time) | 1000 (last 1000 tuples) | "unbounded"
+                  raw = { path = "raw/R/*.csv", format = "csv" | "json" | "parquet",
+                          time = "column", time_unit = "ms" }   (for stage; time may be a timestamp)
       [predicate] equi  = [ ["R.x", "S.a"], ... ]              all must hold (AND)
                   band  = [ { left = "R.y", right = "S.b", eps = 10, closed = false } ]
                   theta = [ { udf = "module:function", streams = ["R", "S"] } ]
@@ -118,7 +121,8 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
 
 @main.command()
 @click.argument("workload", type=click.Choice(["band", "equi", "images"]))
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Directory for staged/ and job.toml.")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Directory for job.toml and the data: staged/ (ready to run), or raw/ with --raw (stage it first).")
 @click.option("--tuples", default=20000, show_default=True, help="Tuples over all streams.")
 @click.option("--seed", default=1, show_default=True, help="Random seed (same seed, same data).")
 @click.option("--rate", default=1000.0, show_default=True, help="Arrival rate per stream, tuples/s (event time).")
@@ -158,6 +162,16 @@ def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys
         _fail(e)
     where = os.path.join(out, "raw" if raw else "staged")
     click.echo(f"wrote {tuples:,} tuples to {where} and the job file {path}")
+    from . import strategies
+    from .config import load_job
+    job = load_job(path)
+    can = strategies.runnable(job)
+    if strategy not in can:
+        kinds = ", ".join(sorted(job.predicate.kinds))
+        click.echo(f"note: strategy {strategy!r} cannot run this workload ({len(job.streams)} streams, {kinds} "
+                   "predicates); " + (f"use --strategy {can[0]} (or: {', '.join(can)})" if can else
+                                      "no strategy in this version can; `mpi-join oracle JOB` computes its exact "
+                                      "result in one process"), err=True)
 
 
 _MASTER = click.option("--master", default="local[*]", show_default=True,
@@ -242,13 +256,15 @@ def collect(run_dir, job_path, out, with_payload, files, partial, overwrite, mas
 @click.option("--verify", is_flag=True, help="Check the results against the oracle after the run.")
 @click.option("--spark-master", default="local[*]", show_default=True, help="Spark master for stage and collect.")
 @click.option("--collect-out", default=None, help="Collected dataset (default: OUTPUT/collected).")
+@click.option("--with-payload", is_flag=True, help="The collect step joins each result back to its input "
+              "tuples' columns (collect --with-payload).")
 @click.option("--python", "python_exe", default=sys.executable, show_default=True, help="Python with mpi-join installed.")
 @click.option("--sbatch-opt", multiple=True, metavar="OPTION", help="Extra #SBATCH line, e.g. --account=abc (repeatable).")
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Where to write the scripts (default: slurm/ next to the job file).")
 @click.option("--submit", is_flag=True, help="Submit right away (sbatch, or the chain's submit script).")
 def slurm(job_path, nodes, ntasks, time_limit, partition, launcher, chain, overcommit, stage, collect, verify,
-          spark_master, collect_out, python_exe, sbatch_opt, out_dir, submit):
+          spark_master, collect_out, with_payload, python_exe, sbatch_opt, out_dir, submit):
     """Render Slurm batch scripts for JOB: stage -> run -> collect as one job, or a chain.
 
     \b
@@ -265,7 +281,8 @@ def slurm(job_path, nodes, ntasks, time_limit, partition, launcher, chain, overc
         _fail(e)
     o = SlurmOptions(nodes=nodes, ntasks=ntasks, time=time_limit, partition=partition, launcher=launcher,
                      chain=chain, overcommit=overcommit, python=python_exe, spark_master=spark_master,
-                     collect_out=collect_out, stage=stage, collect=collect, verify=verify, extra=tuple(sbatch_opt))
+                     collect_out=collect_out, stage=stage, collect=collect, verify=verify, extra=tuple(sbatch_opt),
+                     with_payload=with_payload)
     out_dir = out_dir or os.path.join(os.path.dirname(os.path.abspath(job_path)), "slurm")
     os.makedirs(out_dir, exist_ok=True)
     os.makedirs(log_dir(job, o), exist_ok=True)

@@ -25,6 +25,7 @@ class SlurmOptions:
     collect_out: str | None = None
     stage: bool | None = None          # None: stage when every stream has a raw source
     collect: bool = True
+    with_payload: bool = False          # collect joins each result back to its input columns
     verify: bool = False
     log_dir: str | None = None
     extra: tuple = ()                  # more "#SBATCH" options, e.g. "--account=abc"
@@ -74,7 +75,7 @@ def _steps(job, o):
     if o.collect:
         steps["collect"] = ['echo "mpi-join: collect with Spark"',
                             f'"$PY" -m mpi_join collect {_q(out_dir)} --job "$JOB" --out {_q(collected)} '
-                            f'--master {_q(o.spark_master)}']
+                            f'--master {_q(o.spark_master)}' + (" --with-payload" if o.with_payload else "")]
     return steps
 
 
@@ -84,7 +85,7 @@ def log_dir(job, o):
 
 
 def render(job, o):
-    """{file name: script text}. One script, or one per step plus submit.sh that chains them
+    """{file name: script text}. One script, or one per step plus <name>-submit.sh that chains them
     with --dependency=afterok."""
     if o.launcher not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {LAUNCHERS}")

@@ -164,6 +164,12 @@ def supporting(kinds):
     return [n for n, s in REGISTRY.items() if set(kinds) <= s.predicates and s.requires <= set(kinds)]
 
 
+def runnable(job):
+    """Names of the strategies that can run `job`: its stream count and predicate kinds."""
+    m = len(job.streams)
+    return [n for n in supporting(job.predicate.kinds) if REGISTRY[n].streams[0] <= m <= REGISTRY[n].streams[1]]
+
+
 def check_strategy(job):
     """Known name, known parameters with valid values; returns the job with defaults filled in."""
     where = f"{job.path}: strategy"
