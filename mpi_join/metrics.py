@@ -58,6 +58,13 @@ class RankMetrics:
         self._cpu0 = time.process_time()
         self.extra = {}
 
+    def start_clock(self, transport):
+        """Measure wall, CPU, idle and communication time from now on: the replay. Start-up (imports,
+        compiling, waiting for the other ranks) is reported once, as the job's startup_s, so no
+        rank shows more idle time than the run's wall time."""
+        self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
+        transport.idle_s = transport.comm_s = 0.0
+
     def to_dict(self, transport=None):
         d = {
             "rank": self.rank, "role": self.role,

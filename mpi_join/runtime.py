@@ -110,6 +110,10 @@ def _driver(job_path, overrides, tx, ctx):
                    checkpoints=driver.ckpt.completed, topology=topo.name,
                    startup_s=driver.t_replay - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
     mdir = os.path.join(job.output, "metrics")
+    parts = sum(r.get("result_files", 0) for r in worker_metrics)
+    summary["notes"] = driver.router.report(worker_metrics) + [
+        f"results: {os.path.join(job.output, 'results')} ({parts} part files)",
+        f"metrics: {os.path.join(mdir, 'summary.json')} (and rank-*.json)"]
     for r in ranks:
         write_json(os.path.join(mdir, f"rank-{r['rank']:04d}.json"), r)
     write_json(os.path.join(mdir, "summary.json"), summary)

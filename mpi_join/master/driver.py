@@ -67,6 +67,10 @@ class Router:
     def stats(self):
         return {}
 
+    def report(self, workers):
+        """Lines for the end-of-run summary on what the strategy did (workers: their metrics)."""
+        return []
+
 
 class Driver:
     def __init__(self, job, tx, topology, router_cls, metrics, progress, resume=None):
@@ -141,6 +145,7 @@ class Driver:
             self.tx.recv(tag=Tag.READY)
         self.progress.restart()
         self.t_replay = time.perf_counter()
+        self.metrics.start_clock(self.tx)
         slots, slot = self.router.slots, 0
         released_at, step = [], max(1, self.source.total // 20)   # (tuples released, s): 20 samples
         while not self.source.done:

@@ -172,10 +172,22 @@ class HashRouter(Router):
     def state_dtype(self, name):
         return np.dtype(np.int64) if name == "partition_owner" else None
 
+    def report(self, workers):
+        log = self.log
+        out = [f"rebalancing: {self.reorgs} reorganisations, {len(log['migrations'])} partition groups moved, "
+               f"slaves taken out {_epochs(log['deactivated'])}, brought back {_epochs(log['activated'])}"]
+        total = sum(w["tuples_in"] for w in workers) or 1
+        share = ", ".join(f"{w['rank']}: {w['tuples_in'] / total:.1%}" for w in workers)
+        return out + [f"share of tuples per slave: {share}"]
+
     def stats(self):
         return dict(peak_buffer_bytes=self.peak_buffer, subgroups=self.g, reorganisations=self.reorgs,
                     active_slaves=self.active,
                     final_partitions={str(s): int((self.map.owner == s).sum()) for s in self.slaves}, **self.log)
+
+
+def _epochs(events):
+    return ", ".join(f"{e['slave']} (epoch {e['epoch']})" for e in events) or "none"
 
 
 def _cat(chunks, dtype):

@@ -80,6 +80,11 @@ class Worker:
     def run(self):
         self.module.warm_up()
         self.tx.send(DRIVER, Tag.READY, np.zeros(1, np.int64))
+        first = self.tx.recv()                # the replay starts once every rank is ready
+        self.metrics.start_clock(self.tx)
+        self.load_mark = (time.perf_counter(), time.process_time(), self.metrics.tuples_in)
+        self._last = (time.process_time(), self.tx.idle_s, self.tx.comm_s)
+        self._absorb(*first)
         while not self.fin:
             self._pump()
             item = self._next()
@@ -88,8 +93,8 @@ class Worker:
                 continue
             self._handle(*item)
         self._pump_out(final=True)
-        self.writer.close()
-        self.metrics.extra.update(series=self.series, role=self.topo.role(self.rank), **self.module.stats())
+        files = self.writer.close()
+        self.metrics.extra.update(result_files=len(files), series=self.series, role=self.topo.role(self.rank), **self.module.stats())
         self.metrics.role = self.topo.role(self.rank)
         self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
         self.tx.flush()
