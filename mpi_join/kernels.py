@@ -9,8 +9,40 @@ import functools
 
 import numpy as np
 from numba import njit
+from numba.core import event
 
 _EMPTY = np.zeros(0, np.int64)
+
+
+class Compiles:
+    """Counts the numba compilations of this process (loads from the on-disk cache are not
+    compilations) and the seconds they took, through numba's compile events. The runtime uses
+    it to compile every kernel before the replay clock starts, to say so when the cache was
+    cold, and to report any kernel that still compiled during the replay."""
+    count, seconds, _depth, _t0 = 0, 0.0, 0, 0.0
+
+    @classmethod
+    def install(cls):
+        if getattr(cls, "_listener", None) is None:
+            cls._listener = _CompileListener()
+            event.register("numba:compile", cls._listener)
+        return cls
+
+
+class _CompileListener(event.Listener):
+    def on_start(self, ev):
+        import time
+        if Compiles._depth == 0:
+            Compiles._t0 = time.perf_counter()
+        Compiles._depth += 1
+
+    def on_end(self, ev):
+        import time
+        Compiles._depth -= 1
+        Compiles.count += 1
+
+        if Compiles._depth == 0:
+            Compiles.seconds += time.perf_counter() - Compiles._t0
 
 
 def collect(kernel, *args, guess=1024):

@@ -30,6 +30,8 @@ def run_rank(job_path, overrides):
     rank = comm.Get_rank()
     ctx = {}
     signal.signal(signal.SIGINT, lambda *_: _interrupted(rank, ctx.get("output")))
+    from .kernels import Compiles
+    Compiles.install()
     try:
         tx = Transport(comm)
         if rank == 0:

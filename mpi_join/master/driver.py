@@ -9,6 +9,7 @@ workers forward them along the topology) and lets the router adapt. At the end o
 sends end-of-stream, detects termination with probes (the four-counter method: two waves with the
 same counts, DATA sent equal to DATA handled) and tells every worker to finish.
 """
+import sys
 import time
 
 import numpy as np
@@ -16,6 +17,7 @@ import numpy as np
 from .. import checkpoint as ck
 from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, MarkerDone, Probe, ProbeReply, Tag,
                         decode_control)
+from ..kernels import Compiles
 from ..staged import staged_manifest
 from ..transport import Credits, pack, unpack_obj
 from .checkpointer import Checkpointer
@@ -39,6 +41,12 @@ class Router:
 
     def annotate(self, batch, stream):
         pass
+
+    def warm_up(self):
+        """Compile what routing runs (numba kernels) before the replay: by default, annotate a
+        small batch of each stream."""
+        for k, dt in enumerate(self.driver.source.dtypes):
+            self.annotate(np.zeros(2, dt), k)
 
     def route(self, batches, slot):
         raise NotImplementedError
@@ -141,8 +149,17 @@ class Driver:
 
     # -- the lifecycle ----------------------------------------------------------------------
     def run(self):
+        self.router.warm_up()
+        compiled = [Compiles.count, Compiles.seconds]
         for _ in self.workers:            # the replay clock starts when every worker is ready
-            self.tx.recv(tag=Tag.READY)
+            _, _, buf = self.tx.recv(tag=Tag.READY)
+            n, us = buf.view(np.int64)[:2]
+            compiled = [compiled[0] + int(n), max(compiled[1], us / 1e6)]
+        if compiled[0]:
+            sys.stderr.write(f"mpi-join: compiled {compiled[0]} numba kernels for this job before the replay "
+                             f"({compiled[1]:.1f} s; not in the compile cache yet, or UDFs, which are compiled "
+                             f"every run)\n")
+        self.compiled_at_start = Compiles.count
         self.progress.restart()
         self.t_replay = time.perf_counter()
         self.metrics.start_clock(self.tx)
@@ -175,7 +192,7 @@ class Driver:
         self.progress.update(self.source.released, sum(self.results.values()), force=True)
         self.progress.close()
         self.metrics.epochs = self.epoch
-        self.metrics.extra.update(peak_inflight=max(self.credits.peak.values(), default=0),
+        self.metrics.extra.update(compiled_during_replay=Compiles.count - self.compiled_at_start, peak_inflight=max(self.credits.peak.values(), default=0),
                                   topology=self.topo.name, released_at=released_at, **self.router.stats())
         return [self.done[w] for w in self.workers]
 

@@ -310,7 +310,10 @@ def _scan(P, X, vis_p, vis_x, pairs_per_block=1 << 22):
 def warm_up(pred, dtypes, method):
     """Compile (or load from numba's cache) the kernels of this join before data arrives, so the
     first batch's production delay is not a compiler's."""
-    j = BinaryJoin(pred, dtypes, method)
-    for k in range(2):
-        j.step(np.zeros(2 + k, dtypes[0]), np.zeros(3, dtypes[1]))
+    # numba compiles one version per array layout, and a strided column of one row is
+    # contiguous: batches and windows of 1 and of 3 rows, on both sides, reach every version
+    for a, b in ((1, 1), (1, 3), (3, 1), (3, 3)):
+        j = BinaryJoin(pred, dtypes, method)
+        for _ in range(2):          # new x new, then new x the windows they left
+            j.step(np.zeros(a, dtypes[0]), np.zeros(b, dtypes[1]))
     j.runs[0].big = _merge(j.runs[0].big[0], j.runs[0].big[1], j.runs[0].big[0], j.runs[0].big[1], 0)

@@ -23,6 +23,7 @@ from collections import deque
 import numpy as np
 
 from .. import checkpoint as ck
+from ..kernels import Compiles
 from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, Marker, MarkerDone, Probe, ProbeReply,
                         Tag, ack_buffer, decode_control)
 from ..topology import DRIVER
@@ -79,7 +80,8 @@ class Worker:
     # -- the loop ---------------------------------------------------------------------------
     def run(self):
         self.module.warm_up()
-        self.tx.send(DRIVER, Tag.READY, np.zeros(1, np.int64))
+        compiled = Compiles.count
+        self.tx.send(DRIVER, Tag.READY, np.array([compiled, int(Compiles.seconds * 1e6)], np.int64))
         first = self.tx.recv()                # the replay starts once every rank is ready
         self.metrics.start_clock(self.tx)
         self.load_mark = (time.perf_counter(), time.process_time(), self.metrics.tuples_in)
@@ -94,7 +96,8 @@ class Worker:
             self._handle(*item)
         self._pump_out(final=True)
         files = self.writer.close()
-        self.metrics.extra.update(result_files=len(files), series=self.series, role=self.topo.role(self.rank), **self.module.stats())
+        self.metrics.extra.update(result_files=len(files), compiled_during_replay=Compiles.count - compiled,
+                                  series=self.series, role=self.topo.role(self.rank), **self.module.stats())
         self.metrics.role = self.topo.role(self.rank)
         self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
         self.tx.flush()

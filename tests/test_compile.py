@@ -1,0 +1,31 @@
+"""Compile time is not latency: every numba kernel a run uses is compiled on every rank before
+the replay clock starts; with a cold compile cache the run says so in one line, and a second
+run loads them. Checked by numba's own compile events, counted per rank."""
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from conftest import equi_job_text, random_streams, run_mpi, write_job
+from test_strategies_mpi import PREDICATES
+
+
+@pytest.mark.parametrize("pred", ["equi", "equi+theta"])
+def test_no_kernel_compiles_during_the_replay(tmp_path, pred):
+    text = equi_job_text(('"20ms"', '"20ms"'), predicate=PREDICATES[pred], run="batch_size = 200")
+    path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(2), 3000))
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    compiled = []
+    for cold in (True, False):
+        p = run_mpi(3, "run", path, env=env, timeout=120)
+        assert p.returncode == 0, p.stderr
+        said = re.findall(r"mpi-join: compiled (\d+) numba kernels for this job before the replay", p.stderr)
+        compiled.append(int(said[0]) if said else 0)
+        assert len(said) <= 1, p.stderr
+        s = json.loads(open(os.path.join(job.output, "metrics", "summary.json")).read())
+        assert [r["compiled_during_replay"] for r in s["ranks"]] == [0, 0, 0], p.stderr
+    # the first run compiled and said so; the second loaded from the cache all but what cannot
+    # be cached (a theta UDF's kernels are compiled every run: none without a UDF)
+    assert compiled[0] > compiled[1] and (compiled[1] == 0) == (pred == "equi"), compiled
