@@ -120,6 +120,41 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
 
 
 @main.command()
+@click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
+@click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks the job will run on.")
+def check(job_path, nprocs):
+    """Validate JOB and its staged input without running: the job file, the strategy on -n ranks,
+    the staged manifest (time unit, schemas, counts) and every Parquet file's schema. Exit 0 when
+    a run would start, 2 with a one-line error otherwise."""
+    from .config import load_job
+    from .plan import check as do_check
+    try:
+        job = load_job(job_path)
+        man = do_check(job, nprocs)
+    except JobError as e:
+        _fail(e)
+    per = ", ".join(f"{k} {v['count']:,}" for k, v in man["streams"].items())
+    click.echo(f"ok: {job_path}: strategy {job.strategy.name} on {nprocs} ranks, {man['total']:,} staged tuples "
+               f"({per}), ts in {job.ts_unit}")
+
+
+@main.command()
+@click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
+@click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks the job will run on.")
+def explain(job_path, nprocs):
+    """Print JOB's plan on -n ranks: the strategy and its parameters, each rank's role and links,
+    each window in tuples at the staged arrival rate, the state per worker, and which local join
+    decides which condition. Validates like `mpi-join check` first."""
+    from .config import load_job
+    from .plan import explain as do_explain
+    try:
+        lines = do_explain(load_job(job_path), nprocs)
+    except JobError as e:
+        _fail(e)
+    click.echo("\n".join(lines))
+
+
+@main.command()
 @click.argument("workload", type=click.Choice(["band", "equi", "images"]))
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Directory for job.toml and the data: staged/ (ready to run), or raw/ with --raw (stage it first).")

@@ -1,0 +1,95 @@
+"""`mpi-join check` and `mpi-join explain`: what a user can learn about a job before a long run.
+
+`check` validates everything a run would validate before it starts (the job file, the strategy
+against the rank count, the staged input's manifest, unit and schema, each Parquet file's
+schema and row counts) without starting MPI. `explain` prints the plan: the strategy and its
+parameters, every rank's role and links, each window in tuples at the staged arrival rate, the
+state a worker holds if the windows spread evenly, and which local join decides which condition.
+"""
+from . import strategies
+from .staged import StreamReader, staged_manifest
+from .units import ts_unit_ns
+from .window import runtime_dtype
+
+
+def check(job, nranks):
+    """Raise JobError on the first problem; returns the staged manifest."""
+    strategies.check_runnable(job, nranks)
+    man = staged_manifest(job)
+    for s in job.streams:
+        r = StreamReader(job.staged, s)            # opens every file and checks its schema
+        want = man["streams"][s.name]["count"]
+        if r.count != want:
+            from .errors import InputError
+            raise InputError(f"{job.staged}: the manifest counts {want:,} tuples of stream '{s.name}', its "
+                             f"Parquet files hold {r.count:,}; stage the input again")
+    return man
+
+
+def explain(job, nranks):
+    """The plan as lines of text (after `check`)."""
+    man = check(job, nranks)
+    info = strategies.get(job.strategy.name)
+    topo = info.topology(nranks, job.strategy.params)
+    out = [f"job {job.name}: {len(job.streams)} streams, {man['total']:,} staged tuples, ts in {job.ts_unit}",
+           f"strategy {info.name}: {info.summary}"]
+    out += [f"  {k} = {v!r}" + ("" if v != info.params[k].default else " (default)")
+            for k, v in job.strategy.params.items() if not info.params[k].testing]
+    out.append(f"ranks: {nranks} in a {topo.name} topology")
+    for r, d in topo.describe().items():
+        out.append(f"  rank {r}: {d['role']:<7} receives from {d['up'] or '-'}, sends to {d['down'] or '-'}")
+    workers = max(1, len(topo.workers))
+    state = 0
+    out.append("windows:")
+    for k, s in enumerate(job.streams):
+        st = man["streams"][s.name]
+        span = (st["ts_max"] - st["ts_min"]) if st["count"] > 1 and st["ts_max"] is not None else 0
+        rate = (st["count"] - 1) / span if span > 0 else 0.0
+        w = s.window
+        if w.kind == "time":
+            tuples = min(st["count"], int(round(w.size * rate)))
+            how = f"{w.text} x {rate * 1e9 / ts_unit_ns(job.ts_unit):,.0f} tuples/s staged"
+        elif w.kind == "count":
+            tuples, how = min(st["count"], w.size), "count window"
+        else:
+            tuples, how = st["count"], "unbounded: every tuple"
+        row = runtime_dtype(s.dtype, len(job.streams)).itemsize
+        state += tuples * row
+        out.append(f"  {s.name}: about {tuples:,} tuples ({how}), {row} bytes a row")
+    out.append(f"state: about {state / workers / 2**20:,.1f} MB per worker if the windows spread evenly over "
+               f"{workers} workers ({state / 2**20:,.1f} MB in all)")
+    out.append("local joins:")
+    out += ["  " + line for line in _local_joins(job)]
+    return out
+
+
+def _local_joins(job):
+    from .slaves.local_join import BinaryJoin
+    method = job.strategy.params.get("local_join", "index")
+    lines = []
+    m = len(job.streams)
+    for i in range(m):
+        for j in range(i + 1, m):
+            conds = job.predicate.between(i, j)
+            if not conds:
+                continue
+            dts = [runtime_dtype(job.streams[k].dtype, m) for k in (i, j)]
+            bj = BinaryJoin(job.predicate, dts, method if m == 2 else "index", i, j)
+            decided = {"equi": "equi keys (hash index kept across batches)",
+                       "band": "the first band (sorted index kept across batches)",
+                       "bnl": "equi keys (block nested loop)", "scan": "nothing (nested loop over the window)"}
+            rest = " ; the other conditions are checked on the candidate pairs" if bj.residual else ""
+            names = f"{job.streams[i].name} x {job.streams[j].name}"
+            lines.append(f"{names}: index on {decided[bj.method]}{rest}; conditions: "
+                         + ", ".join(_show(c, job) for c in conds))
+    return lines
+
+
+def _show(c, job):
+    from .config import Band, Equi
+    col = lambda side: f"{job.streams[side[0]].name}.{side[1]}"  # noqa: E731
+    if isinstance(c, Equi):
+        return f"{col(c.left)} = {col(c.right)}"
+    if isinstance(c, Band):
+        return f"|{col(c.left)} - {col(c.right)}| {'<=' if c.closed else '<'} {c.eps:g}"
+    return f"theta {c.udf}"
