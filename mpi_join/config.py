@@ -325,10 +325,14 @@ def _predicate(raw, streams, path):
         a, b = _pair(e[0], e[1], streams, where, path)
         for (si, c) in (a, b):
             dt = streams[si].dtype.fields[c][0]
-            if dt.kind not in INTEGER_KINDS or dt.shape:
+            if (dt.kind not in INTEGER_KINDS and dt.kind != "S") or dt.shape:
                 raise ConfigError(f"{path}: {where}: equi-join column {streams[si].name}.{c} is "
-                                  f"{streams[si].schema[c]}; equi keys must be integer or bool columns")
+                                  f"{streams[si].schema[c]}; equi keys must be integer, bool or text (charN) columns")
         ta, tb = (streams[si].dtype.fields[c][0] for si, c in (a, b))
+        if (ta.kind == "S") != (tb.kind == "S"):
+            raise ConfigError(f"{path}: {where}: equi-join of {streams[a[0]].name}.{a[1]} "
+                              f"({streams[a[0]].schema[a[1]]}) with {streams[b[0]].name}.{b[1]} "
+                              f"({streams[b[0]].schema[b[1]]}): text keys join only text keys")
         if (ta == np.uint64) != (tb == np.uint64):
             u, o = (a, b) if ta == np.uint64 else (b, a)
             raise ConfigError(f"{path}: {where}: equi-join of uint64 column {streams[u[0]].name}.{u[1]} with "

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import kernels as K
 from .config import Band, Equi, Theta
-from .predicate import band_matrix, binary_parts, key_matrix, load_udf
+from .predicate import band_matrix, binary_parts, key_matrix, key_widths, load_udf
 from .schema import SEQ
 from .window import index_ranges
 
@@ -38,7 +38,8 @@ def probe_ranges(pred, i, j, A, B, lo, hi):
     eq_a, eq_b, bands, thetas = binary_parts(pred, i, j)
     guess = 4 * len(A) + 1024
     if eq_a:
-        ca, cb = exact_codes(key_matrix(A, eq_a), key_matrix(B, eq_b))
+        w = key_widths(A.dtype, eq_a, B.dtype, eq_b)
+        ca, cb = exact_codes(key_matrix(A, eq_a, w), key_matrix(B, eq_b, w))
         order = np.lexsort((np.arange(len(B)), cb))
         ia, ib = K.collect(K.range_equi, ca, lo, hi, cb[order], order.astype(np.int64), guess=guess)
         keep = np.ones(len(ia), bool)

@@ -31,11 +31,35 @@ def load_udf(spec):
     return numba.njit(f)
 
 
-def key_matrix(batch, cols):
-    """Equi-key columns of a batch as an (n, k) int64 matrix (exact: keys are integers)."""
-    out = np.empty((len(batch), len(cols)), np.int64)
-    for j, c in enumerate(cols):
-        out[:, j] = batch[c]
+def key_widths(dt_a, cols_a, dt_b, cols_b):
+    """int64 words each equi pair takes in a key matrix: one for an integer column; for text
+    (charN), enough 8-byte words for the longer of the two sides, so both sides line up."""
+    out = []
+    for a, b in zip(cols_a, cols_b):
+        fa, fb = dt_a.fields[a][0], dt_b.fields[b][0]
+        out.append(-(-max(fa.itemsize, fb.itemsize) // 8) if fa.kind == "S" else 1)
+    return out
+
+
+def key_matrix(batch, cols, widths=None):
+    """Equi-key columns of a batch as an (n, words) int64 matrix, exact: an integer key is one
+    word, a text key its bytes zero-padded into `widths[j]` words (see key_widths), so two keys
+    are equal exactly when their matrix rows are; a hash is never the comparison."""
+    widths = widths or [-(-batch.dtype.fields[c][0].itemsize // 8) if batch.dtype.fields[c][0].kind == "S" else 1
+                        for c in cols]
+    n = len(batch)
+    out = np.empty((n, sum(widths)), np.int64)
+    k = 0
+    for c, w in zip(cols, widths):
+        col = batch[c]
+        if col.dtype.kind == "S":
+            raw = np.zeros((n, 8 * w), np.uint8)
+            size = col.dtype.itemsize
+            raw[:, :size] = np.ascontiguousarray(col).view(np.uint8).reshape(n, size)
+            out[:, k:k + w] = raw.view(np.int64)
+        else:
+            out[:, k] = col
+        k += w
     return out
 
 

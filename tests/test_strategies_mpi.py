@@ -61,3 +61,21 @@ def test_strategy_equals_oracle(tmp_path, strategy, kind, ranks, pred):
     assert len(got) == len(as_set(got)), "duplicated results"
     assert as_set(got) == as_set(expect)
     assert os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
+@pytest.mark.parametrize("strategy", [n for n in strategies.names() if "equi" in strategies.get(n).predicates
+                                      and strategies.get(n).streams[0] <= 2])
+def test_text_keys_equal_oracle(tmp_path, strategy):
+    """Text (charN) equi keys of different widths, compared by value on every strategy."""
+    from mpi_join.staged import write_staged
+    from test_local_join import _text_streams
+    from test_local_join import text_job_text
+    _, arrays = _text_streams(np.random.default_rng(11), 1200)
+    path, job = write_job(str(tmp_path), text_job_text(strategy, run="batch_size = 97\nmax_inflight = 2"))
+    write_staged(job.staged, job.streams, arrays, job.ts_unit)
+    info = strategies.get(strategy)
+    p = run_mpi(info.min_ranks + 1, "run", path)
+    assert p.returncode == 0, p.stderr
+    got = read_results(job.output, job.stream_names)
+    expect = run_oracle(job, arrays)
+    assert len(expect) > 0 and len(got) == len(as_set(got)) and as_set(got) == as_set(expect)

@@ -2,7 +2,7 @@
 partitions (far more than slaves), and a partition map places partitions on slaves."""
 import numpy as np
 
-from ..predicate import binary_parts, key_hash, key_matrix
+from ..predicate import binary_parts, key_hash, key_matrix, key_widths
 
 
 class Partitioner:
@@ -13,11 +13,12 @@ class Partitioner:
             raise ValueError("hash partitioning joins two streams")
         eq0, eq1, _, _ = binary_parts(job.predicate, 0, 1)
         self.key_cols = (eq0, eq1)
+        self.widths = key_widths(job.streams[0].dtype, eq0, job.streams[1].dtype, eq1)
         self.pred = job.predicate
         self.n_partitions = int(n_partitions)
 
     def keys(self, batch, stream):
-        return key_matrix(batch, self.key_cols[stream])
+        return key_matrix(batch, self.key_cols[stream], self.widths)
 
     def hashes(self, keys):
         return key_hash(keys)

@@ -21,14 +21,15 @@ from numba import njit
 
 from .. import kernels as K
 from ..config import Band, Equi
-from ..predicate import band_matrix, binary_parts, key_hash, key_matrix
+from ..predicate import band_matrix, binary_parts, key_hash, key_matrix, key_widths
 from ..window import Window
 
 _E = np.zeros(0, np.int64)
 
 
 def derived_dtype(dtype, n_keys, n_bands):
-    """A window row: the runtime row plus its equi key as int64 and band columns as float64."""
+    """A window row: the runtime row plus its equi key as int64 words (predicate.key_matrix) and
+    band columns as float64."""
     extra = ([("_key", np.int64, (n_keys,))] if n_keys else []) + ([("_band", np.float64, (n_bands,))] if n_bands else [])
     return np.dtype(dtype.descr + extra)
 
@@ -55,7 +56,8 @@ class BinaryJoin:
         self.residual = any(type(c) not in decided for c in pred.between(i, j))
         if method == "band" and len(bands) > 1:
             self.residual = True
-        self.dtypes = [derived_dtype(dt, len(eq_i), len(bands)) for dt in dtypes]
+        self.widths = key_widths(dtypes[0], eq_i, dtypes[1], eq_j)
+        self.dtypes = [derived_dtype(dt, sum(self.widths), len(bands)) for dt in dtypes]
         self.windows = [Window(dt) for dt in self.dtypes]
         self.runs = [SortedRuns(np.uint64 if method == "equi" else np.float64) for _ in (0, 1)]
 
@@ -127,7 +129,7 @@ class BinaryJoin:
         for name in batch.dtype.names:
             out[name] = batch[name]
         if self.key_cols[0]:
-            out["_key"] = key_matrix(batch, self.key_cols[s])
+            out["_key"] = key_matrix(batch, self.key_cols[s], self.widths)
             out["_h"] = key_hash(out["_key"])
         if len(self.eps):
             out["_band"] = band_matrix(batch, self.band_cols[s])
