@@ -122,7 +122,14 @@ def test_collect_merges_results_with_payload(spark, tmp_path):
     t = pq.read_table(str(tmp_path / "collected"))
     assert as_set(np.stack([t.column("R_seq").to_numpy(), t.column("S_seq").to_numpy()], axis=1)) == as_set(expect)
     assert np.array_equal(t.column("R_key").to_numpy(), t.column("S_key").to_numpy())   # joined payloads
-    assert {"R_ts", "S_pad", "latency_ns", "emit_ns"} <= set(t.column_names)
+    assert t.column_names[:4] == ["R_seq", "S_seq", "emit_ns", "latency_ns"]      # one documented order
+    assert t.column_names[4:] == ["R_ts", "R_key", "R_key2", "R_pad", "S_ts", "S_key", "S_key2", "S_pad"]
+    assert t.schema.field("R_ts").type.unit == job.ts_unit == "us"                   # event time, job's unit
+    assert pa.types.is_timestamp(t.schema.field("S_ts").type)
+    assert pa.types.is_string(t.schema.field("S_pad").type)                           # text, not bytes
+    S = read_staged(job)[1]
+    pads = dict(zip(S["seq"].tolist(), (p.decode() for p in S["pad"])))
+    assert all(pads[q] == p for q, p in zip(t.column("S_seq").to_pylist()[:200], t.column("S_pad").to_pylist()[:200]))
     summary = json.loads((tmp_path / "collected" / "_summary.json").read_text())
     assert summary["results"] == len(expect)
     assert set(summary["per_rank"]) == {"0", "1", "2"}

@@ -53,12 +53,22 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
                 for r in res.groupBy("rank").agg(F.count("*").alias("n"),
                                                    F.percentile_approx("latency_ns", list(PCTS), 10000).alias("p")).collect()}
     data = res.drop("rank")
+    order = seq_cols + ["emit_ns", "latency_ns"]
     if with_payload:
         for s in job.streams:
             staged = spark.read.parquet(f"{fs.qualify(job.staged)}/{s.name}")
-            cols = [F.col("seq").alias(f"{s.name}_seq")] + [F.col(c).alias(f"{s.name}_{c}") for c in ["ts", *s.schema]]
+            cols = [F.col("seq").alias(f"{s.name}_seq"), _event_time(F, F.col("ts"), job.ts_unit).alias(f"{s.name}_ts")]
+            cols += [_typed(F, F.col(c), t).alias(f"{s.name}_{c}") for c, t in s.schema.items()]
             data = data.join(staged.select(*cols), on=f"{s.name}_seq", how="left")
-    data.coalesce(max(1, files)).write.mode("overwrite").parquet(out)
+            order += [f"{s.name}_{c}" for c in ["ts", *s.schema]]
+    prev = spark.conf.get("spark.sql.parquet.outputTimestampType", None)
+    spark.conf.set("spark.sql.parquet.outputTimestampType",
+                   "TIMESTAMP_MICROS" if job.ts_unit == "us" else "TIMESTAMP_MILLIS")
+    try:
+        data.select(*order).coalesce(max(1, files)).write.mode("overwrite").parquet(out)
+    finally:
+        if prev is not None:
+            spark.conf.set("spark.sql.parquet.outputTimestampType", prev)
     metrics = fs.read_text(spark, f"{run_dir}/metrics/summary.json")
     summary = {
         "results": int(total), "latency_ms": _pcts(lat),
@@ -78,6 +88,20 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     res.unpersist()
     progress(f"collect: {total:,} results -> {out}" + ("" if succeeded else " (PARTIAL: the run did not finish)"))
     return summary
+
+
+def _event_time(F, col, unit):
+    """Event time as a timestamp in the job's unit (Parquet: millis for "ms" and "s", micros for
+    "us"). Spark cannot write nanosecond timestamps, so "ns" stays an int64 count of ns."""
+    return {"ms": F.timestamp_millis, "us": F.timestamp_micros, "s": F.timestamp_seconds}.get(unit, lambda c: c)(col)
+
+
+def _typed(F, col, type_name):
+    """A payload column as users expect it: text (charN, staged as bytes) as a string without
+    the padding."""
+    if str(type_name).strip().lower().startswith("char"):
+        return F.regexp_replace(col.cast("string"), "\u0000+$", "")
+    return col
 
 
 def _overlap(a, b):
