@@ -290,7 +290,7 @@ def collect(run_dir, job_path, out, with_payload, files, partial, overwrite, mas
 @click.option("--collect/--no-collect", default=True, show_default=True, help="Collect the results with Spark after the run.")
 @click.option("--verify", is_flag=True, help="Check the results against the oracle after the run.")
 @click.option("--spark-master", default="local[*]", show_default=True, help="Spark master for stage and collect.")
-@click.option("--collect-out", default=None, help="Collected dataset (default: OUTPUT/collected).")
+@click.option("--collect-out", default=None, help="Collected dataset (default: OUTPUT-collected, beside the run's output).")
 @click.option("--with-payload", is_flag=True, help="The collect step joins each result back to its input "
               "tuples' columns (collect --with-payload).")
 @click.option("--python", "python_exe", default=sys.executable, show_default=True, help="Python with mpi-join installed.")

@@ -57,7 +57,7 @@ def _header(job, o, step, ntasks, nodes):
 def _steps(job, o):
     """Shell lines for each step: {"stage": [...], "run": [...], "collect": [...]}."""
     out_dir = job.output
-    collected = o.collect_out or os.path.join(out_dir, "collected")
+    collected = o.collect_out or out_dir.rstrip("/") + "-collected"    # beside the run, never inside it
     stage = o.stage if o.stage is not None else all(s.raw is not None for s in job.streams)
     steps = {}
     if stage:

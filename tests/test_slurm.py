@@ -47,7 +47,7 @@ def test_one_job_stage_run_collect_with_mpiexec(cluster, tmp_path):
     log = "".join(open(os.path.join(logs, f)).read() for f in os.listdir(logs))
     assert p.returncode == 0, p.stderr + log[-3000:] + cluster.log_tail()
     assert "OK: results equal the oracle" in log
-    _check(path, os.path.join(os.path.dirname(path), "out", "collected"))
+    _check(path, os.path.join(os.path.dirname(path), "out-collected"))
 
 
 def test_chain_of_jobs_with_srun(cluster, tmp_path):
@@ -61,7 +61,7 @@ def test_chain_of_jobs_with_srun(cluster, tmp_path):
     logs = os.path.join(str(tmp_path), "slurm-logs")
     log = "".join(open(os.path.join(logs, f)).read() for f in os.listdir(logs))
     assert all(s == "COMPLETED" for s in states.values()), f"{states}\n{log[-3000:]}"
-    _check(path, os.path.join(str(tmp_path), "out", "collected"))
+    _check(path, os.path.join(str(tmp_path), "out-collected"))
 
 
 def test_rendered_script_quotes_values(tmp_path):
@@ -82,4 +82,4 @@ def test_example_batch_script_in_jobs(cluster, tmp_path):
                         script, path, venv], capture_output=True, text=True, env=cluster.env, timeout=900, cwd=str(tmp_path))
     log = "".join(open(os.path.join(str(tmp_path), f)).read() for f in os.listdir(str(tmp_path)) if f.startswith("log-"))
     assert p.returncode == 0, p.stderr + log[-3000:]
-    _check(path, os.path.join(str(tmp_path), "out", "collected"))
+    _check(path, os.path.join(str(tmp_path), "out-collected"))
