@@ -71,7 +71,8 @@ def pair_mask(pred, i, j, A, B, ia, ib):
     keep = np.ones(len(ia), bool)
     for c in pred.between(i, j):
         if isinstance(c, Equi):
-            keep &= A[c.left[1]][ia].astype(np.int64) == B[c.right[1]][ib].astype(np.int64)
+            a, b = A[c.left[1]][ia], B[c.right[1]][ib]
+            keep &= (a == b) if a.dtype.kind == "S" else (a.astype(np.int64) == b.astype(np.int64))
         elif isinstance(c, Band):
             keep &= _band_mask(A, B, ia, ib, [c])
         else:
