@@ -74,8 +74,9 @@ def test_read_rank_refuses_wrong_dtype_and_damage(tmp_path):
         ck.read_rank(root, 3, 2)
 
 
-def _slow_job(tmp_path, n=24000, every=2000):
-    text = equi_job_text(('"30ms"', "40"), run='batch_size = 400\nrate = 4000\nflush_interval = "20ms"')
+def _slow_job(tmp_path, n=24000, every=2000, extra=""):
+    text = equi_job_text(('"30ms"', "40"), run='batch_size = 400\nrate = 4000\nflush_interval = "20ms"',
+                         extra_strategy=extra)
     text += CKPT.format(n=every)
     arrays = random_streams(np.random.default_rng(21), n, key_range=30, ts_step=2)
     return write_job(str(tmp_path), text, arrays) + (arrays,)
@@ -99,8 +100,11 @@ def _rank_pid(rank, marker):
     return None
 
 
-def test_sigkill_a_slave_then_resume_exactly_once(tmp_path):
-    path, job, arrays = _slow_job(tmp_path)
+@pytest.mark.parametrize("extra", ["", 'reorganize_every = 1\nforce = "migrate"'], ids=["plain", "migrating"])
+def test_sigkill_a_slave_then_resume_exactly_once(tmp_path, extra):
+    """Also with a migration at every reorganisation, so moves start right after cuts (a
+    supplier's urgent move must not overtake a queued marker: worker._marker_queued)."""
+    path, job, arrays = _slow_job(tmp_path, extra=extra)
     root = job.checkpoint.dir
     env = dict(os.environ, MPI_JOIN_QUIET="1")
     p = subprocess.Popen([MPIEXEC, "-n", "3", *mpi_join_cmd("run", path)], env=env,

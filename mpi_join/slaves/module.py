@@ -7,7 +7,8 @@ Calling contract (slaves/worker.py is the only caller):
   (runtime dtype, seq order), `header.bounds[k]` stream k's expiry bound after this message.
   Returns an Output: results to emit, batches to forward to named ranks, control records.
 - `on_control(src, msg, ctx)` for the strategy's own control records, in order with DATA on the
-  link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA).
+  link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
+  before a queued checkpoint marker).
 - `on_state(src, header, arrays)` when a STATE message (moved join state) arrives.
 - `on_eos(src)` when the end of the input has passed link `src`.
 - `snapshot()` -> (arrays, attrs) and `restore(arrays, attrs)`: the module's whole state; the

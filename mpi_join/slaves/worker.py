@@ -156,7 +156,8 @@ class Worker:
             self.credits.acked(src)
         elif tag == Tag.CTRL:
             msg = decode_control(buf)
-            if isinstance(msg, (Probe, LoadRequest)) or msg.op in self.module.urgent_ops:
+            if isinstance(msg, (Probe, LoadRequest)) or (msg.op in self.module.urgent_ops
+                                                         and not self._marker_queued(src)):
                 self._urgent(src, msg)
             else:
                 self.inbox.setdefault(src, deque()).append(("ctrl", msg))
@@ -166,6 +167,12 @@ class Worker:
             self._apply(self.module.on_state(src, h.copy(), arrays))
         else:
             raise RuntimeError(f"worker {self.rank}: unexpected {tag.name} message from rank {src}")
+
+    def _marker_queued(self, src):
+        """Is a checkpoint marker from `src` still queued? A module's urgent operation (moving
+        state away) must not overtake it: the state would leave before the cut records it and
+        arrive after the receiver's cut, in neither snapshot. Behind a marker it waits its turn."""
+        return any(item[0] == "ctrl" and isinstance(item[1], Marker) for item in self.inbox.get(src, ()))
 
     def _urgent(self, src, msg):
         if isinstance(msg, Probe):
