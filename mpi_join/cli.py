@@ -219,9 +219,11 @@ _CONF = click.option("--conf", multiple=True, metavar="KEY=VALUE", help="Extra S
 @click.option("--out", default=None, help="Staged output path or URI (default: the job's [input] staged).")
 @click.option("--overwrite", is_flag=True, help="Stage into an existing non-empty directory that is not a "
               "staged directory (its stream folders are replaced).")
+@click.option("--force", is_flag=True, help="Stage again even when the staged input is up to date (same "
+              "settings, raw files unchanged).")
 @_MASTER
 @_CONF
-def stage(job_path, out, master, conf, overwrite):
+def stage(job_path, out, master, conf, overwrite, force):
     """Stage the raw input of JOB with Spark into the staged layout.
 
     Each stream's `raw = { path, format, time, time_unit }` names its files (CSV, JSON lines or
@@ -236,7 +238,7 @@ def stage(job_path, out, master, conf, overwrite):
     try:
         job = load_job(job_path)
         man = do_stage(spark_session(master, "mpi-join stage", conf), job, out,
-                       progress=lambda m: click.echo(m, err=True), overwrite=overwrite)
+                       progress=lambda m: click.echo(m, err=True), overwrite=overwrite, force=force)
     except JobError as e:
         _fail(e)
     q = man["quarantined"]

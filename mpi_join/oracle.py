@@ -1,4 +1,4 @@
-"""The reference: the exact join result of DESIGN.md section 3, in one process.
+"""The reference: the exact join result of README "Exact semantics", in one process.
 
 It follows the three-step procedure over the merged stream: each arriving tuple (in seq order)
 probes the current window of every other stream, is inserted into its own window, and tuples

@@ -1,4 +1,4 @@
-"""The staged input layout (DESIGN.md section 5): <staged>/<stream>/part-*.parquet + _manifest.json.
+"""The staged input layout (README "Staged input"): <staged>/<stream>/part-*.parquet + _manifest.json.
 
 Reading validates everything a run relies on and names the file and column when it is wrong:
 the schema, nulls, the seq numbering (dense from 0 across streams) and ts order.

@@ -1,4 +1,4 @@
-"""A brute-force statement of DESIGN.md section 3, pair by pair, independent of the oracle's
+"""A brute-force statement of README "Exact semantics", pair by pair, independent of the oracle's
 range arithmetic: used only to test the oracle on small inputs."""
 import itertools
 

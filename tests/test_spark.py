@@ -278,3 +278,18 @@ def test_trades_and_quotes_on_a_text_symbol_from_raw_csv(spark, tmp_path, band):
         JOIN read_csv('{tmp_path}/raw/quotes/*.csv', timestampformat = '%Y-%m-%d %H:%M:%S.%g') q
           ON t.symbol = q.symbol AND abs(epoch_ms(t.time) - epoch_ms(q.time)) < 5000{where}""").fetchall()
     assert got == collections.Counter(rows)
+
+
+def test_stage_skips_up_to_date_input_and_force_redoes_it(spark, tmp_path):
+    from mpi_join.spark.stage import stage
+    job = load_job(make("equi", str(tmp_path), tuples=800, raw="csv"))
+    lines = []
+    first = stage(spark, job, progress=lines.append)
+    assert not first.get("up_to_date") and any("wrote 800 tuples" in l and " s in all)" in l for l in lines)
+    again = stage(spark, job, progress=lines.append)
+    assert again.get("up_to_date") and "is up to date" in lines[-1]
+    assert stage(spark, job, progress=lambda m: None, force=True).get("up_to_date") is None
+    raw = sorted((tmp_path / "raw" / "R").iterdir())[0]
+    os.utime(raw, (raw.stat().st_atime, raw.stat().st_mtime + 5))         # the raw input changed
+    assert stage(spark, job, progress=lambda m: None).get("up_to_date") is None
+    assert [len(a) for a in read_staged(job)] == [400, 400]

@@ -30,6 +30,16 @@ def list_files(spark, uri):
     return sorted(names)
 
 
+def file_stats(spark, uris):
+    """[(uri, bytes, modification time in ms)] of files: what a staged input was made from."""
+    out = []
+    for u in uris:
+        jvm, fs, p = _jvm_path(spark, u)
+        st = fs.getFileStatus(p)
+        out.append([u, int(st.getLen()), int(st.getModificationTime())])
+    return out
+
+
 def exists(spark, uri):
     jvm, fs, p = _jvm_path(spark, qualify(uri))
     return bool(fs.exists(p))

@@ -1,4 +1,4 @@
-"""Staging: raw input (CSV, JSON lines, Parquet) -> the staged layout (DESIGN.md section 5).
+"""Staging: raw input (CSV, JSON lines, Parquet) -> the staged layout (README "Staged input").
 
 For each stream: read every raw file (checking that each has the declared columns, with the
 same types as the stream's first file), parse the event time into ts (job's ts unit) and each
@@ -8,6 +8,8 @@ or column) to <staged>/_quarantine/<stream>/ with the reason, order the union of
 parallel: rows are range-partitioned by the sort, each partition is counted, and a row's seq is
 its partition's offset plus its position in the partition.
 """
+import dataclasses
+import time
 import json
 
 from ..errors import InputError, JobError
@@ -19,12 +21,16 @@ _INT = {"int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint
 _UMAX = {"uint8": 255, "uint16": 65535, "uint32": 4294967295}
 
 
-def stage(spark, job, out=None, progress=print, overwrite=False):
+def stage(spark, job, out=None, progress=print, overwrite=False, force=False):
     """Stage every stream of `job` into `out` (default: the job's [input] staged). Returns the manifest.
 
     `out` is replaced stream by stream, so it must be a staged directory already (it holds a
     _manifest.json), empty, or absent; anything else is refused unless `overwrite`. It must not
-    overlap a stream's raw input."""
+    overlap a stream's raw input.
+
+    Staging is skipped when `out` already holds this input staged with these settings (time
+    unit, schemas, raw sources) from raw files unchanged since (names, sizes, modification
+    times), unless `force`. Each phase reports its time."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from .collect import _overlap
@@ -37,15 +43,25 @@ def stage(spark, job, out=None, progress=print, overwrite=False):
             and not overwrite):
         raise InputError(f"{out}: exists, is not empty and is not a staged directory (no _manifest.json); "
                          f"choose another [input] staged, or pass --overwrite to replace its stream folders")
+    t0 = time.perf_counter()
     frames, quarantined, sources = [], {}, {}
-    for i, s in enumerate(job.streams):
+    for s in job.streams:
         if s.raw is None:
             raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
         files = fs.list_files(spark, s.raw.path)
         if not files:
             raise InputError(f"{s.raw.path}: no input files for stream '{s.name}'")
-        progress(f"stage: stream {s.name}: {len(files)} file(s) from {s.raw.path}")
         sources[s.name] = files
+    staging = {"settings": {"ts_unit": job.ts_unit,
+                            "streams": [[s.name, dict(s.schema), dataclasses.asdict(s.raw)] for s in job.streams]},
+               "inputs": {k: fs.file_stats(spark, v) for k, v in sources.items()}}
+    old = fs.read_text(spark, f"{out}/_manifest.json")
+    if old and not force and json.loads(old).get("staging") == staging:
+        progress(f"stage: {out} is up to date (same settings, raw files unchanged); --force stages again")
+        return dict(json.loads(old), up_to_date=True)
+    for i, s in enumerate(job.streams):
+        files = sources[s.name]
+        progress(f"stage: stream {s.name}: reading {len(files)} file(s) from {s.raw.path}")
         raw = _read_stream(spark, s, files)
         good, bad = _parse(raw, s, job)
         nbad = bad.count()
@@ -71,8 +87,10 @@ def stage(spark, job, out=None, progress=print, overwrite=False):
     off = F.create_map(*[x for pid, o in offsets.items() for x in (F.lit(pid), F.lit(o))]) if offsets else None
     seq = (off[F.col("_pid")] + (F.col("_mid") - F.shiftleft(F.col("_pid").cast("bigint"), 33))) if off is not None else F.lit(0)
     numbered = ordered.withColumn("seq", seq.cast("bigint"))
+    progress(f"stage: read, parsed and ordered {acc:,} tuples ({time.perf_counter() - t0:.1f} s)")
+    t1 = time.perf_counter()
     man = {"format": "mpi-join-staged/1", "ts_unit": job.ts_unit, "streams": {}, "total": int(acc),
-           "quarantined": quarantined, "sources": sources}
+           "quarantined": quarantined, "sources": sources, "staging": staging}
     for i, s in enumerate(job.streams):
         cols = [F.col("seq"), F.col("_ts").alias("ts")] + [F.col(f"_p{i}.{c}").alias(c) for c in s.schema]
         part = numbered.filter(F.col("_stream") == i).select(*cols)
@@ -83,6 +101,7 @@ def stage(spark, job, out=None, progress=print, overwrite=False):
         progress(f"stage: stream {s.name}: {st['n']:,} tuples -> {out}/{s.name}")
     ordered.unpersist()
     fs.write_text(spark, f"{out}/_manifest.json", json.dumps(man, indent=2))
+    progress(f"stage: wrote {acc:,} tuples ({time.perf_counter() - t1:.1f} s; {time.perf_counter() - t0:.1f} s in all)")
     return man
 
 
