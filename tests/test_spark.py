@@ -293,3 +293,14 @@ def test_stage_skips_up_to_date_input_and_force_redoes_it(spark, tmp_path):
     os.utime(raw, (raw.stat().st_atime, raw.stat().st_mtime + 5))         # the raw input changed
     assert stage(spark, job, progress=lambda m: None).get("up_to_date") is None
     assert [len(a) for a in read_staged(job)] == [400, 400]
+
+
+def test_collect_reports_each_phase(spark, tmp_path):
+    from mpi_join.spark.collect import collect
+    path = make("equi", str(tmp_path), tuples=1000, window="1s", domain_bits=6)
+    job = load_job(path)
+    assert run_mpi(2, "run", path).returncode == 0
+    lines = []
+    s = collect(spark, job, job.output, str(tmp_path / "c"), with_payload=True, progress=lines.append)
+    assert lines[0].startswith("collect: reading ") and "results counted" in lines[1]
+    assert lines[-1].startswith(f"collect: {s['results']:,} results with payloads -> ") and " s in all)" in lines[-1]

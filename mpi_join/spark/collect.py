@@ -1,6 +1,7 @@
 """Collection: a run's result part files -> one Parquet dataset, optionally with payloads, plus a
 summary (result count, latency percentiles, per-rank figures)."""
 import json
+import time
 
 from ..errors import InputError
 from . import fs
@@ -38,7 +39,8 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     parts = [f for f in fs.list_files(spark, rdir) if f.endswith(".parquet")]
     if not parts:
         raise InputError(f"{rdir}: no result part files (is this a run's output directory?)")
-    progress(f"collect: {len(parts)} part file(s) from {rdir}")
+    t0 = time.perf_counter()
+    progress(f"collect: reading {len(parts)} part file(s) from {rdir}")
     res = spark.read.parquet(*parts).withColumn(
         "rank", F.regexp_extract(F.input_file_name(), r"part-r(\d+)-", 1).cast("int"))
     seq_cols = [f"{s.name}_seq" for s in job.streams]
@@ -52,6 +54,8 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     per_rank = {r["rank"]: {"results": r["n"], "latency_ms": _pcts(r["p"])}
                 for r in res.groupBy("rank").agg(F.count("*").alias("n"),
                                                    F.percentile_approx("latency_ns", list(PCTS), 10000).alias("p")).collect()}
+    progress(f"collect: {total:,} results counted, latency per rank ({time.perf_counter() - t0:.1f} s)")
+    t1 = time.perf_counter()
     data = res.drop("rank")
     order = seq_cols + ["emit_ns", "latency_ns"]
     if with_payload:
@@ -86,7 +90,9 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     fs.write_text(spark, f"{out}/_summary.json", json.dumps(summary, indent=2))
     fs.write_text(spark, f"{out}/{MARKER}", json.dumps({"written_by": "mpi-join collect", "run": run_dir}))
     res.unpersist()
-    progress(f"collect: {total:,} results -> {out}" + ("" if succeeded else " (PARTIAL: the run did not finish)"))
+    progress(f"collect: {total:,} results" + (" with payloads" if with_payload else "") + f" -> {out} "
+             f"({time.perf_counter() - t1:.1f} s; {time.perf_counter() - t0:.1f} s in all)"
+             + ("" if succeeded else " (PARTIAL: the run did not finish)"))
     return summary
 
 
