@@ -6,6 +6,7 @@ per tuple. A pair (a, b) passes the window test when the later of the two (by se
 other inside its window: `coord[older] >= lo[newer]` (see window.py for coord and lo).
 """
 import functools
+import time
 
 import numpy as np
 from numba import njit
@@ -31,16 +32,13 @@ class Compiles:
 
 class _CompileListener(event.Listener):
     def on_start(self, ev):
-        import time
         if Compiles._depth == 0:
             Compiles._t0 = time.perf_counter()
         Compiles._depth += 1
 
     def on_end(self, ev):
-        import time
         Compiles._depth -= 1
         Compiles.count += 1
-
         if Compiles._depth == 0:
             Compiles.seconds += time.perf_counter() - Compiles._t0
 
@@ -85,25 +83,6 @@ def equi_bnl(a_keys, a_seq, a_coord, a_lo, b_keys, b_seq, b_coord, b_lo, out_a, 
             if b_keys[j, 0] != k0:       # the tight loop compares the first key column only
                 continue
             if _match(a_keys, i, b_keys, j, 1, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
-                if n < cap:
-                    out_a[n] = i
-                    out_b[n] = j
-                n += 1
-    return n
-
-
-@njit(cache=True)
-def equi_index(a_keys, a_h, a_seq, a_coord, a_lo, b_keys, b_hsorted, b_order, b_seq, b_coord, b_lo, out_a, out_b):
-    """Index equi-join: b is indexed by key hash (sorted, so one key's entries are contiguous)."""
-    n = 0
-    cap = out_a.shape[0]
-    for i in range(a_keys.shape[0]):
-        h = a_h[i]
-        p = np.searchsorted(b_hsorted, h)
-        while p < b_hsorted.shape[0] and b_hsorted[p] == h:
-            j = b_order[p]
-            p += 1
-            if _match(a_keys, i, b_keys, j, 0, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
                 if n < cap:
                     out_a[n] = i
                     out_b[n] = j
@@ -217,5 +196,5 @@ def theta_mask(udf, RA, RB, ia, ib):
     return theta_kernels(udf)[0](RA, RB, ia, ib)
 
 
-__all__ = ["collect", "equi_bnl", "equi_index", "range_equi", "range_band", "band_mask",
+__all__ = ["collect", "equi_bnl", "range_equi", "range_band", "band_mask",
            "range_all", "theta_kernels", "theta_mask"]

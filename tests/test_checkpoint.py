@@ -100,30 +100,37 @@ def _rank_pid(rank, marker):
     return None
 
 
+def kill_after_checkpoints(path, root, ranks, victim, checkpoints, total):
+    """Run the job under mpiexec, SIGKILL rank `victim` once `checkpoints` checkpoints are
+    complete (before the input's end), and return the finished mpiexec process."""
+    env = dict(os.environ, MPI_JOIN_QUIET="1")
+    p = subprocess.Popen([MPIEXEC, "-n", str(ranks), *mpi_join_cmd("run", path)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 90
+        done = []
+        while len(done) < checkpoints and time.time() < deadline:
+            assert p.poll() is None, f"the run ended before its checkpoint number {checkpoints}"
+            time.sleep(0.05)
+            done = [m for c, m in ck.list_checkpoints(root) if m] if os.path.isdir(root) else []
+        assert done and done[-1]["input_offset"] < total, "no checkpoint in the middle of the run"
+        pid = _rank_pid(victim, path)
+        assert pid, f"rank {victim} not found"
+        os.kill(pid, signal.SIGKILL)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return p
+
+
 @pytest.mark.parametrize("extra", ["", 'reorganize_every = 1\nforce = "migrate"'], ids=["plain", "migrating"])
 def test_sigkill_a_slave_then_resume_exactly_once(tmp_path, extra):
     """Also with a migration at every reorganisation, so moves start right after cuts (a
     supplier's urgent move must not overtake a queued marker: worker._marker_queued)."""
     path, job, arrays = _slow_job(tmp_path, extra=extra)
     root = job.checkpoint.dir
-    env = dict(os.environ, MPI_JOIN_QUIET="1")
-    p = subprocess.Popen([MPIEXEC, "-n", "3", *mpi_join_cmd("run", path)], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 90
-        done = []
-        while not done and time.time() < deadline:
-            assert p.poll() is None, "the run ended before its first checkpoint"
-            time.sleep(0.05)
-            done = [m for c, m in ck.list_checkpoints(root) if m] if os.path.isdir(root) else []
-        assert done and done[-1]["input_offset"] < 24000, "no checkpoint in the middle of the run"
-        pid = _rank_pid(2, path)
-        assert pid, "rank 2 not found"
-        os.kill(pid, signal.SIGKILL)
-        _, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    p = kill_after_checkpoints(path, root, ranks=3, victim=2, checkpoints=1, total=24000)
     assert p.returncode != 0
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
     before = len(read_results(job.output, job.stream_names))

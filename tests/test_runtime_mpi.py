@@ -4,9 +4,6 @@ consistently (the ring's tail -> head link carries channel state) and a SIGKILL 
 exactly once."""
 import json
 import os
-import signal
-import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -14,9 +11,9 @@ import pytest
 from mpi_join import checkpoint as ck
 from mpi_join.oracle import run_oracle
 from mpi_join.results import read_results
-from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, run_mpi, write_job
+from conftest import equi_job_text, random_streams, run_mpi, write_job
 from reference import as_set
-from test_checkpoint import _rank_pid
+from test_checkpoint import kill_after_checkpoints
 
 SLOW = True
 CKPT = '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = {n}\nkeep = 3\n'
@@ -68,24 +65,7 @@ def test_batches_markers_and_eos_travel_the_topology(tmp_path, strategy):
 def test_sigkill_then_resume_is_exactly_once(tmp_path, strategy):
     path, job, arrays = _job(tmp_path, strategy, n=16000, every=1500, rate=2500, batch=100)
     root = job.checkpoint.dir
-    env = dict(os.environ, MPI_JOIN_QUIET="1")
-    p = subprocess.Popen([MPIEXEC, "-n", "5", *mpi_join_cmd("run", path)], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 90
-        done = []
-        while len(done) < 2 and time.time() < deadline:
-            assert p.poll() is None, "the run ended before its second checkpoint"
-            time.sleep(0.05)
-            done = [m for c, m in ck.list_checkpoints(root) if m] if os.path.isdir(root) else []
-        assert done and done[-1]["input_offset"] < 16000, "no checkpoint in the middle of the run"
-        pid = _rank_pid(3, path)
-        assert pid, "rank 3 not found"
-        os.kill(pid, signal.SIGKILL)
-        p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    p = kill_after_checkpoints(path, root, ranks=5, victim=3, checkpoints=2, total=16000)
     assert p.returncode != 0
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
     r = run_mpi(5, "run", path, "--resume", root)
