@@ -22,7 +22,7 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     from pyspark.sql import functions as F
     run_dir, out = fs.qualify(run_dir), fs.qualify(out)
     for name, d in (("the run's output directory", run_dir), ("the staged input", fs.qualify(job.staged))):
-        if _overlap(out, d):
+        if fs.overlap(out, d):
             raise InputError(f"--out {out}: overlaps {name} {d}; collect into a directory of its own")
     succeeded = fs.read_text(spark, f"{run_dir}/_SUCCESS") is not None
     if not succeeded and not partial:
@@ -108,11 +108,6 @@ def _typed(F, col, type_name):
     if str(type_name).strip().lower().startswith("char"):
         return F.regexp_replace(col.cast("string"), "\u0000+$", "")
     return col
-
-
-def _overlap(a, b):
-    a, b = a.rstrip("/"), b.rstrip("/")
-    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def _checkpointed_offset(job):

@@ -40,6 +40,12 @@ def file_stats(spark, uris):
     return out
 
 
+def overlap(a, b):
+    """Is one of two qualified paths the other or inside it (an output over its own input)?"""
+    a, b = a.rstrip("/"), b.rstrip("/")
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
 def exists(spark, uri):
     jvm, fs, p = _jvm_path(spark, qualify(uri))
     return bool(fs.exists(p))

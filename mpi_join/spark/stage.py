@@ -33,10 +33,9 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False):
     times), unless `force`. Each phase reports its time."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
-    from .collect import _overlap
     out = fs.qualify(out or job.staged)
     for s in job.streams:
-        if s.raw is not None and _overlap(out, fs.qualify(s.raw.path)):
+        if s.raw is not None and fs.overlap(out, fs.qualify(s.raw.path)):
             raise InputError(f"{out}: the staged directory overlaps the raw input of stream '{s.name}' "
                              f"({s.raw.path}); stage into a directory of its own")
     if (fs.exists(spark, out) and fs.list_files(spark, out) and not fs.exists(spark, f"{out}/_manifest.json")
