@@ -25,13 +25,19 @@ def spark():
     yield s
 
 
-@pytest.mark.parametrize("fmt,workload", [("csv", "equi"), ("json", "equi"), ("parquet", "band")])
-def test_stage_equals_direct_staging(spark, tmp_path, fmt, workload):
+@pytest.mark.parametrize("fmt,workload,small", [("csv", "equi", True), ("csv", "equi", False),
+                                                ("json", "equi", True), ("parquet", "band", False)])
+def test_stage_equals_direct_staging(spark, tmp_path, fmt, workload, small):
+    """Both ways of ordering: in one partition (small input) and range-partitioned by Spark."""
     from mpi_join.spark.stage import stage
     raw_job = load_job(make(workload, str(tmp_path / "raw"), tuples=3000, seed=4, raw=fmt))
     direct = load_job(make(workload, str(tmp_path / "direct"), tuples=3000, seed=4))
-    man = stage(spark, raw_job, progress=lambda m: None)
+    said = []
+    man = stage(spark, raw_job, progress=said.append, small_bytes=1 << 40 if small else 0)
     assert man["total"] == 3000 and sum(man["quarantined"].values()) == 0
+    assert any("small input" in m for m in said) == small
+    if not small:   # the partitioned path really ran on several partitions
+        assert len([f for f in os.listdir(os.path.join(raw_job.staged, "R")) if f.endswith(".parquet")]) > 1
     got, want = read_staged(raw_job), read_staged(direct)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype

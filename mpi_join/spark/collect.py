@@ -48,12 +48,12 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     if missing:
         raise InputError(f"{rdir}: result column(s) {', '.join(missing)} missing; the job's streams are "
                          f"{', '.join(job.stream_names)}")
-    res = res.persist()
-    total = res.count()
-    lat = res.select(F.percentile_approx("latency_ns", list(PCTS), 10000).alias("p")).collect()[0]["p"]
-    per_rank = {r["rank"]: {"results": r["n"], "latency_ms": _pcts(r["p"])}
-                for r in res.groupBy("rank").agg(F.count("*").alias("n"),
-                                                   F.percentile_approx("latency_ns", list(PCTS), 10000).alias("p")).collect()}
+    # one aggregation: per rank, and (rank null, grouping 1) over all ranks
+    rows = (res.rollup("rank").agg(F.count("*").alias("n"), F.grouping("rank").alias("all"),
+                                   F.percentile_approx("latency_ns", list(PCTS), 10000).alias("p")).collect())
+    whole = next(r for r in rows if r["all"])
+    total, lat = whole["n"], whole["p"]
+    per_rank = {r["rank"]: {"results": r["n"], "latency_ms": _pcts(r["p"])} for r in rows if not r["all"]}
     progress(f"collect: {total:,} results counted, latency per rank ({time.perf_counter() - t0:.1f} s)")
     t1 = time.perf_counter()
     data = res.drop("rank")
@@ -89,7 +89,6 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
                 {k: r.get(k) for k in ("role", "tuples_in", "tuples_out", "cpu_s", "idle_s", "comm_s")})
     fs.write_text(spark, f"{out}/_summary.json", json.dumps(summary, indent=2))
     fs.write_text(spark, f"{out}/{MARKER}", json.dumps({"written_by": "mpi-join collect", "run": run_dir}))
-    res.unpersist()
     progress(f"collect: {total:,} results" + (" with payloads" if with_payload else "") + f" -> {out} "
              f"({time.perf_counter() - t1:.1f} s; {time.perf_counter() - t0:.1f} s in all)"
              + ("" if succeeded else " (PARTIAL: the run did not finish)"))

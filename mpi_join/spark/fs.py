@@ -78,6 +78,23 @@ def read_text(spark, uri):
     return "\n".join(lines)
 
 
+_COMPRESSED = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst", ".xz")
+
+
+def first_line(spark, uri):
+    """The first line of an uncompressed text file without running a Spark job (a CSV header),
+    or None for a compressed file (the caller lets Spark read it)."""
+    if uri.lower().endswith(_COMPRESSED):
+        return None
+    jvm, fs, p = _jvm_path(spark, uri)     # as list_files names it (file:/..., hdfs://...)
+    reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(fs.open(p), "UTF-8"))
+    try:
+        line = reader.readLine()
+    finally:
+        reader.close()
+    return "" if line is None else str(line).lstrip("\ufeff")
+
+
 def delete(spark, uri):
     jvm, fs, p = _jvm_path(spark, qualify(uri))
     if fs.exists(p):

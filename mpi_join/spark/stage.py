@@ -8,6 +8,7 @@ or column) to <staged>/_quarantine/<stream>/ with the reason, order the union of
 parallel: rows are range-partitioned by the sort, each partition is counted, and a row's seq is
 its partition's offset plus its position in the partition.
 """
+import csv
 import dataclasses
 import time
 import json
@@ -21,7 +22,10 @@ _INT = {"int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint
 _UMAX = {"uint8": 255, "uint16": 65535, "uint32": 4294967295}
 
 
-def stage(spark, job, out=None, progress=print, overwrite=False, force=False):
+SMALL_INPUT_BYTES = 64 << 20
+
+
+def stage(spark, job, out=None, progress=print, overwrite=False, force=False, small_bytes=SMALL_INPUT_BYTES):
     """Stage every stream of `job` into `out` (default: the job's [input] staged). Returns the manifest.
 
     `out` is replaced stream by stream, so it must be a staged directory already (it holds a
@@ -30,7 +34,8 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False):
 
     Staging is skipped when `out` already holds this input staged with these settings (time
     unit, schemas, raw sources) from raw files unchanged since (names, sizes, modification
-    times), unless `force`. Each phase reports its time."""
+    times), unless `force`. Each phase reports its time. Raw input of at most `small_bytes` is
+    ordered in one partition, which saves Spark's sampling job and shuffle."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     out = fs.qualify(out or job.staged)
@@ -58,27 +63,44 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False):
     if old and not force and json.loads(old).get("staging") == staging:
         progress(f"stage: {out} is up to date (same settings, raw files unchanged); --force stages again")
         return dict(json.loads(old), up_to_date=True)
+    small = sum(st[1] for v in staging["inputs"].values() for st in v) <= small_bytes
+    tagged_frames, bads, quarantine = [], [], []
     for i, s in enumerate(job.streams):
         files = sources[s.name]
         progress(f"stage: stream {s.name}: reading {len(files)} file(s) from {s.raw.path}")
-        raw = _read_stream(spark, s, files)
-        good, bad = _parse(raw, s, job)
-        nbad = bad.count()
-        quarantined[s.name] = nbad
+        tagged = _tag(_read_stream(spark, s, files), s, job)
+        # parsed once into the cache; the raw text stays out of it (only quarantined rows need it)
+        parsed = tagged.drop(*[c for c in tagged.columns if c.startswith("_raw_")]).persist(StorageLevel.MEMORY_AND_DISK)
+        tagged_frames.append(parsed)
+        good, bad = _split(parsed, tagged, s)
+        frames.append(_as_union_row(good, i, job))
+        bads.append(parsed.filter(F.col("_reason") != ""))
+        quarantine.append(bad)
+    # one job parses every stream (into the cache) and counts its unparseable rows
+    nbad = dict(_union([b.select(F.lit(i).alias("_stream")) for i, b in enumerate(bads)])
+                .groupBy("_stream").count().collect())
+    for i, s in enumerate(job.streams):
+        quarantined[s.name] = int(nbad.get(i, 0))
         qpath = f"{out}/_quarantine/{s.name}"
         fs.delete(spark, qpath)
-        if nbad:
-            bad.write.mode("overwrite").parquet(qpath)
-            progress(f"stage: stream {s.name}: {nbad:,} row(s) quarantined to {qpath}")
-        frames.append(_as_union_row(good, i, job))
-    union = frames[0]
-    for f in frames[1:]:
-        union = union.unionByName(f)
-    ordered = (union.orderBy("_ts", "_stream", "_file", "_row")
-               .withColumn("_pid", F.spark_partition_id())
+        if quarantined[s.name]:
+            quarantine[i].write.mode("overwrite").parquet(qpath)
+            progress(f"stage: stream {s.name}: {quarantined[s.name]:,} row(s) quarantined to {qpath}")
+    union = _union(frames)
+    keys = ("_ts", "_stream", "_file", "_row")
+    # a small input is ordered in one partition: no sampling job, no shuffle, one file per stream
+    ordered = (union.coalesce(1).sortWithinPartitions(*keys) if small else union.orderBy(*keys))
+    ordered = (ordered.withColumn("_pid", F.spark_partition_id())
                .withColumn("_mid", F.monotonically_increasing_id())
                .persist(StorageLevel.MEMORY_AND_DISK))
-    counts = dict(ordered.groupBy("_pid").count().collect())
+    # one job: tuples per (partition, stream) give the seq offsets and each stream's count and ts range
+    stats = ordered.groupBy("_pid", "_stream").agg(F.count("*").alias("n"), F.min("_ts").alias("lo"),
+                                                   F.max("_ts").alias("hi")).collect()
+    for t in tagged_frames:
+        t.unpersist()
+    counts = {}
+    for r in stats:
+        counts[r["_pid"]] = counts.get(r["_pid"], 0) + r["n"]
     offsets, acc = {}, 0
     for pid in sorted(counts):
         offsets[pid] = acc
@@ -86,7 +108,8 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False):
     off = F.create_map(*[x for pid, o in offsets.items() for x in (F.lit(pid), F.lit(o))]) if offsets else None
     seq = (off[F.col("_pid")] + (F.col("_mid") - F.shiftleft(F.col("_pid").cast("bigint"), 33))) if off is not None else F.lit(0)
     numbered = ordered.withColumn("seq", seq.cast("bigint"))
-    progress(f"stage: read, parsed and ordered {acc:,} tuples ({time.perf_counter() - t0:.1f} s)")
+    progress(f"stage: read, parsed and ordered {acc:,} tuples"
+             f"{' (small input: one partition, no shuffle)' if small else ''} ({time.perf_counter() - t0:.1f} s)")
     t1 = time.perf_counter()
     man = {"format": "mpi-join-staged/1", "ts_unit": job.ts_unit, "streams": {}, "total": int(acc),
            "quarantined": quarantined, "sources": sources, "staging": staging}
@@ -94,10 +117,12 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False):
         cols = [F.col("seq"), F.col("_ts").alias("ts")] + [F.col(f"_p{i}.{c}").alias(c) for c in s.schema]
         part = numbered.filter(F.col("_stream") == i).select(*cols)
         part.sortWithinPartitions("seq").write.mode("overwrite").parquet(f"{out}/{s.name}")
-        st = part.agg(F.count("*").alias("n"), F.min("ts").alias("lo"), F.max("ts").alias("hi")).collect()[0]
-        man["streams"][s.name] = {"count": int(st["n"]), "ts_min": st["lo"], "ts_max": st["hi"],
+        mine = [r for r in stats if r["_stream"] == i]
+        n = sum(r["n"] for r in mine)
+        man["streams"][s.name] = {"count": int(n), "ts_min": min((r["lo"] for r in mine), default=None),
+                                  "ts_max": max((r["hi"] for r in mine), default=None),
                                   "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)}}
-        progress(f"stage: stream {s.name}: {st['n']:,} tuples -> {out}/{s.name}")
+        progress(f"stage: stream {s.name}: {n:,} tuples -> {out}/{s.name}")
     ordered.unpersist()
     fs.write_text(spark, f"{out}/_manifest.json", json.dumps(man, indent=2))
     progress(f"stage: wrote {acc:,} tuples ({time.perf_counter() - t1:.1f} s; {time.perf_counter() - t0:.1f} s in all)")
@@ -116,7 +141,7 @@ def _read_stream(spark, s, files):
     first_types, frames = None, []
     for k, f in enumerate(files):
         if s.raw.format == "csv":
-            header = spark.read.option("header", s.raw.header).option("sep", s.raw.delimiter).csv(f).columns
+            header = _csv_header(spark, s, f)
             if not s.raw.header:
                 header = want[:len(header)]
             schema = StructType([StructField(c, StringType()) for c in header])
@@ -142,10 +167,17 @@ def _read_stream(spark, s, files):
             if s.raw.format == "json":   # re-read as text so that every value is parsed the same way
                 df = spark.read.schema(StructType([StructField(c, StringType()) for c in want])).json(f)
         frames.append(df.select(*want).withColumn("_file", F.lit(k)).withColumn("_row", F.monotonically_increasing_id()))
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out
+    return _union(frames)
+
+
+def _csv_header(spark, s, f):
+    """A CSV file's column names (or, without a header line, as many _cN as its first line has
+    fields), read from its first line, without a Spark job when the file is uncompressed."""
+    line = fs.first_line(spark, f)
+    if line is None:
+        return spark.read.option("header", s.raw.header).option("sep", s.raw.delimiter).csv(f).columns
+    fields = next(csv.reader([line], delimiter=s.raw.delimiter), []) if line else []
+    return [c.strip() for c in fields] if s.raw.header else [f"_c{i}" for i in range(len(fields))]
 
 
 def _both_null_type(a, b):
@@ -153,20 +185,35 @@ def _both_null_type(a, b):
     return isinstance(a, NullType) or isinstance(b, NullType)
 
 
-def _parse(df, s, job):
-    """(parsed rows, quarantined rows with a reason) for one stream."""
+def _tag(df, s, job):
+    """Each row parsed into _ts and the stream's columns, plus _reason: what could not be parsed
+    ("" for a good row). Kept with the raw text so that quarantined rows show what was read."""
     from pyspark.sql import functions as F
     parsed = {"_ts": _parse_time(df, s, job)}
     for c, t in s.schema.items():
         parsed[c] = _parse_col(df, c, s.dtype.fields[c][0], t)
-    reason = F.concat_ws(", ", *[F.when(v.isNull(), F.lit(("event time " + s.raw.time) if k == "_ts" else k))
-                                 for k, v in parsed.items()])
-    tagged = df.withColumn("_reason", reason)
-    good = tagged.filter(F.col("_reason") == "").select("_file", "_row", *[v.alias(k) for k, v in parsed.items()])
+    reason = F.concat_ws(", ", *[F.when(F.col(f"_v_{k}").isNull(), F.lit(("event time " + s.raw.time) if k == "_ts" else k))
+                                 for k in parsed])
+    return df.select("_file", "_row", *[F.col(c).cast("string").alias(f"_raw_{c}") for c in _declared(s)],
+                     *[v.alias(f"_v_{k}") for k, v in parsed.items()]).withColumn("_reason", reason)
+
+
+def _split(parsed, tagged, s):
+    """(parsed rows, quarantined rows with a reason and their raw text) of one stream."""
+    from pyspark.sql import functions as F
+    good = parsed.filter(F.col("_reason") == "").select(
+        "_file", "_row", F.col("_v__ts").alias("_ts"), *[F.col(f"_v_{c}").alias(c) for c in s.schema])
     bad = tagged.filter(F.col("_reason") != "").select(
-        *[F.col(c).cast("string").alias(c) for c in _declared(s)], F.col("_reason").alias("reason"),
+        *[F.col(f"_raw_{c}").alias(c) for c in _declared(s)], F.col("_reason").alias("reason"),
         F.col("_file").alias("file_index"), F.col("_row").alias("row_id"))
     return good, bad
+
+
+def _union(frames):
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
 
 
 def _parse_time(df, s, job):
