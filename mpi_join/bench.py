@@ -168,34 +168,12 @@ def _set_param(job_path, key, value):
 
 
 def demo(nprocs, tuples, workdir, spark_master="local[*]"):
-    """The whole pipeline: generate raw files, stage them with Spark, run under mpiexec, collect
-    the results with Spark, verify against the oracle. Returns the exit code."""
-    from .cli import mpiexec_cmd
-    from .config import load_job
-    from .spark.collect import collect
-    from .spark.session import spark_session
-    from .spark.stage import stage
-    from .verify import format_report, verify
+    """The whole pipeline on a generated workload: raw CSV, then `pipeline` (stage, run under
+    mpiexec, collect with payloads, verify against the oracle). Returns the exit code."""
+    from .pipeline import pipeline
     from .workloads import make
-    say = lambda m: print(m, flush=True)  # noqa: E731
-    say(f"1/5 generate workload (b) as raw CSV: {tuples:,} tuples, Poisson arrivals, b-model keys -> {workdir}/raw")
+    print(f"generate workload (b) as raw CSV: {tuples:,} tuples, Poisson arrivals, b-model keys -> {workdir}/raw",
+          flush=True)
     job_path = make("equi", workdir, tuples=tuples, raw="csv")
-    job = load_job(job_path)
-    say(f"2/5 stage with Spark ({spark_master}) -> {job.staged}")
-    spark = spark_session(spark_master, "mpi-join demo")
-    man = stage(spark, job, progress=lambda m: say("    " + m))
-    say(f"    staged {man['total']:,} tuples, quarantined {sum(man['quarantined'].values()):,}")
-    say(f"3/5 run: mpiexec -n {nprocs} mpi-join run {job_path}")
-    rc = subprocess.call(mpiexec_cmd(nprocs, ["run", job_path]))
-    if rc != 0:
-        print(f"run failed with exit code {rc}", file=sys.stderr)
-        return rc
-    out = os.path.join(workdir, "collected")
-    say(f"4/5 collect with Spark -> {out}")
-    s = collect(spark, job, job.output, out, with_payload=True, progress=lambda m: say("    " + m))
-    lat = s["latency_ms"]
-    say(f"    {s['results']:,} results with payloads; latency ms p50 {lat['p50']:.2f} p99 {lat['p99']:.2f}")
-    say("5/5 verify against the oracle")
-    rep = verify(job.output, job)
-    say(format_report(rep))
-    return 0 if rep["ok"] else 1
+    return pipeline(job_path, nprocs, with_payload=True, verify=True, master=spark_master,
+                    collect_out=os.path.join(workdir, "collected"), say=lambda m: print(m, flush=True))

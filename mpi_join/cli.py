@@ -248,6 +248,33 @@ def stage(job_path, out, master, conf, overwrite, force):
 
 
 @main.command()
+@click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
+@click.option("-n", "--np", "nprocs", type=int, default=4, show_default=True, help="MPI ranks for the run.")
+@click.option("--with-payload", is_flag=True, help="Collect with each result's input columns.")
+@click.option("--verify", is_flag=True, help="Check the results against the oracle at the end.")
+@click.option("--collect-out", default=None, help="Collected dataset (default: the run's output dir + '-collected').")
+@click.option("--force", is_flag=True, help="Stage again even when the staged input is up to date.")
+@click.option("--overwrite", is_flag=True, help="Let the run replace a non-empty output dir it did not write.")
+@_MASTER
+@_CONF
+def pipeline(job_path, nprocs, with_payload, verify, collect_out, force, overwrite, master, conf):
+    """Stage, run and collect JOB in one go, with one Spark session for both Spark steps.
+
+    
+    Same as, but without a second JVM start:
+      mpi-join stage JOB && mpi-join run -n N JOB && mpi-join collect OUT --job JOB --out OUT-collected
+    Staging is skipped when a stream has no raw input or the staged input is up to date."""
+    from .pipeline import pipeline as run_pipeline
+    try:
+        code = run_pipeline(job_path, nprocs, with_payload=with_payload, verify=verify, collect_out=collect_out,
+                            force=force, master=master, conf=conf, run_args=("--overwrite",) if overwrite else (),
+                            say=lambda m: click.echo(m, err=True))
+    except JobError as e:
+        _fail(e)
+    sys.exit(code)
+
+
+@main.command()
 @click.argument("run_dir", type=click.Path())
 @click.option("--job", "job_path", required=True, type=click.Path(dir_okay=False), help="The job file of the run.")
 @click.option("--out", required=True, help="Output dataset path or URI.")

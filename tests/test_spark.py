@@ -310,3 +310,21 @@ def test_collect_reports_each_phase(spark, tmp_path):
     s = collect(spark, job, job.output, str(tmp_path / "c"), with_payload=True, progress=lines.append)
     assert lines[0].startswith("collect: reading ") and "results counted" in lines[1]
     assert lines[-1].startswith(f"collect: {s['results']:,} results with payloads -> ") and " s in all)" in lines[-1]
+
+
+def test_pipeline_stages_runs_collects_and_verifies_with_one_spark_session(tmp_path):
+    """`mpi-join pipeline` = stage + run + collect (+ verify) with one JVM; a rerun skips the
+    up-to-date staging and reruns into its own output."""
+    from conftest import run_cli
+    path = make("equi", str(tmp_path), tuples=2000, window="1s", domain_bits=8, raw="csv")
+    p = run_cli("pipeline", path, "-n", "3", "--with-payload", "--verify", "--master", "local[2]", timeout=400)
+    assert p.returncode == 0, p.stderr[-3000:]
+    job = load_job(path)
+    n = len(run_oracle(job, read_staged(job)))
+    assert n > 0 and f"{n:,} results with payloads" in p.stderr and "OK: results equal the oracle" in p.stderr
+    assert p.stderr.count("Setting default log level") == 1          # one Spark session for both steps
+    got = pq.read_table(str(tmp_path / "out-collected"))
+    assert got.num_rows == n and "R_pad" in got.column_names
+    again = run_cli("pipeline", path, "-n", "2", "--master", "local[2]", timeout=400)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "is up to date" in again.stderr and f"{n:,} results;" in again.stderr

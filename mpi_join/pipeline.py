@@ -1,0 +1,52 @@
+"""stage -> run -> collect (-> verify) in one command, with one Spark session for both Spark steps.
+
+Each of `mpi-join stage` and `mpi-join collect` starts its own JVM (about 5 s on a small machine);
+here the session started for staging is kept while the ranks run and serves collection too."""
+import os
+import subprocess
+import time
+
+
+def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=None, force=False,
+             master="local[*]", conf=(), run_args=(), say=print):
+    """Run the whole pipeline for the job at `job_path`. Returns the exit code (the run's when
+    it fails, 1 when verification fails, else 0). Staging is skipped for a job without raw
+    input, and by stage itself when the staged input is up to date (unless `force`)."""
+    from .cli import mpiexec_cmd
+    from .config import load_job
+    from .spark.collect import collect
+    from .spark.session import spark_session
+    from .spark.stage import stage
+    job = load_job(job_path)
+    t0 = time.perf_counter()
+    steps = 3 + bool(verify)
+    spark = None
+    if all(s.raw is not None for s in job.streams):
+        say(f"1/{steps} stage with Spark ({master}) -> {job.staged}")
+        spark = spark_session(master, "mpi-join pipeline", conf)
+        man = stage(spark, job, progress=lambda m: say("    " + m), force=force)
+        say(f"    {man['total']:,} tuples staged, {sum(man['quarantined'].values()):,} quarantined")
+    else:
+        say(f"1/{steps} stage: skipped (streams without raw input; staged input is {job.staged})")
+    say(f"2/{steps} run: mpiexec -n {nprocs} mpi-join run {job_path}")
+    rc = subprocess.call(mpiexec_cmd(nprocs, ["run", job_path, *run_args]))
+    if rc != 0:
+        say(f"run failed with exit code {rc}; nothing collected")
+        return rc
+    out = collect_out or job.output.rstrip("/") + "-collected"
+    say(f"3/{steps} collect with Spark -> {out}")
+    spark = spark or spark_session(master, "mpi-join pipeline", conf)
+    s = collect(spark, job, job.output, out, with_payload=with_payload, progress=lambda m: say("    " + m))
+    lat = s["latency_ms"]
+    say(f"    {s['results']:,} results" + (" with payloads" if with_payload else "")
+        + f"; latency ms p50 {lat['p50']:.2f} p99 {lat['p99']:.2f}")
+    code = 0
+    if verify:
+        from .verify import format_report, verify as check
+        say(f"4/{steps} verify against the oracle")
+        rep = check(job.output, job)
+        say(format_report(rep))
+        code = 0 if rep["ok"] else 1
+    say(f"pipeline: done in {time.perf_counter() - t0:.1f} s; results {os.path.join(job.output, 'results')}, "
+        f"collected {out}")
+    return code
