@@ -94,6 +94,7 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
                   rate = "max" | N         replay as fast as possible or N tuples/s per stream
                   max_inflight = 4         unacknowledged epochs per slave (backpressure)
                   progress = true          live progress line on stderr
+                  liveness_timeout = "30s" a rank or link silent this long aborts the job ("off")
       [checkpoint] dir = "ckpt"            HDF5 checkpoints (one file per rank + MANIFEST.json)
                   every_tuples = 100000   cut every N input tuples, and/or
                   every = "10s"           every interval; keep = 2 newest complete ones

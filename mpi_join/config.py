@@ -118,6 +118,7 @@ class Run:
     rate: float | None        # tuples/s per stream; None = as fast as possible
     max_inflight: int
     progress: bool
+    liveness_timeout_s: float = 30.0   # a rank or link silent this long aborts the job; 0: off
 
 
 @dataclass(frozen=True)
@@ -405,7 +406,8 @@ def _strategy(raw, path, overrides):
 
 def _run(raw, path):
     r = _table(raw, "run", path, required=False)
-    _no_unknown(r, {"batch_size", "flush_interval", "rate", "max_inflight", "progress"}, "run.", path)
+    _no_unknown(r, {"batch_size", "flush_interval", "rate", "max_inflight", "progress", "liveness_timeout"},
+                "run.", path)
     bs = r.get("batch_size", 8192)
     if isinstance(bs, bool) or not isinstance(bs, int) or bs <= 0:
         raise ConfigError(f"{path}: run.batch_size: expected a positive integer, got {bs!r}")
@@ -426,7 +428,14 @@ def _run(raw, path):
     prog = r.get("progress", True)
     if not isinstance(prog, bool):
         raise ConfigError(f"{path}: run.progress: expected true or false, got {prog!r}")
-    return Run(bs, fi, None if rate is None else float(rate), mi, prog)
+    lt = r.get("liveness_timeout", "30s")
+    try:
+        lt_ns = 0 if lt in (0, "off") else parse_duration_ns(lt, "run.liveness_timeout")
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    if lt_ns and lt_ns < 1_000_000_000:
+        raise ConfigError(f"{path}: run.liveness_timeout: at least 1s (or \"off\"), got {lt!r}")
+    return Run(bs, fi, None if rate is None else float(rate), mi, prog, lt_ns / 1e9)
 
 
 def _table(raw, key, path, required=True):

@@ -23,6 +23,7 @@ class Tag(IntEnum):
     CTRL = 5      # a typed control record (markers, probes, strategy control), in order with DATA
     STATE = 6     # a piece of join state moved between workers (migration, scaling)
     DONE = 7      # worker -> rank 0: final metrics
+    ALIVE = 8     # heartbeat of an idle link (liveness.py); consumed by the transport
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,13 @@ def run_rank(job_path, overrides):
     Compiles.install()
     try:
         tx = Transport(comm)
-        if rank == 0:
-            return _driver(job_path, overrides, tx, ctx)
-        return _worker(job_path, overrides, tx)
+        tx.hosts = comm.allgather(MPI.Get_processor_name())     # the rank-to-host map
+        try:
+            if rank == 0:
+                return _driver(job_path, overrides, tx, ctx)
+            return _worker(job_path, overrides, tx)
+        finally:
+            tx.close()
     except KeyboardInterrupt:
         _interrupted(rank, ctx.get("output"))
     except BaseException as e:  # noqa: BLE001 - any failure must take the whole job down
@@ -86,6 +90,7 @@ def _driver(job_path, overrides, tx, ctx):
             cid, man = latest_complete(root, job, tx.size)
             resume = (root, cid)
         progress = Progress(0, enabled=job.run.progress)
+        tx.enable_liveness(job.run.liveness_timeout_s)
         driver = Driver(job, tx, topo, info.load("router"), metrics, progress, resume)
         _prepare_output(job.output, keep=set(man["committed_files"]) if resume else None,
                         overwrite=bool(overrides.get("overwrite")))
@@ -98,6 +103,8 @@ def _driver(job_path, overrides, tx, ctx):
     if err:
         sys.stderr.write(f"mpi-join: error: {err}\n")
         return 2
+    for r in range(1, tx.size):
+        tx.watch(r)                      # every worker must be heard from (liveness.py)
     total = driver.total
     if resume:
         sys.stderr.write(f"mpi-join: resuming from checkpoint {resume[1]} in {resume[0]} "
@@ -107,8 +114,11 @@ def _driver(job_path, overrides, tx, ctx):
     worker_metrics = driver.run()
     wall = driver.wall_s           # from the start of the replay (all ranks ready) to the last report
     ranks = [metrics.to_dict(tx)] + worker_metrics
+    for r in ranks:
+        r["host"] = tx.host(r["rank"])
     summary = summarize(ranks, wall, total)
     summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=driver.resumed_from,
+                   hosts=list(tx.hosts), liveness_timeout_s=job.run.liveness_timeout_s,
                    checkpoints=driver.ckpt.completed, topology=topo.name,
                    startup_s=driver.t_replay - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
     mdir = os.path.join(job.output, "metrics")
@@ -135,6 +145,8 @@ def _worker(job_path, overrides, tx):
     if start.error:
         return 2
     job = load_job(job_path, overrides)
+    tx.enable_liveness(job.run.liveness_timeout_s)
+    tx.watch(0)                          # the driver must be heard from (liveness.py)
     info = strategies.get(job.strategy.name)
     topo = info.topology(tx.size, job.strategy.params)
     metrics = RankMetrics(tx.rank, topo.role(tx.rank))

@@ -1,21 +1,31 @@
 """The one transport: numpy buffers over mpi4py's uppercase calls, tagged by message kind.
 
-Waiting never spins a core: receives poll with Iprobe and back off (sleeping up to 2 ms), so
+Waiting never spins a core: receives poll with Improbe and back off (sleeping up to 2 ms), so
 ranks can outnumber cores. Sends are nonblocking and their buffers are kept until complete.
+Every wait also drives liveness (liveness.py): heartbeats on idle links, and an abort naming a
+peer that stays silent; a receive is itself nonblocking (Irecv), so a message whose sender is
+cut off mid-transfer cannot hang the rank either.
 Tags and message kinds are in protocol.py. A message is one contiguous uint8 buffer made by `pack`: a small int64 header followed by the
 raw bytes of any number of structured arrays (each padded to 8 bytes), read back zero-copy.
 """
 import json
+import threading
 import time
 
 import numpy as np
 from mpi4py import MPI
 
+from .errors import JobError
+from .liveness import Liveness
 from .protocol import Tag
 
 
 _MAX_SLEEP = 0.002
 _MIN_SLEEP = 0.00002
+_ALIVE_OUT = np.zeros(8, np.uint8)
+_ALIVE_IN = np.zeros(8, np.uint8)
+_HEARD = {Tag.DATA: "a data batch", Tag.ACK: "an acknowledgement", Tag.CTRL: "a control record",
+          Tag.STATE: "moved state", Tag.READY: "READY", Tag.DONE: "its final metrics", Tag.ALIVE: "a heartbeat"}
 
 
 def pack(header, arrays=()):
@@ -73,7 +83,81 @@ class Transport:
         self.bytes_out = 0
         self.bytes_in = 0
         self._status = MPI.Status()
+        self.hosts = None           # host of each rank (runtime.py gathers them at start)
+        self.live = None
+        self._next_tick = 0.0
 
+    # -- liveness -------------------------------------------------------------------------
+    def enable_liveness(self, timeout_s):
+        """Watch peers (see `watch`) and abort on one silent for `timeout_s`; 0 turns it off.
+        Heartbeats come from a thread (MPI is initialised with MPI_THREAD_MULTIPLE), so a rank
+        busy outside its message loop is still heard; `close` stops it before MPI finalises."""
+        if not timeout_s or timeout_s <= 0:
+            self.live = None
+            return
+        self.live = Liveness(timeout_s, time.monotonic())
+        self._beat_lock = threading.Lock()
+        self._beat_stop = threading.Event()
+        self._beats = threading.Thread(target=self._beat, name="heartbeats", daemon=True)
+        self._beats.start()
+
+    def _beat(self):
+        reqs = []
+        while not self._beat_stop.wait(self.live.beat_every):
+            with self._beat_lock:
+                for p in sorted(self.live.beating):
+                    reqs.append(self.comm.Isend([_ALIVE_OUT, MPI.BYTE], dest=p, tag=Tag.ALIVE))
+            reqs = [r for r in reqs if not r.Test()]
+
+    def close(self):
+        """Stop the heartbeat thread (before MPI finalises)."""
+        if self.live is not None:
+            self._beat_stop.set()
+            self._beats.join()
+
+    def watch(self, peer):
+        if self.live is not None:
+            with self._beat_lock:
+                self.live.watch(peer, time.monotonic())
+
+    def stop_beating(self, peer):
+        """No heartbeat reaches `peer` after this returns (call it before the message that lets
+        the peer leave: MPI keeps order on a link, so none arrives after the peer is gone)."""
+        if self.live is not None:
+            with self._beat_lock:
+                self.live.stop_beating(peer)
+
+    def unwatch(self, peer):
+        if self.live is not None:
+            with self._beat_lock:
+                self.live.unwatch(peer)
+
+    def host(self, rank):
+        return self.hosts[rank] if self.hosts else "?"
+
+    def _tick(self):
+        now = time.monotonic()
+        if now < self._next_tick:
+            return
+        self._next_tick = now + 0.05
+        live = self.live
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=Tag.ALIVE, status=self._status):
+            src = self._status.Get_source()
+            self.comm.Recv([_ALIVE_IN, MPI.BYTE], source=src, tag=Tag.ALIVE)
+            live.on_heard(src, "a heartbeat", now)
+        live.tick(now)
+        quiet = live.silent(now)
+        if quiet is None:
+            return
+        peer, secs, last = quiet
+        if self.comm.Iprobe(source=peer, tag=MPI.ANY_TAG):     # it did send; this rank was busy
+            live.on_heard(peer, "a message", now)
+            return
+        raise JobError(f"rank {peer} on host {self.host(peer)} has been silent for {secs:.1f} s "
+                       f"(run.liveness_timeout {live.timeout:g} s): a cut link, or a stopped, frozen or dead "
+                       f"process or node; last heard from it: {last}")
+
+    # -- messages ---------------------------------------------------------------------------
     def send(self, dest, tag, buf):
         t = time.perf_counter()
         req = self.comm.Isend([buf, MPI.BYTE], dest=dest, tag=int(tag))
@@ -90,15 +174,39 @@ class Transport:
         """A waiting message as (source, tag, buffer), or None at once."""
         if self._pending:
             self._reap()
-        if not self.comm.Iprobe(source=source, tag=tag, status=self._status):
-            return None
-        t = time.perf_counter()
-        src, tg, n = self._status.Get_source(), self._status.Get_tag(), self._status.Get_count(MPI.BYTE)
-        buf = np.empty(n, np.uint8)
-        self.comm.Recv([buf, MPI.BYTE], source=src, tag=tg)
-        self.bytes_in += n
-        self.comm_s += time.perf_counter() - t
-        return src, Tag(tg), buf
+        if self.live is not None:
+            self._tick()
+        while True:
+            m = self.comm.Improbe(source=source, tag=tag, status=self._status)
+            if m is None:
+                return None
+            t = time.perf_counter()
+            src, tg, n = self._status.Get_source(), self._status.Get_tag(), self._status.Get_count(MPI.BYTE)
+            buf = np.empty(n, np.uint8)
+            req = m.Irecv([buf, MPI.BYTE])
+            if not req.Test():
+                self._complete(req)
+            self.bytes_in += n
+            self.comm_s += time.perf_counter() - t
+            if self.live is not None:
+                self.live.on_heard(src, _HEARD.get(tg, "a message"), time.monotonic())
+            if tg != Tag.ALIVE:
+                return src, Tag(tg), buf
+
+    def _complete(self, req):
+        """Wait for a started receive, driving liveness (its sender may be cut off mid-message).
+        A large message is still streaming in: test without sleeping for a while (a batch takes
+        tens of microseconds), then back off."""
+        spin_until = time.perf_counter() + 0.005
+        while time.perf_counter() < spin_until:
+            if req.Test():
+                return
+        sleep = _MIN_SLEEP
+        while not req.Test():
+            if self.live is not None:
+                self._tick()
+            time.sleep(sleep)
+            sleep = min(sleep * 2, _MAX_SLEEP)
 
     def recv(self, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG):
         """Wait for a message without spinning a core (poll, then sleep with backoff)."""
@@ -121,6 +229,8 @@ class Transport:
         sleep = _MIN_SLEEP
         while self._pending:
             self._reap()
+            if self.live is not None:
+                self._tick()
             if self._pending:
                 time.sleep(sleep)
                 sleep = min(sleep * 2, _MAX_SLEEP)

@@ -103,25 +103,36 @@ def _rank_pid(rank, marker):
 def kill_after_checkpoints(path, root, ranks, victim, checkpoints, total):
     """Run the job under mpiexec, SIGKILL rank `victim` once `checkpoints` checkpoints are
     complete (before the input's end), and return the finished mpiexec process."""
+    def kill():
+        pid = _rank_pid(victim, path)
+        assert pid, f"rank {victim} not found"
+        os.kill(pid, signal.SIGKILL)
+    return fault_after_checkpoints([MPIEXEC, "-n", str(ranks), *mpi_join_cmd("run", path)], root, checkpoints,
+                                   total, kill)[0]
+
+
+def fault_after_checkpoints(cmd, root, checkpoints, total, fault, timeout=60):
+    """Launch the mpiexec command line `cmd`, call `fault()` once `checkpoints` checkpoints are
+    complete (before the input's end), and return (the finished process, seconds from the
+    fault to its end, its stderr). A launch still running `timeout` s after the fault is killed."""
     env = dict(os.environ, MPI_JOIN_QUIET="1")
-    p = subprocess.Popen([MPIEXEC, "-n", str(ranks), *mpi_join_cmd("run", path)], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 90
         done = []
         while len(done) < checkpoints and time.time() < deadline:
-            assert p.poll() is None, f"the run ended before its checkpoint number {checkpoints}"
+            assert p.poll() is None, f"the run ended before its checkpoint number {checkpoints}: {p.communicate()[1][-2000:]}"
             time.sleep(0.05)
             done = [m for c, m in ck.list_checkpoints(root) if m] if os.path.isdir(root) else []
         assert done and done[-1]["input_offset"] < total, "no checkpoint in the middle of the run"
-        pid = _rank_pid(victim, path)
-        assert pid, f"rank {victim} not found"
-        os.kill(pid, signal.SIGKILL)
-        p.communicate(timeout=60)
+        fault()
+        t = time.time()
+        err = p.communicate(timeout=timeout)[1]
+        return p, time.time() - t, err
     finally:
         if p.poll() is None:
             p.kill()
-    return p
+            p.communicate()
 
 
 @pytest.mark.parametrize("extra", ["", 'reorganize_every = 1\nforce = "migrate"'], ids=["plain", "migrating"])

@@ -69,7 +69,7 @@ def test_run_help_documents_every_option():
     p = run_cli("run", "--help")
     assert p.returncode == 0
     for word in ("--np", "--output", "--staged", "--strategy", "window", "batch_size", "flush_interval",
-                 "rate", "max_inflight", "equi", "band", "theta", "local_join", "partitions", "ts_unit"):
+                 "rate", "max_inflight", "liveness_timeout", "equi", "band", "theta", "local_join", "partitions", "ts_unit"):
         assert word in p.stdout, word
 
 
@@ -84,3 +84,11 @@ def test_uint64_key_against_signed_key_is_refused():
 
 def test_fast_tier_marker_is_registered(pytestconfig):
     assert any(m.startswith("slow:") for m in pytestconfig.getini("markers"))
+
+
+def test_liveness_timeout_defaults_to_30s_and_is_checked():
+    assert _job(equi_job_text(('"1s"', '"1s"'))).run.liveness_timeout_s == 30.0
+    assert _job(equi_job_text(('"1s"', '"1s"'), run='liveness_timeout = "2min"')).run.liveness_timeout_s == 120.0
+    assert _job(equi_job_text(('"1s"', '"1s"'), run='liveness_timeout = "off"')).run.liveness_timeout_s == 0
+    with pytest.raises(ConfigError, match="run.liveness_timeout: at least 1s"):
+        _job(equi_job_text(('"1s"', '"1s"'), run='liveness_timeout = "200ms"'))

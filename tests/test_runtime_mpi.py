@@ -72,3 +72,20 @@ def test_sigkill_then_resume_is_exactly_once(tmp_path, strategy):
     assert r.returncode == 0, r.stderr
     assert "resuming from checkpoint" in r.stderr
     _check(job, arrays)
+
+
+def test_liveness_does_not_fire_on_busy_ranks_under_backpressure_or_a_long_checkpoint(tmp_path):
+    """liveness_timeout 1 s, and every worker after the first spends 1.5 s on each batch away
+    from its message loop (hop_delay): the driver and the first worker wait on credits, a
+    checkpoint waits on the slow ranks, and still no one is reported silent (heartbeats come
+    from a thread), and a rank that was away does not count its own absence against others."""
+    path, job, arrays = _job(tmp_path, "relay-chain", n=1600, every=800, batch=400,
+                             extra="hop_delay = 1.5")
+    text = open(path).read().replace("[run]\n", '[run]\nliveness_timeout = "1s"\n')
+    open(path, "w").write(text)
+    p = run_mpi(3, "run", path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "silent" not in p.stderr
+    _check(job, arrays)
+    s = json.loads(open(os.path.join(job.output, "metrics", "summary.json")).read())
+    assert s["liveness_timeout_s"] == 1.0 and len(s["checkpoints"]) >= 1

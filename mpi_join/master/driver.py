@@ -17,7 +17,7 @@ import numpy as np
 from .. import checkpoint as ck
 from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, MarkerDone, Probe, ProbeReply, Tag,
                         decode_control)
-from ..kernels import Compiles
+from ..kernels import Compiles, GcPauses, freeze_heap
 from ..staged import staged_manifest
 from ..transport import Credits, pack, unpack_obj
 from .checkpointer import Checkpointer
@@ -160,6 +160,7 @@ class Driver:
                              f"({compiled[1]:.1f} s; not in the compile cache yet, or UDFs, which are compiled "
                              f"every run)\n")
         self.compiled_at_start = Compiles.count
+        freeze_heap()
         self.progress.restart()
         self.t_replay = time.perf_counter()
         self.metrics.start_clock(self.tx)
@@ -185,6 +186,7 @@ class Driver:
         self.wait(lambda: not self.ckpt.pending)
         self._terminate()
         for w in self.workers:
+            self.tx.stop_beating(w)       # it leaves after its DONE; watched until then
             self.control(w, Fin())
         self.wait(lambda: len(self.done) == len(self.workers))
         self.tx.flush()
@@ -192,7 +194,8 @@ class Driver:
         self.progress.update(self.source.released, sum(self.results.values()), force=True)
         self.progress.close()
         self.metrics.epochs = self.epoch
-        self.metrics.extra.update(compiled_during_replay=Compiles.count - self.compiled_at_start, peak_inflight=max(self.credits.peak.values(), default=0),
+        self.metrics.extra.update(compiled_during_replay=Compiles.count - self.compiled_at_start, **GcPauses.stats(),
+                                  peak_inflight=max(self.credits.peak.values(), default=0),
                                   topology=self.topo.name, released_at=released_at, **self.router.stats())
         return [self.done[w] for w in self.workers]
 
@@ -254,6 +257,7 @@ class Driver:
                 self.router.on_control(src, msg)
         elif tag == Tag.DONE:
             self.done[src] = unpack_obj(buf)
+            self.tx.unwatch(src)
             self.results[src] = self.done[src]["results"]
         else:
             raise RuntimeError(f"driver: unexpected {tag.name} message from rank {src}")

@@ -45,16 +45,17 @@ def summary_table(summary):
     """Plain-text table of a run's summary (job-wide line, then one line per rank)."""
     lat = summary["latency_ms"]
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    hw = max([4] + [len(str(r.get("host", "?"))) for r in summary["ranks"]])
     lines = [
         f"tuples {summary['tuples']:,}   results {summary['results']:,}   wall {summary['wall_s']:.2f} s   "
         f"throughput {summary['tuples_per_s'] or 0:,.0f} tuples/s   (start-up {summary.get('startup_s') or 0:.1f} s before)",
         f"latency ms: p50 {fmt(lat['p50'])}  p90 {fmt(lat['p90'])}  p99 {fmt(lat['p99'])}  p99.9 {fmt(lat['p99.9'])}",
         "",
-        f"{'rank':>4} {'role':<7} {'tuples in':>11} {'tuples out':>11} {'results':>11} {'cpu s':>7} {'idle s':>7} {'comm s':>7} {'p50 ms':>8} {'p99 ms':>8}",
+        f"{'rank':>4} {'role':<7} {'host':<{hw}} {'tuples in':>11} {'tuples out':>11} {'results':>11} {'cpu s':>7} {'idle s':>7} {'comm s':>7} {'p50 ms':>8} {'p99 ms':>8}",
     ]
     for r in summary["ranks"]:
         lines.append(
-            f"{r['rank']:>4} {r['role']:<7} {r['tuples_in']:>11,} {r['tuples_out']:>11,} {r['results']:>11,} "
+            f"{r['rank']:>4} {r['role']:<7} {r.get('host', '?'):<{hw}} {r['tuples_in']:>11,} {r['tuples_out']:>11,} {r['results']:>11,} "
             f"{r['cpu_s']:>7.2f} {r.get('idle_s', 0):>7.2f} {r.get('comm_s', 0):>7.2f} "
             f"{fmt(r['latency_ms']['p50']):>8} {fmt(r['latency_ms']['p99']):>8}")
     lines += [""] + summary.get("notes", [])

@@ -23,7 +23,7 @@ from collections import deque
 import numpy as np
 
 from .. import checkpoint as ck
-from ..kernels import Compiles
+from ..kernels import Compiles, GcPauses, freeze_heap
 from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, Marker, MarkerDone, Probe, ProbeReply,
                         Tag, ack_buffer, decode_control)
 from ..topology import DRIVER
@@ -81,6 +81,7 @@ class Worker:
     def run(self):
         self.module.warm_up()
         compiled = Compiles.count
+        freeze_heap()
         self.tx.send(DRIVER, Tag.READY, np.array([compiled, int(Compiles.seconds * 1e6)], np.int64))
         first = self.tx.recv()                # the replay starts once every rank is ready
         self.metrics.start_clock(self.tx)
@@ -97,6 +98,7 @@ class Worker:
         self._pump_out(final=True)
         files = self.writer.close()
         self.metrics.extra.update(result_files=len(files), compiled_during_replay=Compiles.count - compiled,
+                                  **GcPauses.stats(),
                                   series=self.series, role=self.topo.role(self.rank), **self.module.stats())
         self.metrics.role = self.topo.role(self.rank)
         self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
@@ -193,6 +195,7 @@ class Worker:
             self._eos(src)
         elif isinstance(msg, Fin):
             self.fin = True
+            self.tx.unwatch(DRIVER)           # no heartbeat after DONE: the driver leaves then
         else:
             self._apply(self.module.on_control(src, msg, self))
 
