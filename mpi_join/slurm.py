@@ -65,10 +65,12 @@ def _steps(job, o):
                           f'"$PY" -m mpi_join stage "$JOB" --master {_q(o.spark_master)}']
     if o.launcher == "srun":
         launch = 'srun --mpi=pmi2 -n "$SLURM_NTASKS"'
-    else:
+    else:   # Hydra takes the nodes and tasks per node from Slurm and starts its proxies with srun
         mpiexec = os.path.join(os.path.dirname(o.python), "mpiexec")
-        launch = f'{_q(mpiexec)} -n "$SLURM_NTASKS"'
-    run = ['echo "mpi-join: run on $SLURM_NTASKS ranks"', f'{launch} "$PY" -m mpi_join run "$JOB"']
+        launch = f'{_q(mpiexec)} -launcher slurm -rmk slurm -n "$SLURM_NTASKS"'
+    run = ['echo "mpi-join: run on $SLURM_NTASKS ranks over $SLURM_JOB_NUM_NODES node(s): $SLURM_JOB_NODELIST '
+           '(tasks per node $SLURM_TASKS_PER_NODE; the run records each rank\'s host in metrics/summary.json)"',
+           f'{launch} "$PY" -m mpi_join run "$JOB"']
     if o.verify:
         run.append(f'"$PY" -m mpi_join verify {_q(out_dir)} --job "$JOB"')
     steps["run"] = run

@@ -83,3 +83,24 @@ def test_example_batch_script_in_jobs(cluster, tmp_path):
     log = "".join(open(os.path.join(str(tmp_path), f)).read() for f in os.listdir(str(tmp_path)) if f.startswith("log-"))
     assert p.returncode == 0, p.stderr + log[-3000:]
     _check(path, os.path.join(str(tmp_path), "out-collected"))
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_run_step_spreads_ranks_over_nodes(tmp_path, nodes, launcher):
+    """The run step asks for N nodes and launches on Slurm's node list with either launcher;
+    stage and collect (in a chain) take one node."""
+    from mpi_join.slurm import SlurmOptions, render
+    job = load_job(make("equi", str(tmp_path), tuples=100, raw="csv"))
+    one = next(iter(render(job, SlurmOptions(nodes=nodes, ntasks=4 * nodes, launcher=launcher)).values()))
+    files = render(job, SlurmOptions(nodes=nodes, ntasks=4 * nodes, launcher=launcher, chain=True))
+    run = files["equi-run.sbatch"]
+    for text in (one, run):
+        assert f"#SBATCH --nodes={nodes}\n" in text and f"#SBATCH --ntasks={4 * nodes}\n" in text
+        assert "$SLURM_JOB_NODELIST" in text
+        if launcher == "srun":
+            assert 'srun --mpi=pmi2 -n "$SLURM_NTASKS" "$PY" -m mpi_join run "$JOB"' in text
+        else:
+            assert ' -launcher slurm -rmk slurm -n "$SLURM_NTASKS" "$PY" -m mpi_join run "$JOB"' in text
+    for step in ("stage", "collect"):
+        assert "#SBATCH --nodes=1\n" in files[f"equi-{step}.sbatch"]
