@@ -34,8 +34,9 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
 
     Staging is skipped when `out` already holds this input staged with these settings (time
     unit, schemas, raw sources) from raw files unchanged since (names, sizes, modification
-    times), unless `force`. Each phase reports its time. Raw input of at most `small_bytes` is
-    ordered in one partition, which saves Spark's sampling job and shuffle."""
+    times), unless `force`. Each phase reports its time. Raw input of at most `small_bytes`
+    (Spark conf spark.mpijoin.stage.smallInputBytes overrides it) is ordered in one partition,
+    which saves Spark's sampling job and shuffle."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     out = fs.qualify(out or job.staged)
@@ -63,6 +64,7 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
     if old and not force and json.loads(old).get("staging") == staging:
         progress(f"stage: {out} is up to date (same settings, raw files unchanged); --force stages again")
         return dict(json.loads(old), up_to_date=True)
+    small_bytes = int(spark.conf.get("spark.mpijoin.stage.smallInputBytes", str(small_bytes)))
     small = sum(st[1] for v in staging["inputs"].values() for st in v) <= small_bytes
     tagged_frames, bads, quarantine = [], [], []
     for i, s in enumerate(job.streams):
