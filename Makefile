@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(BIN)/mpi-join demo -n 4
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -33,36 +33,37 @@ def _binary(job, arrays, i, j):
     return np.stack([A[SEQ][ia], B[SEQ][ib]], axis=1)
 
 
-def probe_ranges(pred, i, j, A, B, lo, hi):
-    """Pairs (row of A, row of B) with B's row in [lo, hi) that satisfy every condition i~j."""
+def probe_ranges(pred, i, j, A, B, lo, hi, rows=None):
+    """Pairs (probe row, row of B) with B's row in [lo, hi) that satisfy every condition i~j.
+    Probe row c is A[c], or A[rows[c]] when `rows` is given (A itself is never copied: its rows
+    may be large, an image)."""
     eq_a, eq_b, bands, thetas = binary_parts(pred, i, j)
-    guess = 4 * len(A) + 1024
+    at = (lambda x: x) if rows is None else (lambda x: x[rows])
+    guess = 4 * len(lo) + 1024
     if eq_a:
         w = key_widths(A.dtype, eq_a, B.dtype, eq_b)
         ca, cb = exact_codes(key_matrix(A, eq_a, w), key_matrix(B, eq_b, w))
         order = np.lexsort((np.arange(len(B)), cb))
-        ia, ib = K.collect(K.range_equi, ca, lo, hi, cb[order], order.astype(np.int64), guess=guess)
-        keep = np.ones(len(ia), bool)
+        ia, ib = K.collect(K.range_equi, at(ca), lo, hi, cb[order], order.astype(np.int64), guess=guess)
         if bands:
-            keep &= _band_mask(A, B, ia, ib, bands)
-        ia, ib = ia[keep], ib[keep]
+            keep = _band_mask(A, B, ia if rows is None else rows[ia], ib, bands)
+            ia, ib = ia[keep], ib[keep]
     elif bands:
         Ab, Bb, eps, closed = _band_args(A, B, bands)
-        ia, ib = K.collect(K.range_band, lo, hi, Ab, Bb, eps, closed, guess=guess)
+        ia, ib = K.collect(K.range_band, lo, hi, at(Ab), Bb, eps, closed, guess=guess)
     else:
         udf = load_udf(thetas[0].udf)
         RA, RB = _oriented(thetas[0], i, A, B)
         rk = K.theta_kernels(udf)[1]
-        if thetas[0].streams == (i, j):
+        if thetas[0].streams == (i, j) and rows is None:
             ia, ib = K.collect(rk, RA, RB, lo, hi, guess=guess)
-        else:  # the UDF takes (b, a): enumerate the range, then ask it in its own order
+            thetas = thetas[1:]
+        else:  # enumerate the range; the UDF is asked below, in its own argument order
             ia, ib = K.collect(K.range_all, lo, hi, guess=guess)
-            keep = K.theta_mask(udf, RA, RB, ib, ia)
-            ia, ib = ia[keep], ib[keep]
-        thetas = thetas[1:]
+    ra = ia if rows is None else rows[ia]
     for t in thetas:
-        keep = _theta_mask(t, i, A, B, ia, ib)
-        ia, ib = ia[keep], ib[keep]
+        keep = _theta_mask(t, i, A, B, ra, ib)
+        ia, ib, ra = ia[keep], ib[keep], ra[keep]
     return ia, ib
 
 
@@ -116,33 +117,36 @@ def _theta_mask(theta, i, A, B, ia, ib):
 
 
 def _multiway(job, arrays):
-    """M-way join: the newest tuple t binds first; each other stream's window rows are added in
-    turn and every condition with an already-bound stream filters the growing combinations."""
+    """M-way join, each result found by its newest tuple t: for every stream i, all of its tuples
+    bind at once; each other stream j is then joined to the growing combinations, its rows taken
+    from t's window range of j (window.index_ranges) through the same range kernels as the
+    binary case (an index for equi conditions), with one bound stream k that has a condition on
+    j, and every condition with the other bound streams filtering the pairs. Vectorised over all
+    combinations, so its cost is the candidates', not a Python loop per tuple."""
     M = len(arrays)
+    pred = job.predicate
     out = []
     for i in range(M):
         A = arrays[i]
-        ranges = {j: index_ranges(job.streams[j].window, A, arrays[j]) for j in range(M) if j != i}
-        order = _bind_order(job.predicate, i, M)
-        for t in range(len(A)):
-            rows = {i: np.array([t], np.int64)}
-            for j in order:
-                lo, hi = ranges[j][0][t], ranges[j][1][t]
-                n = len(next(iter(rows.values())))
-                if n == 0 or hi <= lo:
-                    rows = None
-                    break
-                cand = np.arange(lo, hi, dtype=np.int64)
-                rep = {k: np.repeat(v, len(cand)) for k, v in rows.items()}
-                new = np.tile(cand, n)
-                keep = np.ones(len(new), bool)
-                for k, v in rep.items():
-                    if job.predicate.between(k, j):
-                        keep &= pair_mask(job.predicate, k, j, arrays[k], arrays[j], v, new)
-                rows = {k: v[keep] for k, v in rep.items()}
-                rows[j] = new[keep]
-            if rows and len(rows[i]):
-                out.append(np.stack([arrays[k][SEQ][rows[k]] for k in range(M)], axis=1))
+        rows = {i: np.arange(len(A), dtype=np.int64)}
+        for j in _bind_order(pred, i, M):
+            if not len(rows[i]):
+                break
+            lo_all, hi_all = index_ranges(job.streams[j].window, A, arrays[j])
+            lo, hi = lo_all[rows[i]], hi_all[rows[i]]
+            # jobs link every stream by some condition (config.py), so _bind_order finds one here
+            bound = [k for k in rows if pred.between(k, j)]
+            k = next((k for k in bound if binary_parts(pred, k, j)[0]), bound[0])   # an index when it can
+            ic, ij = probe_ranges(pred, k, j, arrays[k], arrays[j], lo, hi, rows=rows[k])
+            keep = np.ones(len(ic), bool)
+            for m in bound:
+                if m != k:
+                    keep &= pair_mask(pred, m, j, arrays[m], arrays[j], rows[m][ic], ij)
+            ic, ij = ic[keep], ij[keep]
+            rows = {m: v[ic] for m, v in rows.items()}
+            rows[j] = ij
+        if len(rows) == M and len(rows[i]):
+            out.append(np.stack([arrays[m][SEQ][rows[m]] for m in range(M)], axis=1))
     return np.concatenate(out) if out else np.zeros((0, M), np.int64)
 
 

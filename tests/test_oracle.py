@@ -124,3 +124,31 @@ def test_oracle_equals_duckdb_for_time_windows(where, pred, wr, ws):
     got = run_oracle(job, arrays)
     assert len(expect) > 0
     assert as_set(got) == expect
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(0, 24), w=st.tuples(*[st.sampled_from(WINDOWS)] * 4))
+def test_four_way_oracle_with_equi_udf_and_band(seed, n, w):
+    """A~B equi, B~C theta UDF in (C, B) order, D~A and D~C bands (two bound streams to filter)."""
+    import tomllib
+    from mpi_join.config import parse_job
+    streams = "".join(f'[streams.{s}]\nschema = {{ k = "int32", v = "float32", w = "float32" }}\nwindow = {x}\n'
+                      for s, x in zip("ABCD", w))
+    job = parse_job(tomllib.loads(f'[input]\nstaged = "s"\n[output]\ndir = "o"\n{streams}[predicate]\n'
+                                  'equi = [["A.k", "B.k"]]\n'
+                                  'theta = [{ udf = "udf_fixtures:close_values", streams = ["C", "B"] }]\n'
+                                  'band = [{ left = "D.v", right = "A.v", eps = 4 }, { left = "D.w", right = "C.w", eps = 5 }]\n'
+                                  '[strategy]\nname = "hash"\n'), "t4.toml")
+    rng = np.random.default_rng(seed)
+    sid, ts = rng.integers(0, 4, n), np.cumsum(rng.integers(0, 3, n))
+    arrays = []
+    for s in range(4):
+        a = np.zeros(int((sid == s).sum()), job.streams[s].dtype)
+        a["seq"], a["ts"] = np.nonzero(sid == s)[0], ts[sid == s]
+        a["k"], a["v"], a["w"] = rng.integers(0, 3, len(a)), rng.uniform(0, 10, len(a)), rng.uniform(0, 10, len(a))
+        arrays.append(a)
+    expect = brute_force(job, arrays, lambda a, b, c, d: (a["k"] == b["k"] and abs(float(c["v"]) - float(b["w"])) < 3.0
+                         and abs(float(d["v"]) - float(a["v"])) < 4 and abs(float(d["w"]) - float(c["w"])) < 5))
+    got = run_oracle(job, arrays)
+    assert len(got) == len(as_set(got))
+    assert as_set(got) == as_set(expect)
