@@ -13,14 +13,6 @@ Pure bookkeeping on a clock passed in, so it is tested without MPI; transport.py
 """
 
 
-class Silent(Exception):
-    """A watched peer has been silent for longer than the timeout."""
-
-    def __init__(self, peer, silent_s, last):
-        super().__init__(peer, silent_s, last)
-        self.peer, self.silent_s, self.last = peer, silent_s, last
-
-
 class Liveness:
     def __init__(self, timeout_s, now):
         self.timeout = float(timeout_s)

@@ -14,7 +14,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     input, and by stage itself when the staged input is up to date (unless `force`)."""
     from .cli import mpiexec_cmd
     from .config import load_job
-    from .spark.collect import collect
+    from .spark.collect import collect, default_out
     from .spark.session import spark_session
     from .spark.stage import stage
     job = load_job(job_path)
@@ -33,7 +33,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     if rc != 0:
         say(f"run failed with exit code {rc}; nothing collected")
         return rc
-    out = collect_out or job.output.rstrip("/") + "-collected"
+    out = collect_out or default_out(job.output)
     say(f"3/{steps} collect with Spark -> {out}")
     spark = spark or spark_session(master, "mpi-join pipeline", conf)
     s = collect(spark, job, job.output, out, with_payload=with_payload, progress=lambda m: say("    " + m))

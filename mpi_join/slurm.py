@@ -8,6 +8,8 @@ import shlex
 import sys
 from dataclasses import dataclass
 
+from .spark.collect import default_out
+
 LAUNCHERS = ("srun", "mpiexec")
 
 
@@ -57,7 +59,7 @@ def _header(job, o, step, ntasks, nodes):
 def _steps(job, o):
     """Shell lines for each step: {"stage": [...], "run": [...], "collect": [...]}."""
     out_dir = job.output
-    collected = o.collect_out or out_dir.rstrip("/") + "-collected"    # beside the run, never inside it
+    collected = o.collect_out or default_out(out_dir)
     stage = o.stage if o.stage is not None else all(s.raw is not None for s in job.streams)
     steps = {}
     if stage:

@@ -2,9 +2,9 @@
 
 Waiting never spins a core: receives poll with Improbe and back off (sleeping up to 2 ms), so
 ranks can outnumber cores. Sends are nonblocking and their buffers are kept until complete.
-Every wait also drives liveness (liveness.py): heartbeats on idle links, and an abort naming a
-peer that stays silent; a receive is itself nonblocking (Irecv), so a message whose sender is
-cut off mid-transfer cannot hang the rank either.
+Every wait also drives liveness (liveness.py): it takes heartbeats in and aborts naming a peer
+that stays silent (a thread sends this rank's heartbeats); a receive is itself nonblocking
+(Irecv), so a message whose sender is cut off mid-transfer cannot hang the rank either.
 Tags and message kinds are in protocol.py. A message is one contiguous uint8 buffer made by `pack`: a small int64 header followed by the
 raw bytes of any number of structured arrays (each padded to 8 bytes), read back zero-copy.
 """
@@ -168,7 +168,9 @@ class Transport:
         self.comm_s += time.perf_counter() - t
 
     def _reap(self):
+        """Drop the completed sends; True when none is left."""
         self._pending = [(r, b) for r, b in self._pending if not r.Test()]
+        return not self._pending
 
     def poll(self, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG):
         """A waiting message as (source, tag, buffer), or None at once."""
@@ -201,8 +203,12 @@ class Transport:
         while time.perf_counter() < spin_until:
             if req.Test():
                 return
+        self._wait_for(req.Test)
+
+    def _wait_for(self, done):
+        """Back off (sleeping up to 2 ms) until `done()`, driving liveness meanwhile."""
         sleep = _MIN_SLEEP
-        while not req.Test():
+        while not done():
             if self.live is not None:
                 self._tick()
             time.sleep(sleep)
@@ -226,14 +232,7 @@ class Transport:
     def flush(self):
         """Wait until every send has completed (before exiting or reusing buffers)."""
         t0 = time.perf_counter()
-        sleep = _MIN_SLEEP
-        while self._pending:
-            self._reap()
-            if self.live is not None:
-                self._tick()
-            if self._pending:
-                time.sleep(sleep)
-                sleep = min(sleep * 2, _MAX_SLEEP)
+        self._wait_for(self._reap)
         self.idle_s += time.perf_counter() - t0
 
 

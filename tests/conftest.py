@@ -43,6 +43,25 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+def mpi_join_pids(candidates, rank=None, marker=""):
+    """The pids among `candidates` of mpi_join processes (ranks, or Hydra proxies that start
+    them) whose command line holds `marker`; only those of MPI rank `rank` when given."""
+    out = []
+    for pid in candidates:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            if b"mpi_join" not in cmd or marker.encode() not in cmd:
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if rank is None or f"PMI_RANK={rank}".encode() in env:
+            out.append(int(pid))
+    return out
+
+
 def mpi_join_cmd(*args):
     return [sys.executable, "-m", "mpi_join", *args]
 

@@ -17,7 +17,7 @@ from mpi_join.partitioning import PartitionMap, Partitioner
 from mpi_join.results import read_results
 from mpi_join.slaves.hash_join import HashJoinCore
 from mpi_join.window import runtime_dtype
-from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, run_cli, run_mpi, write_job
+from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, mpi_join_pids, random_streams, run_cli, run_mpi, write_job
 from reference import as_set
 
 CKPT = '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = {n}\nkeep = 2\n'
@@ -83,21 +83,8 @@ def _slow_job(tmp_path, n=24000, every=2000, extra=""):
 
 
 def _rank_pid(rank, marker):
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read()
-            if marker.encode() not in cmd or b"mpi_join" not in cmd:
-                continue
-            with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if f"PMI_RANK={rank}".encode() in env:
-            return int(d)
-    return None
+    pids = mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], rank, marker)
+    return pids[0] if pids else None
 
 
 def kill_after_checkpoints(path, root, ranks, victim, checkpoints, total):

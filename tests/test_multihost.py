@@ -15,7 +15,7 @@ import pytest
 
 from mpi_join.oracle import run_oracle
 from mpi_join.results import read_results
-from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, write_job
+from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, mpi_join_pids, random_streams, write_job
 from reference import as_set
 from test_checkpoint import CKPT, fault_after_checkpoints
 
@@ -92,17 +92,8 @@ def test_a_run_across_three_hosts_over_tcp_equals_the_oracle(hosts, tmp_path):
 
 
 def _pids_on(host, rank=None):
-    out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout.split()
-    pids = []
-    for pid in out:
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
-            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if b"mpi_join" in cmd and (rank is None or f"PMI_RANK={rank}".encode() in env):
-            pids.append(int(pid))
-    return pids
+    return mpi_join_pids(subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout.split(),
+                         rank)
 
 
 def _cut_link():

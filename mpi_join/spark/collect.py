@@ -12,6 +12,11 @@ PCTS = (0.5, 0.9, 0.99, 0.999)
 MARKER = ".mpi-join-collect"
 
 
+def default_out(run_dir):
+    """Where a run's results are collected by default: beside its output dir, never inside it."""
+    return run_dir.rstrip("/") + "-collected"
+
+
 def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=print, partial=False, overwrite=False):
     """Collect the results of the run in `run_dir` into the dataset `out`.
 

@@ -66,7 +66,7 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         return dict(json.loads(old), up_to_date=True)
     small_bytes = int(spark.conf.get("spark.mpijoin.stage.smallInputBytes", str(small_bytes)))
     small = sum(st[1] for v in staging["inputs"].values() for st in v) <= small_bytes
-    tagged_frames, bads, quarantine = [], [], []
+    tagged_frames, unparsed, quarantine = [], [], []
     for i, s in enumerate(job.streams):
         files = sources[s.name]
         progress(f"stage: stream {s.name}: reading {len(files)} file(s) from {s.raw.path}")
@@ -76,10 +76,10 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         tagged_frames.append(parsed)
         good, bad = _split(parsed, tagged, s)
         frames.append(_as_union_row(good, i, job))
-        bads.append(parsed.filter(F.col("_reason") != ""))
+        unparsed.append(parsed.filter(F.col("_reason") != ""))
         quarantine.append(bad)
     # one job parses every stream (into the cache) and counts its unparseable rows
-    nbad = dict(_union([b.select(F.lit(i).alias("_stream")) for i, b in enumerate(bads)])
+    nbad = dict(_union([b.select(F.lit(i).alias("_stream")) for i, b in enumerate(unparsed)])
                 .groupBy("_stream").count().collect())
     for i, s in enumerate(job.streams):
         quarantined[s.name] = int(nbad.get(i, 0))
