@@ -502,7 +502,7 @@ def strategies_cmd():
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Strategy parameter (repeatable), e.g. --param local_join=bnl.")
 @click.option("--load", "load_fraction", type=float, default=None,
-              help="Also replay at this fraction of the best measured throughput and report its delays (e.g. 0.8).")
+              help="Also replay at this fraction of the sustainable rate (the slowest quarter of the best run's second half) and report its delays (e.g. 0.8).")
 @click.option("--case", type=click.Choice(["runtime", "memory"]), default=None,
               help="runtime: 4.8 M tuples (20,000/s per stream over 120 s, 100,000 uniform keys, 60 s windows) "
                    "on 2 and 3 ranks, and at 80% of the best rate. memory: rank 0's peak RSS with 1 M and "

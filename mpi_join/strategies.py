@@ -79,6 +79,50 @@ def _check_hash(job, nranks):
     return None
 
 
+def _check_psp(job, nranks):
+    from .ring.psp import check_ordering, parse_ordering, _parse_force
+    p, where, names = job.strategy.params, f"{job.path}: strategy", [s.name for s in job.streams]
+    n = nranks - 1
+    if p["ordering"] != "auto":
+        try:
+            given = parse_ordering(p["ordering"], names)
+        except ValueError as e:
+            return f"{where}.ordering: {e}"
+        for i, order in given.items():
+            bad = check_ordering(job.predicate, i, order)
+            if bad is not None:
+                return (f"{where}.ordering: in {names[i]}'s ordering, {names[bad]} has no condition with the "
+                        f"streams before it; each stream must be joined to one already bound")
+    for key in ("weights", "slice_counts"):
+        if p[key]:
+            try:
+                vals = [float(x) for x in str(p[key]).split(",")]
+            except ValueError:
+                return f"{where}.{key}: expected comma-separated numbers, got {p[key]!r}"
+            if key == "weights" and (len(vals) != n or min(vals) < 0 or sum(vals) <= 0):
+                return (f"{where}.weights: expected {n} non-negative numbers (one per ring operator on "
+                        f"{nranks} ranks) with a positive sum, got {p[key]!r}")
+            if key == "slice_counts" and min(vals) < 1:
+                return f"{where}.slice_counts: expected positive tuple counts, got {p[key]!r}"
+    if p["force_relocate"]:
+        try:
+            epoch, weights, mode = _parse_force(p["force_relocate"])
+            assert len(weights) == n and min(weights) >= 0 and sum(weights) > 0 and mode in ("passive", "aggressive")
+        except (ValueError, IndexError, AssertionError):
+            return (f"{where}.force_relocate: expected EPOCH:W1,...,W{n}[:passive|aggressive] ({n} weights, "
+                    f"one per operator), got {p['force_relocate']!r}")
+    return None
+
+
+def _ring(n, params):
+    from .topology import Ring
+    return Ring(n)
+
+
+def _text(v):
+    return None if isinstance(v, str) else "expected a string"
+
+
 def _star(n, params):
     from .topology import Star
     return Star(n)
@@ -121,6 +165,34 @@ REGISTRY = {
             "slow_rank": Param(-1, _rank_or_none, "make this slave slow: it sleeps slow_delay per 1000 tuples",
                                testing=True),
             "slow_delay": Param(0.0, _non_neg, "seconds a slow slave sleeps per 1000 tuples", testing=True),
+        },
+    ),
+    "psp": StrategyInfo(
+        name="psp",
+        summary="a ring of time-sliced multi-way joins (pipelined state partitioning): no state duplicated, "
+                "every predicate",
+        predicates=frozenset({"equi", "band", "theta"}),
+        streams=(2, 8),
+        min_ranks=2,
+        topology=_ring,
+        router="mpi_join.ring.psp:PspRouter",
+        module="mpi_join.ring.psp:SlicedJoin",
+        workload="images",
+        check=_check_psp,
+        params={
+            "interleave": Param(1, _pos_int, "input batches in the ring at once: 1 is basic PSP (a batch enters "
+                                "when the one before has ended its cycle), more is PSP-I (delayed purge)"),
+            "ordering": Param("auto", _text, "join orderings, e.g. \"A>C>B,B>A>C\" (probing stream first); "
+                              "'auto': most selective first, measured on the first batch"),
+            "weights": Param("", _text, "relative slice sizes of the operators, comma-separated (default equal; "
+                             "0 leaves an operator without state)"),
+            "slice_counts": Param("", _text, "count-bounded slices (workload smoothing): tuples each operator "
+                                  "but the tail holds, comma-separated (the last repeats); the tail keeps time"),
+            "relocation": Param("passive", _choice("passive", "aggressive"),
+                                "how new slice sizes take effect: passive (cuts advance at most twice as fast "
+                                "as the window slides) or aggressive (state moves to the next operators at once)"),
+            "force_relocate": Param("", _text, "EPOCH:W1,...,WN[:passive|aggressive]: new slice weights at that "
+                                    "epoch", testing=True),
         },
     ),
 }

@@ -96,7 +96,7 @@ class BinaryJoin:
         ip, ix = self._probe(P, p, X, xbase, run)
         if self.residual and len(ip):
             A, B, ia, ib = (P, X, ip, ix) if p == 0 else (X, P, ix, ip)
-            from ..oracle import pair_mask
+            from ..range_join import pair_mask
             keep = pair_mask(self.pred, self.i, self.j, A, B, ia, ib)
             ip, ix = ip[keep], ix[keep]
         return (P, ip, X, ix) if p == 0 else (X, ix, P, ip)

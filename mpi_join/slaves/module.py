@@ -10,6 +10,9 @@ Calling contract (slaves/worker.py is the only caller):
   link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
   before a queued checkpoint marker).
 - `on_state(src, header, arrays)` when a STATE message (moved join state) arrives.
+- `accepts_input()` before each DATA message from the driver is handed over: False leaves it
+  queued, unacknowledged (so the driver's credits stop the source), until the module accepts
+  (a module that must finish what is in flight before new input enters: the PSP ring's head).
 - `on_eos(src)` when the end of the input has passed link `src`.
 - `snapshot()` -> (arrays, attrs) and `restore(arrays, attrs)`: the module's whole state; the
   worker writes it into the checkpoint and moves nothing else. `state_dtype(name)` validates.
@@ -63,6 +66,9 @@ class JoinModule:
 
     def on_data(self, src, header, batches):
         raise NotImplementedError
+
+    def accepts_input(self):
+        return True
 
     def on_control(self, src, msg, ctx):
         raise RuntimeError(f"rank {self.rank}: unexpected control record {msg.op!r} from rank {src}")

@@ -137,12 +137,12 @@ class Worker:
 
     def _next(self):
         """The next item to handle: other workers' first (never blocked), the driver's only
-        while no outbox waits for credit."""
+        while no outbox waits for credit and, for DATA, while the module accepts input."""
         for src, q in self.inbox.items():
             if q and src != DRIVER:
                 return src, q.popleft()
         q = self.inbox.get(DRIVER)
-        if q and not any(self.outbox.values()):
+        if q and not any(self.outbox.values()) and (q[0][0] != "data" or self.module.accepts_input()):
             return DRIVER, q.popleft()
         return None
 

@@ -1,0 +1,448 @@
+"""Strategy `psp`: pipelined state partitioning, a ring of time-sliced multi-way joins.
+
+Workers 1..N form a ring (topology.Ring); the driver feeds input batches to the head (worker 1).
+Every stream's window is cut into N abutting slices by age (ring/slicing.py): the head holds the
+newest tuples, the tail the oldest, and no tuple is stored twice. The execution steps of each
+sliced-join operator, for a message from upstream:
+
+- INPUT (head only, from the driver): insert the batch's tuples (build copies) into the head's
+  state, then handle it as a PROBE.
+- PROBE (the batch's probe copies): purge by the batch's cuts (tuples now past this slice move
+  to the next operator as BUILD, ahead of the probe; the tail drops them), forward the probe to
+  the next operator (not from the tail), then probe each tuple t of stream i against this
+  slice of the first stream of i's join ordering. Matches are intermediate results (INTER).
+- BUILD: append the moved tuples (they are older than everything already here).
+- INTER (partial combinations with their schema, the id of the operator that made them and the
+  level = streams bound - 1): forward unless it is back at the operator that made it (one round
+  of the ring), and probe this slice of the next stream in the ordering. A complete combination
+  is a result, emitted by the operator that completes it.
+
+END life-span control: at the head, the last message a probe (or a returning END) produces is
+marked END; when nothing is produced a null END goes instead. END of level M-1 is a null marker.
+When it comes back to the head, every message of that batch has been processed everywhere
+(FIFO links; Property 2 and Theorem 1 of the PSP design): the batch's cycle has ended. The head
+then tells the driver (CycleDone) and takes the next input. With `interleave = 1` this is basic
+PSP: one batch in the ring at a time. With `interleave = L` (PSP-I) up to L batches are in the
+ring at once: each operator keeps, per batch in flight, its cuts (the StateStart/StateEnd of
+that batch) and probes only rows inside them, and deletes purged rows only when no batch in
+flight can still need them (delayed purge); the head tells the ring which batches have retired
+on the next batch it sends.
+
+Exact under batching: each batch's cuts come from its oldest probe and never move backwards
+(slicing.py), and each probe also checks the window and seq of its own tuple, so every pair a
+tuple must see is met at exactly one operator.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..master.driver import Router
+from ..protocol import Control
+from ..range_join import extend, pair_mask
+from ..slaves.module import JoinModule, Output
+from ..topology import DRIVER
+from ..window import POS_INF, Window
+from .slicing import Slicer
+
+INPUT, PROBE, BUILD, INTER = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class CycleDone(Control):
+    """Head -> driver: every input batch up to `upto` has finished its cycle in the ring."""
+    op = "psp.cycle_done"
+    upto: int
+
+
+def parse_ordering(text, names):
+    """"A>C>B, B>A>C" -> {probe stream: [streams in probing order]}; streams not listed: auto."""
+    out = {}
+    for part in filter(None, (p.strip() for p in str(text).split(","))):
+        seq = [s.strip() for s in part.split(">")]
+        bad = [s for s in seq if s not in names]
+        if bad:
+            raise ValueError(f"unknown stream {bad[0]!r} (streams: {', '.join(names)})")
+        if sorted(seq) != sorted(names) or len(set(seq)) != len(seq):
+            raise ValueError(f"{part!r} must name every stream once, the probing stream first")
+        out[names.index(seq[0])] = [names.index(s) for s in seq[1:]]
+    return out
+
+
+def check_ordering(pred, first, order):
+    """Each stream in the order must have a condition with one already bound."""
+    bound = {first}
+    for j in order:
+        if not any(pred.between(m, j) for m in bound):
+            return j
+        bound.add(j)
+    return None
+
+
+def auto_orderings(pred, M, sel, given=None):
+    """Join orderings, most selective first: from each probing stream, repeatedly bind the stream
+    (connected to the bound ones) whose condition with them passes the fewest pairs (`sel[m][j]`:
+    the measured fraction of pairs of m and j that satisfy their conditions)."""
+    out = {}
+    for i in range(M):
+        if given and i in given:
+            out[i] = list(given[i])
+            continue
+        bound, order = {i}, []
+        while len(bound) < M:
+            cand = [j for j in range(M) if j not in bound and any(pred.between(m, j) for m in bound)]
+            j = min(cand, key=lambda j: (min(sel[m][j] for m in bound if pred.between(m, j)), j))
+            order.append(j)
+            bound.add(j)
+        out[i] = order
+    return out
+
+
+def measure_selectivity(pred, batches, sample=32, seed=0):
+    """Fraction of sampled pairs of streams m, j that satisfy every condition between them (1.0
+    where there is no condition or no sample)."""
+    M = len(batches)
+    rng = np.random.default_rng(seed)
+    picks = [b[np.sort(rng.choice(len(b), min(sample, len(b)), replace=False))] if len(b) else b for b in batches]
+    sel = [[1.0] * M for _ in range(M)]
+    for m in range(M):
+        for j in range(m + 1, M):
+            A, B = picks[m], picks[j]
+            if not pred.between(m, j) or not len(A) or not len(B):
+                continue
+            ia, ib = np.repeat(np.arange(len(A)), len(B)), np.tile(np.arange(len(B)), len(A))
+            s = float(pair_mask(pred, m, j, A, B, ia, ib).mean())
+            sel[m][j] = sel[j][m] = s
+    return sel
+
+
+# -- the header of INPUT and PROBE messages ------------------------------------------------------
+def encode_batch(batch_id, retired, orderings, cuts):
+    M = cuts.shape[0]
+    return [int(batch_id), int(retired), *[int(s) for i in range(M) for s in orderings[i]], *cuts.ravel().tolist()]
+
+
+def decode_batch(extra, M, n):
+    batch_id, retired = extra[0], extra[1]
+    o = list(extra[2:2 + M * (M - 1)])
+    orderings = {i: o[i * (M - 1):(i + 1) * (M - 1)] for i in range(M)}
+    cuts = np.asarray(extra[2 + M * (M - 1):], np.int64).reshape(M, n)
+    return batch_id, retired, orderings, cuts
+
+
+class SlicedJoin(JoinModule):
+    """One operator of the ring: the state machine of the module docstring, no MPI in it."""
+
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        self.M, self.n = len(dtypes), len(topology.workers)
+        self.k = rank
+        self.head, self.tail = rank == 1, rank == self.n
+        self.next = topology.downstream(rank)[0] if self.n > 1 else None
+        self.pred = job.predicate
+        self.windows = [Window(dt) for dt in dtypes]
+        self.owned = [0] * self.M          # absolute row of each window's first row still held here
+        self.inflight = {}                 # batch id -> (cuts, orderings) of batches seen, not retired
+        self.cuts = None                   # the latest batch's cuts
+        self.limit = int(job.strategy.params["interleave"])
+        self.retired = -1                  # head: every batch up to this one has ended its cycle
+        self.ended = set()                 # head: batches ended out of order
+        self.open = 0                      # head: batches in the ring
+        self._local = []                   # a ring of one operator sends to itself
+        self.counts = {"probes": 0, "inter_in": 0, "inter_out": 0, "moved": 0, "cycles": 0}
+
+    # -- the worker's calls ---------------------------------------------------------------------
+    def accepts_input(self):
+        return self.open < self.limit
+
+    def on_data(self, src, header, batches):
+        out = Output()
+        self._handle(out, header.lane, batches, header.extra, header.bounds)
+        while self._local:
+            lane, b, extra, bounds = self._local.pop(0)
+            self._handle(out, lane, b, extra, bounds)
+        return out
+
+    def _handle(self, out, lane, batches, extra, bounds):
+        if lane == INPUT:
+            self._input(out, batches, extra, bounds)
+        elif lane == PROBE:
+            self._probe_batch(out, batches, extra, bounds)
+        elif lane == BUILD:
+            for j, b in enumerate(batches):
+                self.windows[j].append(b)
+        elif lane == INTER:
+            self._inter(out, batches, extra, bounds)
+        else:
+            raise RuntimeError(f"rank {self.rank}: unknown psp lane {lane}")
+
+    def _send(self, out, lane, batches, extra, bounds):
+        if self.next is None:
+            self._local.append((lane, batches, tuple(extra), bounds))
+        else:
+            out.send(self.next, batches, bounds, lane=lane, extra=extra)
+
+    # -- input and probe copies -----------------------------------------------------------------
+    def _input(self, out, batches, extra, bounds):
+        M = self.M
+        batch_id, _, orderings, cuts = decode_batch(extra, M, self.n)
+        for j, b in enumerate(batches):
+            self.windows[j].append(b)
+        self.open += 1
+        extra = encode_batch(batch_id, self.retired, orderings, cuts)
+        self._probe_batch(out, batches, extra, bounds)
+
+    def _probe_batch(self, out, batches, extra, bounds):
+        batch_id, retired, orderings, cuts = decode_batch(extra, self.M, self.n)
+        if not self.head:
+            self._retire_upto(retired)
+        self.inflight[batch_id] = (cuts, orderings)
+        self.cuts = cuts
+        self._purge(out, cuts, bounds)
+        if not self.tail:
+            self._send(out, PROBE, batches, extra, bounds)
+        sent = []
+        for i, t in enumerate(batches):
+            if len(t):
+                self.counts["probes"] += len(t)
+                sent += self._step(out, batch_id, i, 0, orderings[i], {i: t}, bounds, hold=self.head)
+        if self.head:
+            self._end(out, batch_id, 1, sent, bounds)
+
+    def _purge(self, out, cuts, bounds):
+        """Rows now below this slice leave for the next operator (or are dropped at the tail)."""
+        moved = []
+        for j, w in enumerate(self.windows):
+            v = w.view()
+            first = self.owned[j] - w.base
+            stop = int(np.searchsorted(v["_coord"], cuts[j][self.k - 1]))
+            if stop > first:
+                moved.append(v[first:stop].copy())
+                self.owned[j] = w.base + stop
+            else:
+                moved.append(v[:0].copy())
+        n = sum(len(m) for m in moved)
+        if n and not self.tail:
+            self.counts["moved"] += n
+            self._send(out, BUILD, moved, (), bounds)
+        self._delete()
+
+    # -- intermediate results -------------------------------------------------------------------
+    def _inter(self, out, batches, extra, bounds):
+        batch_id, level, i, origin, end = extra[:5]
+        order = list(extra[5:])
+        if origin != self.k:
+            self._send(out, INTER, batches, extra, bounds)
+        sent, closing = [], self.head and origin == self.k and end
+        if i >= 0 and len(batches[i]):
+            self.counts["inter_in"] += len(batches[i])
+            rows = {m: batches[m] for m in [i] + order[:level]}
+            sent = self._step(out, batch_id, i, level, order, rows, bounds, hold=closing)
+        if closing:
+            if level == self.M - 1:
+                self._cycle_ended(out, batch_id)
+            else:
+                self._end(out, batch_id, level + 1, sent, bounds)
+
+    def _step(self, out, batch_id, i, level, order, rows, bounds, hold=False):
+        """Join the combinations `rows` (level = streams bound - 1, stream i's tuple the newest)
+        with this slice of the next stream; emit complete results, send partial ones on (or, with
+        `hold`, return them: the head sends them itself and marks the last one END)."""
+        j = order[level]
+        cuts, _ = self.inflight[batch_id]
+        w = self.windows[j].view()
+        t = rows[i]
+        lo_t = t["_lo"] if self.M == 2 else t["_los"][:, j]
+        coord, seq = w["_coord"], w["seq"]
+        top = cuts[j][self.k - 2] if self.k > 1 else POS_INF
+        lo = np.searchsorted(coord, np.maximum(lo_t, cuts[j][self.k - 1])).astype(np.int64)
+        hi = np.minimum(np.searchsorted(coord, top), np.searchsorted(seq, t["seq"])).astype(np.int64)
+        lo = np.minimum(lo, hi)
+        if not (hi > lo).any():
+            return []
+        ic, ij = extend(self.pred, {m: (r, None) for m, r in rows.items()}, j, w, lo, hi)
+        if not len(ic):
+            return []
+        if level + 1 == self.M - 1:
+            seqs = [rows[m]["seq"][ic] if m in rows else w["seq"][ij] for m in range(self.M)]
+            out.emit(seqs, t["_tin"][ic])
+            return []
+        nxt = [rows[m][ic] if m in rows else (w[ij] if m == j else w[:0].copy()) for m in range(self.M)]
+        extra = [batch_id, level + 1, i, self.k, 0, *order]
+        self.counts["inter_out"] += len(ic)
+        if hold:
+            return [(nxt, extra)]
+        self._send(out, INTER, nxt, extra, bounds)
+        return []
+
+    def _end(self, out, batch_id, level, made, bounds):
+        """Head: send what this step made, the last marked END; a null END when it made nothing
+        or when level M-1 (complete results) was reached."""
+        for b, extra in made[:-1]:
+            self._send(out, INTER, b, extra, bounds)
+        if made:
+            b, extra = made[-1]
+            extra = list(extra)
+            extra[4] = 1
+            self._send(out, INTER, b, extra, bounds)
+        else:
+            empty = [w.view()[:0].copy() for w in self.windows]
+            self._send(out, INTER, empty, [batch_id, level, -1, self.k, 1], bounds)
+
+    def _cycle_ended(self, out, batch_id):
+        self.open -= 1
+        self.counts["cycles"] += 1
+        self.ended.add(batch_id)
+        before = self.retired
+        while self.retired + 1 in self.ended:
+            self.ended.discard(self.retired + 1)
+            self.retired += 1
+        if self.retired != before:
+            self._retire_upto(self.retired)
+            out.tell(DRIVER, CycleDone(self.retired))
+
+    # -- delayed purge --------------------------------------------------------------------------
+    def _retire_upto(self, upto):
+        for b in [b for b in self.inflight if b <= upto]:
+            del self.inflight[b]
+        self._delete()
+
+    def _delete(self):
+        """Drop rows that left this slice and that no batch in flight can still need."""
+        if self.cuts is None:
+            return
+        for j, w in enumerate(self.windows):
+            w.expire(min([int(self.cuts[j][self.k - 1])] + [int(c[0][j][self.k - 1]) for c in self.inflight.values()]))
+
+    # -- state ----------------------------------------------------------------------------------
+    def held(self, j):
+        """Rows of stream j this operator holds (what is in its slice, not copies kept for
+        batches in flight)."""
+        w = self.windows[j]
+        return w.view()[self.owned[j] - w.base:]
+
+    def snapshot(self):
+        arrays = {f"window/{j}": self.held(j) for j in range(self.M)}
+        if self.cuts is not None:
+            arrays["cuts"] = self.cuts
+        return arrays, {"retired": self.retired}
+
+    def restore(self, arrays, attrs):
+        self.windows = [Window(dt) for dt in self.dtypes]
+        for j in range(self.M):
+            self.windows[j].append(arrays.get(f"window/{j}", np.zeros(0, self.dtypes[j])))
+        self.owned = [0] * self.M
+        self.cuts = arrays.get("cuts")
+        self.retired = int(attrs["retired"])
+        self.inflight, self.ended, self.open = {}, set(), 0
+
+    def state_dtype(self, name):
+        if name.startswith("window/"):
+            return self.dtypes[int(name.split("/")[1])]
+        return np.dtype(np.int64) if name == "cuts" else None
+
+    def warm_up(self):
+        """Compile the probe kernels on a tiny ring of one: every stream probes every other."""
+        from ..topology import Ring
+        from dataclasses import replace
+        job = replace(self.job, strategy=replace(self.job.strategy, params=dict(self.job.strategy.params,
+                                                                               interleave=1)))
+        op = SlicedJoin(job, 1, Ring(2), self.dtypes)
+        M = self.M
+        orderings = auto_orderings(self.pred, M, [[1.0] * M for _ in range(M)])
+        for seq0 in (0, 10):
+            batches = []
+            for j, dt in enumerate(self.dtypes):
+                b = np.zeros(2, dt)
+                b["seq"] = [seq0 + j, seq0 + M + j]
+                if M == 2:
+                    b["_lo"] = -(1 << 40)
+                else:
+                    b["_los"] = -(1 << 40)
+                batches.append(b)
+            cuts = np.full((M, 1), -(1 << 40), np.int64)
+            from ..protocol import DataHeader
+            op.on_data(DRIVER, DataHeader(0, INPUT, (0,) * M, tuple(encode_batch(seq0, -1, orderings, cuts))),
+                       batches)
+
+    def stats(self):
+        held = sum(len(self.held(j)) for j in range(self.M))
+        kept = sum(len(w) for w in self.windows) - held
+        return {"window_tuples": held, "kept_for_inflight": kept, **self.counts}
+
+
+class PspRouter(Router):
+    """The driver's side: numbers each batch, computes its cuts and join orderings, sends it to
+    the head, and knows which batches have ended their cycle (a checkpoint waits for all)."""
+
+    def __init__(self, job, topology, driver):
+        super().__init__(job, topology, driver)
+        p = job.strategy.params
+        self.n = len(topology.workers)
+        self.M = len(job.streams)
+        names = [s.name for s in job.streams]
+        self.given = parse_ordering(p["ordering"], names) if p["ordering"] != "auto" else {}
+        self.orderings = None
+        weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
+        counts = [int(x) for x in str(p["slice_counts"]).split(",")] if p["slice_counts"] else None
+        if counts is not None:
+            counts = (counts + [counts[-1]] * self.n)[:self.n]
+        self.slicer = Slicer([s.window for s in job.streams], self.n, weights=weights, counts=counts,
+                             mode=p["relocation"])
+        self.force = _parse_force(p["force_relocate"])
+        self.next_id = 0
+        self.retired = -1
+        self.relocations = []
+
+    def route(self, batches, slot):
+        if not any(len(b) for b in batches):
+            return
+        if self.orderings is None:
+            sel = measure_selectivity(self.job.predicate, batches)
+            self.orderings = auto_orderings(self.job.predicate, self.M, sel, self.given)
+        cuts = self.slicer.next(batches)
+        self.driver.send(1, batches, lane=INPUT, extra=encode_batch(self.next_id, -1, self.orderings, cuts))
+        self.next_id += 1
+
+    def end_of_epoch(self, epoch):
+        if self.force and epoch == self.force[0]:
+            self.slicer.set_shares(self.force[1], mode=self.force[2])
+            self.relocations.append((epoch, list(self.force[1]), self.force[2]))
+
+    def on_control(self, src, msg):
+        if isinstance(msg, CycleDone):
+            self.retired = max(self.retired, msg.upto)
+        else:
+            super().on_control(src, msg)
+
+    def quiet(self):
+        return self.retired >= self.next_id - 1
+
+    def snapshot(self):
+        arrays, attrs = self.slicer.snapshot()
+        arrays = {f"slicer/{k}": v for k, v in arrays.items()}
+        return arrays, {"slicer": attrs, "next_id": self.next_id,
+                        "orderings": None if self.orderings is None else {str(k): v for k, v in self.orderings.items()}}
+
+    def restore(self, arrays, attrs):
+        self.slicer.restore({k[7:]: v for k, v in arrays.items() if k.startswith("slicer/")}, attrs["slicer"])
+        self.next_id = attrs["next_id"]
+        self.retired = self.next_id - 1
+        o = attrs["orderings"]
+        self.orderings = None if o is None else {int(k): list(v) for k, v in o.items()}
+
+    def state_dtype(self, name):
+        if name == "slicer/ends":
+            return np.dtype(np.float64)
+        return np.dtype(np.int64) if name.startswith("slicer/") else None
+
+    def stats(self):
+        return {"batches": self.next_id, "orderings": self.orderings and {str(k): v for k, v in self.orderings.items()},
+                "relocations": self.relocations}
+
+
+def _parse_force(text):
+    """"EPOCH:w1,w2,...[:aggressive]" -> (epoch, weights, mode)."""
+    if not text:
+        return None
+    parts = str(text).split(":")
+    return int(parts[0]), [float(x) for x in parts[1].split(",")], parts[2] if len(parts) > 2 else "aggressive"
