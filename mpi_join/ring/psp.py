@@ -323,7 +323,7 @@ class SlicedJoin(JoinModule):
     def snapshot(self):
         arrays = {f"window/{j}": self.held(j) for j in range(self.M)}
         if self.cuts is not None:
-            arrays["cuts"] = self.cuts
+            arrays["cuts"] = self.cuts.ravel()
         return arrays, {"retired": self.retired}
 
     def restore(self, arrays, attrs):
@@ -331,7 +331,7 @@ class SlicedJoin(JoinModule):
         for j in range(self.M):
             self.windows[j].append(arrays.get(f"window/{j}", np.zeros(0, self.dtypes[j])))
         self.owned = [0] * self.M
-        self.cuts = arrays.get("cuts")
+        self.cuts = arrays["cuts"].reshape(self.M, self.n) if "cuts" in arrays else None
         self.retired = int(attrs["retired"])
         self.inflight, self.ended, self.open = {}, set(), 0
 

@@ -140,7 +140,7 @@ class Slicer:
 
     # -- checkpoints ---------------------------------------------------------------------------
     def snapshot(self):
-        arrays = {"cuts": self.cuts.copy(), "ends": self.ends.copy()}
+        arrays = {"cuts": self.cuts.ravel().copy(), "ends": self.ends.copy()}
         for j, r in enumerate(self.recent):
             arrays[f"recent/{j}"] = r.copy()
         attrs = {"lo_prev": [None if v is None else int(v) for v in self.lo_prev], "mode": self.mode,
@@ -148,7 +148,7 @@ class Slicer:
         return arrays, attrs
 
     def restore(self, arrays, attrs):
-        self.cuts = np.asarray(arrays["cuts"], np.int64).copy()
+        self.cuts = np.asarray(arrays["cuts"], np.int64).reshape(self.M, self.n).copy()
         self.ends = np.asarray(arrays["ends"], np.float64).copy()
         self.recent = [np.asarray(arrays.get(f"recent/{j}", np.zeros(0, np.int64)), np.int64)
                        for j in range(self.M)]

@@ -1,0 +1,96 @@
+"""`psp` under real mpiexec: M = 2, 3 and 4 on rings of 1 to 4 operators, basic PSP and PSP-I,
+equi, band and UDF predicates, a relocation forced mid-run; checkpoints hold each stored tuple on
+exactly one operator, and a SIGKILL then --resume gives exactly the oracle's result. (Every
+window kind and predicate of the binary case: test_strategies_mpi.py.)"""
+import os
+
+import numpy as np
+import pytest
+
+from mpi_join import checkpoint as ck
+from mpi_join.oracle import run_oracle
+from mpi_join.results import read_results
+from mpi_join.staged import write_staged
+from conftest import run_mpi, write_job
+from reference import as_set
+from test_checkpoint import kill_after_checkpoints
+from test_psp_ring import MULTI, multiway_streams
+
+SLOW = True
+# budget: about 45 s of mpiexec runs in this file
+
+
+def _job(tmp, m, n=3000, strategy="", run="batch_size = 40\nmax_inflight = 2", ckpt="", windows=None):
+    windows = windows or ['"40ms"', '"25ms"', '"60ms"', '"30ms"'][:m]
+    streams = "".join(f'[streams.{s}]\nschema = {{ k = "int32", v = "float32", w = "float32" }}\nwindow = {x}\n'
+                      for s, x in zip("ABCD", windows))
+    pred = MULTI[m] if m > 2 else 'equi = [["A.k", "B.k"]]'
+    text = (f'[job]\nname = "m{m}"\nts_unit = "ms"\n[input]\nstaged = "staged"\n[output]\ndir = "out"\n{streams}'
+            f'[predicate]\n{pred}\n'
+            f'[strategy]\nname = "psp"\n{strategy}\n[run]\n{run}\n{ckpt}')
+    arrays = multiway_streams(np.random.default_rng(m * 7 + n), m, n, key_range=5)
+    path, job = write_job(str(tmp), text)
+    write_staged(job.staged, job.streams, arrays, job.ts_unit)
+    return path, job, arrays
+
+
+def _check(job, arrays):
+    got = read_results(job.output, job.stream_names)
+    expect = run_oracle(job, arrays)
+    assert len(expect) > 0
+    assert len(got) == len(as_set(got)), "a result was written twice"
+    assert as_set(got) == as_set(expect)
+    assert os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
+@pytest.mark.parametrize("m,ops,interleave", [(2, 3, 1), (3, 1, 1), (3, 2, 4), (3, 4, 1), (4, 3, 4), (4, 4, 1)])
+def test_multiway_ring_equals_oracle(tmp_path, m, ops, interleave):
+    path, job, arrays = _job(tmp_path, m, strategy=f"interleave = {interleave}")
+    p = run_mpi(ops + 1, "run", path)
+    assert p.returncode == 0, p.stderr
+    _check(job, arrays)
+
+
+@pytest.mark.parametrize("mode", ["passive", "aggressive"])
+def test_relocation_forced_mid_run_equals_oracle(tmp_path, mode):
+    """At epoch 20 the head's slice goes to 0 and the tail's grows (an operator leaves the
+    ring's state; the other way round it would join it)."""
+    path, job, arrays = _job(tmp_path, 3, strategy=f'interleave = 2\nforce_relocate = "20:0,1,3:{mode}"')
+    p = run_mpi(4, "run", path)
+    assert p.returncode == 0, p.stderr
+    _check(job, arrays)
+    import json
+    s = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
+    assert s["ranks"][0]["relocations"] == [[20, [0.0, 1.0, 3.0], mode]]
+
+
+def _held(root, cid, ranks, M):
+    out = {j: [] for j in range(M)}
+    for r in range(1, ranks):
+        arrays, _ = ck.read_rank(root, cid, r)
+        for j in range(M):
+            out[j].append(arrays[f"module/window/{j}"]["seq"])
+    return out
+
+
+def test_checkpoints_hold_each_tuple_once_and_sigkill_resume_is_exact(tmp_path):
+    run = 'batch_size = 60\nmax_inflight = 2\nrate = 3000\nflush_interval = "10ms"'
+    ckpt = '[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 10'
+    path, job, arrays = _job(tmp_path, 3, n=15000, strategy="interleave = 3", run=run, ckpt=ckpt,
+                             windows=['"80ms"', '"60ms"', '"100ms"'])
+    root = job.checkpoint.dir
+    p = kill_after_checkpoints(path, root, ranks=4, victim=2, checkpoints=2, total=15000)
+    assert p.returncode != 0
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    done = [(c, m) for c, m in ck.list_checkpoints(root) if m]
+    assert done
+    for cid, man in done:
+        held = _held(root, cid, 4, 3)
+        for j, parts in held.items():
+            seqs = np.concatenate(parts)
+            assert len(seqs) == len(np.unique(seqs)), f"checkpoint {cid}: a tuple of stream {j} is stored twice"
+        assert sum(len(x) for x in held[0][1:]) > 0, "the tail's slices hold nothing: the test proves little"
+    r = run_mpi(4, "run", path, "--resume", root)
+    assert r.returncode == 0, r.stderr
+    assert "resuming from checkpoint" in r.stderr
+    _check(job, arrays)
