@@ -180,7 +180,7 @@ def parse_job(raw, path="<job>", overrides=None):
     if base not in sys.path:  # UDF modules next to the job file are importable
         sys.path.insert(0, base)
     streams = _streams(raw, ts_unit, path, base)
-    predicate = _predicate(raw, streams, path)
+    predicate = _predicate(raw, streams, path, base)
     strategy = _strategy(raw, path, overrides)
     run = _run(raw, path)
     ckpt = _checkpoint(raw, path, base, overrides)
@@ -315,7 +315,7 @@ def _pair(l, r, streams, where, path):
     return a, b
 
 
-def _predicate(raw, streams, path):
+def _predicate(raw, streams, path, base=None):
     p = _table(raw, "predicate", path)
     _no_unknown(p, {"equi", "band", "theta"}, "predicate.", path)
     equi, band, theta = [], [], []
@@ -370,6 +370,10 @@ def _predicate(raw, streams, path):
         if not (isinstance(ss, list) and len(ss) == 2 and all(x in names for x in ss) and ss[0] != ss[1]):
             raise ConfigError(f"{path}: {where}.streams: expected two distinct stream names from {names}, got {ss!r}")
         from .predicate import load_udf
+        mod, _, fn = udf.partition(":")
+        local = os.path.join(base or ".", *mod.split(".")) + ".py"
+        if base and os.path.isfile(local):   # next to the job file: by path, so two jobs' same-named
+            udf = f"{os.path.abspath(local)}:{fn}"   # modules never mix in one process
         try:
             load_udf(udf)
         except ConfigError as err:

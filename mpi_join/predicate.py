@@ -13,12 +13,12 @@ _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 @functools.lru_cache(maxsize=None)
 def load_udf(spec):
-    """Import "module:function" and return it as a numba function (compiling it if it is plain
+    """Import "module:function" (or "/path/to/module.py:function") and return it as a numba function (compiling it if it is plain
     Python). Cached: one dispatcher per spec, so kernels specialised for it compile once."""
     import numba
-    mod, _, fn = spec.partition(":")
+    mod, _, fn = spec.rpartition(":")
     try:
-        m = importlib.import_module(mod)
+        m = _import_file(mod) if mod.endswith(".py") else importlib.import_module(mod)
     except Exception as e:  # noqa: BLE001 - any import failure is the user's to see
         raise ConfigError(f"cannot import module {mod!r}: {e}") from None
     f = getattr(m, fn, None)
@@ -29,6 +29,25 @@ def load_udf(spec):
     if not callable(f):
         raise ConfigError(f"{spec} is not a function")
     return numba.njit(f)
+
+
+def _import_file(path):
+    """A UDF module given by its file (config.py resolves modules next to the job file to their
+    path): imported under a name unique to the path."""
+    import hashlib
+    import importlib.util
+    import sys
+    name = "mpi_join_udf_" + hashlib.sha1(path.encode()).hexdigest()[:16]
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        m = importlib.util.module_from_spec(spec)
+        sys.modules[name] = m
+        try:
+            spec.loader.exec_module(m)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
 
 
 def key_widths(dt_a, cols_a, dt_b, cols_b):

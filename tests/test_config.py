@@ -92,3 +92,24 @@ def test_liveness_timeout_defaults_to_30s_and_is_checked():
     assert _job(equi_job_text(('"1s"', '"1s"'), run='liveness_timeout = "off"')).run.liveness_timeout_s == 0
     with pytest.raises(ConfigError, match="run.liveness_timeout: at least 1s"):
         _job(equi_job_text(('"1s"', '"1s"'), run='liveness_timeout = "200ms"'))
+
+
+def test_udf_modules_next_to_two_jobs_never_mix(tmp_path):
+    """Two jobs whose UDF modules have the same name load each its own (bench and verify load
+    several jobs in one process)."""
+    from mpi_join.config import load_job
+    from mpi_join.predicate import load_udf
+    from conftest import equi_job_text
+    got = []
+    for k in (1, 2):
+        d = tmp_path / f"j{k}"
+        d.mkdir()
+        (d / "my_udfs.py").write_text(f"def f(a, b):\n    return a[\"k\"] == {k}\n")
+        text = equi_job_text(('"5ms"', '"5ms"'), predicate='theta = [{udf = "my_udfs:f", streams = ["R", "S"]}]')
+        (d / "job.toml").write_text(text)
+        job = load_job(str(d / "job.toml"))
+        got.append(load_udf(job.predicate.theta[0].udf))
+    import numpy as np
+    r = np.zeros(1, [("k", "i4")])
+    r["k"] = 2
+    assert [bool(f.py_func(r[0], r[0])) for f in got] == [False, True]
