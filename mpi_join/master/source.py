@@ -67,9 +67,11 @@ class Source:
 
     # -- replay -----------------------------------------------------------------------------
     def _due(self, now):
+        """Tuples whose scheduled arrival (seq / (rate x M) after the start, as _tin says) has come:
+        tuple 0 arrives at the start."""
         if self.rate is None:
             return self.total
-        return min(self.total, int((now - self.t0) * self.rate * self.M))
+        return min(self.total, int((now - self.t0) * self.rate * self.M) + 1)
 
     def next_epoch(self):
         """Release the next epoch: up to batch_size tuples, or what is due within flush_interval.
