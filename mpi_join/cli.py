@@ -156,6 +156,42 @@ def explain(job_path, nprocs):
 
 
 @main.command()
+@click.argument("job_path", metavar="JOB", type=click.Path(exists=True, dir_okay=False))
+@click.option("-n", "--np", "nprocs", default=8, show_default=True,
+              help="Largest rank count to consider (the driver and up to n-1 operators).")
+@click.option("--tn", default=50.0, show_default=True, help="One network hop's latency, microseconds.")
+@click.option("--ts", default=None, type=float, help="Send + receive time per tuple, microseconds "
+                                                      "(default: measured pack + unpack, a lower bound).")
+def plan(job_path, nprocs, tn, ts):
+    """Predict, from JOB's strategy's cost model, latency and output rate for each number of ranks.
+
+    Measures what the model needs on a sample of the staged input (join time per pair,
+    selectivities, send time per tuple, rates and windows), then prints, for 1 .. n-1 workers, the
+    predicted response latency and output rate, the recommended count, and the bandwidth the
+    links need. Strategies with a cost model: those whose registry entry names a planner (psp).
+
+    \b
+    Example:
+      mpi-join generate images --out img --streams 3 --predicate costly --selectivity 0.1
+      mpi-join plan img/job.toml -n 8
+    """
+    from . import strategies
+    from .config import load_job
+    try:
+        job = strategies.check_strategy(load_job(job_path))
+        info = strategies.get(job.strategy.name)
+        if not info.planner:
+            raise JobError(f"{job_path}: strategy {info.name!r} has no cost model (strategies with one: "
+                           f"{', '.join(n for n in strategies.names() if strategies.get(n).planner) or 'none'}); "
+                           f"`mpi-join explain JOB` prints its plan")
+        lines, _ = info.load("planner")(job, max(1, nprocs - 1), Tn=tn * 1e-6, Ts=None if ts is None else ts * 1e-6)
+    except JobError as e:
+        _fail(e)
+    for line in lines:
+        click.echo(line)
+
+
+@main.command()
 @click.argument("workload", type=click.Choice(["band", "equi", "images"]))
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Directory for job.toml and the data: staged/ (ready to run), or raw/ with --raw (stage it first).")
@@ -171,11 +207,13 @@ def explain(job_path, nprocs):
 @click.option("--streams", default=3, show_default=True, help="images: number of streams M.")
 @click.option("--pixels", type=click.Choice(["5000", "10000", "20000"]), default="5000", show_default=True,
               help="images: RGB pixels per image.")
-@click.option("--predicate", type=click.Choice(["similarity", "probabilistic"]), default="similarity",
-              show_default=True, help="images: per-pixel similarity UDF, or a coin with set selectivity.")
-@click.option("--selectivity", default=0.01, show_default=True, help="images: selectivity of the probabilistic predicate.")
-@click.option("--strategy", default="hash", show_default=True, type=_StrategyChoice(),
-              help="Strategy written into job.toml.")
+@click.option("--predicate", type=click.Choice(["similarity", "probabilistic", "costly"]), default="similarity",
+              show_default=True, help="images: per-pixel similarity UDF, a coin with set selectivity, or that "
+                                      "coin at the cost of comparing every pixel.")
+@click.option("--selectivity", default=0.01, show_default=True, help="images: selectivity of the probabilistic and costly predicates.")
+@click.option("--strategy", default=None, type=_StrategyChoice(),
+              help="Strategy written into job.toml (default: the one the registry names for this workload, "
+                   "else hash).")
 @click.option("--raw", type=click.Choice(["csv", "json", "parquet"]), default=None,
               help="Write raw files (out/raw/<stream>/) for `mpi-join stage` instead of staged data.")
 def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys, domain_bits, uniform_keys, streams,
@@ -189,6 +227,9 @@ def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys
     images  PSP multi-way: M streams of k-pixel RGB images, similarity UDF or probabilistic predicate
     """
     from .workloads import make
+    from . import strategies
+    if strategy is None:
+        strategy = next((n for n in strategies.names() if strategies.get(n).workload == workload), "hash")
     try:
         path = make(workload, out, tuples=tuples, seed=seed, rate=rate, window=window, skew=skew, keys=keys,
                     domain_bits=domain_bits, streams=streams, pixels=int(pixels), predicate=predicate,
@@ -198,7 +239,6 @@ def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys
         _fail(e)
     where = os.path.join(out, "raw" if raw else "staged")
     click.echo(f"wrote {tuples:,} tuples to {where} and the job file {path}")
-    from . import strategies
     from .config import load_job
     job = load_job(path)
     can = strategies.runnable(job)
@@ -488,6 +528,10 @@ def strategies_cmd():
                    f"{info.min_ranks} ranks; topology {topo}; workload {info.workload}")
         for line in strategies.describe_params(info):
             click.echo("    " + line)
+        if info.planner:
+            click.echo("  cost model: mpi-join plan JOB")
+        for case, (_, help_) in info.cases.items():
+            click.echo(f"  bench case {case}: {help_}")
 
 
 @main.command()
@@ -503,10 +547,11 @@ def strategies_cmd():
               help="Strategy parameter (repeatable), e.g. --param local_join=bnl.")
 @click.option("--load", "load_fraction", type=float, default=None,
               help="Also replay at this fraction of the sustainable rate (the slowest quarter of the best run's second half) and report its delays (e.g. 0.8).")
-@click.option("--case", type=click.Choice(["runtime", "memory"]), default=None,
+@click.option("--case", default=None,
               help="runtime: 4.8 M tuples (20,000/s per stream over 120 s, 100,000 uniform keys, 60 s windows) "
-                   "on 2 and 3 ranks, and at 80% of the best rate. memory: rank 0's peak RSS with 1 M and "
-                   "8 M staged tuples (--tuples adds a size), on 2 ranks unless -n is given.")
+                   "on 2 and 3 ranks, and at 80% of the sustainable rate. memory: rank 0's peak RSS with 1 M and "
+                   "8 M staged tuples (--tuples adds a size), on 2 ranks unless -n is given. A strategy's own "
+                   "cases are listed by `mpi-join strategies` (psp: fig8a).")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Work directory (default: a temporary one).")
 def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, load_fraction, case, workdir):
     """Throughput and latency of STRATEGY against the single-core oracle, measured in the same run.
@@ -521,12 +566,27 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
       mpi-join bench hash -n 2 -n 3 --load 0.8  # compare rank counts, then delays at 80% load
       mpi-join bench hash --case runtime        # the 4.8 M tuple case of the README
       mpi-join bench hash --case memory         # rank 0's peak RSS, 1 M against 8 M tuples
+      mpi-join bench psp --case fig8a           # response time against ring length, and the model's
     """
     from .bench import bench as run_bench
     prm = {}
     for kv in params:
         k, _, v = kv.partition("=")
         prm[k] = int(v) if v.lstrip("-").isdigit() else (v == "true" if v in ("true", "false") else v)
+    from . import strategies
+    own = strategies.get(strategy).cases
+    if case is not None and case not in ("runtime", "memory") and case not in own:
+        _fail(JobError(f"--case: unknown case {case!r} for strategy {strategy!r} (cases: "
+                       f"{', '.join(['runtime', 'memory', *own])})"))
+    if case in own:
+        fn = own[case][0]
+        mod, _, attr = fn.partition(":")
+        import importlib
+        try:
+            getattr(importlib.import_module(mod), attr)(list(nprocs), workdir)
+        except JobError as e:
+            _fail(e)
+        return
     if case == "memory":
         from .bench import bench_memory
         given = click.get_current_context().get_parameter_source("tuples") == click.core.ParameterSource.COMMANDLINE

@@ -42,8 +42,16 @@ class LatencyHistogram:
         edge = _EDGES[min(k, len(_EDGES) - 1)]
         return float(edge / 1e6)
 
+    def mean_ms(self):
+        """Mean from the bins' geometric centres (within the bins' 2.3%)."""
+        n = self.n
+        if n == 0:
+            return None
+        centre = np.concatenate([[_EDGES[0]], np.sqrt(_EDGES[1:] * _EDGES[:-1]), [_EDGES[-1]]])
+        return float((self.counts * centre).sum() / n / 1e6)
+
     def summary(self):
-        return {f"p{p:g}": self.percentile_ms(p) for p in PERCENTILES}
+        return dict({f"p{p:g}": self.percentile_ms(p) for p in PERCENTILES}, mean=self.mean_ms())
 
 
 class RankMetrics:

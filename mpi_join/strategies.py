@@ -38,6 +38,8 @@ class StrategyInfo:
     requires: frozenset = field(default_factory=frozenset)   # predicate kinds a job must have
     requires_why: str = ""
     check: object = None       # (job, nranks) -> error text or None: strategy-specific checks
+    planner: str = ""          # "module:function" (job, n_max, Tn, Ts) -> (lines, details): `mpi-join plan`
+    cases: dict = field(default_factory=dict)   # bench case -> ("module:function", help): `bench --case`
 
     def load(self, what):
         mod, _, attr = getattr(self, what).partition(":")
@@ -93,6 +95,12 @@ def _check_psp(job, nranks):
             if bad is not None:
                 return (f"{where}.ordering: in {names[i]}'s ordering, {names[bad]} has no condition with the "
                         f"streams before it; each stream must be joined to one already bound")
+    if p["lengths"]:
+        for kv in str(p["lengths"]).split(","):
+            k, _, v = kv.partition("=")
+            if k.strip() not in names or not v.strip().isdigit() or not 1 <= int(v) <= n:
+                return (f"{where}.lengths: expected STREAM=N pairs with N in 1..{n} (operators on {nranks} ranks), "
+                        f"got {kv!r}")
     for key in ("weights", "slice_counts"):
         if p[key]:
             try:
@@ -177,6 +185,13 @@ REGISTRY = {
         topology=_ring,
         router="mpi_join.ring.psp:PspRouter",
         module="mpi_join.ring.psp:SlicedJoin",
+        planner="mpi_join.ring.planner:plan_lines",
+        cases={"fig8a": ("mpi_join.ring.bench_psp:run_case",
+                         "response time against ring length (-n: ranks, default 2 3 4) beside the cost model, "
+                         "3-way costly image join, selectivities 0.05, 0.1, 0.5"),
+               "interleave": ("mpi_join.ring.bench_psp:run_interleave",
+                              "throughput of basic PSP against PSP-I (interleave 4) at the maximum rate, "
+                              "on rings of 2 and 3 (-n: ranks)")},
         workload="images",
         check=_check_psp,
         params={
@@ -186,13 +201,24 @@ REGISTRY = {
                               "'auto': most selective first, measured on the first batch"),
             "weights": Param("", _text, "relative slice sizes of the operators, comma-separated (default equal; "
                              "0 leaves an operator without state)"),
+            "lengths": Param("", _text, "ring length per stream, e.g. \"A=2,C=3\" (others: every operator): a "
+                             "stream's state spans its first operators only (`mpi-join plan` suggests them)"),
             "slice_counts": Param("", _text, "count-bounded slices (workload smoothing): tuples each operator "
                                   "but the tail holds, comma-separated (the last repeats); the tail keeps time"),
             "relocation": Param("passive", _choice("passive", "aggressive"),
                                 "how new slice sizes take effect: passive (cuts advance at most twice as fast "
                                 "as the window slides) or aggressive (state moves to the next operators at once)"),
+            "adapt_every": Param(0, _non_neg_int, "epochs between load checks that may add or remove an operator "
+                                 "or smooth the slices (ring/adapt.py; 0: never)"),
+            "grow_above": Param(0.85, _fraction, "add an operator when every operator with state is busier than this"),
+            "shrink_below": Param(0.15, _fraction, "remove one when all are idler than this (windows full)"),
+            "imbalance": Param(0.25, _fraction, "smooth the slices when loads differ by more than this"),
             "force_relocate": Param("", _text, "EPOCH:W1,...,WN[:passive|aggressive]: new slice weights at that "
                                     "epoch", testing=True),
+            "slow_rank": Param(-1, _rank_or_none, "make this operator slow: it burns slow_cpu microseconds of CPU per "
+                               "pair of a probe tuple and a tuple it holds", testing=True),
+            "slow_cpu": Param(0.0, _non_neg, "microseconds of CPU per probe x held pair on the slow operator",
+                              testing=True),
         },
     ),
 }

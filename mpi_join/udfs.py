@@ -47,6 +47,25 @@ def make_coin(selectivity):
     return coin
 
 
+def make_costly_coin(selectivity):
+    """The probabilistic predicate at the cost of the similarity UDF: it compares every pixel of
+    the two images (no early exit), then answers as make_coin does. Join selectivity is set,
+    work per pair is an image comparison's (PSP's experiments with expensive predicates)."""
+    threshold = np.uint64(min(int(selectivity * 2.0 ** 64), 2 ** 64 - 1))
+
+    @njit
+    def costly_coin(a, b):
+        pa, pb = a.pix, b.pix
+        tot = 0.0
+        for p in range(pa.shape[0]):
+            for c in range(3):
+                tot += abs(float(pa[p, c]) - float(pb[p, c]))
+        x = _mix(np.uint64(a.id) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(b.id))
+        return x < threshold and tot >= 0.0
+
+    return costly_coin
+
+
 @njit(cache=True)
 def band10(a, b):
     """The band-join benchmark's predicate as a UDF: |x - a| < 10 and |y - b| < 10."""

@@ -226,9 +226,13 @@ def _images(rng, tuples, rate, window, skew, keys, domain_bits, streams, pixels,
     w = _window_line(window, count_window, "5s")
     if predicate == "similarity":
         fn, udf_mod = "mpi_join.udfs:image_similar", None
-    else:
+    elif predicate == "probabilistic":
         fn = "workload_udfs:coin"
         udf_mod = f"from mpi_join.udfs import make_coin\n\ncoin = make_coin({float(sel)!r})\n"
+    else:
+        fn = "workload_udfs:costly_coin"
+        udf_mod = (f"from mpi_join.udfs import make_costly_coin\n\n"
+                   f"costly_coin = make_costly_coin({float(sel)!r})\n")
     streams_t = "\n".join(f'[streams.{s}]\nschema = {{ id = "int64", pix = "uint8[{pixels},3]" }}\nwindow = {w}\n'
                           for s in names)
     pairs = ", ".join(f'{{ udf = "{fn}", streams = ["{a}", "{b}"] }}' for a, b in zip(names, names[1:]))

@@ -94,3 +94,21 @@ def test_checkpoints_hold_each_tuple_once_and_sigkill_resume_is_exact(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "resuming from checkpoint" in r.stderr
     _check(job, arrays)
+
+
+def test_measured_load_moves_state_off_a_slow_operator(tmp_path):
+    """The head burns CPU for every probe x held pair; with adapt_every, the driver reads the
+    operators' loads and narrows the head's slice (smoothing), and the result stays exact."""
+    path, job, arrays = _job(tmp_path, 3, n=6000, windows=['"200ms"', '"150ms"', '"250ms"'],
+                             strategy='adapt_every = 4\nslow_rank = 1\nslow_cpu = 3.0\nrelocation = "aggressive"')
+    p = run_mpi(4, "run", path)
+    assert p.returncode == 0, p.stderr
+    _check(job, arrays)
+    import json
+    s = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
+    rel = s["ranks"][0]["relocations"]
+    assert rel, "no relocation although the head was the busiest operator"
+    first = rel[0][1]
+    assert first[0] < min(first[1:]), rel[:3]
+    held = {r["rank"]: r["window_tuples"] for r in s["ranks"] if r["rank"] > 0}
+    assert held[1] < held[3], held

@@ -168,3 +168,71 @@ def test_slicer_cuts_abut_and_never_move_back():
         if prev is not None:
             assert (cuts >= prev).all()
         prev = cuts
+
+
+def test_rebalance_adds_removes_and_smooths_by_measured_load():
+    from mpi_join.ring.adapt import rebalance
+    assert rebalance([1, 1, 0], [0.9, 0.95, 0.0]) == [1, 1, 1.0]                # all busy: a node joins
+    assert rebalance([1, 1, 1], [0.05, 0.1, 0.02]) == [1, 1, 0.0]               # all idle: the last leaves
+    assert rebalance([1, 1, 1], [0.05, 0.1, 0.02], windows_full=False) is None  # not before windows fill
+    w = rebalance([1, 1, 1], [0.9, 0.3, 0.3])                                   # smoothing
+    assert w[0] < 1 < w[1] and abs(sum(w) - 3) < 1e-9
+    assert rebalance([1, 1], [0.5, 0.55]) is None                               # balanced: keep
+    assert rebalance([2, 0, 1], [0.9, 0.0, 0.1])[1] == 0                        # an idle slot stays out
+
+
+@pytest.mark.parametrize("interleave", [1, 3])
+def test_per_stream_ring_lengths_keep_each_stream_on_its_first_operators(interleave):
+    job = multiway_job(3, ['"60ms"', '"40ms"', '"80ms"'])
+    arrays = multiway_streams(np.random.default_rng(4), 3, 700, key_range=4)
+    got, ops, _ = simulate(job, arrays, 4, batch_size=5, interleave=interleave, lengths="A=1,C=2")
+    _check(got, run_oracle(job, arrays))
+    held = {j: [len(ops[k].held(j)) for k in (1, 2, 3, 4)] for j in range(3)}
+    assert held[0][1:] == [0, 0, 0] and held[0][0] > 0
+    assert held[2][2:] == [0, 0] and held[2][1] > 0
+    assert held[1][3] > 0
+
+
+def test_plan_prints_the_model_for_each_ring_length_and_refuses_strategies_without_one(tmp_path):
+    from conftest import run_cli
+    d = str(tmp_path / "img")
+    p = run_cli("generate", "images", "--out", d, "--tuples", "600", "--rate", "50", "--window", "1s",
+                "--predicate", "costly", "--selectivity", "0.1")
+    assert p.returncode == 0, p.stderr
+    p = run_cli("plan", f"{d}/job.toml", "-n", "5", "--tn", "100")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "A~B: selectivity" in out and "T_j" in out and "T_n 100 us" in out
+    rows = [line.split() for line in out.splitlines() if line[:1].isdigit() and len(line.split()) >= 5]
+    assert [r[0] for r in rows] == ["1", "2", "3", "4"]
+    lat = [float(r[3]) for r in rows]
+    assert "recommended ring length: N = " in out and "bandwidth bound (6)" in out
+    best = int(out.split("recommended ring length: N = ")[1].split()[0])
+    assert lat[best - 1] == min(lat)
+    assert "ring length per stream " in out and "A = " in out.split("ring length per stream ")[1]
+    q = run_cli("plan", f"{d}/job.toml", "-n", "5")
+    assert q.returncode == 0
+    run_cli("generate", "equi", "--out", str(tmp_path / "eq"), "--tuples", "60")
+    r = run_cli("plan", str(tmp_path / "eq" / "job.toml"))
+    assert r.returncode != 0 and "strategy 'hash' has no cost model (strategies with one: psp)" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_psp_config_errors_name_the_parameter(tmp_path):
+    from conftest import run_cli
+    streams = "".join(f'[streams.{s}]\nschema = {{ k = "int32", v = "float32", w = "float32" }}\nwindow = "5ms"\n'
+                      for s in "ABC")
+    base = (f'[job]\nname = "m"\nts_unit = "ms"\n[input]\nstaged = "staged"\n[output]\ndir = "out"\n{streams}'
+            f'[predicate]\n{MULTI[3]}\n[strategy]\nname = "psp"\n')
+    cases = [('ordering = "A>C>B"', "strategy.ordering: in A's ordering, C has no condition with the streams before it"),
+             ('ordering = "A>B"', "must name every stream once"),
+             ('weights = "1,2"', "strategy.weights: expected 3 non-negative numbers"),
+             ('lengths = "A=9"', "strategy.lengths: expected STREAM=N pairs with N in 1..3"),
+             ('force_relocate = "x"', "strategy.force_relocate: expected EPOCH:W1,...,W3"),
+             ("interleave = 0", "strategy.interleave: expected a positive integer")]
+    for k, (line, msg) in enumerate(cases):
+        d = tmp_path / f"c{k}"
+        d.mkdir()
+        (d / "job.toml").write_text(base + line + "\n")
+        p = run_cli("check", str(d / "job.toml"), "-n", "4")
+        assert p.returncode != 0 and msg in p.stderr, (line, p.stderr)

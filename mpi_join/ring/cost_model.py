@@ -39,6 +39,18 @@ def l_c(lam, W, S, Tj, Ti=0.0, Tp=0.0):
     return Ti + Tp + Tj * sum(_prefix_products(lam, W, S))
 
 
+def l_c_steps(steps, Ti=0.0, Tp=0.0):
+    """(1) for probes that scan: steps are (lam, W, S, Tj, indexed) in join order. A step is
+    reached by the intermediate results of the steps before it (prod lam W S); an indexed step
+    (equi key) costs Tj per result it finds (lam W S, as (1) counts), a scanning step (band
+    without an index, UDF) compares with its whole window (lam W) at Tj per pair."""
+    total, reach = 0.0, 1.0
+    for lam, W, S, Tj, indexed in steps:
+        total += reach * Tj * lam * W * (S if indexed else 1.0)
+        reach *= lam * W * S
+    return Ti + Tp + total
+
+
 def l_psp(lam, W, S, Tj, Ts, N, Ti=0.0, Tp=0.0):
     """(1): the work of one input tuple over a ring of N, transmission of the tuple and of its
     intermediate results included."""

@@ -42,6 +42,7 @@ from ..range_join import extend, pair_mask
 from ..slaves.module import JoinModule, Output
 from ..topology import DRIVER
 from ..window import POS_INF, Window
+from .adapt import rebalance
 from .slicing import Slicer
 
 INPUT, PROBE, BUILD, INTER = 0, 1, 2, 3
@@ -149,6 +150,8 @@ class SlicedJoin(JoinModule):
         self.open = 0                      # head: batches in the ring
         self._local = []                   # a ring of one operator sends to itself
         self.counts = {"probes": 0, "inter_in": 0, "inter_out": 0, "moved": 0, "cycles": 0}
+        p = job.strategy.params
+        self.slow = float(p["slow_cpu"]) if p["slow_rank"] == rank else 0.0
 
     # -- the worker's calls ---------------------------------------------------------------------
     def accepts_input(self):
@@ -201,6 +204,8 @@ class SlicedJoin(JoinModule):
         if not self.tail:
             self._send(out, PROBE, batches, extra, bounds)
         sent = []
+        if self.slow:
+            _burn(self.slow * sum(len(self.held(j)) for j in range(self.M)) * sum(len(t) for t in batches) / 1e6)
         for i, t in enumerate(batches):
             if len(t):
                 self.counts["probes"] += len(t)
@@ -386,9 +391,16 @@ class PspRouter(Router):
         counts = [int(x) for x in str(p["slice_counts"]).split(",")] if p["slice_counts"] else None
         if counts is not None:
             counts = (counts + [counts[-1]] * self.n)[:self.n]
+        lengths = None
+        if p["lengths"]:
+            given = dict(kv.split("=") for kv in str(p["lengths"]).split(","))
+            lengths = [int(given.get(nm, self.n)) for nm in names]
         self.slicer = Slicer([s.window for s in job.streams], self.n, weights=weights, counts=counts,
-                             mode=p["relocation"])
+                             mode=p["relocation"], lengths=lengths)
         self.force = _parse_force(p["force_relocate"])
+        self.weights = list(weights) if weights else [1.0] * self.n
+        self.adapt_every = int(p["adapt_every"])
+        self.asked = False
         self.next_id = 0
         self.retired = -1
         self.relocations = []
@@ -405,8 +417,24 @@ class PspRouter(Router):
 
     def end_of_epoch(self, epoch):
         if self.force and epoch == self.force[0]:
-            self.slicer.set_shares(self.force[1], mode=self.force[2])
-            self.relocations.append((epoch, list(self.force[1]), self.force[2]))
+            self._relocate(epoch, self.force[1], self.force[2])
+        if self.adapt_every and epoch % self.adapt_every == 0:
+            workers = self.topology.workers
+            loads = self.driver.loads_of(workers) if self.asked else None
+            if loads:
+                p = self.job.strategy.params
+                new = rebalance(self.weights, [loads[w].busy for w in workers], p["grow_above"], p["shrink_below"],
+                                p["imbalance"], self.driver.source.windows_full())
+                if new is not None:
+                    self._relocate(epoch, new, p["relocation"])
+            if loads or not self.asked:
+                self.driver.request_load(workers)
+                self.asked = True
+
+    def _relocate(self, epoch, weights, mode):
+        self.weights = [float(x) for x in weights]
+        self.slicer.set_shares(self.weights, mode=mode)
+        self.relocations.append((epoch, [round(x, 4) for x in self.weights], mode))
 
     def on_control(self, src, msg):
         if isinstance(msg, CycleDone):
@@ -420,12 +448,13 @@ class PspRouter(Router):
     def snapshot(self):
         arrays, attrs = self.slicer.snapshot()
         arrays = {f"slicer/{k}": v for k, v in arrays.items()}
-        return arrays, {"slicer": attrs, "next_id": self.next_id,
+        return arrays, {"slicer": attrs, "next_id": self.next_id, "weights": self.weights,
                         "orderings": None if self.orderings is None else {str(k): v for k, v in self.orderings.items()}}
 
     def restore(self, arrays, attrs):
         self.slicer.restore({k[7:]: v for k, v in arrays.items() if k.startswith("slicer/")}, attrs["slicer"])
         self.next_id = attrs["next_id"]
+        self.weights = list(attrs["weights"])
         self.retired = self.next_id - 1
         o = attrs["orderings"]
         self.orderings = None if o is None else {int(k): list(v) for k, v in o.items()}
@@ -438,6 +467,14 @@ class PspRouter(Router):
     def stats(self):
         return {"batches": self.next_id, "orderings": self.orderings and {str(k): v for k, v in self.orderings.items()},
                 "relocations": self.relocations}
+
+
+def _burn(seconds):
+    """Keep the CPU busy (a slow operator for tests: its load is measured as CPU time)."""
+    import time
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
 
 
 def _parse_force(text):

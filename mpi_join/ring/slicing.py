@@ -53,12 +53,15 @@ def shares_from(weights, n):
 class Slicer:
     """Cut points for M streams over N operators (see the module docstring)."""
 
-    def __init__(self, windows, n, weights=None, counts=None, mode="passive"):
+    def __init__(self, windows, n, weights=None, counts=None, mode="passive", lengths=None):
         """`windows`: job.streams[j].window; `weights`: one per operator (default equal); `counts`:
-        per-operator tuple bounds for count-bounded slices (the tail's is ignored: it keeps time)."""
+        per-operator tuple bounds for count-bounded slices (the tail's is ignored: it keeps time);
+        `lengths[j]`: stream j's state spans only the first lengths[j] operators (streams of
+        different rates and windows get different ring lengths; the later operators pass it on)."""
         self.M, self.n = len(windows), n
         self.sizes = [w.size if w.kind in ("time", "count") else None for w in windows]
         self.mode = mode
+        self.lengths = [n] * self.M if lengths is None else [max(1, min(n, int(x))) for x in lengths]
         self.cuts = np.full((self.M, n), NEG_INF, np.int64)
         self.lo_prev = [None] * self.M
         self.set_shares(weights if weights is not None else [1.0] * n)
@@ -69,8 +72,15 @@ class Slicer:
         # tuple of each stream can have
 
     def set_shares(self, weights, mode=None):
-        """New slice sizes (a relocation when the ring is running)."""
-        self.ends = shares_from(weights, self.n)
+        """New slice sizes (a relocation when the ring is running). A stream whose ring is shorter
+        keeps the weights of its first operators (all of them equal if those are all 0)."""
+        ends = []
+        for L in self.lengths:
+            w = [float(x) if k < L else 0.0 for k, x in enumerate(weights)]
+            if sum(w) <= 0:
+                w = [1.0 if k < L else 0.0 for k in range(self.n)]
+            ends.append(shares_from(w, self.n))
+        self.ends = np.array(ends)
         if mode:
             self.mode = mode
 
@@ -82,8 +92,8 @@ class Slicer:
     @property
     def active(self):
         """Operators with a slice (weight > 0) in the current shares."""
-        e = np.concatenate([[0.0], self.ends])
-        return [k + 1 for k in range(self.n) if e[k + 1] > e[k]]
+        e = np.concatenate([np.zeros((self.M, 1)), self.ends], axis=1)
+        return [k + 1 for k in range(self.n) if (e[:, k + 1] > e[:, k]).any()]
 
     def next(self, batches):
         """Cuts for the next batch (an (M, N) int64 array); updates the running state."""
@@ -112,7 +122,7 @@ class Slicer:
         if self.counts is not None:
             target = self._count_targets(j, edge)
         else:
-            target = [lo + W - int(round(e * W)) for e in self.ends]
+            target = [lo + W - int(round(e * W)) for e in self.ends[j]]
         out = np.empty(n, np.int64)
         out[-1] = edge
         step = None if self.lo_prev[j] is None else 2 * max(0, lo - self.lo_prev[j])
@@ -140,7 +150,7 @@ class Slicer:
 
     # -- checkpoints ---------------------------------------------------------------------------
     def snapshot(self):
-        arrays = {"cuts": self.cuts.ravel().copy(), "ends": self.ends.copy()}
+        arrays = {"cuts": self.cuts.ravel().copy(), "ends": self.ends.ravel().copy()}
         for j, r in enumerate(self.recent):
             arrays[f"recent/{j}"] = r.copy()
         attrs = {"lo_prev": [None if v is None else int(v) for v in self.lo_prev], "mode": self.mode,
@@ -149,7 +159,7 @@ class Slicer:
 
     def restore(self, arrays, attrs):
         self.cuts = np.asarray(arrays["cuts"], np.int64).reshape(self.M, self.n).copy()
-        self.ends = np.asarray(arrays["ends"], np.float64).copy()
+        self.ends = np.asarray(arrays["ends"], np.float64).reshape(self.M, self.n).copy()
         self.recent = [np.asarray(arrays.get(f"recent/{j}", np.zeros(0, np.int64)), np.int64)
                        for j in range(self.M)]
         self.lo_prev, self.mode, self.counts = attrs["lo_prev"], attrs["mode"], attrs["counts"]
