@@ -32,15 +32,16 @@ Exact under batching: each batch's cuts come from its oldest probe and never mov
 (slicing.py), and each probe also checks the window and seq of its own tuple, so every pair a
 tuple must see is met at exactly one operator.
 """
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..master.driver import Router
-from ..protocol import Control
+from ..protocol import Control, DataHeader
 from ..range_join import extend, pair_mask
 from ..slaves.module import JoinModule, Output
-from ..topology import DRIVER
+from ..topology import DRIVER, Ring
 from ..window import POS_INF, Window
 from .adapt import rebalance
 from .slicing import Slicer
@@ -148,7 +149,7 @@ class SlicedJoin(JoinModule):
         self.retired = -1                  # head: every batch up to this one has ended its cycle
         self.ended = set()                 # head: batches ended out of order
         self.open = 0                      # head: batches in the ring
-        self._local = []                   # a ring of one operator sends to itself
+        self._local = deque()              # a ring of one operator sends to itself
         self.counts = {"probes": 0, "inter_in": 0, "inter_out": 0, "moved": 0, "cycles": 0}
         p = job.strategy.params
         self.slow = float(p["slow_cpu"]) if p["slow_rank"] == rank else 0.0
@@ -161,7 +162,7 @@ class SlicedJoin(JoinModule):
         out = Output()
         self._handle(out, header.lane, batches, header.extra, header.bounds)
         while self._local:
-            lane, b, extra, bounds = self._local.pop(0)
+            lane, b, extra, bounds = self._local.popleft()
             self._handle(out, lane, b, extra, bounds)
         return out
 
@@ -347,8 +348,6 @@ class SlicedJoin(JoinModule):
 
     def warm_up(self):
         """Compile the probe kernels on a tiny ring of one: every stream probes every other."""
-        from ..topology import Ring
-        from dataclasses import replace
         job = replace(self.job, strategy=replace(self.job.strategy, params=dict(self.job.strategy.params,
                                                                                interleave=1)))
         op = SlicedJoin(job, 1, Ring(2), self.dtypes)
@@ -365,7 +364,6 @@ class SlicedJoin(JoinModule):
                     b["_los"] = -(1 << 40)
                 batches.append(b)
             cuts = np.full((M, 1), -(1 << 40), np.int64)
-            from ..protocol import DataHeader
             op.on_data(DRIVER, DataHeader(0, INPUT, (0,) * M, tuple(encode_batch(seq0, -1, orderings, cuts))),
                        batches)
 
