@@ -102,7 +102,7 @@ def _check_psp(job, nranks):
                 return (f"{where}.lengths: expected STREAM=N pairs with N in 1..{n} (operators on {nranks} ranks), "
                         f"got {kv!r}")
     for key in ("weights", "slice_counts"):
-        if p[key]:
+        if p[key] and not (key == "slice_counts" and p[key] == "balanced"):
             try:
                 vals = [float(x) for x in str(p[key]).split(",")]
             except ValueError:
@@ -204,7 +204,8 @@ REGISTRY = {
             "lengths": Param("", _text, "ring length per stream, e.g. \"A=2,C=3\" (others: every operator): a "
                              "stream's state spans its first operators only (`mpi-join plan` suggests them)"),
             "slice_counts": Param("", _text, "count-bounded slices (workload smoothing): tuples each operator "
-                                  "but the tail holds, comma-separated (the last repeats); the tail keeps time"),
+                                  "but the tail holds, comma-separated (the last repeats), or \"balanced\" (equal "
+                                  "shares of each window's tuples, every batch); the tail keeps time"),
             "relocation": Param("passive", _choice("passive", "aggressive"),
                                 "how new slice sizes take effect: passive (cuts advance at most twice as fast "
                                 "as the window slides) or aggressive (state moves to the next operators at once)"),

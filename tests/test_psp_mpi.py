@@ -47,7 +47,7 @@ def _check(job, arrays):
 def test_multiway_ring_equals_oracle(tmp_path, m, ops, interleave):
     path, job, arrays = _job(tmp_path, m, strategy=f"interleave = {interleave}")
     p = run_mpi(ops + 1, "run", path)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
 
 
@@ -57,7 +57,7 @@ def test_relocation_forced_mid_run_equals_oracle(tmp_path, mode):
     ring's state; the other way round it would join it)."""
     path, job, arrays = _job(tmp_path, 3, strategy=f'interleave = 2\nforce_relocate = "20:0,1,3:{mode}"')
     p = run_mpi(4, "run", path)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
     import json
     s = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
@@ -102,7 +102,7 @@ def test_measured_load_moves_state_off_a_slow_operator(tmp_path):
     path, job, arrays = _job(tmp_path, 3, n=6000, windows=['"200ms"', '"150ms"', '"250ms"'],
                              strategy='adapt_every = 4\nslow_rank = 1\nslow_cpu = 3.0\nrelocation = "aggressive"')
     p = run_mpi(4, "run", path)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
     import json
     s = json.load(open(os.path.join(job.output, "metrics", "summary.json")))

@@ -54,7 +54,7 @@ def test_strategy_equals_oracle(tmp_path, strategy, kind, ranks, pred):
     arrays = random_streams(np.random.default_rng(seed), 1500, key_range=8)
     path, job = write_job(str(tmp_path), text, arrays)
     p = run_mpi(ranks, "run", path)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0, p.stderr + p.stdout
     got = read_results(job.output, job.stream_names)
     expect = run_oracle(job, arrays)
     assert len(expect) > 0
@@ -75,7 +75,7 @@ def test_text_keys_equal_oracle(tmp_path, strategy):
     write_staged(job.staged, job.streams, arrays, job.ts_unit)
     info = strategies.get(strategy)
     p = run_mpi(info.min_ranks + 1, "run", path)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0, p.stderr + p.stdout
     got = read_results(job.output, job.stream_names)
     expect = run_oracle(job, arrays)
     assert len(expect) > 0 and len(got) == len(as_set(got)) and as_set(got) == as_set(expect)

@@ -386,8 +386,11 @@ class PspRouter(Router):
         self.given = parse_ordering(p["ordering"], names) if p["ordering"] != "auto" else {}
         self.orderings = None
         weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
-        counts = [int(x) for x in str(p["slice_counts"]).split(",")] if p["slice_counts"] else None
-        if counts is not None:
+        counts = None
+        if p["slice_counts"] == "balanced":
+            counts = "balanced"
+        elif p["slice_counts"]:
+            counts = [int(x) for x in str(p["slice_counts"]).split(",")]
             counts = (counts + [counts[-1]] * self.n)[:self.n]
         lengths = None
         if p["lengths"]:

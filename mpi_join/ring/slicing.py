@@ -14,7 +14,9 @@ operator purges and probes by them. Two rules make the ring exact whatever the b
 
 Slices are set by shares of the window (time slicing: operator k holds ages [e_{k-1}, e_k),
 e = cumulative shares x W) or, for workload smoothing, by counts (every operator but the tail
-holds at most its count of tuples; the tail keeps the window's time bound). Changing shares is a
+holds at most its count of tuples; the tail keeps the window's time bound; "balanced" gives every
+operator an equal share of the tuples each window holds, recomputed each batch, so the slices
+follow the arrival rate). Changing shares is a
 relocation: `aggressive` moves the cuts at once (the purge that follows migrates the state to the
 next neighbours), `passive` lets each cut advance at most twice as fast as the window slides, so
 slices shrink step by step without bulk moves. A share of 0 takes an operator out of the ring's
@@ -50,12 +52,21 @@ def shares_from(weights, n):
     return e
 
 
+def _counts(counts):
+    """Per-operator tuple bounds, "balanced" (each operator an equal share of the tuples each
+    window holds now, recomputed every batch), or None (time slicing)."""
+    if counts is None or counts == "balanced":
+        return counts
+    return [int(c) for c in counts]
+
+
 class Slicer:
     """Cut points for M streams over N operators (see the module docstring)."""
 
     def __init__(self, windows, n, weights=None, counts=None, mode="passive", lengths=None):
         """`windows`: job.streams[j].window; `weights`: one per operator (default equal); `counts`:
-        per-operator tuple bounds for count-bounded slices (the tail's is ignored: it keeps time);
+        per-operator tuple bounds for count-bounded slices (the tail's is ignored: it keeps time),
+        or "balanced": equal shares of each window's current tuples (balance by tuple count);
         `lengths[j]`: stream j's state spans only the first lengths[j] operators (streams of
         different rates and windows get different ring lengths; the later operators pass it on)."""
         self.M, self.n = len(windows), n
@@ -65,7 +76,7 @@ class Slicer:
         self.cuts = np.full((self.M, n), NEG_INF, np.int64)
         self.lo_prev = [None] * self.M
         self.set_shares(weights if weights is not None else [1.0] * n)
-        self.counts = None if counts is None else [int(c) for c in counts]
+        self.counts = _counts(counts)
         self.recent = [np.zeros(0, np.int64) for _ in range(self.M)]   # coords at or above the edge
         self.kinds = [w.kind for w in windows]
         self.floor = [0 if k == "count" else NEG_INF for k in self.kinds]   # the smallest coord a later
@@ -85,7 +96,7 @@ class Slicer:
             self.mode = mode
 
     def set_counts(self, counts, mode=None):
-        self.counts = None if counts is None else [int(c) for c in counts]
+        self.counts = _counts(counts)
         if mode:
             self.mode = mode
 
@@ -142,9 +153,10 @@ class Slicer:
         """Every operator but the tail holds at most its count of the newest tuples."""
         r = self.recent[j]
         r = r[np.searchsorted(r, edge):]
+        counts = [-(-len(r) // self.n)] * self.n if self.counts == "balanced" else self.counts
         out, held = [], 0
         for k in range(self.n - 1):
-            held += self.counts[k]
+            held += counts[k]
             out.append(int(r[len(r) - held]) if held < len(r) else NEG_INF)
         return out + [edge]
 
