@@ -122,6 +122,31 @@ def _check_psp(job, nranks):
     return None
 
 
+def _check_handshake(job, nranks):
+    p, where = job.strategy.params, f"{job.path}: strategy"
+    unb = [s.name for s in job.streams if s.window.kind == "unbounded"]
+    if unb:
+        return (f"{job.path}: streams.{unb[0]}.window: {job.strategy.name} moves tuples along the chain as they "
+                f"age out of their window; give a time or count window")
+    if p["weights"]:
+        try:
+            vals = [float(x) for x in str(p["weights"]).split(",")]
+        except ValueError:
+            vals = []
+        if len(vals) != nranks - 1 or min(vals) <= 0:
+            return (f"{where}.weights: expected {nranks - 1} positive numbers (one segment per worker on "
+                    f"{nranks} ranks), got {p['weights']!r}")
+    slow = p.get("slow_rank", -1)
+    if slow != -1 and slow >= nranks:
+        return f"{where}.slow_rank: rank {slow} does not exist (ranks 0..{nranks - 1})"
+    return None
+
+
+def _chain(n, params):
+    from .topology import Chain
+    return Chain(n, bidirectional=True)
+
+
 def _ring(n, params):
     from .topology import Ring
     return Ring(n)
@@ -220,6 +245,28 @@ REGISTRY = {
                                "pair of a probe tuple and a tuple it holds", testing=True),
             "slow_cpu": Param(0.0, _non_neg, "microseconds of CPU per probe x held pair on the slow operator",
                               testing=True),
+        },
+    ),
+    "handshake": StrategyInfo(
+        name="handshake",
+        summary="handshake join: R and S flow past each other along a chain of workers, two-phase forwarding",
+        predicates=frozenset({"equi", "band", "theta"}),
+        streams=(2, 2),
+        min_ranks=2,
+        topology=_chain,
+        router="mpi_join.ring.handshake:HandshakeRouter",
+        module="mpi_join.ring.handshake:HandshakeModule",
+        workload="band",
+        check=_check_handshake,
+        params={
+            "local_join": Param("scan", _choice("scan", "index"),
+                                "join in a segment: 'scan' the nested loop of the original, 'index' an equi "
+                                "hash or band index kept across batches"),
+            "weights": Param("", _text, "relative segment sizes of the workers, comma-separated (default equal; "
+                             "for unequal ranks)"),
+            "slow_rank": Param(-1, _rank_or_none, "make this worker slow: it sleeps slow_delay per batch",
+                               testing=True),
+            "slow_delay": Param(0.0, _non_neg, "seconds the slow worker sleeps per batch", testing=True),
         },
     ),
 }

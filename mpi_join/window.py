@@ -104,6 +104,13 @@ class Window:
         self.base += k
         return k
 
+    def drop(self, k):
+        """Drop the oldest k tuples (a chain's acknowledged forwards)."""
+        k = min(int(k), len(self))
+        self._start += k
+        self.base += k
+        return k
+
     def take(self):
         """Remove and return every tuple (used to move state)."""
         out = self.view().copy()

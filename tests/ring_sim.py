@@ -1,63 +1,95 @@
-"""The PSP ring without MPI: its operators (ring/psp.SlicedJoin) and router (PspRouter) wired by
-FIFO queues, one per link, with messages delivered in a random order across links (each link
-stays FIFO, as MPI guarantees). What the production code returns is what this delivers."""
+"""A strategy's router and join modules without MPI: wired by FIFO queues, one per link of its
+topology, with messages delivered in a random order across links (each link stays FIFO, as MPI
+guarantees) and end-of-stream travelling the topology as the runtime sends it. What the
+production code returns is what this delivers."""
 from collections import deque
 from dataclasses import replace
 
 import numpy as np
 
+from mpi_join import strategies
 from mpi_join.master.source import Source
 from mpi_join.protocol import DataHeader
-from mpi_join.ring.psp import CycleDone, PspRouter, SlicedJoin
 from mpi_join.strategies import check_strategy
-from mpi_join.topology import Ring
+
+EOS = "eos"
 
 
 class _Driver:
-    def __init__(self, links):
-        self.links = links
+    def __init__(self, links, source):
+        self.links, self.source = links, source
 
     def send(self, dest, batches, lane=0, extra=(), bounds=None):
-        self.links[(0, dest)].append((DataHeader(0, lane, (0,), tuple(extra)), batches))
+        b = self.source.bounds() if bounds is None else bounds
+        self.links[(0, dest)].append((DataHeader(0, lane, tuple(int(x) for x in b), tuple(extra)), batches))
 
 
-def simulate(job, arrays, n, seed=0, batch_size=7, on_epoch=None, **params):
-    """Run `job` over `arrays` on a ring of `n` operators; returns (results as an (r, M) seq
-    array, the operators, the router). `on_epoch(epoch, ops, router)` runs after each batch."""
-    job = replace(job, strategy=replace(job.strategy, name="psp", params=dict(params)),
+def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_epoch=None, **params):
+    """Run `job` over `arrays` with `strategy` on `workers` workers; returns (results as an (r, M)
+    seq array, the modules by rank, the router). `on_epoch(epoch, modules, router)` runs after
+    each released batch."""
+    job = replace(job, strategy=replace(job.strategy, name=strategy, params=dict(params)),
                   run=replace(job.run, batch_size=batch_size, rate=None))
     job = check_strategy(job)
-    topo = Ring(n + 1)
+    info = strategies.get(strategy)
+    topo = info.topology(workers + 1, job.strategy.params)
     src = Source(job, arrays=arrays)
-    ops = {r: SlicedJoin(job, r, topo, src.dtypes) for r in topo.workers}
+    mods = {r: info.load("module")(job, r, topo, src.dtypes) for r in topo.workers}
     links = {(a, b): deque() for a, b in topo.links()}
-    router = PspRouter(job, topo, _Driver(links))
+    router = info.load("router")(job, topo, _Driver(links, src))
     rng = np.random.default_rng(seed)
-    out, epoch = [], 0
+    out, epoch, eos_sent = [], 0, False
 
-    def deliver(a, b):
-        header, batches = links[(a, b)].popleft()
-        res = ops[b].on_data(a, header, batches)
+    def apply(b, res):
+        if res is None:
+            return
         for seqs, _ in res.results:
             out.append(np.stack(seqs, axis=1))
         for dest, lane, bs, bounds, extra in res.forward:
             links[(b, dest)].append((DataHeader(0, lane, bounds, extra), bs))
         for dest, msg in res.control:
-            assert dest == 0 and isinstance(msg, CycleDone)
+            assert dest == 0, "control records between workers are not simulated"
             router.on_control(b, msg)
 
+    def deliver(a, b):
+        item = links[(a, b)].popleft()
+        if item == EOS:
+            apply(b, mods[b].on_eos(a))
+            for d in topo.continues(b, a):
+                links[(b, d)].append(EOS)
+            return
+        header, batches = item
+        apply(b, mods[b].on_data(a, header, batches))
+
+    def ready(link):
+        q = links[link]
+        if not q:
+            return False
+        return link[0] != 0 or q[0] == EOS or mods[link[1]].accepts_input()
+
     while True:
-        ready = [l for l, q in links.items() if q and (l[0] != 0 or ops[1].accepts_input())]
-        if not src.done and (not ready or rng.random() < 0.3):
+        live = [l for l in links if ready(l)]
+        if not src.done and (not live or rng.random() < 0.3):
             router.route(src.next_epoch(), 0)
             epoch += 1
             router.end_of_epoch(epoch)
             if on_epoch:
-                on_epoch(epoch, ops, router)
+                on_epoch(epoch, mods, router)
             continue
-        if not ready:
+        if src.done and not eos_sent and router.quiet():
+            router.flush()
+            for e in topo.entries():
+                links[(0, e)].append(EOS)
+            eos_sent = True
+            continue
+        if not live:
             break
-        deliver(*ready[rng.integers(len(ready))])
-    assert router.quiet(), "batches left in the ring"
+        deliver(*live[rng.integers(len(live))])
+    assert eos_sent and router.quiet(), "work left in flight"
     M = len(arrays)
-    return (np.concatenate(out) if out else np.zeros((0, M), np.int64)), ops, router
+    return (np.concatenate(out) if out else np.zeros((0, M), np.int64)), mods, router
+
+
+def simulate(job, arrays, n, seed=0, batch_size=7, on_epoch=None, **params):
+    """The PSP ring of `n` operators (see simulate_strategy)."""
+    return simulate_strategy("psp", job, arrays, n, seed, batch_size, on_epoch, **params)

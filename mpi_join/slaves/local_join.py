@@ -90,6 +90,25 @@ class BinaryJoin:
             self.expire(bounds)
         return res
 
+    def probe(self, new, s, skip=0):
+        """Join new rows of stream s with the other stream's window from its row `skip` on (the
+        rows before it left out: a chain's tuples already sent on), without appending. Returns
+        (seq 0, seq 1, tin of the newer tuple)."""
+        n = self.derive(new, s)
+        o = 1 - s
+        X = self.windows[o].view()
+        if not len(n) or len(X) <= skip:
+            return _E, _E, _E
+        A, a, B, b = self._pairs(n, s, X, self.windows[o].base, self.runs[o])
+        if skip:
+            keep = (b if s == 0 else a) >= skip
+            a, b = a[keep], b[keep]
+        if not len(a):
+            return _E, _E, _E
+        res = (np.empty(len(a), np.int64), np.empty(len(a), np.int64), np.empty(len(a), np.int64))
+        result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, 0)
+        return res
+
     def _pairs(self, P, p, X, xbase, run):
         """Pairs (rows of P, rows of X) where P is stream p's rows and X the other's; returns
         (rows of stream 0, idx, rows of stream 1, idx) oriented by stream."""

@@ -1,0 +1,221 @@
+"""Strategy `handshake`: the handshake-join chain across ranks, with two-phase forwarding.
+
+Workers 1..n form a chain (topology.Chain, both ways). R tuples enter at worker 1 and flow right,
+S tuples enter at worker n and flow left; each worker holds one segment of both windows. A batch
+entering a segment is joined with the opposite stream's tuples there (eager scan), kept, and
+moved on when it ages out of the segment (time windows: by age against the newest timestamp the
+worker has seen; count windows: beyond the segment's share of the window). Segments are equal, or
+weighted (`weights`) for unequal ranks.
+
+Two-phase forwarding: a forwarded batch stays in the sender's window, marked as sent, until the
+receiver acknowledges it; acknowledgements travel as DATA on the same FIFO link as tuples (so a
+checkpoint records them as channel state). An arriving R batch is joined with every S tuple
+present, sent or not; an arriving S batch only with the R tuples not yet sent. Two batches that
+cross between neighbours therefore meet exactly once, at the receiver of the R batch: the S
+batch it crossed is still there, marked, because its acknowledgement leaves the other worker
+only after the R batch did.
+
+Pipeline ends: worker 1 drops S tuples and worker n drops R tuples that no tuple still to come
+can see (the expiry bounds that the driver's messages to that end carry: for count windows this
+is the source's expiry message for the opposite end). At the end of the input every worker
+pushes what it holds on towards its exit, so every pair that must meet has met.
+
+Pairs are evaluated with the shared local join (slaves/local_join.BinaryJoin): `scan` is the
+nested loop of the original, `index` keeps an equi hash or band index across batches. Each pair
+is checked with the exact window test, so results equal the oracle's.
+"""
+import time
+
+import numpy as np
+
+from ..master.driver import Router
+from ..slaves.local_join import BinaryJoin, warm_up
+from ..slaves.module import JoinModule, Output
+
+R_DATA, S_DATA, R_ACK, S_ACK = 0, 1, 2, 3
+
+
+def _runtime_rows(rows, dtype):
+    """Window rows (with derived key/band columns) back to the runtime dtype the wire carries."""
+    out = np.empty(len(rows), dtype)
+    for name in dtype.names:
+        out[name] = rows[name]
+    return out
+
+
+class Segment:
+    """One worker's segments of both windows, the two-phase forwarding state and the movement
+    policy; pure (no MPI): methods return what to send where."""
+
+    def __init__(self, job, k, n, dtypes, method="scan", weights=None):
+        self.k, self.n, self.dtypes = k, n, dtypes
+        self.join = BinaryJoin(job.predicate, dtypes, method)
+        self.sent = [0, 0]                 # oldest rows of each window sent on, not yet acknowledged
+        self.now = None                    # newest ts seen here (time windows age against it)
+        w = np.asarray(weights if weights else [1.0] * n, np.float64)
+        cum = np.cumsum(w) / w.sum()
+        rcum = np.cumsum(w[::-1]) / w.sum()
+        self.kinds = [s.window.kind for s in job.streams]
+        self.sizes = [s.window.size for s in job.streams]
+        # R ages [0, end) are held by workers 1..k; S (entering at n) by workers n..k
+        self.end = [float(cum[k - 1]), float(rcum[n - k])]
+        self.share = [float(w[k - 1] / w.sum())] * 2
+
+    # -- messages --------------------------------------------------------------------------------
+    def arrive(self, s, batch, bounds=None, from_driver=False):
+        """A batch of stream s enters this segment. Returns (results, ack_count or 0)."""
+        if len(batch):
+            self._clock(batch)
+        skip = self.sent[0] if s == 1 else 0       # S meets only R not sent on; R meets every S
+        res = self.join.probe(batch, s, skip)
+        self.join.append(self.join.derive(batch, s), s)
+        if bounds is not None:
+            self._drop_at_end(s, bounds)
+        return res, (0 if from_driver else len(batch))
+
+    def acked(self, s, count):
+        """The neighbour took `count` forwarded tuples of stream s: they leave this segment."""
+        self.join.windows[s].drop(count)
+        self.sent[s] -= count
+
+    def _drop_at_end(self, s, bounds):
+        """An R batch from the driver lets worker 1 drop the S tuples no tuple still to come can
+        see (they leave the chain there); an S batch lets worker n drop such R tuples. Only the
+        opposite stream: the bounds count this epoch's other batch as arrived, and with one
+        worker that batch comes next."""
+        if s == 0 and self.k == 1:
+            self.join.windows[1].expire(bounds[1])
+        if s == 1 and self.k == self.n:
+            self.join.windows[0].expire(bounds[0])
+
+    def _clock(self, batch):
+        t = int(batch["ts"][-1])
+        self.now = t if self.now is None else max(self.now, t)
+
+    # -- movement ---------------------------------------------------------------------------------
+    def due(self, flush=(False, False)):
+        """Rows of each stream to send on now (R to the right, S to the left), as runtime rows;
+        marks them sent. `flush[s]`: the input has ended on that side, send everything."""
+        out = [None, None]
+        for s in (0, 1):
+            if (s == 0 and self.k == self.n) or (s == 1 and self.k == 1):
+                continue                              # this end drops instead
+            w = self.join.windows[s]
+            v = w.view()
+            first = self.sent[s]
+            if first >= len(v):
+                continue
+            if flush[s]:
+                stop = len(v)
+            elif self.kinds[s] == "time":
+                if self.now is None:
+                    continue
+                limit = self.now - self.end[s] * self.sizes[s]    # older than the segment's end: move
+                stop = int(np.searchsorted(v["_coord"], limit, side="right"))
+            else:
+                cap = max(1, int(np.ceil(self.share[s] * self.sizes[s]))) if self.kinds[s] == "count" else None
+                stop = len(v) - cap if cap is not None else first
+            if stop > first:
+                out[s] = _runtime_rows(v[first:stop], self.dtypes[s])
+                self.sent[s] = stop
+        return out
+
+    # -- state ------------------------------------------------------------------------------------
+    def snapshot(self):
+        arrays = {f"window/{s}": _runtime_rows(self.join.windows[s].view(), self.dtypes[s]) for s in (0, 1)}
+        return arrays, {"sent": list(self.sent), "now": self.now}
+
+    def restore(self, arrays, attrs):
+        self.join.load(arrays.get("window/0", np.zeros(0, self.dtypes[0])),
+                       arrays.get("window/1", np.zeros(0, self.dtypes[1])))
+        self.sent, self.now = list(attrs["sent"]), attrs["now"]
+
+    def held(self):
+        return [len(self.join.windows[s]) - self.sent[s] for s in (0, 1)]
+
+
+class HandshakeModule(JoinModule):
+    """A worker of the chain: its Segment, wired to the neighbours."""
+
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        p = job.strategy.params
+        self.n = len(topology.workers)
+        weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
+        self.seg = Segment(job, rank, self.n, dtypes, p["local_join"], weights)
+        self.left = rank - 1 if rank > 1 else None
+        self.right = rank + 1 if rank < self.n else None
+        self.ended = [False, False]          # the input has ended on the R side / the S side
+        self.delay = float(p["slow_delay"]) if p["slow_rank"] == rank else 0.0
+        self.counts = {"forwarded": 0, "acks": 0}
+
+    def warm_up(self):
+        warm_up(self.job.predicate, self.dtypes, self.job.strategy.params["local_join"])
+
+    def on_data(self, src, header, batches):
+        out = Output()
+        if self.delay:
+            time.sleep(self.delay)
+        lane = header.lane
+        if lane in (R_DATA, S_DATA):
+            s = 0 if lane == R_DATA else 1
+            from_driver = src == 0
+            res, ack = self.seg.arrive(s, batches[s], header.bounds if from_driver else None, from_driver)
+            out.emit(res[:2], res[2])
+            if ack:
+                back = self.left if s == 0 else self.right
+                out.send(back, [b[:0] for b in batches], header.bounds, lane=R_ACK if s == 0 else S_ACK,
+                         extra=(ack,))
+        else:
+            s = 0 if lane == R_ACK else 1
+            self.seg.acked(s, header.extra[0])
+            self.counts["acks"] += 1
+        self._move(out, header.bounds)
+        return out
+
+    def _move(self, out, bounds):
+        due = self.seg.due(tuple(self.ended))
+        for s, rows in enumerate(due):
+            if rows is None:
+                continue
+            empty = [np.zeros(0, dt) for dt in self.dtypes]
+            empty[s] = rows
+            out.send(self.right if s == 0 else self.left, empty, bounds, lane=R_DATA if s == 0 else S_DATA)
+            self.counts["forwarded"] += len(rows)
+
+    def on_eos(self, src):
+        """The input has ended on the side `src` feeds: push that stream on towards its exit."""
+        if (src == 0 and self.rank == 1) or src == self.left:
+            self.ended[0] = True
+        if (src == 0 and self.rank == self.n) or src == self.right:
+            self.ended[1] = True
+        out = Output()
+        self._move(out, tuple(0 for _ in self.dtypes))
+        return out
+
+    def snapshot(self):
+        arrays, attrs = self.seg.snapshot()
+        return arrays, dict(attrs, ended=list(self.ended))
+
+    def restore(self, arrays, attrs):
+        self.seg.restore(arrays, attrs)
+        self.ended = list(attrs["ended"])
+
+    def state_dtype(self, name):
+        return self.dtypes[int(name.split("/")[1])] if name.startswith("window/") else None
+
+    def stats(self):
+        r, s = self.seg.held()
+        return {"window_tuples": r + s, **self.counts}
+
+
+class HandshakeRouter(Router):
+    """R batches to the left end, S batches to the right end."""
+
+    def route(self, batches, slot):
+        R, S = batches
+        n = len(self.topology.workers)
+        if len(R):
+            self.driver.send(1, [R, S[:0]], lane=R_DATA)
+        if len(S):
+            self.driver.send(n, [R[:0], S], lane=S_DATA)

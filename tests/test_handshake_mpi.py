@@ -1,0 +1,57 @@
+"""`handshake` under real mpiexec: chains of 1 to 5 workers, time and count windows, tiny batches
+and a slow worker so that batches cross in flight, and a SIGKILL then --resume (markers and
+acknowledgements flowing with the data along the chain) equal to the oracle. (Every predicate
+and window kind of the shared test: test_strategies_mpi.py.)"""
+import os
+
+import numpy as np
+import pytest
+
+from mpi_join.oracle import run_oracle
+from mpi_join.results import read_results
+from conftest import equi_job_text, random_streams, run_mpi, write_job
+from reference import as_set
+from test_checkpoint import kill_after_checkpoints
+
+SLOW = True
+# budget: about 40 s of mpiexec runs in this file
+
+BAND = 'band = [{left = "R.v", right = "S.w", eps = 0.3}]'
+
+
+def _check(job, arrays):
+    got = read_results(job.output, job.stream_names)
+    expect = run_oracle(job, arrays)
+    assert len(expect) > 0
+    assert len(got) == len(as_set(got)), "a pair was evaluated twice"
+    assert as_set(got) == as_set(expect)
+
+
+@pytest.mark.parametrize("workers,kind,extra", [
+    (1, "time", ""), (2, "count", ""), (3, "time", "slow_rank = 2\nslow_delay = 0.002"),
+    (4, "count", 'local_join = "index"'), (5, "time", 'weights = "1,2,1,2,1"')])
+def test_chain_lengths_equal_oracle(tmp_path, workers, kind, extra):
+    windows = ('"40ms"', '"25ms"') if kind == "time" else ("60", "35")
+    text = equi_job_text(windows, strategy="handshake", predicate=BAND, extra_strategy=extra,
+                         run="batch_size = 3\nmax_inflight = 2")
+    arrays = random_streams(np.random.default_rng(workers), 3000, key_range=8, ts_step=1)
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(workers + 1, "run", path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    _check(job, arrays)
+
+
+def test_sigkill_then_resume_is_exactly_once(tmp_path):
+    text = equi_job_text(('"60ms"', "50"), strategy="handshake", predicate=BAND,
+                         run='batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"')
+    text += '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 3\n'
+    arrays = random_streams(np.random.default_rng(5), 16000, key_range=20, ts_step=2)
+    path, job = write_job(str(tmp_path), text, arrays)
+    root = job.checkpoint.dir
+    p = kill_after_checkpoints(path, root, ranks=4, victim=2, checkpoints=2, total=16000)
+    assert p.returncode != 0
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    r = run_mpi(4, "run", path, "--resume", root)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "resuming from checkpoint" in r.stderr
+    _check(job, arrays)
