@@ -119,6 +119,7 @@ class Run:
     max_inflight: int
     progress: bool
     liveness_timeout_s: float = 30.0   # a rank or link silent this long aborts the job; 0: off
+    overload_after_s: float = 2.0      # replay behind schedule this long: the run is overloaded
 
 
 @dataclass(frozen=True)
@@ -410,7 +411,8 @@ def _strategy(raw, path, overrides):
 
 def _run(raw, path):
     r = _table(raw, "run", path, required=False)
-    _no_unknown(r, {"batch_size", "flush_interval", "rate", "max_inflight", "progress", "liveness_timeout"},
+    _no_unknown(r, {"batch_size", "flush_interval", "rate", "max_inflight", "progress", "liveness_timeout",
+                    "overload_after"},
                 "run.", path)
     bs = r.get("batch_size", 8192)
     if isinstance(bs, bool) or not isinstance(bs, int) or bs <= 0:
@@ -439,7 +441,13 @@ def _run(raw, path):
         raise ConfigError(f"{path}: {e}") from None
     if lt_ns and lt_ns < 1_000_000_000:
         raise ConfigError(f"{path}: run.liveness_timeout: at least 1s (or \"off\"), got {lt!r}")
-    return Run(bs, fi, None if rate is None else float(rate), mi, prog, lt_ns / 1e9)
+    try:
+        ov = parse_duration_ns(r.get("overload_after", "2s"), "run.overload_after")
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    if ov <= 0:
+        raise ConfigError(f"{path}: run.overload_after: must be longer than zero")
+    return Run(bs, fi, None if rate is None else float(rate), mi, prog, lt_ns / 1e9, ov / 1e9)
 
 
 def _table(raw, key, path, required=True):

@@ -147,6 +147,11 @@ def _chain(n, params):
     return Chain(n, bidirectional=True)
 
 
+def _chain_fed(n, params):
+    from .topology import Chain
+    return Chain(n, bidirectional=True, feed_all=True)
+
+
 def _ring(n, params):
     from .topology import Ring
     return Ring(n)
@@ -257,6 +262,9 @@ REGISTRY = {
         router="mpi_join.ring.handshake:HandshakeRouter",
         module="mpi_join.ring.handshake:HandshakeModule",
         workload="band",
+        cases={"max-rate": ("mpi_join.ring.bench_chain:run_case",
+                            "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
+                            "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")},
         check=_check_handshake,
         params={
             "local_join": Param("scan", _choice("scan", "index"),
@@ -267,6 +275,27 @@ REGISTRY = {
             "slow_rank": Param(-1, _rank_or_none, "make this worker slow: it sleeps slow_delay per batch",
                                testing=True),
             "slow_delay": Param(0.0, _non_neg, "seconds the slow worker sleeps per batch", testing=True),
+        },
+    ),
+    "llhj": StrategyInfo(
+        name="llhj",
+        summary="low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
+        predicates=frozenset({"equi", "band", "theta"}),
+        streams=(2, 2),
+        min_ranks=2,
+        topology=_chain_fed,
+        router="mpi_join.ring.llhj:LowLatencyRouter",
+        module="mpi_join.ring.llhj:LowLatencyModule",
+        workload="band",
+        check=_check_handshake,
+        cases={"max-rate": ("mpi_join.ring.bench_chain:run_case_llhj",
+                            "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
+                            "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")},
+        params={
+            "local_join": Param("scan", _choice("scan", "index"),
+                                "join in a segment: 'scan' the nested loop of the original, 'index' an equi "
+                                "hash or band index kept across batches"),
+            "weights": Param("", _text, "relative segment sizes of the workers, comma-separated (default equal)"),
         },
     ),
 }

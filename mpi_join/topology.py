@@ -97,12 +97,15 @@ class Ring(Topology):
 
 class Chain(Topology):
     """Workers 1..n in a line. Bidirectional (handshake join): the driver feeds both ends and
-    each worker sends to both neighbours; one-way: the driver feeds worker 1 and data flows right."""
+    each worker sends to both neighbours; one-way: the driver feeds worker 1 and data flows right.
+    With `feed_all` (low-latency handshake join) the driver feeds every worker, and input ends
+    where it arrives: end-of-stream does not travel the chain."""
     name = "chain"
 
-    def __init__(self, size, bidirectional=True):
+    def __init__(self, size, bidirectional=True, feed_all=False):
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "bidirectional", bidirectional)
+        object.__setattr__(self, "feed_all", feed_all)
 
     def role(self, rank):
         if rank == DRIVER:
@@ -113,6 +116,8 @@ class Chain(Topology):
         if rank == DRIVER:
             return []
         n = self.size - 1
+        if getattr(self, "feed_all", False):
+            return [DRIVER] + [w for w in (rank - 1, rank + 1) if 1 <= w <= n]
         up = [rank - 1] if rank > 1 else [DRIVER]
         if self.bidirectional:
             up += [rank + 1] if rank < n else ([DRIVER] if rank != 1 else [])
@@ -121,6 +126,8 @@ class Chain(Topology):
     def downstream(self, rank):
         n = self.size - 1
         if rank == DRIVER:
+            if getattr(self, "feed_all", False):
+                return self.workers
             return sorted({1, n}) if self.bidirectional else [1]
         down = [rank + 1] if rank < n else []
         if self.bidirectional and rank > 1:
@@ -129,6 +136,8 @@ class Chain(Topology):
 
     def continues(self, rank, src):
         """Left-to-right input goes on to the right, right-to-left input to the left."""
+        if getattr(self, "feed_all", False):
+            return []
         if not self.bidirectional:
             return self.downstream(rank)
         n = self.size - 1

@@ -61,3 +61,15 @@ def test_weighted_segments(weights):
     arrays = random_streams(np.random.default_rng(8), 800, key_range=8)
     got, mods, _ = simulate_strategy("handshake", job, arrays, 3, seed=2, batch_size=2, weights=weights)
     _check(got, run_oracle(job, arrays))
+
+
+@pytest.mark.parametrize("pred", list(PRED))
+@pytest.mark.parametrize("kind", list(WINDOWS))
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_llhj_equals_oracle(pred, kind, n):
+    job = _job(pred, kind)
+    arrays = random_streams(np.random.default_rng(n * 5 + len(kind)), 700, key_range=8)
+    for seed, batch in ((n, 1), (n + 10, 5)):
+        got, mods, _ = simulate_strategy("llhj", job, arrays, n, seed=seed, batch_size=batch,
+                                         local_join="index" if seed % 2 else "scan")
+        _check(got, run_oracle(job, arrays))

@@ -1,4 +1,4 @@
-"""`handshake` under real mpiexec: chains of 1 to 5 workers, time and count windows, tiny batches
+"""`handshake` and `llhj` under real mpiexec: chains of 1 to 5 workers, time and count windows, tiny batches
 and a slow worker so that batches cross in flight, and a SIGKILL then --resume (markers and
 acknowledgements flowing with the data along the chain) equal to the oracle. (Every predicate
 and window kind of the shared test: test_strategies_mpi.py.)"""
@@ -27,12 +27,14 @@ def _check(job, arrays):
     assert as_set(got) == as_set(expect)
 
 
-@pytest.mark.parametrize("workers,kind,extra", [
-    (1, "time", ""), (2, "count", ""), (3, "time", "slow_rank = 2\nslow_delay = 0.002"),
-    (4, "count", 'local_join = "index"'), (5, "time", 'weights = "1,2,1,2,1"')])
-def test_chain_lengths_equal_oracle(tmp_path, workers, kind, extra):
+@pytest.mark.parametrize("strategy,workers,kind,extra", [
+    ("handshake", 1, "time", ""), ("handshake", 2, "count", ""),
+    ("handshake", 3, "time", "slow_rank = 2\nslow_delay = 0.002"),
+    ("handshake", 4, "count", 'local_join = "index"'), ("handshake", 5, "time", 'weights = "1,2,1,2,1"'),
+    ("llhj", 1, "count", ""), ("llhj", 3, "time", ""), ("llhj", 5, "count", 'local_join = "index"')])
+def test_chain_lengths_equal_oracle(tmp_path, strategy, workers, kind, extra):
     windows = ('"40ms"', '"25ms"') if kind == "time" else ("60", "35")
-    text = equi_job_text(windows, strategy="handshake", predicate=BAND, extra_strategy=extra,
+    text = equi_job_text(windows, strategy=strategy, predicate=BAND, extra_strategy=extra,
                          run="batch_size = 3\nmax_inflight = 2")
     arrays = random_streams(np.random.default_rng(workers), 3000, key_range=8, ts_step=1)
     path, job = write_job(str(tmp_path), text, arrays)
@@ -41,8 +43,9 @@ def test_chain_lengths_equal_oracle(tmp_path, workers, kind, extra):
     _check(job, arrays)
 
 
-def test_sigkill_then_resume_is_exactly_once(tmp_path):
-    text = equi_job_text(('"60ms"', "50"), strategy="handshake", predicate=BAND,
+@pytest.mark.parametrize("strategy", ["handshake", "llhj"])
+def test_sigkill_then_resume_is_exactly_once(tmp_path, strategy):
+    text = equi_job_text(('"60ms"', "50"), strategy=strategy, predicate=BAND,
                          run='batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"')
     text += '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 3\n'
     arrays = random_streams(np.random.default_rng(5), 16000, key_range=20, ts_step=2)
@@ -55,3 +58,19 @@ def test_sigkill_then_resume_is_exactly_once(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     assert "resuming from checkpoint" in r.stderr
     _check(job, arrays)
+
+
+def test_a_rate_the_chain_cannot_keep_up_with_is_reported_as_overloaded(tmp_path):
+    text = equi_job_text(('"40ms"', '"25ms"'), strategy="handshake", predicate=BAND,
+                         extra_strategy="slow_rank = 1\nslow_delay = 0.02",
+                         run='batch_size = 10\nmax_inflight = 2\nrate = 2000\noverload_after = "0.3s"')
+    arrays = random_streams(np.random.default_rng(2), 1200, key_range=8, ts_step=1)
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(3, "run", path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    line = [x for x in p.stderr.splitlines() if "overloaded" in x]
+    assert len(line) == 1 and "at 2000 tuples/s per stream the replay fell" in line[0], p.stderr
+    import json
+    s = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
+    assert s["ranks"][0]["overloaded"]["rate_per_stream"] == 2000
+    _check(job, arrays)            # late, not wrong

@@ -65,11 +65,13 @@ def test_generate_picks_or_names_a_strategy_that_runs_the_workload(tmp_path):
     from conftest import run_cli
     from mpi_join import strategies
     from mpi_join.config import load_job
-    for w, runs in (("equi", True), ("band", False), ("images", True)):
-        p = run_cli("generate", w, "--out", str(tmp_path / w), "--tuples", "60")
+    for w, extra, runs in (("equi", [], True), ("band", [], True), ("images", [], True),
+                           ("band", ["--strategy", "hash"], False)):
+        out = tmp_path / (w + "".join(extra))
+        p = run_cli("generate", w, "--out", str(out), "--tuples", "60", *extra)
         assert p.returncode == 0, p.stderr
-        job = load_job(str(tmp_path / w / "job.toml"))
+        job = load_job(str(out / "job.toml"))
         assert (job.strategy.name in strategies.runnable(job)) == runs
         assert ("cannot run this workload" in p.stderr) != runs, p.stderr
-        if not runs:       # the note names a strategy that can
-            assert "use --strategy psp" in p.stderr, p.stderr
+        if not runs:       # the note names strategies that can
+            assert "use --strategy psp (or: psp, handshake)" in p.stderr, p.stderr

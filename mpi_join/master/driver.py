@@ -99,6 +99,7 @@ class Driver:
         self._probe = {}
         self.ckpt = Checkpointer(job, tx, self.entries, self.workers, tx.size)
         self.resumed_from = None
+        self.overloaded = None
         if resume:
             self._restore(*resume)
         self.ckpt.start_clock(self.source.released)
@@ -168,6 +169,7 @@ class Driver:
         released_at, step = [], max(1, self.source.total // 20)   # (tuples released, s): 20 samples
         while not self.source.done:
             batches = self.source.next_epoch()
+            self._watch_overload()
             self.metrics.tuples_in += sum(len(b) for b in batches)
             if self.source.released >= (len(released_at) + 1) * step:
                 released_at.append((self.source.released, round(time.perf_counter() - self.t_replay, 4)))
@@ -196,8 +198,26 @@ class Driver:
         self.metrics.epochs = self.epoch
         self.metrics.extra.update(compiled_during_replay=Compiles.count - self.compiled_at_start, **GcPauses.stats(),
                                   peak_inflight=max(self.credits.peak.values(), default=0),
-                                  topology=self.topo.name, released_at=released_at, **self.router.stats())
+                                  topology=self.topo.name, released_at=released_at, overloaded=self.overloaded,
+                                  max_lag_s=round(getattr(self, "max_lag", 0.0), 4), **self.router.stats())
         return [self.done[w] for w in self.workers]
+
+    def _watch_overload(self):
+        """With a set rate: the replay behind schedule (the workers do not keep up, credits hold
+        the source back) for longer than run.overload_after makes the run overloaded. Said once
+        on stderr with the rate, and kept in the summary; the run goes on, later than scheduled."""
+        src, run = self.source, self.job.run
+        if run.rate is None or src.t0 is None:
+            return
+        lag = (time.perf_counter() - src.t0) - (src.released - src.start) / (run.rate * src.M)
+        self.max_lag = max(getattr(self, "max_lag", 0.0), lag)
+        if lag > run.overload_after_s and self.overloaded is None:
+            at = time.perf_counter() - self.t_replay
+            self.overloaded = {"after_s": round(at, 3), "rate_per_stream": run.rate, "lag_s": round(lag, 3),
+                               "released": src.released}
+            sys.stderr.write(f"mpi-join: overloaded: at {run.rate:g} tuples/s per stream the replay fell "
+                             f"{lag:.1f} s behind schedule {at:.1f} s into the run (after {src.released:,} "
+                             f"tuples); the workers do not keep up with this rate\n")
 
     def _cut(self):
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving."""

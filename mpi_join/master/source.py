@@ -39,6 +39,7 @@ class Source:
         self._first_ts = None
         self.rate = job.run.rate
         self.t0 = None
+        self.start = 0
         # with sub-groups an epoch is `slots` slots: each releases a slot's share
         self.batch_size = max(1, -(-job.run.batch_size // slots))
         self.flush_ns = job.run.flush_interval_ns / slots
@@ -67,11 +68,11 @@ class Source:
 
     # -- replay -----------------------------------------------------------------------------
     def _due(self, now):
-        """Tuples whose scheduled arrival (seq / (rate x M) after the start, as _tin says) has come:
-        tuple 0 arrives at the start."""
+        """Tuples whose scheduled arrival ((seq - start) / (rate x M) after the start, as _tin
+        says) has come: the first tuple arrives at the start (after a resume, the offset's)."""
         if self.rate is None:
             return self.total
-        return min(self.total, int((now - self.t0) * self.rate * self.M) + 1)
+        return min(self.total, self.start + int((now - self.t0) * self.rate * self.M) + 1)
 
     def next_epoch(self):
         """Release the next epoch: up to batch_size tuples, or what is due within flush_interval.
@@ -81,6 +82,7 @@ class Source:
         if self.t0 is None:
             self.t0 = now
             self._wall0 = time.time_ns()
+            self.start = self.released        # a resumed replay's schedule starts at its offset
         bs = self.batch_size
         deadline = now + self.flush_ns / 1e9
         while True:
@@ -119,7 +121,7 @@ class Source:
             if self.rate is None:
                 b["_tin"] = time.time_ns()
             else:   # the tuple's scheduled arrival, so delay includes waiting in the driver
-                b["_tin"] = self._wall0 + (b[SEQ] / (self.rate * self.M) * 1e9).astype(np.int64)
+                b["_tin"] = self._wall0 + ((b[SEQ] - self.start) / (self.rate * self.M) * 1e9).astype(np.int64)
             if self.annotate is not None:
                 self.annotate(b, k)
             out.append(b)

@@ -93,9 +93,10 @@ class Segment:
         self.now = t if self.now is None else max(self.now, t)
 
     # -- movement ---------------------------------------------------------------------------------
-    def due(self, flush=(False, False)):
+    def due(self, flush=(False, False), limit=(None, None)):
         """Rows of each stream to send on now (R to the right, S to the left), as runtime rows;
-        marks them sent. `flush[s]`: the input has ended on that side, send everything."""
+        marks them sent. `flush[s]`: the input has ended on that side, send everything;
+        `limit[s]`: send none of the rows from that one on."""
         out = [None, None]
         for s in (0, 1):
             if (s == 0 and self.k == self.n) or (s == 1 and self.k == 1):
@@ -110,11 +111,13 @@ class Segment:
             elif self.kinds[s] == "time":
                 if self.now is None:
                     continue
-                limit = self.now - self.end[s] * self.sizes[s]    # older than the segment's end: move
-                stop = int(np.searchsorted(v["_coord"], limit, side="right"))
+                oldest = self.now - self.end[s] * self.sizes[s]    # older than the segment's end: move
+                stop = int(np.searchsorted(v["_coord"], oldest, side="right"))
             else:
                 cap = max(1, int(np.ceil(self.share[s] * self.sizes[s]))) if self.kinds[s] == "count" else None
                 stop = len(v) - cap if cap is not None else first
+            if limit[s] is not None:
+                stop = min(stop, limit[s])
             if stop > first:
                 out[s] = _runtime_rows(v[first:stop], self.dtypes[s])
                 self.sent[s] = stop

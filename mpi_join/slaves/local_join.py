@@ -52,8 +52,11 @@ class BinaryJoin:
         if method == "bnl" and not eq_i:
             method = "scan"
         self.method = method
-        decided = {"equi": {Equi}, "bnl": {Equi}, "band": {Band}, "scan": set()}[method]
-        self.residual = any(type(c) not in decided for c in pred.between(i, j))
+        conds = pred.between(i, j)
+        # a scan over band conditions only checks them inline (no candidate list to filter)
+        self.band_scan = method == "scan" and bool(conds) and all(isinstance(c, Band) for c in conds)
+        decided = {"equi": {Equi}, "bnl": {Equi}, "band": {Band}, "scan": {Band} if self.band_scan else set()}[method]
+        self.residual = any(type(c) not in decided for c in conds)
         if method == "band" and len(bands) > 1:
             self.residual = True
         self.widths = key_widths(dtypes[0], eq_i, dtypes[1], eq_j)
@@ -133,6 +136,8 @@ class BinaryJoin:
                              guess=guess) for rk, rp in run.runs() if len(rk)]
         elif self.method == "bnl":
             res = [K.collect(K.equi_bnl, P["_key"], *vis_p, X["_key"], *vis_x, guess=guess)]
+        elif self.band_scan:
+            res = [K.collect(scan_band, P["_band"], *vis_p, X["_band"], *vis_x, self.eps, self.closed, guess=guess)]
         else:
             res = [_scan(P, X, vis_p, vis_x)]
         if not res:
@@ -293,6 +298,23 @@ def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq,
             q += 1
             if j < 0 or j >= nx:
                 continue
+            if K._band_ok(p_band, i, x_band, j, eps, closed) and K._visible(
+                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
+                if n < cap:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
+    return n
+
+
+@njit(cache=True)
+def scan_band(p_band, p_seq, p_coord, p_lo, x_band, x_seq, x_coord, x_lo, eps, closed, out_a, out_b):
+    """Nested loop over every probe and window row, band conditions checked inline: the
+    original handshake join's comparison loop."""
+    n = 0
+    cap = out_a.shape[0]
+    for i in range(p_band.shape[0]):
+        for j in range(x_band.shape[0]):
             if K._band_ok(p_band, i, x_band, j, eps, closed) and K._visible(
                     p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
                 if n < cap:

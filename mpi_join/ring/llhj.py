@@ -1,0 +1,210 @@
+"""Strategy `llhj`: the low-latency handshake join. New tuples are fast-forwarded: the driver
+sends every batch (both streams, in seq order) to every worker at once (topology.Chain with
+feed_all), so each new tuple meets the stored tuples of all segments without waiting for the
+chain. Only its home segment stores it (R at worker 1, S at worker n); stored tuples then age
+along the chain as in handshake join (R to the right, S to the left; ring/handshake.Segment's
+movement policy) and leave at the far end by the expiry bounds.
+
+Each pair is evaluated once, by its newer tuple's batch, at the worker that holds the older
+tuple for that batch. Batches are numbered; a stored row carries `since`, the last batch whose
+replica already met it elsewhere, and only batches after `since` probe it here. A worker that
+moves rows on stamps them with the last batch it has processed (rows it has not caught up on
+yet wait until it has). If the receiver has already
+processed later batches, it joins the moved rows with its retained replicas of those batches
+(catch-up); if it is behind, the `since` stamp keeps the batches it has yet to process from
+meeting them again. Replicas are retained until every neighbour that can move rows here has
+stamped past them (each worker tells its neighbours its progress every few batches).
+Within one batch, new R x new S pairs are joined once, at worker 1.
+"""
+import numpy as np
+
+from ..master.driver import Router
+from ..range_join import probe_ranges
+from ..slaves.local_join import warm_up
+from ..slaves.module import JoinModule, Output
+from .handshake import Segment, _runtime_rows
+
+NEW, MOVE = 0, 1
+PROGRESS_EVERY = 8
+
+
+class LowLatencyModule(JoinModule):
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        p = job.strategy.params
+        self.n = len(topology.workers)
+        weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
+        self.seg = Segment(job, rank, self.n, dtypes, p["local_join"], weights)
+        self.since = [np.zeros(0, np.int64), np.zeros(0, np.int64)]   # per stored row, aligned with the window
+        self.done = -1                       # the last batch processed here
+        self.replicas = []                   # (batch id, [R rows, S rows]) retained for catch-up
+        self.heard = {w: -1 for w in (rank - 1, rank + 1) if 1 <= w <= self.n}   # neighbours' last stamps
+        self.told = -1
+        self.counts = {"moved": 0, "catch_up_pairs": 0}
+
+    def warm_up(self):
+        warm_up(self.job.predicate, self.dtypes, self.job.strategy.params["local_join"])
+
+    # -- messages ---------------------------------------------------------------------------------
+    def on_data(self, src, header, batches):
+        out = Output()
+        if header.lane == NEW:
+            self._new(out, header.extra[0], batches, header.bounds)
+        else:
+            self._moved(out, src, header.extra[0], batches)
+        self._move(out, header.bounds)
+        self._trim()
+        return out
+
+    def _new(self, out, b, batches, bounds):
+        R, S = batches
+        seg = self.seg
+        for s, new in ((0, R), (1, S)):
+            if len(new):
+                seg._clock(new)
+                self._emit(out, *(self._probe_stored(new, s, b) or ()))
+        if self.rank == 1 and len(R) and len(S):          # this batch's own pairs, once
+            self._emit(out, *self._pairs(R, S))
+        for s, new in ((0, R), (1, S)):
+            home = 1 if s == 0 else self.n
+            if self.rank == home and len(new):
+                seg.join.append(seg.join.derive(new, s), s)
+                self.since[s] = np.concatenate([self.since[s], np.full(len(new), b, np.int64)])
+        self.done = b
+        self.replicas.append((b, [R, S]))
+        seg._drop_at_end(0, bounds)
+        seg._drop_at_end(1, bounds)
+        self._sync_since()
+
+    def _probe_stored(self, new, s, b):
+        """New rows of stream s (batch b) against the stored rows of the other stream that no
+        earlier worker has met this batch with (since < b)."""
+        o = 1 - s
+        join = self.seg.join
+        X = join.windows[o].view()
+        if not len(X):
+            return None
+        P = join.derive(new, s)
+        A, a, B, bb = join._pairs(P, s, X, join.windows[o].base, join.runs[o])
+        xi = bb if s == 0 else a
+        keep = self.since[o][xi] < b
+        return A, a[keep], B, bb[keep]
+
+    def _moved(self, out, src, stamp, batches):
+        self.heard[src] = max(self.heard[src], stamp)
+        for s, rows in enumerate(batches):
+            if not len(rows):
+                continue
+            # catch-up: replicas this worker processed after the sender's stamp met other rows here
+            for b, rep in self.replicas:
+                if b > stamp and len(rep[1 - s]):
+                    res = self._pairs(rows, rep[1]) if s == 0 else self._pairs(rep[0], rows)
+                    self.counts["catch_up_pairs"] += len(res[1])
+                    self._emit(out, *res)
+            self.seg.join.append(self.seg.join.derive(rows, s), s)
+            self.since[s] = np.concatenate([self.since[s], np.full(len(rows), stamp, np.int64)])
+
+    def _pairs(self, R, S):
+        """Every visible matching pair of R rows and S rows (both in seq order), each found by its
+        newer tuple: R x older S and S x older R as row ranges (range_join.probe_ranges)."""
+        pred = self.job.predicate
+        out = []
+        for i, j, A, B in ((0, 1, R, S), (1, 0, S, R)):
+            hi = np.searchsorted(B["seq"], A["seq"]).astype(np.int64)
+            lo = np.minimum(np.searchsorted(B["_coord"], A["_lo"]).astype(np.int64), hi)
+            ia, ib = probe_ranges(pred, i, j, A, B, lo, hi)
+            out.append((ia, ib) if i == 0 else (ib, ia))
+        a = np.concatenate([out[0][0], out[1][0]])
+        b = np.concatenate([out[0][1], out[1][1]])
+        return R, a, S, b
+
+    def _emit(self, out, A=None, a=None, B=None, b=None):
+        if A is None or not len(a):
+            return
+        sa, sb = A["seq"][a], B["seq"][b]
+        tin = np.where(sa > sb, A["_tin"][a], B["_tin"][b])
+        out.emit((sa, sb), tin)
+
+    # -- movement and housekeeping ----------------------------------------------------------------
+    def _move(self, out, bounds):
+        # rows that batches still to come here must meet (since > done) wait: a move is stamped
+        # with `done`, and the next worker must not skip those batches for them
+        limit = tuple(int(np.argmax(sc > self.done)) if (sc > self.done).any() else None for sc in self.since)
+        due = self.seg.due(limit=limit)
+        for s, rows in enumerate(due):
+            if rows is None:
+                continue
+            k = self.seg.sent[s]
+            self.seg.acked(s, k)                 # no acknowledgement needed: the stamp orders it
+            self.since[s] = self.since[s][k:]
+            empty = [np.zeros(0, dt) for dt in self.dtypes]
+            empty[s] = rows
+            dest = self.rank + 1 if s == 0 else self.rank - 1
+            out.send(dest, empty, bounds, lane=MOVE, extra=(self.done,))
+            self.counts["moved"] += len(rows)
+        if self.done - self.told >= PROGRESS_EVERY:
+            for w in self.heard:
+                out.send(w, [np.zeros(0, dt) for dt in self.dtypes], bounds, lane=MOVE, extra=(self.done,))
+            self.told = self.done
+
+    def _sync_since(self):
+        """Keep `since` aligned with the windows after expiry at the ends."""
+        for s in (0, 1):
+            n = len(self.seg.join.windows[s])
+            if len(self.since[s]) > n:
+                self.since[s] = self.since[s][len(self.since[s]) - n:]
+
+    def _trim(self):
+        """Drop replicas every neighbour that can move rows here has stamped past."""
+        floor = min(self.heard.values()) if self.heard else self.done
+        self.replicas = [(b, r) for b, r in self.replicas if b > floor]
+
+    # -- state ------------------------------------------------------------------------------------
+    def snapshot(self):
+        arrays, attrs = self.seg.snapshot()
+        arrays["since/0"], arrays["since/1"] = self.since[0], self.since[1]
+        for k, (b, rep) in enumerate(self.replicas):
+            arrays[f"replica/{k}/0"], arrays[f"replica/{k}/1"] = rep
+        return arrays, dict(attrs, done=self.done, replicas=[b for b, _ in self.replicas],
+                            heard={str(k): v for k, v in self.heard.items()}, told=self.told)
+
+    def restore(self, arrays, attrs):
+        self.seg.restore(arrays, attrs)
+        self.since = [np.asarray(arrays.get(f"since/{s}", np.zeros(0, np.int64)), np.int64) for s in (0, 1)]
+        self.replicas = [(b, [arrays[f"replica/{k}/0"], arrays[f"replica/{k}/1"]])
+                         for k, b in enumerate(attrs["replicas"])]
+        self.done, self.told = attrs["done"], attrs["told"]
+        self.heard = {int(k): v for k, v in attrs["heard"].items()}
+
+    def state_dtype(self, name):
+        parts = name.split("/")
+        if parts[0] == "since":
+            return np.dtype(np.int64)
+        if parts[0] in ("window", "replica"):
+            return self.dtypes[int(parts[-1])]
+        return None
+
+    def stats(self):
+        r, s = self.seg.held()
+        return {"window_tuples": r + s, "replicas": len(self.replicas), **self.counts}
+
+
+class LowLatencyRouter(Router):
+    """Every batch, numbered, to every worker at once."""
+
+    def __init__(self, job, topology, driver):
+        super().__init__(job, topology, driver)
+        self.next_id = 0
+
+    def route(self, batches, slot):
+        if not any(len(b) for b in batches):
+            return
+        for w in self.topology.workers:
+            self.driver.send(w, batches, lane=NEW, extra=(self.next_id,))
+        self.next_id += 1
+
+    def snapshot(self):
+        return {}, {"next_id": self.next_id}
+
+    def restore(self, arrays, attrs):
+        self.next_id = attrs["next_id"]
