@@ -17,7 +17,9 @@ def _run_mpi(nprocs, job_path, output, quiet=True):
     cmd = mpiexec_cmd(nprocs, ["run", job_path, "--output", output])
     p = subprocess.run(cmd, env=env, stdout=None if not quiet else subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
-        raise JobError(f"mpiexec run failed (exit {p.returncode}): {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ''}")
+        lines = p.stderr.strip().splitlines()
+        why = next((x for x in lines if x.startswith("mpi-join:")), lines[-1] if lines else "")
+        raise JobError(f"mpiexec run failed (exit {p.returncode}): {why}")
     with open(os.path.join(output, "metrics", "summary.json")) as f:
         return json.load(f)
 

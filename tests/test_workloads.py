@@ -74,4 +74,4 @@ def test_generate_picks_or_names_a_strategy_that_runs_the_workload(tmp_path):
         assert (job.strategy.name in strategies.runnable(job)) == runs
         assert ("cannot run this workload" in p.stderr) != runs, p.stderr
         if not runs:       # the note names strategies that can
-            assert "use --strategy psp (or: psp, handshake)" in p.stderr, p.stderr
+            assert "use --strategy psp (or: psp, handshake" in p.stderr, p.stderr

@@ -38,7 +38,7 @@ def _set_line(path, section, line):
         f.write(text.replace(f"[{section}]\n", f"[{section}]\n{line}\n", 1))
 
 
-def max_rate(strategy, ranks=(2, 3, 4), seconds=4.0, window="1s", lo=200.0, hi=20000.0, steps=6, workdir=None,
+def max_rate(strategy, ranks=(2, 3, 4), seconds=3.0, window="1s", lo=500.0, hi=80000.0, steps=7, workdir=None,
              params=None):
     tmp = None
     if workdir is None:
