@@ -36,9 +36,7 @@ def run_rank(job_path, overrides):
         tx = Transport(comm)
         tx.hosts = comm.allgather(MPI.Get_processor_name())     # the rank-to-host map
         try:
-            if rank == 0:
-                return _driver(job_path, overrides, tx, ctx)
-            return _worker(job_path, overrides, tx)
+            code = _driver(job_path, overrides, tx, ctx) if rank == 0 else _worker(job_path, overrides, tx)
         finally:
             tx.close()
     except KeyboardInterrupt:
@@ -55,6 +53,14 @@ def run_rank(job_path, overrides):
         time.sleep(0.2)          # let mpiexec forward the line before the job is torn down
         comm.Abort(2 if isinstance(e, JobError) else 1)
         return 1
+    # finalise here, not at interpreter exit: a message still unmatched (a protocol bug) is then
+    # an error with this rank's name, not a silent exit that makes mpiexec kill the others
+    try:
+        MPI.Finalize()
+    except MPI.Exception as e:
+        sys.stderr.write(f"mpi-join: rank {rank} failed: MPI_Finalize: {str(e).strip().splitlines()[-1]}\n")
+        return 1
+    return code
 
 
 def _interrupted(rank, output):

@@ -42,6 +42,21 @@ class Topology:
         """Workers the driver sends DATA to."""
         return self.downstream(DRIVER)
 
+    def eos_links(self):
+        """Every link end-of-stream travels, as (sender, receiver): from the driver to the entries,
+        then on along `continues`. A worker leaves only after it has had every copy meant for it
+        (a copy still in flight at MPI_Finalize would be an unmatched message)."""
+        todo = [(DRIVER, e) for e in self.entries()]
+        seen = set()
+        while todo:
+            link = todo.pop()
+            if link in seen:
+                continue
+            seen.add(link)
+            src, dst = link
+            todo += [(dst, d) for d in self.continues(dst, src)]
+        return seen
+
     def links(self):
         """Every directed DATA link (sender, receiver)."""
         return [(a, b) for a in range(self.size) for b in self.downstream(a)]

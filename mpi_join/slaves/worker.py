@@ -13,7 +13,9 @@ they arrive into one FIFO inbox per sending rank, and handles them one at a time
   DATA that arrives on a link before that link's own copy is saved as channel state. When every
   upstream link has delivered its copy, the rank file is complete and the driver is told.
 - End of stream travels the input's path (`topology.continues`); the driver ends the job with
-  termination probes (sent and received DATA counts, four-counter method) and FIN.
+  termination probes (sent and received DATA counts, four-counter method) and FIN. A worker
+  leaves once it has FIN and every end-of-stream copy meant for it (topology.eos_links): one
+  still in flight would be unmatched at MPI_Finalize.
 A failing worker raises; runtime.py aborts the whole job with its rank and reason.
 """
 import os
@@ -68,6 +70,7 @@ class Worker:
         self.occupancy = []
         self.load_mark = (time.perf_counter(), time.process_time(), 0)
         self.eos_from = set()
+        self.eos_expected = {a for a, b in topology.eos_links() if b == self.rank}
         self.cut = None
         self.fin = False
         self.fault = injected_fault(self.rank)
@@ -88,7 +91,7 @@ class Worker:
         self.load_mark = (time.perf_counter(), time.process_time(), self.metrics.tuples_in)
         self._last = (time.process_time(), self.tx.idle_s, self.tx.comm_s)
         self._absorb(*first)
-        while not self.fin:
+        while not (self.fin and self.eos_expected <= self.eos_from):
             self._pump()
             item = self._next()
             if item is None:
@@ -96,6 +99,8 @@ class Worker:
                 continue
             self._handle(*item)
         self._pump_out(final=True)
+        while any(self.credits.out.values()):     # acknowledgements of the last DATA may still be
+            self._absorb_acks()                    # on their way; MPI_Finalize must not find them
         files = self.writer.close()
         self.metrics.extra.update(result_files=len(files), compiled_during_replay=Compiles.count - compiled,
                                   **GcPauses.stats(),
