@@ -24,6 +24,14 @@ def _run_mpi(nprocs, job_path, output, quiet=True):
         return json.load(f)
 
 
+def print_table(head, rows, label=True):
+    """Print rows under head in aligned columns; with `label` the first column is a left-aligned
+    label, every other column right-aligned."""
+    w = [max(len(str(r[k])) for r in [head] + list(rows)) for k in range(len(head))]
+    for r in [head] + list(rows):
+        print("  ".join(str(c).ljust(w[k]) if (label and k == 0) else str(c).rjust(w[k]) for k, c in enumerate(r)))
+
+
 def _oracle_rate(job):
     """Single-core oracle tuples/s on the job's input (after compiling on a small prefix)."""
     from .oracle import run_oracle
@@ -77,10 +85,7 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
         s = _one(job_path, workdir, job, n, per_stream, o_n)
         out["loaded"] = dict(s, rate_per_stream=per_stream, ranks=n)
         rows.append(_row(f"{strategy} ({n} ranks) at {load_fraction:.0%} = {per_stream:,.0f}/s per stream", s, o_rate))
-    head = ("", "tuples/s", "seconds", "results", "p50 ms", "p90 ms", "p99 ms", "vs oracle")
-    w = [max(len(str(r[k])) for r in rows + [head]) for k in range(len(head))]
-    for r in [head] + rows:
-        print("  ".join(str(c).rjust(w[k]) if k else str(c).ljust(w[k]) for k, c in enumerate(r)))
+    print_table(("", "tuples/s", "seconds", "results", "p50 ms", "p90 ms", "p99 ms", "vs oracle"), rows)
     print("results equal the oracle in every run")
     if tmp:
         tmp.cleanup()

@@ -161,6 +161,16 @@ def _text(v):
     return None if isinstance(v, str) else "expected a string"
 
 
+# what both handshake-join chains take
+_CHAIN_PARAMS = {
+    "local_join": Param("scan", _choice("scan", "index"),
+                        "join in a segment: 'scan' the nested loop of the original, 'index' an equi "
+                        "hash or band index kept across batches"),
+    "weights": Param("", _text, "relative segment sizes of the workers, comma-separated (default equal; "
+                     "for unequal ranks)"),
+}
+
+
 def _star(n, params):
     from .topology import Star
     return Star(n)
@@ -267,11 +277,7 @@ REGISTRY = {
                             "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")},
         check=_check_handshake,
         params={
-            "local_join": Param("scan", _choice("scan", "index"),
-                                "join in a segment: 'scan' the nested loop of the original, 'index' an equi "
-                                "hash or band index kept across batches"),
-            "weights": Param("", _text, "relative segment sizes of the workers, comma-separated (default equal; "
-                             "for unequal ranks)"),
+            **_CHAIN_PARAMS,
             "slow_rank": Param(-1, _rank_or_none, "make this worker slow: it sleeps slow_delay per batch",
                                testing=True),
             "slow_delay": Param(0.0, _non_neg, "seconds the slow worker sleeps per batch", testing=True),
@@ -291,12 +297,7 @@ REGISTRY = {
         cases={"max-rate": ("mpi_join.ring.bench_chain:run_case_llhj",
                             "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
                             "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")},
-        params={
-            "local_join": Param("scan", _choice("scan", "index"),
-                                "join in a segment: 'scan' the nested loop of the original, 'index' an equi "
-                                "hash or band index kept across batches"),
-            "weights": Param("", _text, "relative segment sizes of the workers, comma-separated (default equal)"),
-        },
+        params=dict(_CHAIN_PARAMS),
     ),
 }
 

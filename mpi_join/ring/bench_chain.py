@@ -11,7 +11,7 @@ tuple is compared with every tuple of the other stream its window holds (window.
 import os
 import tempfile
 
-from ..bench import _oracle_rate, _one, _set_param
+from ..bench import _oracle_rate, _one, _set_param, print_table
 from ..config import load_job
 from ..staged import read_staged
 from ..strategies import check_strategy
@@ -80,9 +80,7 @@ def max_rate(strategy, ranks=(2, 3, 4), seconds=3.0, window="1s", lo=500.0, hi=8
     head = ("", "max rate /stream", "at 80%", "mean ms", "p50 ms", "p99 ms", "comparisons/s/core")
     rows.append((f"oracle (1 core, input at {best:,.0f}/s, as fast as it goes)", f"{o_rate / 2:,.0f}", "-", "-",
                  "-", "-", f"{o_comps / o_s:.3g}"))
-    wd = [max(len(x[k]) for x in rows + [head]) for k in range(len(head))]
-    for x in [head] + rows:
-        print("  ".join(c.rjust(wd[k]) if k else c.ljust(wd[k]) for k, c in enumerate(x)))
+    print_table(head, rows)
     print("results equal the oracle in every run")
     if tmp:
         tmp.cleanup()

@@ -14,7 +14,7 @@ through the runtime's transport between two idle ranks (measure_hop).
 import os
 import tempfile
 
-from ..bench import _one, _set_param
+from ..bench import _one, _set_param, print_table
 from ..config import load_job
 from ..errors import JobError
 from ..strategies import check_strategy
@@ -60,10 +60,8 @@ def fig8a(ranks=(2, 3, 4), seconds=30.0, rate=10.0, window="5s", selectivities=(
                          f"{pred * 1e3:.2f}", f"{s['results']:,}"))
             print(f"  selectivity {sel:g}, ring of {N}: mean response {lat['mean']:.2f} ms (model {pred * 1e3:.2f} ms)",
                   flush=True)
-    head = ("selectivity", "ring N", "mean ms", "p50 ms", "p99 ms", "model (5) ms", "results")
-    w = [max(len(x[k]) for x in rows + [head]) for k in range(len(head))]
-    for x in [head] + rows:
-        print("  ".join(c.rjust(w[k]) for k, c in enumerate(x)))
+    print_table(("selectivity", "ring N", "mean ms", "p50 ms", "p99 ms", "model (5) ms", "results"), rows,
+                label=False)
     print("results equal the oracle in every run")
     if tmp:
         tmp.cleanup()
@@ -107,10 +105,7 @@ def interleave(ranks=(3, 4), tuples=1800, rate=50.0, window="2s", sel=0.1, limit
                          f"{s['results']:,}", f"{s['latency_ms']['p50']:.1f}", f"{s['tuples_per_s'] / base[r]:.2f}",
                          f"{s['tuples_per_s'] / o_rate:.2f}"))
             print(f"  ring of {r - 1}, interleave {lim}: {s['tuples_per_s']:,.0f} tuples/s", flush=True)
-    head = ("", "tuples/s", "seconds", "results", "p50 ms", "vs interleave 1", "vs oracle")
-    w = [max(len(x[k]) for x in rows + [head]) for k in range(len(head))]
-    for x in [head] + rows:
-        print("  ".join(c.rjust(w[k]) if k else c.ljust(w[k]) for k, c in enumerate(x)))
+    print_table(("", "tuples/s", "seconds", "results", "p50 ms", "vs interleave 1", "vs oracle"), rows)
     print("results equal the oracle in every run")
     if tmp:
         tmp.cleanup()

@@ -61,6 +61,13 @@ class Segment:
         self.end = [float(cum[k - 1]), float(rcum[n - k])]
         self.share = [float(w[k - 1] / w.sum())] * 2
 
+    @classmethod
+    def of(cls, job, rank, n, dtypes):
+        """The segment of worker `rank` of n, from the strategy's local_join and weights."""
+        p = job.strategy.params
+        weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
+        return cls(job, rank, n, dtypes, p["local_join"], weights)
+
     # -- messages --------------------------------------------------------------------------------
     def arrive(self, s, batch, bounds=None, from_driver=False):
         """A batch of stream s enters this segment. Returns (results, ack_count or 0)."""
@@ -144,8 +151,7 @@ class HandshakeModule(JoinModule):
         super().__init__(job, rank, topology, dtypes)
         p = job.strategy.params
         self.n = len(topology.workers)
-        weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
-        self.seg = Segment(job, rank, self.n, dtypes, p["local_join"], weights)
+        self.seg = Segment.of(job, rank, self.n, dtypes)
         self.left = rank - 1 if rank > 1 else None
         self.right = rank + 1 if rank < self.n else None
         self.ended = [False, False]          # the input has ended on the R side / the S side

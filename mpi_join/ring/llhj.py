@@ -31,10 +31,8 @@ PROGRESS_EVERY = 8
 class LowLatencyModule(JoinModule):
     def __init__(self, job, rank, topology, dtypes):
         super().__init__(job, rank, topology, dtypes)
-        p = job.strategy.params
         self.n = len(topology.workers)
-        weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
-        self.seg = Segment(job, rank, self.n, dtypes, p["local_join"], weights)
+        self.seg = Segment.of(job, rank, self.n, dtypes)
         self.since = [np.zeros(0, np.int64), np.zeros(0, np.int64)]   # per stored row, aligned with the window
         self.done = -1                       # the last batch processed here
         self.replicas = []                   # (batch id, [R rows, S rows]) retained for catch-up
