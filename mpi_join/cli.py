@@ -9,6 +9,8 @@ import click
 
 from .errors import JobError
 
+MAX_RANKS = 1 << 16
+
 
 def _fail(e):
     click.echo(f"mpi-join: error: {e}", err=True)
@@ -55,7 +57,7 @@ def main():
 
 @main.command()
 @click.argument("job", type=click.Path(dir_okay=False))
-@click.option("-n", "--np", "nprocs", type=int, default=None,
+@click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=None,
               help="Launch this many ranks with mpiexec yourself (default: run as one rank of an "
                    "mpiexec/srun launch).")
 @click.option("--output", type=click.Path(file_okay=False), default=None,
@@ -122,7 +124,7 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
 
 @main.command()
 @click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
-@click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks the job will run on.")
+@click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=4, show_default=True, help="MPI ranks the job will run on.")
 def check(job_path, nprocs):
     """Validate JOB and its staged input without running: the job file, the strategy on -n ranks,
     the staged manifest (time unit, schemas, counts) and every Parquet file's schema. Exit 0 when
@@ -141,7 +143,7 @@ def check(job_path, nprocs):
 
 @main.command()
 @click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
-@click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks the job will run on.")
+@click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=4, show_default=True, help="MPI ranks the job will run on.")
 def explain(job_path, nprocs):
     """Print JOB's plan on -n ranks: the strategy and its parameters, each rank's role and links,
     each window in tuples at the staged arrival rate, the state per worker, and which local join
@@ -157,7 +159,7 @@ def explain(job_path, nprocs):
 
 @main.command()
 @click.argument("job_path", metavar="JOB", type=click.Path(exists=True, dir_okay=False))
-@click.option("-n", "--np", "nprocs", default=8, show_default=True,
+@click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=8, show_default=True,
               help="Largest rank count to consider (the driver and up to n-1 operators).")
 @click.option("--tn", default=50.0, show_default=True, help="One network hop's latency, microseconds.")
 @click.option("--ts", default=None, type=float, help="Send + receive time per tuple, microseconds "
@@ -290,7 +292,7 @@ def stage(job_path, out, master, conf, overwrite, force):
 
 @main.command()
 @click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
-@click.option("-n", "--np", "nprocs", type=int, default=4, show_default=True, help="MPI ranks for the run.")
+@click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=4, show_default=True, help="MPI ranks for the run.")
 @click.option("--with-payload", is_flag=True, help="Collect with each result's input columns.")
 @click.option("--verify", is_flag=True, help="Check the results against the oracle at the end.")
 @click.option("--collect-out", default=None, help="Collected dataset (default: the run's output dir + '-collected').")
@@ -488,7 +490,7 @@ def oracle(job_path, out):
 
 
 @main.command("bench-adaptive")
-@click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks (master + slaves).")
+@click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=4, show_default=True, help="MPI ranks (master + slaves).")
 @click.option("--out", default="bench-adaptive", show_default=True, type=click.Path(file_okay=False),
               help="Where figures.md, figures.png, imbalance.png and the runs go.")
 @click.option("--seconds", default=5.0, show_default=True, help="Event time replayed per point.")
@@ -536,7 +538,7 @@ def strategies_cmd():
 
 @main.command()
 @click.argument("strategy", type=_StrategyChoice())
-@click.option("-n", "--np", "nprocs", multiple=True, type=int, help="MPI ranks; repeat to compare rank counts "
+@click.option("-n", "--np", "nprocs", multiple=True, type=click.IntRange(1, MAX_RANKS), help="MPI ranks; repeat to compare rank counts "
               "in one run (default: 4).")
 @click.option("--tuples", default=400_000, show_default=True, help="Tuples over both streams.")
 @click.option("--rate", default=1000.0, show_default=True, help="Event-time arrival rate per stream (tuples/s).")
@@ -608,7 +610,7 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
 
 
 @main.command()
-@click.option("-n", "--np", "nprocs", default=4, show_default=True, help="MPI ranks.")
+@click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=4, show_default=True, help="MPI ranks.")
 @click.option("--tuples", default=200_000, show_default=True, help="Tuples over both streams.")
 @click.option("--dir", "workdir", default="demo-run", show_default=True, type=click.Path(file_okay=False))
 @_MASTER

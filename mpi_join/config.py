@@ -3,15 +3,25 @@
 Everything is checked here, before any rank starts work; each error names the field.
 """
 import os
-import sys
+import re
 import tomllib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import ConfigError
+from .safety import check_layout, check_name, check_text, job_dirs
 from .schema import INTEGER_KINDS, stream_dtype
 from .units import TS_UNITS, ns_to_ts, parse_duration_ns
+
+# ranges of the job's numbers (README "The job file"); NaN and infinity are never accepted
+MAX_COUNT_WINDOW = 1 << 40          # tuples
+MAX_WINDOW_NS = 100 * 365 * 86_400 * 10**9   # 100 years
+MAX_BATCH = 1 << 24
+MAX_INFLIGHT = 1024
+MAX_RATE = 1e9                      # tuples/s per stream
+MAX_INTERVAL_NS = 86_400 * 10**9    # flush interval, liveness timeout, overload, checkpoint interval: 1 day
+MAX_KEEP = 1000
 
 
 @dataclass(frozen=True)
@@ -147,25 +157,39 @@ class Job:
 _TOP = {"job", "input", "output", "streams", "predicate", "strategy", "run", "checkpoint"}
 
 
-def load_job(path, overrides=None):
-    """Read and validate a job file. `overrides` ({"output": ..., ...}) come from the command line."""
+def load_job(path, overrides=None, udfs=True):
+    """Read and validate a job file. `overrides` ({"output": ..., ...}) come from the command line.
+    UDF modules are imported last, once everything else is valid, and not at all with
+    `udfs=False` (`mpi-join slurm` only renders scripts: no code of the job's runs)."""
     if not os.path.exists(path):
         raise ConfigError(f"{path}: job file not found")
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: not a file")
     try:
         with open(path, "rb") as f:
-            raw = tomllib.load(f)
+            data = f.read((1 << 20) + 1)
+        if len(data) > 1 << 20:
+            raise ConfigError(f"{path}: larger than 1 MB; not a job file")
+        raw = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); a job file is TOML") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    return parse_job(raw, path, overrides or {})
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the job file: {e.strerror}") from None
+    return parse_job(raw, path, overrides or {}, udfs=udfs)
 
 
-def parse_job(raw, path="<job>", overrides=None):
+def parse_job(raw, path="<job>", overrides=None, udfs=True):
     overrides = overrides or {}
     base = os.path.dirname(os.path.abspath(path)) if path != "<job>" else os.getcwd()
     _no_unknown(raw, _TOP, "", path)
     job_t = _table(raw, "job", path, required=False)
     _no_unknown(job_t, {"name", "ts_unit"}, "job.", path)
-    name = str(job_t.get("name", os.path.splitext(os.path.basename(path))[0]))
+    name = job_t.get("name", os.path.splitext(os.path.basename(path))[0])
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{path}: job.name: expected text, got {name!r}")
+    check_text(name, f"{path}: job.name", 200)
     ts_unit = job_t.get("ts_unit", "ms")
     if ts_unit not in TS_UNITS:
         raise ConfigError(f"{path}: job.ts_unit: must be one of {', '.join(TS_UNITS)}, got {ts_unit!r}")
@@ -176,10 +200,10 @@ def parse_job(raw, path="<job>", overrides=None):
     out = _table(raw, "output", path)
     _no_unknown(out, {"dir"}, "output.", path)
     output = overrides.get("output") or _str(out, "dir", "output.", path)
+    check_text(staged, f"{path}: input.staged")
+    check_text(output, f"{path}: output.dir")
     staged, output = (p if "://" in p else os.path.join(base, p) for p in (staged, output))
 
-    if base not in sys.path:  # UDF modules next to the job file are importable
-        sys.path.insert(0, base)
     streams = _streams(raw, ts_unit, path, base)
     predicate = _predicate(raw, streams, path, base)
     strategy = _strategy(raw, path, overrides)
@@ -187,7 +211,25 @@ def parse_job(raw, path="<job>", overrides=None):
     ckpt = _checkpoint(raw, path, base, overrides)
     job = Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, ckpt, raw)
     from .strategies import check_strategy
-    return check_strategy(job)
+    job = check_strategy(job)
+    try:
+        check_layout(job_dirs(job))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    if udfs:
+        load_udfs(job)
+    return job
+
+
+def load_udfs(job):
+    """Import and compile-check every theta UDF of a validated job (README "Safety": a job's
+    own code runs only after the rest of the job is known to be valid)."""
+    from .predicate import load_udf
+    for k, t in enumerate(job.predicate.theta):
+        try:
+            load_udf(t.udf)
+        except ConfigError as err:
+            raise ConfigError(f"{job.path}: predicate.theta[{k}].udf: {err}") from None
 
 
 def _streams(raw, ts_unit, path, base):
@@ -197,12 +239,15 @@ def _streams(raw, ts_unit, path, base):
     out = []
     for name, spec in st.items():
         where = f"streams.{name}"
+        check_name(name, f"{path}: streams", "stream name")
         if not isinstance(spec, dict):
             raise ConfigError(f"{path}: {where}: expected a table with schema and window")
         _no_unknown(spec, {"schema", "window", "raw"}, where + ".", path)
         schema = spec.get("schema")
         if not isinstance(schema, dict) or not schema:
             raise ConfigError(f"{path}: {where}.schema: required, a table of column = type")
+        for col in schema:
+            check_name(col, f"{path}: {where}.schema", "column name")
         try:
             dtype = stream_dtype(schema, f"{where}.schema")
         except ConfigError as e:
@@ -230,17 +275,22 @@ def _raw_source(r, schema, where, path, base):
         fmt = "json"
     if fmt not in RAW_FORMATS:
         raise ConfigError(f"{path}: {where}.format: expected one of {', '.join(RAW_FORMATS)}, got {fmt!r}")
+    check_text(p, f"{path}: {where}.path")
     t = r.get("time")
     if not isinstance(t, str) or not t:
         raise ConfigError(f"{path}: {where}.time: required, the name of the event-time column")
+    check_text(t, f"{path}: {where}.time", 256)
+    if "`" in t:
+        raise ConfigError(f"{path}: {where}.time: a column name with a backquote is not supported, got {t!r}")
     if t in schema:
         raise ConfigError(f"{path}: {where}.time: {t!r} is also a schema column; the event time becomes ts")
     unit = r.get("time_unit", "timestamp")
     if unit not in TIME_UNITS:
         raise ConfigError(f"{path}: {where}.time_unit: expected one of {', '.join(TIME_UNITS)}, got {unit!r}")
     delim = r.get("delimiter", ",")
-    if not isinstance(delim, str) or len(delim) != 1:
-        raise ConfigError(f"{path}: {where}.delimiter: expected one character, got {delim!r}")
+    if not isinstance(delim, str) or len(delim) != 1 or delim in '"\r\n':
+        raise ConfigError(f"{path}: {where}.delimiter: expected one character other than a quote or a line "
+                          f"break, got {delim!r}")
     header = r.get("header", True)
     if not isinstance(header, bool):
         raise ConfigError(f"{path}: {where}.header: expected true or false")
@@ -258,32 +308,34 @@ def _checkpoint(raw, path, base, overrides):
     d = overrides.get("checkpoint_dir") or _str(c, "dir", "checkpoint.", path)
     if "://" in d:
         raise ConfigError(f"{path}: checkpoint.dir: checkpoints are written to a local or shared filesystem path, got {d!r}")
+    check_text(d, f"{path}: checkpoint.dir")
     d = d if os.path.isabs(d) else os.path.join(base, d)
+    if os.path.exists(d) and not os.path.isdir(d):
+        raise ConfigError(f"{path}: checkpoint.dir: {d} exists and is not a directory")
     et = c.get("every_tuples")
-    if et is not None and (isinstance(et, bool) or not isinstance(et, int) or et <= 0):
-        raise ConfigError(f"{path}: checkpoint.every_tuples: expected a positive integer, got {et!r}")
+    if et is not None:
+        _int_in(et, 1, 1 << 62, "checkpoint.every_tuples", path)
     ev = None
     if c.get("every") is not None:
-        try:
-            ev = parse_duration_ns(c["every"], "checkpoint.every")
-        except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from None
-        if ev <= 0:
-            raise ConfigError(f"{path}: checkpoint.every: must be longer than zero")
+        ev = _duration(c["every"], "checkpoint.every", path)
     if et is None and ev is None:
         raise ConfigError(f"{path}: checkpoint: give every_tuples, every (a duration), or both")
-    keep = c.get("keep", 2)
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise ConfigError(f"{path}: checkpoint.keep: expected an integer >= 1, got {keep!r}")
+    keep = _int_in(c.get("keep", 2), 1, MAX_KEEP, "checkpoint.keep", path)
     return Checkpoint(d, et, ev, keep)
 
 
 def _window(w, ts_unit, where, path):
     if isinstance(w, bool):
         raise ConfigError(f"{path}: {where}: expected a duration, a tuple count or \"unbounded\", got {w!r}")
+    if isinstance(w, float):
+        raise ConfigError(f"{path}: {where}: a count window is a whole number of tuples, a time window a "
+                          f"duration such as \"30s\"; got {w!r}")
     if isinstance(w, int):
         if w <= 0:
             raise ConfigError(f"{path}: {where}: a count window must hold at least 1 tuple, got {w}")
+        if w > MAX_COUNT_WINDOW:
+            raise ConfigError(f"{path}: {where}: a count window holds at most {MAX_COUNT_WINDOW:,} tuples "
+                              f"(2^40), got {w:,}")
         return Window("count", w, f"{w} tuples")
     if isinstance(w, str) and w.strip().lower() in ("unbounded", "inf", "infinite"):
         return Window("unbounded", 0, "unbounded")
@@ -293,6 +345,8 @@ def _window(w, ts_unit, where, path):
         raise ConfigError(f"{path}: {e}") from None
     if ns <= 0:
         raise ConfigError(f"{path}: {where}: a time window must be longer than zero, got {w!r}")
+    if ns > MAX_WINDOW_NS:
+        raise ConfigError(f"{path}: {where}: a time window is at most 100 years, got {w!r}")
     return Window("time", ns_to_ts(ns, ts_unit), w)
 
 
@@ -352,8 +406,8 @@ def _predicate(raw, streams, path, base=None):
             if dt.kind not in "iufb" or dt.shape:
                 raise ConfigError(f"{path}: {where}: band column {streams[si].name}.{c} is {streams[si].schema[c]}; band columns must be numeric")
         eps = e.get("eps")
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-            raise ConfigError(f"{path}: {where}.eps: expected a number >= 0, got {eps!r}")
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps <= 1e300:
+            raise ConfigError(f"{path}: {where}.eps: expected a finite number >= 0, got {eps!r}")
         closed = e.get("closed", False)
         if not isinstance(closed, bool):
             raise ConfigError(f"{path}: {where}.closed: expected true or false, got {closed!r}")
@@ -364,21 +418,16 @@ def _predicate(raw, streams, path, base=None):
             raise ConfigError(f"{path}: {where}: expected {{udf=\"module:function\", streams=[\"R\", \"S\"]}}")
         _no_unknown(e, {"udf", "streams"}, where + ".", path)
         udf = e.get("udf")
-        if not isinstance(udf, str) or udf.count(":") != 1:
-            raise ConfigError(f"{path}: {where}.udf: expected \"module:function\", got {udf!r}")
+        if not isinstance(udf, str) or udf.count(":") != 1 or not _UDF.match(udf):
+            raise ConfigError(f"{path}: {where}.udf: expected \"module:function\" (dotted identifiers), got {udf!r}")
         names = [s.name for s in streams]
         ss = e.get("streams", names[:2] if len(names) == 2 else None)
         if not (isinstance(ss, list) and len(ss) == 2 and all(x in names for x in ss) and ss[0] != ss[1]):
             raise ConfigError(f"{path}: {where}.streams: expected two distinct stream names from {names}, got {ss!r}")
-        from .predicate import load_udf
         mod, _, fn = udf.partition(":")
         local = os.path.join(base or ".", *mod.split(".")) + ".py"
-        if base and os.path.isfile(local):   # next to the job file: by path, so two jobs' same-named
-            udf = f"{os.path.abspath(local)}:{fn}"   # modules never mix in one process
-        try:
-            load_udf(udf)
-        except ConfigError as err:
-            raise ConfigError(f"{path}: {where}.udf: {err}") from None
+        if base and os.path.isfile(local):   # next to the job file: by path, under a private name, so
+            udf = f"{os.path.abspath(local)}:{fn}"   # two jobs' same-named modules never mix in one process
         theta.append(Theta(udf, (names.index(ss[0]), names.index(ss[1]))))
     pred = Predicate(tuple(equi), tuple(band), tuple(theta))
     if not pred.kinds:
@@ -399,6 +448,27 @@ def _predicate(raw, streams, path, base=None):
     return pred
 
 
+_UDF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _int_in(v, lo, hi, field, path):
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ConfigError(f"{path}: {field}: expected an integer in {lo:,}..{hi:,}, got {v!r}")
+    return v
+
+
+def _duration(v, field, path, lo_ns=1, hi_ns=MAX_INTERVAL_NS, hi_text="1 day"):
+    try:
+        ns = parse_duration_ns(v, field)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    if ns < lo_ns:
+        raise ConfigError(f"{path}: {field}: must be longer than zero, got {v!r}")
+    if ns > hi_ns:
+        raise ConfigError(f"{path}: {field}: at most {hi_text}, got {v!r}")
+    return ns
+
+
 def _strategy(raw, path, overrides):
     st = dict(_table(raw, "strategy", path))
     if overrides.get("strategy"):
@@ -414,39 +484,23 @@ def _run(raw, path):
     _no_unknown(r, {"batch_size", "flush_interval", "rate", "max_inflight", "progress", "liveness_timeout",
                     "overload_after"},
                 "run.", path)
-    bs = r.get("batch_size", 8192)
-    if isinstance(bs, bool) or not isinstance(bs, int) or bs <= 0:
-        raise ConfigError(f"{path}: run.batch_size: expected a positive integer, got {bs!r}")
-    try:
-        fi = parse_duration_ns(r.get("flush_interval", "50ms"), "run.flush_interval")
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-    if fi <= 0:
-        raise ConfigError(f"{path}: run.flush_interval: must be longer than zero")
+    bs = _int_in(r.get("batch_size", 8192), 1, MAX_BATCH, "run.batch_size", path)
+    fi = _duration(r.get("flush_interval", "50ms"), "run.flush_interval", path)
     rate = r.get("rate", "max")
     if rate == "max":
         rate = None
-    elif isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
-        raise ConfigError(f"{path}: run.rate: expected \"max\" or tuples/s per stream (> 0), got {rate!r}")
-    mi = r.get("max_inflight", 4)
-    if isinstance(mi, bool) or not isinstance(mi, int) or mi < 1:
-        raise ConfigError(f"{path}: run.max_inflight: expected an integer >= 1, got {mi!r}")
+    elif isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= MAX_RATE:
+        raise ConfigError(f"{path}: run.rate: expected \"max\" or tuples/s per stream (a number in (0, 1e9]), "
+                          f"got {rate!r}")
+    mi = _int_in(r.get("max_inflight", 4), 1, MAX_INFLIGHT, "run.max_inflight", path)
     prog = r.get("progress", True)
     if not isinstance(prog, bool):
         raise ConfigError(f"{path}: run.progress: expected true or false, got {prog!r}")
     lt = r.get("liveness_timeout", "30s")
-    try:
-        lt_ns = 0 if lt in (0, "off") else parse_duration_ns(lt, "run.liveness_timeout")
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+    lt_ns = 0 if lt in (0, "off") else _duration(lt, "run.liveness_timeout", path)
     if lt_ns and lt_ns < 1_000_000_000:
         raise ConfigError(f"{path}: run.liveness_timeout: at least 1s (or \"off\"), got {lt!r}")
-    try:
-        ov = parse_duration_ns(r.get("overload_after", "2s"), "run.overload_after")
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-    if ov <= 0:
-        raise ConfigError(f"{path}: run.overload_after: must be longer than zero")
+    ov = _duration(r.get("overload_after", "2s"), "run.overload_after", path)
     return Run(bs, fi, None if rate is None else float(rate), mi, prog, lt_ns / 1e9, ov / 1e9)
 
 

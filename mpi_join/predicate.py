@@ -26,8 +26,10 @@ def load_udf(spec):
         raise ConfigError(f"module {mod!r} has no function {fn!r}")
     if isinstance(f, numba.core.registry.CPUDispatcher):
         return f
-    if not callable(f):
-        raise ConfigError(f"{spec} is not a function")
+    import inspect
+    if not inspect.isfunction(f):
+        raise ConfigError(f"{mod}:{fn} is not a Python function ({type(f).__name__}); a UDF is a numba-compilable "
+                          f"def f(a, b) -> bool")
     return numba.njit(f)
 
 

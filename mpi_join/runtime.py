@@ -88,6 +88,8 @@ def _driver(job_path, overrides, tx, ctx):
         job = load_job(job_path, overrides)
         ctx["output"] = job.output
         check_runnable(job, tx.size)
+        from .slaves.worker import fault_spec
+        fault_spec(tx.size)
         info = strategies.get(job.strategy.name)
         topo = info.topology(tx.size, job.strategy.params)
         if overrides.get("resume"):

@@ -18,6 +18,10 @@ _SIMPLE = {
 _CHAR = re.compile(r"^char(\d+)$")
 _ARRAY = re.compile(r"^(u?int(?:8|16|32|64)|float(?:32|64))\[(\d+(?:\s*,\s*\d+)*)\]$")
 
+# the largest text column, array column and row a job may declare (bytes)
+MAX_CHAR = 1 << 20
+MAX_ROW = 64 << 20
+
 # columns every staged stream has
 SEQ, TS = "seq", "ts"
 INTEGER_KINDS = "iub"
@@ -30,11 +34,18 @@ def numpy_field(name, type_name, where):
         return (name, _SIMPLE[t])
     m = _CHAR.match(t)
     if m and int(m.group(1)) > 0:
+        if int(m.group(1)) > MAX_CHAR:
+            raise ConfigError(f"{where}: {type_name!r}: text columns hold at most {MAX_CHAR:,} bytes (char{MAX_CHAR})")
         return (name, f"S{int(m.group(1))}")
     m = _ARRAY.match(t)
     if m:
         shape = tuple(int(x) for x in m.group(2).split(","))
         if all(s > 0 for s in shape):
+            size = np.dtype(_SIMPLE[m.group(1)]).itemsize
+            for s in shape:
+                size *= s
+                if size > MAX_ROW:
+                    raise ConfigError(f"{where}: {type_name!r}: an array column holds at most {MAX_ROW >> 20} MB")
             return (name, _SIMPLE[m.group(1)], shape)
     raise ConfigError(
         f"{where}: unknown column type {type_name!r}; use one of {', '.join(_SIMPLE)}, "
@@ -49,7 +60,10 @@ def stream_dtype(schema, where):
         if name in (SEQ, TS):
             raise ConfigError(f"{where}.{name}: '{name}' is reserved (every stream has seq and ts)")
         fields.append(numpy_field(name, t, f"{where}.{name}"))
-    return np.dtype(fields)
+    dt = np.dtype(fields)
+    if dt.itemsize > MAX_ROW:
+        raise ConfigError(f"{where}: a row of {dt.itemsize:,} bytes; rows hold at most {MAX_ROW >> 20} MB")
+    return dt
 
 
 def arrow_type(np_dtype):

@@ -9,6 +9,7 @@ register themselves with `register()` from a module named in MPI_JOIN_STRATEGIES
 list, imported on every rank).
 """
 import importlib
+import math
 import os
 from dataclasses import dataclass, field, replace
 
@@ -46,16 +47,34 @@ class StrategyInfo:
         return getattr(importlib.import_module(mod), attr)
 
 
-def _pos_int(v):
-    return None if isinstance(v, int) and not isinstance(v, bool) and v > 0 else "expected a positive integer"
+_BIG = 1 << 31      # the upper end of every integer parameter without one of its own
 
 
-def _non_neg_int(v):
-    return None if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else "expected an integer >= 0"
+def _int_range(lo, hi):
+    def check(v):
+        ok = isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+        return None if ok else f"expected an integer in {lo:,}..{hi:,}"
+    return check
+
+
+_pos_int = _int_range(1, _BIG)
+_non_neg_int = _int_range(0, _BIG)
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _fraction(v):
-    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 else "expected a number in [0, 1]"
+    return None if _number(v) and 0 <= v <= 1 else "expected a number in [0, 1]"
+
+
+def numbers(text, where):
+    """Comma-separated finite numbers ("1,2,0.5"); ValueError names what is wrong."""
+    vals = [float(x) for x in str(text).split(",")]
+    if not all(math.isfinite(v) and abs(v) <= 1e12 for v in vals):
+        raise ValueError(f"{where}: numbers must be finite and at most 1e12")
+    return vals
 
 
 def _bool(v):
@@ -67,11 +86,11 @@ def _choice(*opts):
 
 
 def _non_neg(v):
-    return None if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else "expected a number >= 0"
+    return None if _number(v) and 0 <= v <= 1e9 else "expected a finite number in [0, 1e9]"
 
 
 def _rank_or_none(v):
-    return None if v == -1 or (isinstance(v, int) and not isinstance(v, bool) and v >= 1) else "expected a slave rank (>= 1), or -1 for none"
+    return None if v == -1 or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= _BIG) else "expected a slave rank (>= 1), or -1 for none"
 
 
 def _check_hash(job, nranks):
@@ -104,9 +123,9 @@ def _check_psp(job, nranks):
     for key in ("weights", "slice_counts"):
         if p[key] and not (key == "slice_counts" and p[key] == "balanced"):
             try:
-                vals = [float(x) for x in str(p[key]).split(",")]
+                vals = numbers(p[key], key)
             except ValueError:
-                return f"{where}.{key}: expected comma-separated numbers, got {p[key]!r}"
+                return f"{where}.{key}: expected comma-separated finite numbers, got {p[key]!r}"
             if key == "weights" and (len(vals) != n or min(vals) < 0 or sum(vals) <= 0):
                 return (f"{where}.weights: expected {n} non-negative numbers (one per ring operator on "
                         f"{nranks} ranks) with a positive sum, got {p[key]!r}")
@@ -130,7 +149,7 @@ def _check_handshake(job, nranks):
                 f"age out of their window; give a time or count window")
     if p["weights"]:
         try:
-            vals = [float(x) for x in str(p["weights"]).split(",")]
+            vals = numbers(p["weights"], "weights")
         except ValueError:
             vals = []
         if len(vals) != nranks - 1 or min(vals) <= 0:
@@ -191,7 +210,7 @@ REGISTRY = {
         workload="equi",
         check=_check_hash,
         params={
-            "partitions": Param(60, _pos_int, "hash partitions (far more than slaves)"),
+            "partitions": Param(60, _int_range(1, 1 << 20), "hash partitions (far more than slaves), 1 to 2^20"),
             "local_join": Param("index", _choice("index", "bnl"),
                                 "local join on a slave: 'bnl' block nested loop (the paper's), 'index' hash index"),
             "theta": Param(384, _non_neg_int, "fine tuning of the block nested loop: bucket limit in blocks (0: off); the paper's "
@@ -206,7 +225,7 @@ REGISTRY = {
             "idle_busy": Param(0.25, _fraction, "a slave is taken out only if its CPU was busy less than this "
                                "fraction of the time (and the windows are full)"),
             "rho": Param(2.0, _non_neg, "bring a slave back when suppliers > rho x consumers"),
-            "subgroups": Param(1, _pos_int, "serve the slaves in this many sub-groups per distribution epoch"),
+            "subgroups": Param(1, _int_range(1, 4096), "serve the slaves in this many sub-groups per distribution epoch"),
             "force": Param("", _choice("", "migrate", "decluster"),
                            "force migrations every reorganisation, or alternate declustering", testing=True),
             "seed": Param(0, _non_neg_int, "seed of the controller's random choices"),
@@ -235,7 +254,7 @@ REGISTRY = {
         workload="images",
         check=_check_psp,
         params={
-            "interleave": Param(1, _pos_int, "input batches in the ring at once: 1 is basic PSP (a batch enters "
+            "interleave": Param(1, _int_range(1, 1024), "input batches in the ring at once: 1 is basic PSP (a batch enters "
                                 "when the one before has ended its cycle), more is PSP-I (delayed purge)"),
             "ordering": Param("auto", _text, "join orderings, e.g. \"A>C>B,B>A>C\" (probing stream first); "
                               "'auto': most selective first, measured on the first batch"),

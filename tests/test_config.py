@@ -48,7 +48,7 @@ def test_strategy_defaults_filled_and_checked():
     ('equi = [["R.v", "S.w"]]', "equi keys must be integer"),
     ('equi = [["R.k", "R.k2"]]', "both sides are in stream 'R'"),
     ('equi = [["X.k", "S.k"]]', "unknown stream 'X'"),
-    ('band = [{left = "R.v", right = "S.w"}]', "eps: expected a number"),
+    ('band = [{left = "R.v", right = "S.w"}]', "eps: expected a finite number"),
     ('theta = [{udf = "no_such_module:f"}]', "cannot import module 'no_such_module'"),
     ('theta = [{udf = "mpi_join.udfs:nothing"}]', "has no function 'nothing'"),
     ("", "give at least one of equi, band or theta"),

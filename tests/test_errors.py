@@ -131,7 +131,7 @@ def test_non_equi_predicate_names_supporting_strategies(tmp_path):
 
 
 @pytest.mark.parametrize("snippet,fragment", [
-    ("[run]\nbatch_size = 0", "run.batch_size: expected a positive integer"),
+    ("[run]\nbatch_size = 0", "run.batch_size: expected an integer in 1.."),
     ("[run]\nrate = -5", "run.rate"),
     ("[run]\nflush_interval = \"soon\"", "run.flush_interval: cannot read duration 'soon'"),
     ("[run]\ncolour = 1", "run.colour: unknown field"),

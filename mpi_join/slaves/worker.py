@@ -32,12 +32,28 @@ from ..topology import DRIVER
 from ..transport import Credits, pack, pack_obj, unpack
 
 
-def injected_fault(rank):
-    """MPI_JOIN_FAULT="rank:batch" makes that rank fail at its batch-th DATA message, counting
-    from 0 (to test that a failing rank aborts the job)."""
+def fault_spec(nranks=None):
+    """MPI_JOIN_FAULT="rank:batch" makes that worker rank fail at its batch-th DATA message,
+    counting from 0 (to see that a failing rank aborts the job). Returns (rank, batch) or None;
+    a value that is set but not understood is refused, not ignored."""
+    from ..errors import ConfigError
     spec = os.environ.get("MPI_JOIN_FAULT", "")
-    r, _, e = spec.partition(":")
-    return int(e) if r.strip() == str(rank) and e.strip().isdigit() else -1
+    if not spec:
+        return None
+    r, sep, e = spec.partition(":")
+    if not (sep and r.strip().isdigit() and e.strip().isdigit()) or len(spec) > 40:
+        raise ConfigError(f"MPI_JOIN_FAULT: expected RANK:BATCH (a worker rank and a batch number), got {spec[:40]!r}")
+    rank, batch = int(r), int(e)
+    if rank < 1 or (nranks is not None and rank >= nranks):
+        hi = "" if nranks is None else f"..{nranks - 1}"
+        raise ConfigError(f"MPI_JOIN_FAULT: rank {rank} is not a worker rank (workers are 1{hi}); got {spec!r}")
+    return rank, batch
+
+
+def injected_fault(rank):
+    """The batch at which this rank fails on purpose (MPI_JOIN_FAULT), or -1."""
+    f = fault_spec()
+    return f[1] if f and f[0] == rank else -1
 
 
 class Cut:
