@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from .errors import ConfigError, InputError
+from .integrity import array_sha256, verify_part
 
 FORMAT = "mpi-join-checkpoint/1"
 MANIFEST = "MANIFEST.json"
@@ -58,10 +59,15 @@ def write_rank(root, cid, rank, arrays, attrs):
         f.attrs["format"] = FORMAT
         f.attrs["rank"] = rank
         f.attrs["checkpoint"] = cid
-        f.attrs["state"] = json.dumps(attrs)
+        state = json.dumps(attrs)
+        f.attrs["state"] = state
         g = f.create_group("arrays")
+        sums = {"state": hashlib.sha256(state.encode()).hexdigest()}
         for name, a in arrays.items():
-            g.create_dataset(name, data=np.ascontiguousarray(a))
+            a = np.ascontiguousarray(a)
+            g.create_dataset(name, data=a)
+            sums[name] = array_sha256(a)
+        f.attrs["sha256"] = json.dumps(sums)
     os.replace(tmp, path)
     return path
 
@@ -78,7 +84,9 @@ def read_rank(root, cid, rank, expected=None):
         with h5py.File(path, "r") as f:
             if f.attrs.get("format") != FORMAT or int(f.attrs.get("rank", -1)) != rank:
                 raise InputError(f"{path}: not a checkpoint file of rank {rank} ({FORMAT})")
-            attrs = json.loads(f.attrs["state"])
+            state = f.attrs["state"]
+            sums = json.loads(f.attrs["sha256"]) if "sha256" in f.attrs else None
+            attrs = json.loads(state)
 
             def visit(name, obj):
                 if isinstance(obj, h5py.Dataset):
@@ -87,7 +95,18 @@ def read_rank(root, cid, rank, expected=None):
     except InputError:
         raise
     except Exception as e:  # noqa: BLE001 - h5py raises OSError/KeyError/ValueError on damage
-        raise InputError(f"{path}: damaged checkpoint file: {e}") from None
+        raise InputError(f"{path}: damaged checkpoint file: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    if sums is None:
+        raise InputError(f"{path}: checkpoint file carries no checksums (written by an older mpi-join); "
+                         f"it cannot be verified")
+    if hashlib.sha256(state.encode()).hexdigest() != sums.get("state"):
+        raise InputError(f"{path}: checkpoint state attributes fail their checksum; the file was changed")
+    if set(sums) - {"state"} != set(arrays):
+        extra = sorted(set(arrays) ^ (set(sums) - {"state"}))
+        raise InputError(f"{path}: array '{extra[0]}' is not what was written; the file was changed")
+    for name, a in arrays.items():
+        if array_sha256(a) != sums[name]:
+            raise InputError(f"{path}: array '{name}' fails its checksum; the file was changed")
     for name, a in arrays.items():
         if expected is None:
             continue
@@ -103,6 +122,7 @@ def read_rank(root, cid, rank, expected=None):
 def write_manifest(root, cid, info):
     """Mark checkpoint `cid` complete (written last, atomically)."""
     man = dict(info, format=FORMAT, checkpoint=cid, created=time.time())
+    man["sha256"] = _manifest_sum(man)
     path = os.path.join(ckpt_path(root, cid), MANIFEST)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -113,44 +133,110 @@ def write_manifest(root, cid, info):
     return man
 
 
+def _manifest_sum(man):
+    body = {k: v for k, v in man.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def manifest_of(root, cid):
+    """(manifest, None) for a complete checkpoint, (None, why) for one without a manifest or with
+    a manifest that cannot be read or fails its own checksum."""
+    mp = os.path.join(ckpt_path(root, cid), MANIFEST)
+    if not os.path.exists(mp):
+        return None, f"incomplete (no {MANIFEST})"
+    try:
+        with open(mp, "rb") as f:
+            man = json.loads(f.read(256 << 20).decode("utf-8"))
+    except (OSError, ValueError) as e:
+        return None, f"its {MANIFEST} cannot be read ({str(e).splitlines()[0][:80]})"
+    if not isinstance(man, dict) or man.get("format") != FORMAT:
+        return None, f"its {MANIFEST} is not a checkpoint manifest ({FORMAT})"
+    if man.get("sha256") != _manifest_sum(man):
+        return None, f"its {MANIFEST} fails its checksum (it was changed after it was written)"
+    return man, None
+
+
 def list_checkpoints(root):
-    """[(id, manifest or None if incomplete)] sorted by id."""
+    """[(id, manifest or None if incomplete or damaged)] sorted by id."""
     out = []
     for d in sorted(glob.glob(os.path.join(root, "ckpt-*"))):
         try:
             cid = int(os.path.basename(d)[5:])
         except ValueError:
             continue
-        man = None
-        mp = os.path.join(d, MANIFEST)
-        if os.path.exists(mp):
-            try:
-                with open(mp) as f:
-                    man = json.load(f)
-            except (OSError, ValueError):
-                man = None
-        out.append((cid, man))
+        out.append((cid, manifest_of(root, cid)[0]))
     return out
 
 
-def latest_complete(root, job, nranks):
-    """The newest complete checkpoint usable by this job on `nranks` ranks, or a clear error."""
+def latest_complete(root, job, nranks, say=None, results_dir=None):
+    """The newest complete checkpoint usable by this job on `nranks` ranks, verified, or a clear
+    error. Verified means: the manifest passes its checksum; every rank file is present and its
+    arrays pass theirs; every committed result file (in `results_dir`) has the rows, size and
+    SHA-256 its writer recorded; and the staged input is the input the run read. A damaged
+    newest checkpoint is skipped for the one before it with one line (`say`) giving the reason;
+    changed input or another job's checkpoint is refused."""
+    from .staged import hash_input
+    say = say or (lambda m: None)
     if not os.path.isdir(root):
         raise InputError(f"{root}: checkpoint directory not found")
-    done = [(c, m) for c, m in list_checkpoints(root) if m is not None]
-    if not done:
-        raise InputError(f"{root}: no complete checkpoint (no ckpt-*/{MANIFEST})")
-    cid, man = done[-1]
+    ids = sorted((c for c, _ in list_checkpoints(root)), reverse=True)
+    if not ids:
+        raise InputError(f"{root}: no checkpoint (no ckpt-*/{MANIFEST})")
     fp = fingerprint(job)
-    if man.get("fingerprint") != fp:
-        raise ConfigError(f"{ckpt_path(root, cid)}: checkpoint was written by a different job configuration "
-                          f"(fingerprint {man.get('fingerprint')}, this job {fp}); resume with the job it came from")
-    if man.get("ranks") != nranks:
-        raise ConfigError(f"{ckpt_path(root, cid)}: checkpoint holds {man.get('ranks')} ranks; "
-                          f"resume with mpiexec -n {man.get('ranks')} (got {nranks})")
-    for r in range(nranks):
-        read_rank(root, cid, r)        # every file present and readable before anyone starts
-    return cid, man
+    current = None
+    reasons = []
+    for cid in ids:
+        man, why = manifest_of(root, cid)
+        if man is not None:
+            if man.get("fingerprint") != fp:
+                raise ConfigError(f"{ckpt_path(root, cid)}: checkpoint was written by a different job configuration "
+                                  f"(fingerprint {man.get('fingerprint')}, this job {fp}); resume with the job it came from")
+            if man.get("ranks") != nranks:
+                raise ConfigError(f"{ckpt_path(root, cid)}: checkpoint holds {man.get('ranks')} ranks; "
+                                  f"resume with mpiexec -n {man.get('ranks')} (got {nranks})")
+            recorded = man.get("input")
+            if recorded is None:
+                raise InputError(f"{ckpt_path(root, cid)}: checkpoint does not record the input it read (written by "
+                                 f"an older mpi-join); it cannot be verified")
+            if current is None:
+                current = hash_input(job)
+            _same_input(job, recorded, current)
+            try:
+                for r in range(nranks):
+                    read_rank(root, cid, r)        # present, readable and unchanged before anyone starts
+                committed = man.get("committed") or {}
+                if set(committed) != set(man.get("committed_files", [])):
+                    raise InputError(f"{ckpt_path(root, cid)}: the manifest's committed files disagree with their records")
+                if results_dir is not None:
+                    for name, rec in sorted(committed.items()):
+                        verify_part(os.path.join(results_dir, name), rec)
+            except InputError as e:
+                why = str(e)
+            else:
+                for r in reasons:
+                    say(r)
+                return cid, man
+        reasons.append(f"mpi-join: skipping checkpoint {cid} in {root}: {why}")
+    for r in reasons[:-1]:
+        say(r)
+    raise InputError(f"{root}: no usable checkpoint; the last one tried: {reasons[-1].split(': ', 2)[-1]}")
+
+
+def _same_input(job, recorded, current):
+    """The staged input must be the one the checkpointed run read (names, sizes, SHA-256)."""
+    for s in job.streams:
+        want, have = recorded.get(s.name, {}), current.get(s.name, {})
+        d = os.path.join(job.staged, s.name)
+        for n in sorted(set(want) | set(have)):
+            if n not in have:
+                raise InputError(f"{os.path.join(d, n)}: the staged part file the checkpointed run read is gone; "
+                                 f"the input changed since the checkpoint, so it cannot be resumed exactly once")
+            if n not in want:
+                raise InputError(f"{os.path.join(d, n)}: staged part file was not there when the checkpointed run "
+                                 f"read its input; the input changed, so it cannot be resumed exactly once")
+            if want[n].get("sha256") != have[n]["sha256"] or want[n].get("bytes") != have[n]["bytes"]:
+                raise InputError(f"{os.path.join(d, n)}: staged part file changed since the checkpoint (SHA-256 "
+                                 f"differs); the input changed, so the run cannot be resumed exactly once")
 
 
 def prune(root, keep):

@@ -276,10 +276,12 @@ def stage(job_path, out, master, conf, overwrite, force):
     parsed go to <staged>/_quarantine/<stream>/ with the reason; the counts are printed and kept
     in the manifest. Also runnable as `spark-submit jobs/stage.py JOB`."""
     from .config import load_job
+    from .safety import check_layout, job_dirs
     from .spark.session import spark_session
     from .spark.stage import stage as do_stage
     try:
         job = load_job(job_path)
+        check_layout(job_dirs(job, stage_out=out))     # before any JVM starts
         man = do_stage(spark_session(master, "mpi-join stage", conf), job, out,
                        progress=lambda m: click.echo(m, err=True), overwrite=overwrite, force=force)
     except JobError as e:
@@ -336,10 +338,11 @@ def collect(run_dir, job_path, out, with_payload, files, partial, overwrite, mas
     overlap RUN_DIR or the staged input. A run without _SUCCESS (interrupted, failed) is refused
     unless --partial. Also runnable as `spark-submit jobs/collect.py RUN_DIR --job JOB --out OUT`."""
     from .config import load_job
-    from .spark.collect import collect as do_collect
+    from .spark.collect import collect as do_collect, check_collect
     from .spark.session import spark_session
     try:
         job = load_job(job_path)
+        check_collect(job, run_dir, out)                # before any JVM starts
         s = do_collect(spark_session(master, "mpi-join collect", conf), job, run_dir, out, with_payload, files,
                        progress=lambda m: click.echo(m, err=True), partial=partial, overwrite=overwrite)
     except JobError as e:
@@ -382,18 +385,20 @@ def slurm(job_path, nodes, ntasks, time_limit, partition, launcher, chain, overc
     """
     from .config import load_job
     from .slurm import SlurmOptions, log_dir, render
-    try:
-        job = load_job(job_path)
-    except JobError as e:
-        _fail(e)
     o = SlurmOptions(nodes=nodes, ntasks=ntasks, time=time_limit, partition=partition, launcher=launcher,
                      chain=chain, overcommit=overcommit, python=python_exe, spark_master=spark_master,
                      collect_out=collect_out, stage=stage, collect=collect, verify=verify, extra=tuple(sbatch_opt),
                      with_payload=with_payload)
     out_dir = out_dir or os.path.join(os.path.dirname(os.path.abspath(job_path)), "slurm")
+    try:
+        job = load_job(job_path, udfs=False)        # renders scripts: no code of the job's runs here
+        from .safety import check_text
+        check_text(os.path.abspath(out_dir), "--out")
+        files = render(job, o)
+    except JobError as e:
+        _fail(e)
     os.makedirs(out_dir, exist_ok=True)
     os.makedirs(log_dir(job, o), exist_ok=True)
-    files = render(job, o)
     for name, text in files.items():
         p = os.path.join(out_dir, name)
         with open(p, "w") as f:

@@ -154,12 +154,14 @@ def range_equi(a_code, a_lo_idx, a_hi_idx, b_code_sorted, b_idx_sorted, out_a, o
 
 @njit(cache=True, inline="always")
 def _band_ok(A, i, B, j, eps, closed):
+    """Every band |A - B| < eps (<= when closed), in float64. Written as `not (d < eps)` so that
+    NaN (a NaN value, or inf - inf) is never within a band, as in IEEE and SQL."""
     for c in range(A.shape[1]):
         d = abs(A[i, c] - B[j, c])
         if closed[c]:
-            if d > eps[c]:
+            if not d <= eps[c]:
                 return False
-        elif d >= eps[c]:
+        elif not d < eps[c]:
             return False
     return True
 

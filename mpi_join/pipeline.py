@@ -18,6 +18,9 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     from .spark.session import spark_session
     from .spark.stage import stage
     job = load_job(job_path)
+    out = collect_out or default_out(job.output)
+    from .safety import check_layout, job_dirs
+    check_layout(job_dirs(job, collect_out=out))        # before any JVM or rank starts
     t0 = time.perf_counter()
     steps = 3 + bool(verify)
     spark = None
@@ -33,7 +36,6 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     if rc != 0:
         say(f"run failed with exit code {rc}; nothing collected")
         return rc
-    out = collect_out or default_out(job.output)
     say(f"3/{steps} collect with Spark -> {out}")
     spark = spark or spark_session(master, "mpi-join pipeline", conf)
     s = collect(spark, job, job.output, out, with_payload=with_payload, progress=lambda m: say("    " + m))

@@ -7,7 +7,7 @@ parameters, every rank's role and links, each window in tuples at the staged arr
 state a worker holds if the windows spread evenly, and which local join decides which condition.
 """
 from . import strategies
-from .staged import StreamReader, staged_manifest
+from .staged import StreamReader, staged_files, staged_manifest
 from .units import ts_unit_ns
 from .window import runtime_dtype
 
@@ -16,6 +16,7 @@ def check(job, nranks):
     """Raise JobError on the first problem; returns the staged manifest."""
     strategies.check_runnable(job, nranks)
     man = staged_manifest(job)
+    staged_files(job, man)                         # part files present, none extra, sizes as staged
     for s in job.streams:
         r = StreamReader(job.staged, s)            # opens every file and checks its schema
         want = man["streams"][s.name]["count"]

@@ -104,6 +104,8 @@ class Marker(Control):
 
 @dataclass(frozen=True)
 class MarkerDone(Control):
+    """A rank's part of checkpoint `id` is written; `files`: [[name, rows, bytes, sha256]] of
+    the result files it commits."""
     op: ClassVar[str] = "marker_done"
     id: int = 0
     files: tuple = ()

@@ -26,6 +26,7 @@ class ResultWriter:
         self.files = []
         self._pool = None
         self._pending = None
+        self.records = {}            # file name -> {"rows", "bytes", "sha256"}: what was written
         os.makedirs(directory, exist_ok=True)
 
     def add(self, seqs, emit_ns, latency_ns):
@@ -54,7 +55,8 @@ class ResultWriter:
     def _wait(self):
         if self._pending is not None:
             p, self._pending = self._pending, None
-            p.result()           # a write error surfaces here, on the rank's own thread
+            name, rec = p.result()           # a write error surfaces here, on the rank's own thread
+            self.records[name] = rec
 
     def close(self):
         self.flush(wait=True)
@@ -62,9 +64,15 @@ class ResultWriter:
             self._pool.shutdown()
         return self.files
 
-    def resume(self, names):
-        """Continue after a checkpoint whose committed files of this rank are `names`."""
+    def resume(self, names, records=None):
+        """Continue after a checkpoint whose committed files of this rank are `names` (with the
+        records the checkpoint verified)."""
         self.files = [os.path.join(self.dir, n) for n in names]
+        self.records = dict(records or {})
+
+    def file_records(self):
+        """[[name, rows, bytes, sha256]] of every file written so far (after a flush with wait)."""
+        return [[n, r["rows"], r["bytes"], r["sha256"]] for n, r in sorted(self.records.items())]
 
 
 def _lower_priority():
@@ -85,6 +93,9 @@ def _write(chunks, names, path):
     tmp = path + ".tmp"
     pq.write_table(table, tmp, use_dictionary=False)
     os.replace(tmp, path)
+    from .integrity import file_sha256
+    return os.path.basename(path), {"rows": table.num_rows, "bytes": os.path.getsize(path),
+                                    "sha256": file_sha256(path)}
 
 
 def result_files(path):

@@ -20,6 +20,7 @@ from .errors import JobError
 from .metrics import RankMetrics, summarize, write_json
 from .strategies import check_runnable
 from .protocol import Start, Tag, decode_control
+from .safety import LOCK
 
 
 def run_rank(job_path, overrides):
@@ -29,19 +30,20 @@ def run_rank(job_path, overrides):
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     ctx = {}
-    signal.signal(signal.SIGINT, lambda *_: _interrupted(rank, ctx.get("output")))
+    signal.signal(signal.SIGINT, lambda *_: _interrupted(rank, ctx))
     from .kernels import Compiles
     Compiles.install()
     try:
         tx = Transport(comm)
         tx.hosts = comm.allgather(MPI.Get_processor_name())     # the rank-to-host map
         try:
-            code = _driver(job_path, overrides, tx, ctx) if rank == 0 else _worker(job_path, overrides, tx)
+            code = _driver(job_path, overrides, tx, ctx) if rank == 0 else _worker(job_path, overrides, tx, ctx)
         finally:
             tx.close()
     except KeyboardInterrupt:
-        _interrupted(rank, ctx.get("output"))
+        _interrupted(rank, ctx)
     except BaseException as e:  # noqa: BLE001 - any failure must take the whole job down
+        _release(ctx)
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         if isinstance(e, JobError):
             sys.stderr.write(f"mpi-join: error: {why} (rank {rank}; job aborted)\n")
@@ -63,18 +65,33 @@ def run_rank(job_path, overrides):
     return code
 
 
-def _interrupted(rank, output):
+def _interrupted(rank, ctx):
     """Ctrl-C reaches every rank of the launch (mpiexec and srun forward it): one line from rank
     0, the others quiet, and every rank leaves with 130 (128 + SIGINT), without MPI_Abort and
-    without waiting in MPI_Finalize for ranks that are leaving too. Rank 0 leaves last, so that
-    no worker sees its messages break off before its own signal arrives."""
+    without waiting in MPI_Finalize for ranks that are leaving too. Rank 0 writes its line at
+    once (mpiexec stops forwarding output soon after ranks leave) and says what is on disk:
+    results are buffered in memory up to a part file's size, so there may be none. It leaves
+    last, so that no worker sees its messages break off before its own signal arrives."""
     if rank == 0:
-        where = f"; partial results in {os.path.join(output, 'results')}" if output else ""
+        output = ctx.get("output")
+        where = ""
+        if output:
+            import glob
+            rdir = os.path.join(output, "results")
+            parts = glob.glob(os.path.join(rdir, "part-r*.parquet"))
+            where = (f"; {len(parts)} partial result part file(s) in {rdir} (`mpi-join collect --partial` reads "
+                     f"them)" if parts else "; no result part file had been written yet")
         sys.stderr.write(f"\nmpi-join: interrupted by the user; no _SUCCESS written{where}\n")
         sys.stderr.flush()
+        _release(ctx)
         time.sleep(0.5)
     sys.stderr.flush()
     os._exit(130)
+
+
+def _release(ctx):
+    for lock in ctx.pop("locks", []):
+        lock.release()
 
 
 def _driver(job_path, overrides, tx, ctx):
@@ -92,18 +109,25 @@ def _driver(job_path, overrides, tx, ctx):
         fault_spec(tx.size)
         info = strategies.get(job.strategy.name)
         topo = info.topology(tx.size, job.strategy.params)
+        ctx["locks"] = _lock_dirs(job, overrides)
         if overrides.get("resume"):
             from .checkpoint import latest_complete
             root = os.path.abspath(overrides["resume"])
-            cid, man = latest_complete(root, job, tx.size)
+            cid, man = latest_complete(root, job, tx.size, say=_say,
+                                       results_dir=os.path.join(job.output, "results"))
             resume = (root, cid)
         progress = Progress(0, enabled=job.run.progress)
         tx.enable_liveness(job.run.liveness_timeout_s)
         driver = Driver(job, tx, topo, info.load("router"), metrics, progress, resume)
-        _prepare_output(job.output, keep=set(man["committed_files"]) if resume else None,
+        if job.checkpoint is not None:
+            from .staged import hash_input, staged_files
+            driver.ckpt.input = staged_files(job, driver.manifest) or hash_input(job)
+        ctx["kept"] = man["committed"] if resume else {}
+        _prepare_output(job.output, keep=set(ctx["kept"]) if resume else None,
                         overwrite=bool(overrides.get("overwrite")))
     except JobError as e:
         err = str(e)
+        _release(ctx)
     start = Start(err, resume[0] if resume else None, resume[1] if resume else -1).encode()
     for r in range(1, tx.size):
         tx.send(r, Tag.START, start)
@@ -125,6 +149,7 @@ def _driver(job_path, overrides, tx, ctx):
     for r in ranks:
         r["host"] = tx.host(r["rank"])
     summary = summarize(ranks, wall, total)
+    summary["results"] = _verify_parts(job.output, ctx["kept"], worker_metrics, summary["results"])
     summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=driver.resumed_from,
                    hosts=list(tx.hosts), liveness_timeout_s=job.run.liveness_timeout_s,
                    checkpoints=driver.ckpt.completed, topology=topo.name,
@@ -138,12 +163,64 @@ def _driver(job_path, overrides, tx, ctx):
         write_json(os.path.join(mdir, f"rank-{r['rank']:04d}.json"), r)
     write_json(os.path.join(mdir, "summary.json"), summary)
     write_json(os.path.join(job.output, "_SUCCESS"), {"results": summary["results"], "tuples": total})
+    _release(ctx)
     if not os.environ.get("MPI_JOIN_QUIET"):
         print(summary_table(summary), flush=True)
     return 0
 
 
-def _worker(job_path, overrides, tx):
+def _say(line):
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _lock_dirs(job, overrides):
+    """Hold the output directory, and the checkpoint directory, for the life of this run."""
+    from .safety import DirLock
+    locks = [DirLock(job.output, "output.dir", say=_say)]
+    ck = overrides.get("resume") or (job.checkpoint.dir if job.checkpoint else None)
+    if overrides.get("resume") and not os.path.isdir(ck):
+        raise JobError(f"{os.path.abspath(ck)}: checkpoint directory not found")
+    if ck:
+        locks.append(DirLock(os.path.abspath(ck), "checkpoint.dir", say=_say))
+    held = []
+    try:
+        for lock in locks:
+            held.append(lock.acquire())
+    except JobError:
+        for lock in held:
+            lock.release()
+        raise
+    return held
+
+
+def _verify_parts(out, kept, workers, counted):
+    """Every result part file of the run must be readable with the rows its writer wrote (the
+    files a resumed checkpoint committed were verified before the start); no other part file may
+    be there. Returns the number of results in the files, which is what the summary reports; it
+    must equal what the workers counted."""
+    from .errors import InputError
+    from .integrity import verify_part
+    rdir = os.path.join(out, "results")
+    records = dict(kept)
+    for w in workers:
+        for name, rows, size, sha in w.get("result_parts", []):
+            records[name] = {"rows": rows, "bytes": size, "sha256": sha}
+    present = {f for f in os.listdir(rdir) if _OWN["results"].match(f) and not f.endswith(".tmp")}
+    stray = sorted(present - set(records))
+    if stray:
+        raise InputError(f"{os.path.join(rdir, stray[0])}: result part file that no rank of this run wrote or "
+                         f"committed; is another run writing here?")
+    for name, rec in sorted(records.items()):
+        verify_part(os.path.join(rdir, name), rec, full=name not in kept)
+    total = sum(r["rows"] for r in records.values())
+    if total != counted:
+        raise InputError(f"{rdir}: the part files hold {total:,} results, the ranks counted {counted:,}; "
+                         f"no _SUCCESS written")
+    return total
+
+
+def _worker(job_path, overrides, tx, ctx):
     from . import strategies
     from .results import ResultWriter
     from .slaves.worker import Worker
@@ -176,16 +253,22 @@ def _prepare_output(out, keep=None, overwrite=False):
 
     A directory is mpi-join's once it holds the MARKER file (written on first use). An existing
     non-empty directory without it is refused unless `overwrite`. From an earlier run only
-    mpi-join's own files go: result part files, rank metrics and _SUCCESS, by their names; when
-    resuming, the result files the checkpoint committed (`keep`) stay."""
+    mpi-join's own files go: result part files, rank metrics and _SUCCESS, by their names, never
+    through a symlink (a linked results/ or metrics/ is refused); when resuming, the result files
+    the checkpoint committed (`keep`) stay."""
+    from .safety import plain_dir, remove_file
     if "://" in out:
         raise JobError(f"output.dir: {out}: runs write results to a local or shared filesystem path")
     try:
-        marked = os.path.exists(os.path.join(out, MARKER))
-        if os.path.isdir(out) and os.listdir(out) and not marked and not overwrite:
+        plain_dir(out, "output.dir")
+        marked = os.path.isfile(os.path.join(out, MARKER))
+        mine = {MARKER, LOCK}
+        if os.path.isdir(out) and set(os.listdir(out)) - mine and not marked and not overwrite:
             raise JobError(f"output.dir: {out} exists, is not empty and holds no mpi-join run; choose another "
                            "directory, or pass --overwrite to write into it (only mpi-join's own files are replaced)")
         rdir = os.path.join(out, "results")
+        for sub in _OWN:
+            plain_dir(os.path.join(out, sub), f"output.dir's {sub}/")
         if keep is not None:
             missing = [f for f in keep if not os.path.exists(os.path.join(rdir, f))]
             if missing:
@@ -195,10 +278,10 @@ def _prepare_output(out, keep=None, overwrite=False):
             d = os.path.join(out, sub)
             for f in os.listdir(d) if os.path.isdir(d) else []:
                 if own.match(f) and not (sub == "results" and keep is not None and f in keep):
-                    os.remove(os.path.join(d, f))
+                    remove_file(out, os.path.join(d, f))
         done = os.path.join(out, "_SUCCESS")
-        if os.path.exists(done):
-            os.remove(done)
+        if os.path.lexists(done):
+            remove_file(out, done)
         os.makedirs(rdir, exist_ok=True)
         if not marked:
             with open(os.path.join(out, MARKER), "w") as f:

@@ -1,13 +1,17 @@
 """Slurm batch scripts rendered from a job file: stage -> run -> collect, as one job or a chain.
 
-Every value that comes from the job file or the command line is quoted with shlex.quote, so
-paths with spaces or shell characters are passed through unchanged."""
+Every value that comes from the job file or the command line is refused if it holds a newline,
+a carriage return or another control character (a line break would start a new command in the
+script, whatever the quoting), then quoted with shlex.quote, so paths with spaces or shell
+characters are passed through unchanged."""
 import os
 import re
 import shlex
 import sys
 from dataclasses import dataclass
 
+from .errors import JobError
+from .safety import check_text
 from .spark.collect import default_out
 
 LAUNCHERS = ("srun", "mpiexec")
@@ -51,7 +55,7 @@ def _header(job, o, step, ntasks, nodes):
         lines.append(f"#SBATCH --partition={_q(o.partition)}")
     if o.overcommit:
         lines.append("#SBATCH --overcommit")
-    lines += [f"#SBATCH {x}" for x in o.extra]
+    lines += [f"#SBATCH {_q(x)}" for x in o.extra]
     lines += ["", "set -euo pipefail", f"PY={_q(o.python)}", f"JOB={_q(os.path.abspath(job.path))}"]
     return lines, logs
 
@@ -83,6 +87,24 @@ def _steps(job, o):
     return steps
 
 
+def _check_values(job, o):
+    """Refuse, with one line naming the option, any value with a control character."""
+    vals = [("--time", o.time), ("--partition", o.partition), ("--python", o.python),
+            ("--spark-master", o.spark_master), ("--collect-out", o.collect_out), ("--log-dir", o.log_dir),
+            ("the job file's path", os.path.abspath(job.path)), ("output.dir", job.output),
+            ("the log directory", log_dir(job, o))]
+    vals += [("--sbatch-opt", x) for x in o.extra]
+    for where, v in vals:
+        if v is not None:
+            check_text(str(v), where)
+    for where, v in (("--nodes", o.nodes), ("--ntasks", o.ntasks)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 20:
+            raise JobError(f"{where}: expected an integer in 1..{1 << 20:,}, got {v!r}")
+    for x in o.extra:
+        if not x.startswith("-"):
+            raise JobError(f"--sbatch-opt: expected an sbatch option such as --account=abc, got {x[:60]!r}")
+
+
 def log_dir(job, o):
     """Where the jobs' output goes; Slurm does not create it, so it must exist at submission."""
     return o.log_dir or os.path.join(os.path.dirname(os.path.abspath(job.path)), "slurm-logs")
@@ -93,6 +115,7 @@ def render(job, o):
     with --dependency=afterok."""
     if o.launcher not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {LAUNCHERS}")
+    _check_values(job, o)
     steps = _steps(job, o)
     base = _safe_name(job.name)
     if not o.chain:

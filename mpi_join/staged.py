@@ -15,20 +15,27 @@ from .errors import InputError
 from .schema import SEQ, TS, arrow_type, from_arrow, numpy_field, to_arrow, type_name
 
 MANIFEST = "_manifest.json"
+FORMAT = "mpi-join-staged/1"
 
 
 def write_staged(path, streams, arrays, ts_unit, rows_per_file=1_000_000, extra=None):
     """Write one Parquet dataset per stream plus the manifest. `streams` are config.Stream."""
     os.makedirs(path, exist_ok=True)
-    man = {"format": "mpi-join-staged/1", "ts_unit": ts_unit, "streams": {}, "total": 0}
+    from .integrity import file_records
+    from .safety import check_name, inside, plain_dir, remove_file
+    man = {"format": FORMAT, "ts_unit": ts_unit, "streams": {}, "total": 0, "files": {}}
     for s, arr in zip(streams, arrays):
-        d = os.path.join(path, s.name)
-        os.makedirs(d, exist_ok=True)
+        d = os.path.join(path, check_name(s.name, f"{path}: stream"))
+        plain_dir(d, f"staged stream folder of '{s.name}'")
+        os.makedirs(inside(path, d), exist_ok=True)
         for old in glob.glob(os.path.join(d, "part-*.parquet")):
-            os.remove(old)
+            remove_file(path, old)
+        names = []
         for k in range(max(1, -(-len(arr) // rows_per_file))):
             chunk = arr[k * rows_per_file:(k + 1) * rows_per_file]
-            pq.write_table(to_arrow(chunk), os.path.join(d, f"part-{k:05d}.parquet"))
+            names.append(f"part-{k:05d}.parquet")
+            pq.write_table(to_arrow(chunk), os.path.join(d, names[-1]))
+        man["files"][s.name] = file_records(d, names)
         man["streams"][s.name] = {
             "count": int(len(arr)),
             "ts_min": int(arr[TS].min()) if len(arr) else None,
@@ -329,11 +336,91 @@ class OrderCheck:
 
 
 def read_manifest(staged):
+    """The staged manifest as a dict, None when there is none; InputError when it cannot be read."""
     p = os.path.join(staged, MANIFEST)
     if not os.path.exists(p):
         return None
-    with open(p) as f:
-        return json.load(f)
+    try:
+        with open(p, "rb") as f:
+            return json.loads(f.read(64 << 20).decode("utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{p}: the staged manifest cannot be read ({str(e).splitlines()[0][:100]}); "
+                         f"stage again (`mpi-join stage JOB --force`)") from None
+
+
+def _int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_structure(man, p):
+    """A manifest must add up: known format, counts >= 0 that sum to `total`, ts ranges in order,
+    file records with sizes and checksums. Raises InputError naming the manifest and the field."""
+    def bad(what):
+        raise InputError(f"{p}: {what}; the staged manifest is damaged; stage again (`mpi-join stage JOB --force`)")
+    if not isinstance(man, dict):
+        bad("not a JSON object")
+    if man.get("format") != FORMAT:
+        bad(f"format is {str(man.get('format'))[:40]!r}, expected {FORMAT!r}")
+    streams = man.get("streams")
+    if not isinstance(streams, dict) or not all(isinstance(v, dict) for v in streams.values()):
+        bad("'streams' is not a table of streams")
+    for name, st in streams.items():
+        n, lo, hi = st.get("count"), st.get("ts_min"), st.get("ts_max")
+        if not _int(n) or n < 0:
+            bad(f"streams.{name}.count is {n!r}, expected an integer >= 0")
+        if n and not (_int(lo) and _int(hi) and lo <= hi):
+            bad(f"streams.{name}: ts_min {lo!r} and ts_max {hi!r} are not an ordered pair of integers")
+        if not isinstance(st.get("schema"), dict):
+            bad(f"streams.{name}.schema is missing")
+        reserved = [c for c in st["schema"] if isinstance(c, str) and c.startswith("_")]
+        if reserved:
+            bad(f"streams.{name}: column '{reserved[0]}' starts with '_', reserved for mpi-join's own columns")
+    total = man.get("total")
+    if not _int(total) or total != sum(st["count"] for st in streams.values()):
+        bad(f"total is {total!r}, the streams' counts add up to {sum(st['count'] for st in streams.values()):,}")
+    files = man.get("files")
+    if files is not None:
+        if not isinstance(files, dict):
+            bad("'files' is not a table")
+        for name, recs in files.items():
+            if not isinstance(recs, dict) or not all(
+                    isinstance(r, dict) and _int(r.get("bytes")) and isinstance(r.get("sha256"), str)
+                    for r in recs.values()):
+                bad(f"files.{name}: expected {{part file: {{bytes, sha256}}}}")
+    return man
+
+
+def staged_files(job, man):
+    """{stream: {part file name: {bytes, sha256}}} of the staged input now: the manifest's records,
+    checked against the part files present (names and sizes; contents are hashed by `hash_input`).
+    A manifest without records (staged by an older version) gives None."""
+    files = man.get("files")
+    if files is None:
+        return None
+    for s in job.streams:
+        d = os.path.join(job.staged, s.name)
+        want = files.get(s.name, {})
+        have = {os.path.basename(f) for f in glob.glob(os.path.join(d, "*.parquet"))}
+        for n in sorted(set(want) - have):
+            raise InputError(f"{os.path.join(d, n)}: staged part file listed in the manifest is missing; stage again")
+        for n in sorted(have - set(want)):
+            raise InputError(f"{os.path.join(d, n)}: staged part file is not in the manifest; stage again")
+        for n, rec in want.items():
+            size = os.path.getsize(os.path.join(d, n))
+            if size != rec["bytes"]:
+                raise InputError(f"{os.path.join(d, n)}: staged part file has {size:,} bytes, the manifest records "
+                                 f"{rec['bytes']:,}; it changed since staging; stage again")
+    return {s.name: files.get(s.name, {}) for s in job.streams}
+
+
+def hash_input(job):
+    """{stream: {part file: {bytes, sha256}}} computed from the staged part files now."""
+    from .integrity import file_records
+    out = {}
+    for s in job.streams:
+        d = os.path.join(job.staged, s.name)
+        out[s.name] = file_records(d, sorted(os.path.basename(f) for f in glob.glob(os.path.join(d, "*.parquet"))))
+    return out
 
 
 def staged_manifest(job):
@@ -352,6 +439,7 @@ def check_manifest(job, man, p):
     """`man`: the manifest read from `p` (None if there is none). See staged_manifest."""
     if man is None:
         raise InputError(f"{p}: missing: the staged input has no manifest; stage it with `mpi-join stage JOB`")
+    check_structure(man, p)
     unit = man.get("ts_unit")
     if unit != job.ts_unit:
         raise InputError(f"{p}: the input was staged with ts_unit = \"{unit}\" and the job says "

@@ -180,12 +180,28 @@ def _text(v):
     return None if isinstance(v, str) else "expected a string"
 
 
+def _number_list(allow=()):
+    """Comma-separated finite numbers, or "" (or one of `allow`); lengths are checked against
+    the rank count later."""
+    def check(v):
+        if not isinstance(v, str):
+            return "expected a string of comma-separated numbers"
+        if v == "" or v in allow:
+            return None
+        try:
+            numbers(v, "")
+        except ValueError:
+            return "expected comma-separated finite numbers (at most 1e12)"
+        return None
+    return check
+
+
 # what both handshake-join chains take
 _CHAIN_PARAMS = {
     "local_join": Param("scan", _choice("scan", "index"),
                         "join in a segment: 'scan' the nested loop of the original, 'index' an equi "
                         "hash or band index kept across batches"),
-    "weights": Param("", _text, "relative segment sizes of the workers, comma-separated (default equal; "
+    "weights": Param("", _number_list(), "relative segment sizes of the workers, comma-separated (default equal; "
                      "for unequal ranks)"),
 }
 
@@ -258,11 +274,11 @@ REGISTRY = {
                                 "when the one before has ended its cycle), more is PSP-I (delayed purge)"),
             "ordering": Param("auto", _text, "join orderings, e.g. \"A>C>B,B>A>C\" (probing stream first); "
                               "'auto': most selective first, measured on the first batch"),
-            "weights": Param("", _text, "relative slice sizes of the operators, comma-separated (default equal; "
+            "weights": Param("", _number_list(), "relative slice sizes of the operators, comma-separated (default equal; "
                              "0 leaves an operator without state)"),
             "lengths": Param("", _text, "ring length per stream, e.g. \"A=2,C=3\" (others: every operator): a "
                              "stream's state spans its first operators only (`mpi-join plan` suggests them)"),
-            "slice_counts": Param("", _text, "count-bounded slices (workload smoothing): tuples each operator "
+            "slice_counts": Param("", _number_list(("balanced",)), "count-bounded slices (workload smoothing): tuples each operator "
                                   "but the tail holds, comma-separated (the last repeats), or \"balanced\" (equal "
                                   "shares of each window's tuples, every batch); the tail keeps time"),
             "relocation": Param("passive", _choice("passive", "aggressive"),

@@ -165,8 +165,16 @@ def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):
     newest = max(c for c, m in ck.list_checkpoints(root) if m)
     with open(ck.rank_file(root, newest, 1), "wb") as h:
         h.write(b"not hdf5")
-    p = run_mpi(3, "run", path, "--resume", root)
-    assert p.returncode == 2 and "damaged checkpoint file" in p.stderr
+    p = run_mpi(3, "run", path, "--resume", root)      # the damaged newest one is skipped, and said so
+    assert p.returncode == 0, p.stderr
+    assert f"skipping checkpoint {newest} in {root}" in p.stderr and "damaged checkpoint file" in p.stderr
+    got = read_results(job.output, job.stream_names)
+    assert len(got) == len(as_set(got)) and as_set(got) == as_set(run_oracle(job, arrays))
+    for c, m in ck.list_checkpoints(root):
+        with open(ck.rank_file(root, c, 1), "wb") as h:
+            h.write(b"not hdf5")
+    p = run_mpi(3, "run", path, "--resume", root)      # none left: refused
+    assert p.returncode == 2 and "no usable checkpoint" in p.stderr and "damaged checkpoint file" in p.stderr
     p = run_mpi(3, "run", path, "--resume", str(tmp_path / "nowhere"))
     assert p.returncode == 2 and "nowhere: checkpoint directory not found" in p.stderr
 
@@ -175,7 +183,7 @@ def test_checkpoint_config_errors(tmp_path):
     from mpi_join.config import load_job
     base = equi_job_text(('"5ms"', '"5ms"'))
     for snippet, msg in [('[checkpoint]\ndir = "c"', "give every_tuples, every"),
-                         ('[checkpoint]\ndir = "c"\nevery_tuples = 0', "checkpoint.every_tuples: expected a positive integer"),
+                         ('[checkpoint]\ndir = "c"\nevery_tuples = 0', "checkpoint.every_tuples: expected an integer in 1.."),
                          ('[checkpoint]\ndir = "c"\nevery = "never"', "checkpoint.every: cannot read duration")]:
         (tmp_path / "j.toml").write_text(base + snippet + "\n")
         with pytest.raises(ConfigError, match=msg):

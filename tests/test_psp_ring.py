@@ -233,7 +233,7 @@ def test_psp_config_errors_name_the_parameter(tmp_path):
              ('weights = "1,2"', "strategy.weights: expected 3 non-negative numbers"),
              ('lengths = "A=9"', "strategy.lengths: expected STREAM=N pairs with N in 1..3"),
              ('force_relocate = "x"', "strategy.force_relocate: expected EPOCH:W1,...,W3"),
-             ("interleave = 0", "strategy.interleave: expected a positive integer")]
+             ("interleave = 0", "strategy.interleave: expected an integer in 1..1,024")]
     for k, (line, msg) in enumerate(cases):
         d = tmp_path / f"c{k}"
         d.mkdir()

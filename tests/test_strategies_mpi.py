@@ -79,3 +79,33 @@ def test_text_keys_equal_oracle(tmp_path, strategy):
     got = read_results(job.output, job.stream_names)
     expect = run_oracle(job, arrays)
     assert len(expect) > 0 and len(got) == len(as_set(got)) and as_set(got) == as_set(expect)
+
+
+@pytest.mark.parametrize("strategy", [n for n in strategies.names() if "band" in strategies.get(n).predicates
+                                      and strategies.get(n).streams[0] <= 2])
+def test_nan_infinities_and_decimal_grid_bands_equal_oracle(tmp_path, strategy):
+    """README "Exact semantics": NaN and infinities are within no band, and a closed band on values
+    of a decimal grid is never narrowed by rounding, on every strategy (with its index join where
+    it has one)."""
+    info = strategies.get(strategy)
+    pred = ('equi = [["R.k", "S.k"]]\n' if "equi" in info.requires else "") + \
+        'band = [{left = "R.v", right = "S.w", eps = 0.7, closed = true}]'
+    extra = 'local_join = "index"' if "local_join" in info.params and info.params["local_join"].check("index") is None else ""
+    text = equi_job_text(('"6ms"', '"4ms"'), strategy=strategy, predicate=pred, extra_strategy=extra,
+                         run="batch_size = 97\nmax_inflight = 2")
+    rng = np.random.default_rng(5)
+    arrays = random_streams(rng, 1500, key_range=3)
+    arrays[0]["v"] = rng.integers(0, 40, len(arrays[0])) * 0.1
+    arrays[1]["w"] = rng.integers(0, 40, len(arrays[1])) * 0.1
+    arrays[0]["v"][rng.random(len(arrays[0])) < 0.03] = np.nan
+    arrays[1]["w"][rng.random(len(arrays[1])) < 0.03] = np.nan
+    arrays[0]["v"][::50] = np.inf
+    arrays[1]["w"][::70] = np.inf
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(info.min_ranks + 1, "run", path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    got = read_results(job.output, job.stream_names)
+    expect = run_oracle(job, arrays)
+    R = dict(zip(arrays[0]["seq"].tolist(), arrays[0]["v"].tolist()))
+    assert len(expect) > 0 and not any(np.isnan(R[int(a)]) or np.isinf(R[int(a)]) for a, _ in expect)
+    assert len(got) == len(as_set(got)) and as_set(got) == as_set(expect)

@@ -16,6 +16,7 @@ class Checkpointer:
         self.next_id = first_id
         self.pending = {}
         self.completed = []
+        self.input = None                  # the staged input's file records (set by the driver)
         self._last_offset = None
         self._last_t = time.perf_counter()
 
@@ -53,10 +54,11 @@ class Checkpointer:
 
     def _finish(self, cid, p):
         ck.write_rank(self.cfg.dir, cid, 0, p["arrays"], dict(p["attrs"], epoch=p["epoch"], input_offset=p["offset"]))
-        files = sorted(f for a in p["acks"].values() for f in a.files)
+        recs = {n: {"rows": r, "bytes": b, "sha256": h} for a in p["acks"].values() for n, r, b, h in a.files}
         ck.write_manifest(self.cfg.dir, cid, {
             "epoch": p["epoch"], "input_offset": p["offset"], "ranks": self.nranks, "fingerprint": self.fp,
-            "committed_files": files, "results": sum(a.results for a in p["acks"].values()),
+            "committed_files": sorted(recs), "committed": recs,
+            "results": sum(r["rows"] for r in recs.values()), "input": self.input,
         })
         self.completed.append(cid)
         ck.prune(self.cfg.dir, self.cfg.keep)

@@ -86,7 +86,7 @@ class Driver:
         self.workers = topology.workers
         self.entries = topology.entries()
         self.router = router_cls(job, topology, self)
-        man = staged_manifest(job)
+        man = self.manifest = staged_manifest(job)
         counts = [man["streams"][s.name]["count"] for s in job.streams]
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts)
         self.credits = Credits(self.entries, job.run.max_inflight)

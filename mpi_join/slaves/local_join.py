@@ -162,8 +162,8 @@ class BinaryJoin:
     def _sortkey(self, rows, s):
         if self.method == "equi":
             return rows["_h"]
-        if self.method == "band":
-            return rows["_band"][:, 0].copy()
+        if self.method == "band":   # NaN never matches: sorted as +inf, so the runs stay totally ordered
+            return np.nan_to_num(rows["_band"][:, 0], nan=np.inf, posinf=np.inf, neginf=-np.inf)
         return None
 
     def append(self, rows, s):
@@ -282,6 +282,16 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x
     return n
 
 
+@njit(cache=True, inline="always")
+def band_range(v, eps):
+    """Candidate range [lo, hi] for |x - v| <= eps evaluated in float64, never narrower than the
+    condition: v - eps and v + eps round to nearest, which can land inside the band (0.2 + 0.7 is
+    0.8999999999999999 < 0.9 although |0.9 - 0.2| == 0.7 in float64), so both ends are widened by
+    a few ulps of the larger magnitude; the exact test then runs on every candidate."""
+    slack = (abs(v) + eps) * 1e-15 + 5e-324
+    return (v - eps) - slack, (v + eps) + slack
+
+
 @njit(cache=True)
 def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq, x_coord, x_lo, eps, closed,
              out_a, out_b):
@@ -292,8 +302,11 @@ def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq,
     nx = x_seq.shape[0]
     for i in range(p_band.shape[0]):
         v = p_band[i, 0]
-        q = np.searchsorted(run_v, v - eps[0])
-        while q < run_v.shape[0] and run_v[q] <= v + eps[0]:
+        if not np.isfinite(v):      # NaN and +-inf are within no band of anything
+            continue
+        lo, hi = band_range(v, eps[0])
+        q = np.searchsorted(run_v, lo)
+        while q < run_v.shape[0] and run_v[q] <= hi:
             j = run_pos[q] - xbase
             q += 1
             if j < 0 or j >= nx:

@@ -118,7 +118,7 @@ class Worker:
         while any(self.credits.out.values()):     # acknowledgements of the last DATA may still be
             self._absorb_acks()                    # on their way; MPI_Finalize must not find them
         files = self.writer.close()
-        self.metrics.extra.update(result_files=len(files), compiled_during_replay=Compiles.count - compiled,
+        self.metrics.extra.update(result_files=len(files), result_parts=self.writer.file_records(), compiled_during_replay=Compiles.count - compiled,
                                   **GcPauses.stats(),
                                   series=self.series, role=self.topo.role(self.rank), **self.module.stats())
         self.metrics.role = self.topo.role(self.rank)
@@ -318,7 +318,8 @@ class Worker:
             cut.arrays = {f"module/{k}": np.array(v, copy=True) for k, v in arrays.items()}
             cut.attrs = {"module": attrs, "epoch": m.epoch, "results": self.metrics.results,
                          "tuples_in": self.metrics.tuples_in, "sent": self.sent, "received": self.received,
-                         "files": [os.path.basename(f) for f in self.writer.files]}
+                         "files": [os.path.basename(f) for f in self.writer.files],
+                         "file_records": self.writer.file_records()}
             self.cut = cut
             for d in self.down:
                 self.outbox[d].append(("ctrl", m))
@@ -338,7 +339,8 @@ class Worker:
                 arrays[f"channel/{k}/{s}"] = b
             chan.append(src)
         ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan))
-        self.tx.send(DRIVER, Tag.CTRL, MarkerDone(c.marker.id, tuple(c.attrs["files"]), c.attrs["results"]).encode())
+        self.tx.send(DRIVER, Tag.CTRL, MarkerDone(c.marker.id, tuple(c.attrs["file_records"]),
+                                                  c.attrs["results"]).encode())
 
     def _state_dtype(self, name):
         parts = name.split("/")
@@ -354,7 +356,8 @@ class Worker:
         m = self.metrics
         m.results, m.tuples_in = attrs["results"], attrs["tuples_in"]
         self.sent, self.received = attrs["sent"], attrs["received"]
-        self.writer.resume(attrs["files"])
+        self.writer.resume(attrs["files"], {n: {"rows": r, "bytes": b, "sha256": h}
+                                            for n, r, b, h in attrs.get("file_records", [])})
         for k, src in enumerate(attrs.get("channel", [])):   # replay the recorded channel state, unacknowledged
             header = DataHeader.decode(arrays[f"channel/{k}/header"])
             batches = [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.dtypes)]

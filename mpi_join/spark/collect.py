@@ -1,6 +1,7 @@
 """Collection: a run's result part files -> one Parquet dataset, optionally with payloads, plus a
 summary (result count, latency percentiles, per-rank figures)."""
 import json
+import os
 import time
 
 from ..errors import InputError
@@ -17,6 +18,21 @@ def default_out(run_dir):
     return run_dir.rstrip("/") + "-collected"
 
 
+def check_collect(job, run_dir, out):
+    """What collect can refuse without Spark: a run folder that does not exist, and an `out` that
+    equals, contains or lies inside the run, the staged or raw input, or the checkpoints
+    (symlinks resolved)."""
+    from ..errors import ConfigError
+    from ..safety import check_layout, job_dirs, local, real
+    if local(run_dir) and not os.path.isdir(real(run_dir)):
+        raise InputError(f"{run_dir}: no such run output directory")
+    try:
+        check_layout(job_dirs(job, collect_out=out))
+        check_layout([("RUN_DIR", run_dir), ("--out", out)])
+    except ConfigError as e:
+        raise InputError(str(e)) from None
+
+
 def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=print, partial=False, overwrite=False):
     """Collect the results of the run in `run_dir` into the dataset `out`.
 
@@ -25,6 +41,7 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     checkpoint is complete), an `out` that overlaps the run's or the staged directory, and an
     existing non-empty `out` that an earlier collect did not write (unless `overwrite`)."""
     from pyspark.sql import functions as F
+    check_collect(job, run_dir, out)
     run_dir, out = fs.qualify(run_dir), fs.qualify(out)
     for name, d in (("the run's output directory", run_dir), ("the staged input", fs.qualify(job.staged))):
         if fs.overlap(out, d):

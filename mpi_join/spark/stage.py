@@ -15,6 +15,7 @@ import json
 
 from ..errors import InputError, JobError
 from ..units import ts_unit_ns
+from .. import safety
 from . import fs
 
 _INT = {"int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint",
@@ -40,6 +41,7 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     out = fs.qualify(out or job.staged)
+    _check_local_targets(job, out)
     for s in job.streams:
         if s.raw is not None and fs.overlap(out, fs.qualify(s.raw.path)):
             raise InputError(f"{out}: the staged directory overlaps the raw input of stream '{s.name}' "
@@ -126,9 +128,29 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
                                   "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)}}
         progress(f"stage: stream {s.name}: {n:,} tuples -> {out}/{s.name}")
     ordered.unpersist()
+    if safety.local(out):          # checksums of the part files: a resume verifies its input by them
+        from ..integrity import file_records
+        import glob
+        import os
+        man["files"] = {}
+        for s in job.streams:
+            d = os.path.join(safety.real(out), s.name)
+            man["files"][s.name] = file_records(d, sorted(os.path.basename(f) for f in glob.glob(os.path.join(d, "*.parquet"))))
     fs.write_text(spark, f"{out}/_manifest.json", json.dumps(man, indent=2))
     progress(f"stage: wrote {acc:,} tuples ({time.perf_counter() - t1:.1f} s; {time.perf_counter() - t0:.1f} s in all)")
     return man
+
+
+def _check_local_targets(job, out):
+    """Every folder stage replaces in a local `out` must lie inside it and be no symlink."""
+    if not safety.local(out):
+        return
+    import os
+    root = safety.real(out)
+    for sub in [os.path.join(root, s.name) for s in job.streams] + [os.path.join(root, "_quarantine")] + \
+            [os.path.join(root, "_quarantine", s.name) for s in job.streams]:
+        safety.plain_dir(sub, "a folder stage replaces")
+        safety.inside(root, sub)
 
 
 def _declared(s):

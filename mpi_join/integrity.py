@@ -1,0 +1,69 @@
+"""Checksums that let a run and a resume trust what they read (README "Safety").
+
+- Staged part files: `_manifest.json` lists each one's size and SHA-256 (`file_records`).
+- Result part files: each writer records its rows, size and SHA-256; a checkpoint's manifest
+  lists those of the files it commits, and `_SUCCESS` is written only after every part file of
+  the run has been checked against its record (`verify_part`).
+- Checkpoint arrays carry their SHA-256 (`array_sha256`), checked on restore.
+"""
+import hashlib
+import os
+
+import numpy as np
+
+from .errors import InputError
+
+
+def file_sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def array_sha256(a):
+    """SHA-256 of an array's bytes, its dtype and shape (so a reinterpreted array differs)."""
+    h = hashlib.sha256(f"{a.dtype.str}|{a.dtype.descr}|{a.shape}|".encode())
+    h.update(np.ascontiguousarray(a).view(np.uint8).reshape(-1).data if a.size else b"")
+    return h.hexdigest()
+
+
+def file_records(directory, names):
+    """{name: {"bytes", "sha256"}} of the files `names` in `directory`."""
+    return {n: {"bytes": os.path.getsize(os.path.join(directory, n)),
+                "sha256": file_sha256(os.path.join(directory, n))} for n in names}
+
+
+def check_file(path, rec, what):
+    """`path` must exist with the size and SHA-256 in `rec`; raises InputError naming it."""
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: {what} is missing")
+    size = os.path.getsize(path)
+    if size != rec.get("bytes"):
+        raise InputError(f"{path}: {what} has {size:,} bytes, {rec.get('bytes')!r} were recorded; it changed")
+    if file_sha256(path) != rec.get("sha256"):
+        raise InputError(f"{path}: {what} has changed since it was recorded (SHA-256 differs)")
+
+
+def part_rows(path):
+    """Rows of a Parquet part file from its footer; InputError when it cannot be read."""
+    import pyarrow.parquet as pq
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception as e:  # noqa: BLE001 - a damaged file is the user's to see
+        raise InputError(f"{path}: result part file cannot be read: {str(e).splitlines()[0]}") from None
+
+
+def part_record(path):
+    """What a writer records of a result part file it wrote."""
+    return {"rows": part_rows(path), "bytes": os.path.getsize(path), "sha256": file_sha256(path)}
+
+
+def verify_part(path, rec, full=True):
+    """A result part file must be readable with the rows its writer wrote (and, with `full`,
+    the same bytes). Raises InputError naming the file."""
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: result part file is missing")
+    rows = part_rows(path)
+    if rows != rec["rows"]:
+        raise InputError(f"{path}: result part file holds {rows:,} rows, its writer wrote {rec['rows']:,}")
+    if full:
+        check_file(path, rec, "result part file")

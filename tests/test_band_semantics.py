@@ -1,0 +1,123 @@
+"""Band conditions mean the same on every path (README "Exact semantics"): evaluated in float64,
+never narrowed by rounding (values on a decimal grid, closed and open bounds), and NaN or an
+infinity is within no band. Every local join method and the oracle against a plain numpy
+statement of the condition."""
+import tomllib
+
+import numpy as np
+import pytest
+
+from mpi_join.config import parse_job
+from mpi_join.master.source import Source
+from mpi_join.oracle import run_oracle
+from mpi_join.slaves.local_join import BinaryJoin
+from reference import as_set
+
+JOB = """
+[job]
+name = "band"
+ts_unit = "ms"
+[input]
+staged = "staged"
+[output]
+dir = "out"
+[streams.R]
+schema = {{ v = "{rt}" }}
+window = "unbounded"
+[streams.S]
+schema = {{ w = "{st}" }}
+window = "unbounded"
+[predicate]
+band = [ {{ left = "R.v", right = "S.w", eps = {eps}, closed = {closed} }} ]
+[strategy]
+name = "psp"
+"""
+
+
+def streams(rv, sw, rt="float64", st="float64"):
+    n = len(rv) + len(sw)
+    sid = np.array([0] * len(rv) + [1] * len(sw))
+    np.random.default_rng(len(rv)).shuffle(sid)
+    R = np.zeros(len(rv), [("seq", "i8"), ("ts", "i8"), ("v", rt)])
+    S = np.zeros(len(sw), [("seq", "i8"), ("ts", "i8"), ("w", st)])
+    R["seq"], S["seq"] = np.nonzero(sid == 0)[0], np.nonzero(sid == 1)[0]
+    R["ts"], S["ts"] = R["seq"], S["seq"]
+    R["v"], S["w"] = rv, sw
+    assert len(R) + len(S) == n
+    return [R, S]
+
+
+def expected(arrays, eps, closed):
+    """The definition, pair by pair in numpy float64 (NaN compares false)."""
+    R, S = arrays
+    d = np.abs(R["v"].astype(np.float64)[:, None] - S["w"].astype(np.float64)[None, :])
+    with np.errstate(invalid="ignore"):
+        ok = d <= eps if closed else d < eps
+    i, j = np.nonzero(ok)
+    return {(int(R["seq"][a]), int(S["seq"][b])) for a, b in zip(i, j)}
+
+
+def run_methods(arrays, eps, closed, rt="float64", st="float64", batch=37):
+    job = parse_job(tomllib.loads(JOB.format(eps=eps, closed=str(closed).lower(), rt=rt, st=st)), "t.toml")
+    out = {"oracle": as_set(run_oracle(job, arrays))}
+    for method in ("index", "scan"):
+        import dataclasses
+        j2 = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=batch))
+        src = Source(j2, arrays=arrays)
+        bj = BinaryJoin(job.predicate, src.dtypes, method)
+        got = []
+        while not src.done:
+            b = src.next_epoch()
+            s0, s1, _ = bj.step(b[0], b[1], src.bounds())
+            got += list(zip(s0.tolist(), s1.tolist()))
+        assert len(got) == len(set(got)), f"{method}: a result twice"
+        out[method] = set(got)
+    return out
+
+
+def test_the_four_tuple_case():
+    """R 0.2 and S 0.9 with eps 0.7, closed: |0.2 - 0.9| == 0.7 in float64, but 0.2 + 0.7 rounds
+    to 0.8999999999999999 < 0.9, so an index searching [v - eps, v + eps] misses the pair."""
+    arrays = streams(np.array([0.2, 5.0]), np.array([0.9, 9.0]))
+    want = expected(arrays, 0.7, True)
+    assert len(want) == 1
+    for name, got in run_methods(arrays, 0.7, True).items():
+        assert got == want, name
+
+
+@pytest.mark.parametrize("closed", [True, False])
+@pytest.mark.parametrize("eps", [2.3, 0.7, 0.1, 1.0])
+def test_decimal_grid_every_method_equals_the_definition(eps, closed):
+    rng = np.random.default_rng(int(eps * 10) + closed)
+    rv = rng.integers(-300, 300, 400) * 0.1
+    sw = rng.integers(-300, 300, 400) * 0.1
+    arrays = streams(rv, sw)
+    want = expected(arrays, eps, closed)
+    assert want
+    for name, got in run_methods(arrays, eps, closed).items():
+        assert got == want, (name, len(got), len(want), sorted(want - got)[:3], sorted(got - want)[:3])
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_nan_and_infinities_are_within_no_band(closed):
+    rng = np.random.default_rng(7)
+    rv = rng.uniform(0, 50, 500)
+    sw = rng.uniform(0, 50, 500)
+    rv[rng.random(500) < 0.05] = np.nan
+    sw[rng.random(500) < 0.05] = np.nan
+    rv[:3] = [np.inf, -np.inf, np.inf]
+    sw[:3] = [np.inf, -np.inf, 1.0]
+    arrays = streams(rv, sw)
+    want = expected(arrays, 2.0, closed)
+    assert want and not any(np.isnan(rv[arrays[0]["seq"] == a]).any() for a, _ in want)
+    for name, got in run_methods(arrays, 2.0, closed).items():
+        assert got == want, (name, len(got), len(want))
+
+
+def test_float32_columns_are_compared_in_float64():
+    rv = (np.arange(200) * 0.1).astype(np.float32)
+    sw = (np.arange(200) * 0.1 + 0.05).astype(np.float32)
+    arrays = streams(rv, sw, "float32", "float32")
+    want = expected(arrays, 0.25, True)
+    for name, got in run_methods(arrays, 0.25, True, "float32", "float32").items():
+        assert got == want, name

@@ -1,0 +1,192 @@
+"""What a resume reads is verified before it is trusted, and one run at a time owns a directory
+(README "Safety"). Under real mpiexec: a run killed after its checkpoints, then the checkpoint or
+its input tampered with in each way a user or a disk might; every case is refused or announced,
+and none ends with exit 0 and a wrong result. Then two runs into one output directory."""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mpi_join import checkpoint as ck
+from mpi_join.oracle import run_oracle
+from mpi_join.results import read_results
+from conftest import MPIEXEC, mpi_join_cmd, run_mpi
+from reference import as_set
+from test_checkpoint import _slow_job, kill_after_checkpoints
+
+SLOW = True
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory):
+    """A job killed (SIGKILL of rank 2) after two checkpoints; each test works on its own copy."""
+    tmp = tmp_path_factory.mktemp("crashed")
+    path, job, arrays = _slow_job(tmp, n=16000, every=1500)
+    p = kill_after_checkpoints(path, job.checkpoint.dir, ranks=3, victim=2, checkpoints=2, total=16000)
+    assert p.returncode != 0
+    assert len([m for _, m in ck.list_checkpoints(job.checkpoint.dir) if m]) >= 2
+    return tmp, path, job, arrays
+
+
+@pytest.fixture
+def copy(crashed, tmp_path):
+    src, path, job, arrays = crashed
+    dst = tmp_path / "job"
+    shutil.copytree(src, dst, symlinks=True)
+    from mpi_join.config import load_job
+    job2 = load_job(str(dst / os.path.basename(path)))
+    return str(dst / os.path.basename(path)), job2, arrays
+
+
+def _resume(path, job):
+    return run_mpi(3, "run", path, "--resume", job.checkpoint.dir)
+
+
+def _exact(job, arrays):
+    got = read_results(job.output, job.stream_names)
+    return len(got) == len(as_set(got)) and as_set(got) == as_set(run_oracle(job, arrays))
+
+
+def _newest(job):
+    return max(c for c, m in ck.list_checkpoints(job.checkpoint.dir) if m)
+
+
+def test_untouched_resume_is_exact(copy):
+    path, job, arrays = copy
+    p = _resume(path, job)
+    assert p.returncode == 0, p.stderr
+    assert _exact(job, arrays)
+    done = json.load(open(os.path.join(job.output, "_SUCCESS")))
+    assert done["results"] == len(read_results(job.output, job.stream_names))
+
+
+def test_changed_input_is_refused(copy):
+    """One key changed in a staged part file, same row count: refused, naming the file."""
+    path, job, arrays = copy
+    f = sorted(glob.glob(os.path.join(job.staged, "S", "*.parquet")))[0]
+    t = pq.read_table(f)
+    k = t.column("k").to_numpy().copy()
+    k[len(k) // 2] += 1
+    pq.write_table(t.set_column(t.schema.get_field_index("k"), "k", pa.array(k)), f)
+    p = _resume(path, job)
+    assert p.returncode == 2 and f in p.stderr and "cannot be resumed exactly once" in p.stderr, p.stderr
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
+def test_edited_hdf5_row_skips_that_checkpoint(copy):
+    """A row of a window array edited in the newest checkpoint: its checksum fails; the run says
+    so, resumes from the one before, and is exact."""
+    path, job, arrays = copy
+    newest = _newest(job)
+    edited = False
+    for r in (1, 2):
+        with h5py.File(ck.rank_file(job.checkpoint.dir, newest, r), "r+") as f:
+            def visit(name, obj):
+                nonlocal edited
+                if not edited and isinstance(obj, h5py.Dataset) and obj.shape and obj.shape[0] and obj.dtype.names \
+                        and "seq" in obj.dtype.names:
+                    row = obj[0]
+                    row["seq"] += 1
+                    obj[0] = row
+                    edited = True
+            f["arrays"].visititems(visit)
+    assert edited
+    p = _resume(path, job)
+    assert p.returncode == 0, p.stderr
+    assert f"skipping checkpoint {newest}" in p.stderr and "fails its checksum" in p.stderr, p.stderr
+    assert _exact(job, arrays)
+
+
+def test_edited_committed_file_list_skips_that_checkpoint(copy):
+    path, job, arrays = copy
+    newest = _newest(job)
+    mp = os.path.join(ck.ckpt_path(job.checkpoint.dir, newest), ck.MANIFEST)
+    man = json.load(open(mp))
+    assert man["committed_files"], "the checkpoint committed no file: nothing to edit"
+    man["committed_files"] = man["committed_files"][1:]
+    json.dump(man, open(mp, "w"))
+    p = _resume(path, job)
+    assert p.returncode == 0, p.stderr
+    assert f"skipping checkpoint {newest}" in p.stderr and "fails its checksum" in p.stderr
+    assert _exact(job, arrays)
+
+
+def test_truncated_committed_part_file(copy):
+    """A committed result file cut short: every checkpoint committing it is skipped, said so; with
+    none left the resume is refused; no _SUCCESS either way unless the result is exact."""
+    path, job, arrays = copy
+    newest = _newest(job)
+    man, _ = ck.manifest_of(job.checkpoint.dir, newest)
+    name = man["committed_files"][-1]
+    f = os.path.join(job.output, "results", name)
+    with open(f, "r+b") as h:
+        h.truncate(os.path.getsize(f) // 2)
+    p = _resume(path, job)
+    assert "skipping checkpoint" in p.stderr and name in p.stderr, p.stderr
+    if p.returncode == 0:
+        assert _exact(job, arrays)
+    else:
+        assert p.returncode == 2 and "no usable checkpoint" in p.stderr
+        assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
+def test_damaged_newest_manifest_is_announced(copy):
+    path, job, arrays = copy
+    newest = _newest(job)
+    with open(os.path.join(ck.ckpt_path(job.checkpoint.dir, newest), ck.MANIFEST), "w") as f:
+        f.write('{"format": "mpi-join-checkpoint/1", "truncated')
+    p = _resume(path, job)
+    assert p.returncode == 0, p.stderr
+    assert f"skipping checkpoint {newest}" in p.stderr and "cannot be read" in p.stderr
+    assert _exact(job, arrays)
+
+
+def test_a_second_run_into_a_locked_directory_is_refused_at_once(tmp_path):
+    path, job, arrays = _slow_job(tmp_path, n=16000, every=4000)
+    env = dict(os.environ, MPI_JOIN_QUIET="1")
+    first = subprocess.Popen([MPIEXEC, "-n", "3", *mpi_join_cmd("run", path)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        lock = os.path.join(job.output, ".mpi-join.lock")
+        deadline = time.time() + 60
+        while not os.path.exists(lock) and time.time() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(lock) and first.poll() is None
+        t0 = time.time()
+        second = run_mpi(3, "run", path)
+        assert second.returncode == 2, second.stderr
+        assert time.time() - t0 < 20
+        line = [l for l in second.stderr.splitlines() if l.startswith("mpi-join: error:")]
+        assert len(line) == 1 and "is in use by another run" in line[0] and "pid" in line[0] and "started" in line[0]
+        assert first.poll() is None, "the refused run disturbed the first"
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err
+    assert _exact(job, arrays)
+    assert not os.path.exists(lock)
+
+
+def test_a_stale_lock_is_taken_over_with_one_line(tmp_path):
+    path, job, arrays = _slow_job(tmp_path, n=3000, every=1000)
+    os.makedirs(job.output)
+    import socket
+    with open(os.path.join(job.output, ".mpi-join.lock"), "w") as f:
+        json.dump({"host": socket.gethostname(), "pid": 2 ** 22 + 7, "started": "long ago"}, f)
+    with open(job.path) as f:
+        text = f.read()
+    with open(job.path, "w") as f:
+        f.write(text.replace("rate = 4000", 'rate = "max"'))
+    p = run_mpi(3, "run", path)
+    assert p.returncode == 0, p.stderr
+    assert "taking over a stale lock" in p.stderr and "is not running" in p.stderr
+    assert _exact(job, arrays)
