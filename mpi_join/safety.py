@@ -103,15 +103,15 @@ def check_layout(dirs):
             if local(p) != local(opath):
                 continue
             if key == okey:
-                rel = "is the same directory as" + (f" (both resolve to {key})" if local(p) else "")
+                rel = "the same directory" + (f": both resolve to {key}" if local(p) else "")
             elif contains(key, okey):
-                rel = "contains"
+                rel = "it contains it"
             elif contains(okey, key):
-                rel = "lies inside"
+                rel = "it lies inside it"
             else:
                 continue
-            raise ConfigError(f"{label}: {p} {rel} {olabel} {opath}; the job's input, output, checkpoint "
-                              f"and collect directories must be separate")
+            raise ConfigError(f"{label}: {p} overlaps {olabel} {opath} ({rel}); the job's input, output, "
+                              f"checkpoint and collect directories must be separate")
         seen.append((label, p, key))
 
 

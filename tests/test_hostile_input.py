@@ -274,7 +274,7 @@ def test_overlap_is_seen_through_symlinks(world):
     tmp, outside, jobdir = world
     (jobdir / "staged").mkdir()
     os.symlink(jobdir / "staged", jobdir / "out")
-    check_case(world, job_text(), "output.dir", "is the same directory as", "input.staged")
+    check_case(world, job_text(), "output.dir", "overlaps input.staged", "the same directory")
 
 
 def test_raw_input_inside_the_output(world):

@@ -328,3 +328,27 @@ def test_pipeline_stages_runs_collects_and_verifies_with_one_spark_session(tmp_p
     again = run_cli("pipeline", path, "-n", "2", "--master", "local[2]", timeout=400)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "is up to date" in again.stderr and f"{n:,} results;" in again.stderr
+
+
+def test_csv_as_rfc_4180_says(spark, tmp_path):
+    """Doubled quotes are one quote, a quoted field may span lines, a row with too many or too few
+    fields is quarantined with that reason, a quoted empty field is an empty string and an
+    unquoted empty field a null (quarantined)."""
+    from mpi_join.spark.stage import stage
+    (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="ms").replace('"char4"', '"char16"'))
+    os.makedirs(tmp_path / "raw/R")
+    (tmp_path / "raw/R/a.csv").write_text(
+        'event_time,k,v,name\n1,1,0.5,"say ""hi"""\n2,2,0.5,"two\nlines"\n3,3,0.5,a,extra\n4,4,0.5\n'
+        '5,5,0.5,""\n6,6,0.5,\n')
+    _write_csv(str(tmp_path / "raw/S/a.csv"), ["1,1,0.25,q"])
+    job = load_job(str(tmp_path / "job.toml"))
+    man = stage(spark, job, progress=lambda m: None)
+    R, S = read_staged(job)
+    assert R["name"].tolist() == [b'say "hi"', b"two\nlines", b""]
+    assert R["k"].tolist() == [1, 2, 5]
+    assert man["quarantined"] == {"R": 3, "S": 0}
+    q = sorted(pq.read_table(str(tmp_path / "staged/_quarantine/R")).to_pylist(), key=lambda r: r["event_time"])
+    assert [r["event_time"] for r in q] == ["3", "4", "6"]
+    assert "more or fewer fields than the header" in q[0]["reason"]
+    assert "more or fewer fields than the header" in q[1]["reason"]
+    assert q[2]["reason"] == "name"

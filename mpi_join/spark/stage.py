@@ -168,11 +168,15 @@ def _read_stream(spark, s, files):
             header = _csv_header(spark, s, f)
             if not s.raw.header:
                 header = want[:len(header)]
-            schema = StructType([StructField(c, StringType()) for c in header])
-            # an empty field is an empty string (valid for charN, unparseable for numbers); \\N is null
+            # RFC 4180: "" inside a quoted field is one quote, a quoted field may span lines; a row
+            # with more or fewer fields than the header fills _corrupt and is quarantined. A quoted
+            # empty field ("") is an empty string, an unquoted empty field or \\N a null.
+            schema = StructType([StructField(c, StringType()) for c in header] + [StructField("_corrupt", StringType())])
             df = (spark.read.option("header", s.raw.header).option("sep", s.raw.delimiter)
+                  .option("quote", '"').option("escape", '"').option("multiLine", True)
                   .option("nullValue", "\\N").option("emptyValue", "")
-                  .option("mode", "PERMISSIVE").schema(schema).csv(f))
+                  .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", "_corrupt")
+                  .schema(schema).csv(f))
         elif s.raw.format == "json":
             df = spark.read.json(f)
         else:
@@ -190,7 +194,9 @@ def _read_stream(spark, s, files):
                                      f"has {first_types[c].simpleString()} (files of stream '{s.name}' must agree)")
             if s.raw.format == "json":   # re-read as text so that every value is parsed the same way
                 df = spark.read.schema(StructType([StructField(c, StringType()) for c in want])).json(f)
-        frames.append(df.select(*want).withColumn("_file", F.lit(k)).withColumn("_row", F.monotonically_increasing_id()))
+        fields = (F.col("_corrupt").isNotNull() if s.raw.format == "csv" else F.lit(False)).alias("_bad_fields")
+        frames.append(df.select(*want, fields).withColumn("_file", F.lit(k))
+                      .withColumn("_row", F.monotonically_increasing_id()))
     return _union(frames)
 
 
@@ -216,9 +222,10 @@ def _tag(df, s, job):
     parsed = {"_ts": _parse_time(df, s, job)}
     for c, t in s.schema.items():
         parsed[c] = _parse_col(df, c, s.dtype.fields[c][0], t)
-    reason = F.concat_ws(", ", *[F.when(F.col(f"_v_{k}").isNull(), F.lit(("event time " + s.raw.time) if k == "_ts" else k))
-                                 for k in parsed])
-    return df.select("_file", "_row", *[F.col(c).cast("string").alias(f"_raw_{c}") for c in _declared(s)],
+    reason = F.concat_ws(", ", F.when(F.col("_bad_fields"), F.lit(f"a row with more or fewer fields than the header")),
+                         *[F.when(F.col(f"_v_{k}").isNull(), F.lit(("event time " + s.raw.time) if k == "_ts" else k))
+                           for k in parsed])
+    return df.select("_file", "_row", "_bad_fields", *[F.col(c).cast("string").alias(f"_raw_{c}") for c in _declared(s)],
                      *[v.alias(f"_v_{k}") for k, v in parsed.items()]).withColumn("_reason", reason)
 
 
