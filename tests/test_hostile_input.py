@@ -421,3 +421,66 @@ def test_slurm_hostile_but_printable_values_run_as_data(world):
             assert not (work / inj).exists() and not (jobdir / inj).exists() and not (out / inj).exists()
             assert not any(inj == n for _, _, fs in os.walk(tmp) for n in fs)
         assert (tmp / "stub.log").exists()
+
+
+def test_a_module_next_to_the_job_never_shadows_a_dependency(world):
+    """`python -m mpi_join` (what mpiexec starts on every rank) run from the job's folder: a
+    click.py there is not imported."""
+    import sys
+    tmp, outside, jobdir = world
+    (jobdir / "click.py").write_text("raise SystemExit('SHADOWED')\n")
+    p = subprocess.run([sys.executable, "-m", "mpi_join", "--version"], cwd=jobdir, capture_output=True, text=True)
+    assert p.returncode == 0 and "SHADOWED" not in p.stderr + p.stdout, p.stderr
+
+
+def test_symlinked_results_or_metrics_are_refused(world):
+    from mpi_join.errors import JobError
+    from mpi_join.runtime import MARKER, _prepare_output
+    tmp, outside, jobdir = world
+    for sub in ("results", "metrics"):
+        out = jobdir / f"out-{sub}"
+        out.mkdir()
+        (out / MARKER).write_text("x")
+        os.symlink(outside / "victim", out / sub)
+        before = tree_digest(outside)
+        with pytest.raises(JobError, match=f"{sub}/ is a symbolic link"):
+            _prepare_output(str(out))
+        assert tree_digest(outside) == before
+    out = jobdir / "out-link"
+    os.symlink(outside / "victim", out)
+    with pytest.raises(JobError, match="output.dir is a symbolic link"):
+        _prepare_output(str(out))
+
+
+@pytest.mark.parametrize("value", ["garbage", "0:3", "1:", ":1", "1:x", "-1:2", "9:1"])
+def test_fault_injection_values_that_are_not_understood_are_refused(monkeypatch, value):
+    from mpi_join.errors import ConfigError
+    from mpi_join.slaves.worker import fault_spec
+    monkeypatch.setenv("MPI_JOIN_FAULT", value)
+    with pytest.raises(ConfigError, match="MPI_JOIN_FAULT"):
+        fault_spec(4)
+
+
+def test_dir_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path):
+    from mpi_join.errors import JobError
+    from mpi_join.safety import DirLock
+    a = DirLock(str(tmp_path / "d"), "output.dir").acquire()
+    with pytest.raises(JobError, match=r"output.dir: .* is in use by another run \(host .*, pid \d+, started"):
+        DirLock(str(tmp_path / "d"), "output.dir").acquire()
+    a.release()
+    said = []
+    with open(tmp_path / "d" / ".mpi-join.lock", "w") as f:
+        json.dump({"host": __import__("socket").gethostname(), "pid": 2 ** 22 + 11}, f)
+    b = DirLock(str(tmp_path / "d"), "output.dir", say=said.append).acquire()
+    assert said and "stale" in said[0] and "not running" in said[0]
+    b.release()
+    assert not (tmp_path / "d" / ".mpi-join.lock").exists()
+    with open(tmp_path / "d" / ".mpi-join.lock", "w") as f:
+        json.dump({"host": "elsewhere", "pid": 1}, f)
+    with pytest.raises(JobError, match="host elsewhere"):
+        DirLock(str(tmp_path / "d"), "output.dir").acquire()
+    old = __import__("time").time() - 600
+    os.utime(tmp_path / "d" / ".mpi-join.lock", (old, old))
+    c = DirLock(str(tmp_path / "d"), "output.dir", say=said.append).acquire()
+    assert "has not touched it" in said[-1]
+    c.release()
