@@ -112,12 +112,8 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
             cmd = mpiexec_cmd(nprocs, args)
         except JobError as e:
             _fail(e)
-        proc = subprocess.Popen(cmd)
-        try:
-            sys.exit(proc.wait())
-        except KeyboardInterrupt:       # the ranks got it too and say what happened
-            proc.wait()
-            sys.exit(130)
+        from .launch import run as launch
+        sys.exit(launch(cmd))
     from .runtime import run_rank
     sys.exit(run_rank(job, dict(overrides, overwrite=overwrite)))
 

@@ -142,7 +142,7 @@ def _driver(job_path, overrides, tx, ctx):
         sys.stderr.write(f"mpi-join: resuming from checkpoint {resume[1]} in {resume[0]} "
                          f"at input offset {driver.resumed_from['input_offset']:,}\n")
         total -= driver.resumed_from["input_offset"]
-    progress.total = total
+    progress.total = driver.total      # the progress line counts released tuples from seq 0, resumed or not
     worker_metrics = driver.run()
     wall = driver.wall_s           # from the start of the replay (all ranks ready) to the last report
     ranks = [metrics.to_dict(tx)] + worker_metrics

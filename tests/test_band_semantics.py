@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from mpi_join.config import parse_job
-from mpi_join.master.source import Source
 from mpi_join.oracle import run_oracle
-from mpi_join.slaves.local_join import BinaryJoin
 from reference import as_set
+from test_local_join import _drive
 
 JOB = """
 [job]
@@ -61,17 +60,9 @@ def run_methods(arrays, eps, closed, rt="float64", st="float64", batch=37):
     job = parse_job(tomllib.loads(JOB.format(eps=eps, closed=str(closed).lower(), rt=rt, st=st)), "t.toml")
     out = {"oracle": as_set(run_oracle(job, arrays))}
     for method in ("index", "scan"):
-        import dataclasses
-        j2 = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=batch))
-        src = Source(j2, arrays=arrays)
-        bj = BinaryJoin(job.predicate, src.dtypes, method)
-        got = []
-        while not src.done:
-            b = src.next_epoch()
-            s0, s1, _ = bj.step(b[0], b[1], src.bounds())
-            got += list(zip(s0.tolist(), s1.tolist()))
-        assert len(got) == len(set(got)), f"{method}: a result twice"
-        out[method] = set(got)
+        got, _ = _drive(job, arrays, method, batch)
+        assert len(got) == len(as_set(got)), f"{method}: a result twice"
+        out[method] = as_set(got)
     return out
 
 

@@ -484,3 +484,12 @@ def test_dir_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path):
     c = DirLock(str(tmp_path / "d"), "output.dir", say=said.append).acquire()
     assert "has not touched it" in said[-1]
     c.release()
+
+
+def test_hydra_exit_codes_name_the_killed_rank():
+    from mpi_join.launch import exit_codes, killed_line
+    codes = exit_codes("[mpiexec@vm] Exit codes: [n1] 0,0 [n2] 9,0\n")
+    assert codes == [(0, "n1", 0), (1, "n1", 0), (2, "n2", 9), (3, "n2", 0)]
+    assert killed_line(codes).startswith("mpi-join: error: rank 2 on host n2 was killed (SIGKILL")
+    assert killed_line(exit_codes("Exit codes: [vm] 0,2,2")) is None
+    assert exit_codes("something else") == []

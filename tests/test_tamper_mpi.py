@@ -190,3 +190,30 @@ def test_a_stale_lock_is_taken_over_with_one_line(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "taking over a stale lock" in p.stderr and "is not running" in p.stderr
     assert _exact(job, arrays)
+
+
+def test_a_killed_rank_is_named_with_its_host(tmp_path):
+    """`mpi-join run -n 3`: rank 2 killed outright; one line names it and its host."""
+    import signal
+    import socket
+    import sys
+    from test_checkpoint import _rank_pid
+    path, job, arrays = _slow_job(tmp_path, n=16000, every=4000)
+    env = dict(os.environ, MPI_JOIN_QUIET="1")
+    p = subprocess.Popen([sys.executable, "-m", "mpi_join", "run", "-n", "3", path], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(job.output, "results")) and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        pid = _rank_pid(2, path)
+        assert pid
+        os.kill(pid, signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0
+    assert f"mpi-join: error: rank 2 on host {socket.gethostname()} was killed (SIGKILL" in err, err
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))

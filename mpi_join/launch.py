@@ -1,0 +1,84 @@
+"""`mpi-join run -n N`: launch the ranks with mpiexec and, when a rank is killed outright (SIGKILL,
+the OOM killer), name it and its host. MPICH's Hydra reports per-rank exit codes with
+`-print-all-exitcodes` ("[mpiexec@host] Exit codes: [h1] 0,0,9 [h2] 0"); ranks are listed per host
+in placement order. Everything the ranks print passes through unchanged."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+_CODES = re.compile(r"Exit codes: (.*)$")
+_HOST = re.compile(r"\[([^\]]+)\]\s*([-\d,]+)")
+
+
+def is_hydra(mpiexec):
+    return os.path.exists(os.path.join(os.path.dirname(mpiexec), "hydra_pmi_proxy"))
+
+
+def exit_codes(line):
+    """[(rank, host, code)] from Hydra's "Exit codes:" line, or [] if it is not one."""
+    m = _CODES.search(line)
+    if not m:
+        return []
+    out, rank = [], 0
+    for host, codes in _HOST.findall(m.group(1)):
+        for c in codes.split(","):
+            if c.strip().lstrip("-").isdigit():
+                out.append((rank, host, int(c)))
+                rank += 1
+    return out
+
+
+def killed_line(codes):
+    """One line naming the first rank that died of a signal (Hydra reports 9 for SIGKILL), or None."""
+    for rank, host, code in codes:
+        sig = code - 128 if code > 128 else code
+        if code not in (0, 1, 2, 130) and 0 < sig < 65:
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = f"signal {sig}"
+            return (f"mpi-join: error: rank {rank} on host {host} was killed ({name}; the OOM killer or a kill -9 "
+                    f"do this) and the job was aborted; with checkpoints, `--resume` continues it")
+    return None
+
+
+def run(cmd):
+    """Run the mpiexec command line `cmd`; returns its exit code."""
+    hydra = is_hydra(cmd[0])
+    if hydra:
+        cmd = [cmd[0], "-print-all-exitcodes", *cmd[1:]]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    seen = {"codes": [], "said": False}
+
+    def pump(src, dst):
+        for line in src:        # Hydra prints its banner and the exit codes on stdout
+            codes = exit_codes(line) if hydra else []
+            if codes:
+                seen["codes"] = codes
+                continue            # replaced by one line of ours when it matters
+            if line.startswith("mpi-join: error:") or " failed: " in line:
+                seen["said"] = True
+            dst.write(line)
+            dst.flush()
+
+    threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:        # the ranks got it too and say what happened
+        proc.wait()
+        for t in threads:
+            t.join(5)
+        return 130
+    for t in threads:
+        t.join(5)
+    if rc not in (0, 2, 130) and not seen["said"]:
+        line = killed_line(seen["codes"])
+        if line:
+            sys.stderr.write(line + "\n")
+    return rc
