@@ -83,23 +83,28 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
       [input]     staged = "dir"                      staged layout: dir/<stream>/part-*.parquet
                   (written by `mpi-join stage JOB` from each stream's raw input, below)
       [output]    dir = "dir"
-      [streams.R] schema = { x = "int32", z = "char20", pix = "uint8[5000,3]" }
-                  window = "15min" (time) | 1000 (last 1000 tuples) | "unbounded"
+      [streams.R] schema = { x = "int32", z = "char20", pix = "uint8[5000,3]" }   (names: identifiers;
+                  text up to char1048576, rows up to 64 MB)
+                  window = "15min" (time, up to 100 years) | 1000 (last 1000 tuples, up to 2^40)
+                  | "unbounded"
                   raw = { path = "raw/R/*.csv", format = "csv" | "json" | "parquet",
                           time = "column", time_unit = "ms" }   (for stage; time may be a timestamp)
       [predicate] equi  = [ ["R.x", "S.a"], ... ]              all must hold (AND)
-                  band  = [ { left = "R.y", right = "S.b", eps = 10, closed = false } ]
+                  band  = [ { left = "R.y", right = "S.b", eps = 10, closed = false } ]  (eps finite)
                   theta = [ { udf = "module:function", streams = ["R", "S"] } ]
       [strategy]  name = "hash"; partitions = 60; local_join = "index" | "bnl"
-      [run]       batch_size = 8192        tuples per distribution epoch at most
-                  flush_interval = "50ms"  an epoch closes after this long at most
-                  rate = "max" | N         replay as fast as possible or N tuples/s per stream
-                  max_inflight = 4         unacknowledged epochs per slave (backpressure)
+      [run]       batch_size = 8192        tuples per distribution epoch at most (1..2^24)
+                  flush_interval = "50ms"  an epoch closes after this long at most (up to 1 day)
+                  rate = "max" | N         replay as fast as possible or N tuples/s per stream (up to 1e9)
+                  max_inflight = 4         unacknowledged epochs per slave, backpressure (1..1024)
                   progress = true          live progress line on stderr
                   liveness_timeout = "30s" a rank or link silent this long aborts the job ("off")
       [checkpoint] dir = "ckpt"            HDF5 checkpoints (one file per rank + MANIFEST.json)
                   every_tuples = 100000   cut every N input tuples, and/or
-                  every = "10s"           every interval; keep = 2 newest complete ones
+                  every = "10s"           every interval; keep = 2 newest complete ones (1..1000)
+      Numbers are refused outside their ranges; NaN and infinity everywhere. Strategy
+      parameters and their ranges: `mpi-join strategies`. What run reads, writes, deletes and
+      locks: README "Safety".
 
     \b
     Exit codes: 0 success, 2 bad job or input (one-line error), 1 a rank failed.

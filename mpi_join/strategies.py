@@ -226,7 +226,7 @@ REGISTRY = {
         workload="equi",
         check=_check_hash,
         params={
-            "partitions": Param(60, _int_range(1, 1 << 20), "hash partitions (far more than slaves), 1 to 2^20"),
+            "partitions": Param(60, _int_range(1, 1 << 20), "hash partitions (far more than slaves)"),
             "local_join": Param("index", _choice("index", "bnl"),
                                 "local join on a slave: 'bnl' block nested loop (the paper's), 'index' hash index"),
             "theta": Param(384, _non_neg_int, "fine tuning of the block nested loop: bucket limit in blocks (0: off); the paper's "
@@ -434,5 +434,7 @@ def describe_params(info):
     """Lines for --help: each parameter, its default and what it does."""
     out = []
     for k, p in info.params.items():
-        out.append(f"{k} = {p.default!r}: {p.help}" + (" (testing)" if p.testing else ""))
+        allowed = p.check(object())       # a check's refusal of a non-value says what it accepts
+        out.append(f"{k} = {p.default!r}: {p.help}" + (f" [{allowed.removeprefix('expected ')}]" if allowed else "")
+                   + (" (testing)" if p.testing else ""))
     return out
