@@ -137,6 +137,7 @@ def check(job_path, nprocs):
         man = do_check(job, nprocs)
     except JobError as e:
         _fail(e)
+    _warn(job, man)
     per = ", ".join(f"{k} {v['count']:,}" for k, v in man["streams"].items())
     click.echo(f"ok: {job_path}: strategy {job.strategy.name} on {nprocs} ranks, {man['total']:,} staged tuples "
                f"({per}), ts in {job.ts_unit}")
@@ -151,11 +152,21 @@ def explain(job_path, nprocs):
     decides which condition. Validates like `mpi-join check` first."""
     from .config import load_job
     from .plan import explain as do_explain
+    from .staged import staged_manifest
     try:
-        lines = do_explain(load_job(job_path), nprocs)
+        job = load_job(job_path)
+        lines = do_explain(job, nprocs)
     except JobError as e:
         _fail(e)
     click.echo("\n".join(lines))
+    _warn(job, staged_manifest(job))
+
+
+def _warn(job, man):
+    """One line on stderr per warning about the staged input (sanity.py)."""
+    from .sanity import warnings
+    for w in warnings(job, man):
+        click.echo(f"mpi-join: warning: {w}", err=True)
 
 
 @main.command()
@@ -265,9 +276,11 @@ _CONF = click.option("--conf", multiple=True, metavar="KEY=VALUE", help="Extra S
               "staged directory (its stream folders are replaced).")
 @click.option("--force", is_flag=True, help="Stage again even when the staged input is up to date (same "
               "settings, raw files unchanged).")
+@click.option("--allow-empty", is_flag=True, help="Stage a stream that ends up with no rows (all quarantined, or "
+              "empty raw files) instead of refusing it.")
 @_MASTER
 @_CONF
-def stage(job_path, out, master, conf, overwrite, force):
+def stage(job_path, out, master, conf, overwrite, force, allow_empty):
     """Stage the raw input of JOB with Spark into the staged layout.
 
     Each stream's `raw = { path, format, time, time_unit }` names its files (CSV, JSON lines or
@@ -279,12 +292,18 @@ def stage(job_path, out, master, conf, overwrite, force):
     from .config import load_job
     from .safety import check_layout, job_dirs
     from .spark.session import spark_session
-    from .spark.stage import stage as do_stage
+    from .spark.stage import precheck, stage as do_stage
     try:
         job = load_job(job_path)
         check_layout(job_dirs(job, stage_out=out))     # before any JVM starts
-        man = do_stage(spark_session(master, "mpi-join stage", conf), job, out,
-                       progress=lambda m: click.echo(m, err=True), overwrite=overwrite, force=force)
+        man = precheck(job, out, force=force, overwrite=overwrite)
+        if man is not None:
+            click.echo(f"stage: {out or job.staged} is up to date (same settings, raw files unchanged); --force "
+                       f"stages again", err=True)
+        else:
+            man = do_stage(spark_session(master, "mpi-join stage", conf), job, out,
+                           progress=lambda m: click.echo(m, err=True), overwrite=overwrite, force=force,
+                           allow_empty=allow_empty)
     except JobError as e:
         _fail(e)
     q = man["quarantined"]
@@ -465,6 +484,9 @@ def verify(results, job_path, examples):
     except JobError as e:
         _fail(e)
     click.echo(format_report(rep))
+    if rep["expected"] == 0:
+        click.echo("mpi-join: warning: the oracle finds 0 results: an empty answer is equal, but rarely what was "
+                   "meant; `mpi-join check JOB` warns about time ranges and units", err=True)
     sys.exit(0 if rep["ok"] else 1)
 
 

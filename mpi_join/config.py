@@ -12,7 +12,7 @@ import numpy as np
 from .errors import ConfigError
 from .safety import check_layout, check_name, check_text, job_dirs
 from .schema import INTEGER_KINDS, stream_dtype
-from .units import TS_UNITS, ns_to_ts, parse_duration_ns
+from .units import TS_UNITS, ns_to_ts, parse_duration_ns, ts_unit_ns
 
 # ranges of the job's numbers (README "The job file"); NaN and infinity are never accepted
 MAX_COUNT_WINDOW = 1 << 40          # tuples
@@ -204,7 +204,7 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     check_text(output, f"{path}: output.dir")
     staged, output = (p if "://" in p else os.path.join(base, p) for p in (staged, output))
 
-    streams = _streams(raw, ts_unit, path, base)
+    streams = _streams(raw, ts_unit, path, base, _interval(raw, ts_unit, path))
     predicate = _predicate(raw, streams, path, base)
     strategy = _strategy(raw, path, overrides)
     run = _run(raw, path)
@@ -232,7 +232,66 @@ def load_udfs(job):
             raise ConfigError(f"{job.path}: predicate.theta[{k}].udf: {err}") from None
 
 
-def _streams(raw, ts_unit, path, base):
+def _interval(raw, ts_unit, path):
+    """`[predicate] interval = { left = "trades", right = "quotes", lower = "-5s", upper = "0s",
+    closed = "both" }`: quotes.ts - trades.ts within [lower, upper], another way to give the two
+    time windows (Flink's between(lower, upper)). Returns {stream name: Window} or {}.
+
+    With integer event times, (r, s) joins iff -W_left < r.ts - s.ts < W_right, that is
+    s.ts - r.ts in (-W_right, W_left): a closed lower bound lo gives W_right = 1 - lo, an open one
+    -lo; a closed upper bound up gives W_left = up + 1, an open one up."""
+    p = raw.get("predicate")
+    if not isinstance(p, dict) or "interval" not in p:
+        return {}
+    iv, where = p["interval"], f"{path}: predicate.interval"
+    if not isinstance(iv, dict):
+        raise ConfigError(f"{where}: expected {{ left = \"R\", right = \"S\", lower = \"-5s\", upper = \"0s\", "
+                          f"closed = \"both\" }}")
+    _no_unknown(iv, {"left", "right", "lower", "upper", "closed"}, "predicate.interval.", path)
+    names = list(raw.get("streams", {}) or {})
+    for k in ("left", "right"):
+        if iv.get(k) not in names:
+            raise ConfigError(f"{where}.{k}: expected a stream name ({', '.join(map(str, names))}), got {iv.get(k)!r}")
+    if iv["left"] == iv["right"]:
+        raise ConfigError(f"{where}: left and right are both {iv['left']!r}; an interval relates two streams")
+    if len(names) != 2:
+        raise ConfigError(f"{where}: an interval gives the windows of a two-stream join; this job has "
+                          f"{len(names)} streams (give each stream a window instead)")
+    closed = iv.get("closed", "both")
+    if closed not in ("both", "neither", "left", "right"):
+        raise ConfigError(f"{where}.closed: expected \"both\", \"neither\", \"left\" (lower bound included) or "
+                          f"\"right\" (upper bound included), got {closed!r}")
+    per = ts_unit_ns(ts_unit)
+    bounds = {}
+    for k in ("lower", "upper"):
+        v = iv.get(k)
+        if isinstance(v, str) and v.strip().startswith(("-", "+")):
+            sign, text = (-1 if v.strip()[0] == "-" else 1), v.strip()[1:]
+        else:
+            sign, text = 1, v
+        if text in (0, "0"):
+            ns = 0
+        else:
+            try:
+                ns = parse_duration_ns(text, f"predicate.interval.{k}")
+            except ConfigError as e:
+                raise ConfigError(f"{path}: {e} (a signed duration such as \"-5s\")") from None
+        if ns > MAX_WINDOW_NS:
+            raise ConfigError(f"{where}.{k}: at most 100 years, got {v!r}")
+        if ns % per:
+            raise ConfigError(f"{where}.{k}: {v!r} is not a whole number of {ts_unit} (job.ts_unit)")
+        bounds[k] = sign * ns // per
+    lo, up = bounds["lower"], bounds["upper"]
+    w_right = (1 - lo) if closed in ("both", "left") else -lo
+    w_left = (up + 1) if closed in ("both", "right") else up
+    if lo > up or w_left < 1 or w_right < 1:
+        raise ConfigError(f"{where}: [{iv.get('lower')}, {iv.get('upper')}] ({closed} closed) must include 0 "
+                          f"({iv['right']}.ts = {iv['left']}.ts); shifted intervals are not supported")
+    text = f"interval {iv['right']}.ts - {iv['left']}.ts in [{iv.get('lower')}, {iv.get('upper')}] ({closed} closed)"
+    return {iv["left"]: Window("time", w_left, text), iv["right"]: Window("time", w_right, text)}
+
+
+def _streams(raw, ts_unit, path, base, interval=None):
     st = _table(raw, "streams", path)
     if len(st) < 2:
         raise ConfigError(f"{path}: streams: a join needs at least two streams, found {len(st)}")
@@ -252,10 +311,13 @@ def _streams(raw, ts_unit, path, base):
             dtype = stream_dtype(schema, f"{where}.schema")
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from None
-        if "window" not in spec:
+        if interval and "window" in spec:
+            raise ConfigError(f"{path}: {where}.window: the windows are given by predicate.interval; give one or the other")
+        if "window" not in spec and not interval:
             raise ConfigError(f"{path}: {where}.window: required (a duration such as \"15min\", a tuple count, or \"unbounded\")")
         rs = _raw_source(spec["raw"], schema, f"{where}.raw", path, base) if "raw" in spec else None
-        out.append(Stream(name, dict(schema), dtype, _window(spec["window"], ts_unit, f"{where}.window", path), rs))
+        win = interval[name] if interval else _window(spec["window"], ts_unit, f"{where}.window", path)
+        out.append(Stream(name, dict(schema), dtype, win, rs))
     return tuple(out)
 
 
@@ -372,7 +434,7 @@ def _pair(l, r, streams, where, path):
 
 def _predicate(raw, streams, path, base=None):
     p = _table(raw, "predicate", path)
-    _no_unknown(p, {"equi", "band", "theta"}, "predicate.", path)
+    _no_unknown(p, {"equi", "band", "theta", "interval"}, "predicate.", path)
     equi, band, theta = [], [], []
     for k, e in enumerate(p.get("equi", [])):
         where = f"predicate.equi[{k}]"

@@ -24,7 +24,10 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     t0 = time.perf_counter()
     steps = 3 + bool(verify)
     spark = None
-    if all(s.raw is not None for s in job.streams):
+    from .spark.stage import precheck
+    if all(s.raw is not None for s in job.streams) and precheck(job, force=force) is not None:
+        say(f"1/{steps} stage: {job.staged} is up to date (same settings, raw files unchanged; no Spark needed)")
+    elif all(s.raw is not None for s in job.streams):
         say(f"1/{steps} stage with Spark ({master}) -> {job.staged}")
         spark = spark_session(master, "mpi-join pipeline", conf)
         man = stage(spark, job, progress=lambda m: say("    " + m), force=force)

@@ -59,6 +59,8 @@ def explain(job, nranks):
         out.append(f"  {s.name}: about {tuples:,} tuples ({how}), {row} bytes a row")
     out.append(f"state: about {state / workers / 2**20:,.1f} MB per worker if the windows spread evenly over "
                f"{workers} workers ({state / 2**20:,.1f} MB in all)")
+    out.append("time conditions (event time, " + job.ts_unit + "):")
+    out += ["  " + line for line in time_conditions(job)]
     out.append("local joins:")
     out += ["  " + line for line in _local_joins(job)]
     return out
@@ -94,3 +96,33 @@ def _show(c, job):
     if isinstance(c, Band):
         return f"|{col(c.left)} - {col(c.right)}| {'<=' if c.closed else '<'} {c.eps:g}"
     return f"theta {c.udf}"
+
+
+def time_conditions(job):
+    """The effective time condition of every pair of streams, however it was written (windows or
+    an interval), e.g. `quotes.ts in [trades.ts - 5 s, trades.ts]`. With integer event times the
+    semantics' open bounds -W_a < a.ts - b.ts < W_b are the closed [a.ts - (W_b - 1), a.ts + (W_a - 1)]."""
+    from .sanity import duration
+    per = ts_unit_ns(job.ts_unit)
+
+    def off(sign, w):
+        return "" if w == 0 else f" {sign} {duration(w * per)}"
+    lines = []
+    m = len(job.streams)
+    for i in range(m):
+        for j in range(i + 1, m):
+            a, b = job.streams[i], job.streams[j]
+            if a.window.kind == "time" and b.window.kind == "time":
+                cond = (f"{b.name}.ts in [{a.name}.ts{off('-', b.window.size - 1)}, {a.name}.ts"
+                        f"{off('+', a.window.size - 1)}]")
+            else:
+                def one(x, y):
+                    w = x.window
+                    return (f"each {y.name} tuple joins the last {w.size:,} {x.name} tuples before it" if w.kind == "count"
+                            else f"each {y.name} tuple joins every earlier {x.name} tuple" if w.kind == "unbounded"
+                            else f"each {y.name} tuple joins {x.name} tuples less than {duration(w.size * per)} older")
+                cond = f"{one(b, a)}; {one(a, b)}"
+            if m > 2:
+                cond += " (and every tuple of a combination within its window of the newest)"
+            lines.append(cond)
+    return lines

@@ -135,6 +135,9 @@ def _driver(job_path, overrides, tx, ctx):
     if err:
         sys.stderr.write(f"mpi-join: error: {err}\n")
         return 2
+    from .sanity import warnings
+    for w in warnings(job, driver.manifest):
+        sys.stderr.write(f"mpi-join: warning: {w}\n")
     for r in range(1, tx.size):
         tx.watch(r)                      # every worker must be heard from (liveness.py)
     total = driver.total

@@ -423,8 +423,9 @@ def check_runnable(job, nranks):
                           f"conditions{why}, the job has only {', '.join(sorted(job.predicate.kinds))}; "
                           f"{', '.join(sorted(info.predicates - info.requires))} conditions may be added to them; {hint}")
     if nranks < info.min_ranks:
-        raise ConfigError(f"strategy {info.name!r} needs at least {info.min_ranks} MPI ranks (a master and "
-                          f"{info.min_ranks - 1}+ slaves), got {nranks}; launch with mpiexec -n {info.min_ranks} or more")
+        raise ConfigError(f"strategy {info.name!r} needs at least {info.min_ranks} MPI ranks (rank 0 drives the "
+                          f"input, {info.min_ranks - 1}+ workers join), got {nranks}; launch with mpiexec -n "
+                          f"{info.min_ranks} or more")
     err = info.check(job, nranks) if info.check else None
     if err:
         raise ConfigError(err)

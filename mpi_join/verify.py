@@ -37,5 +37,7 @@ def format_report(rep):
         if rep["examples"][k]:
             lab = f"({cols}" + (", copies)" if k == "duplicated" else ")")
             lines.append(f"  {k} e.g. {lab}: " + "; ".join(map(str, rep["examples"][k])))
+    lines.append("compared with the oracle on the staged input as given (this cannot catch a wrong time unit or "
+                 "column at staging)")
     lines.append("OK: results equal the oracle" if rep["ok"] else "DIFFERENT: results do not equal the oracle")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from mpi_join.staged import read_staged
 from mpi_join.workloads import make
 SLOW = True
 
-from conftest import run_mpi
+from conftest import run_cli, run_mpi
 from reference import as_set
 
 
@@ -352,3 +352,33 @@ def test_csv_as_rfc_4180_says(spark, tmp_path):
     assert "more or fewer fields than the header" in q[0]["reason"]
     assert "more or fewer fields than the header" in q[1]["reason"]
     assert q[2]["reason"] == "name"
+
+
+def test_a_wholly_quarantined_stream_stops_stage(spark, tmp_path):
+    """ISO timestamps declared as "ms": every row of the stream is quarantined; stage refuses with
+    one line naming the stream and the reason, unless --allow-empty; the reasons are counted."""
+    from mpi_join.spark.stage import stage
+    (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="ms"))
+    _write_csv(str(tmp_path / "raw/R/a.csv"), ["2024-01-01T10:00:00,1,0.5,ab", "2024-01-01T10:00:01,2,0.5,x"])
+    _write_csv(str(tmp_path / "raw/S/a.csv"), ["5,1,0.25,q"])
+    job = load_job(str(tmp_path / "job.toml"))
+    lines = []
+    with pytest.raises(InputError, match=r"stream 'R': nothing staged, all 2 of its rows were quarantined .*"
+                                         r"2 unparsed: event time event_time.*--allow-empty"):
+        stage(spark, job, progress=lines.append)
+    assert any("2 row(s) quarantined" in l and "2 unparsed: event time event_time" in l for l in lines)
+    assert not os.path.exists(tmp_path / "staged" / "R")
+    man = stage(spark, job, progress=lambda m: None, allow_empty=True)
+    assert man["streams"]["R"]["count"] == 0 and man["streams"]["S"]["count"] == 1
+
+
+def test_up_to_date_stage_needs_no_jvm(spark, tmp_path):
+    import time
+    path = make("equi", str(tmp_path), tuples=800, raw="csv")
+    p = run_cli("stage", path)
+    assert p.returncode == 0, p.stderr
+    t0 = time.time()
+    p = run_cli("stage", path)
+    took = time.time() - t0
+    assert p.returncode == 0 and "is up to date" in p.stderr, p.stderr
+    assert took < 3.0 and "Spark" not in p.stderr and "WARN" not in p.stderr, (took, p.stderr)

@@ -26,7 +26,73 @@ _UMAX = {"uint8": 255, "uint16": 65535, "uint32": 4294967295}
 SMALL_INPUT_BYTES = 64 << 20
 
 
-def stage(spark, job, out=None, progress=print, overwrite=False, force=False, small_bytes=SMALL_INPUT_BYTES):
+def precheck(job, out=None, force=False, overwrite=False):
+    """What stage can decide without Spark, for raw input on local (or mounted) filesystems:
+    raw paths that match no file, CSV headers without a declared column, a staged directory that
+    is not one, and whether the staged input is up to date (then its manifest is returned, and
+    no JVM need start). Returns None when Spark must run; raises InputError on a refusal."""
+    import glob as globmod
+    import os
+    out = fs.qualify(out or job.staged)
+    _check_local_targets(job, out)
+    if safety.local(out) and os.path.isdir(safety.real(out)) and os.listdir(safety.real(out)) \
+            and not os.path.exists(os.path.join(safety.real(out), "_manifest.json")) and not overwrite:
+        raise InputError(f"{out}: exists, is not empty and is not a staged directory (no _manifest.json); "
+                         f"choose another [input] staged, or pass --overwrite to replace its stream folders")
+    sources = {}
+    for s in job.streams:
+        if s.raw is None:
+            raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
+        if not safety.local(s.raw.path):
+            return None
+        p = os.path.abspath(s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path)
+        hits = sorted(globmod.glob(p)) if globmod.has_magic(p) else ([p] if os.path.exists(p) else [])
+        files = []
+        for h in hits:
+            if os.path.isdir(h):
+                files += [os.path.join(h, f) for f in sorted(os.listdir(h)) if os.path.isfile(os.path.join(h, f))]
+            else:
+                files.append(h)
+        files = sorted(f for f in files if not os.path.basename(f).startswith(("_", ".")))
+        if not files:
+            raise InputError(f"{s.raw.path}: no input files for stream '{s.name}'")
+        if s.raw.format == "csv" and s.raw.header:
+            for f in files:
+                if f.lower().endswith(fs._COMPRESSED):
+                    continue
+                with open(f, encoding="utf-8", errors="replace", newline="") as fh:
+                    line = fh.readline().lstrip("\ufeff").rstrip("\r\n")
+                have = [c.strip() for c in next(csv.reader([line], delimiter=s.raw.delimiter), [])]
+                for c in _declared(s):
+                    if c not in have:
+                        raise InputError(f"file:{f}: column '{c}' of stream '{s.name}' is missing "
+                                         f"(file has: {', '.join(have) or 'no columns'})")
+        sources[s.name] = files
+    if force or not safety.local(out):
+        return None
+    mp = os.path.join(safety.real(out), "_manifest.json")
+    if not os.path.exists(mp):
+        return None
+    try:
+        with open(mp) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return None
+    staging = {"settings": _settings(job),
+               "inputs": {k: [[f"file:{f}", os.path.getsize(f), os.stat(f).st_mtime_ns // 10**6] for f in v]
+                          for k, v in sources.items()}}
+    if isinstance(old, dict) and old.get("staging") == staging:
+        return dict(old, up_to_date=True)
+    return None
+
+
+def _settings(job):
+    return {"ts_unit": job.ts_unit,
+            "streams": [[s.name, dict(s.schema), dataclasses.asdict(s.raw)] for s in job.streams]}
+
+
+def stage(spark, job, out=None, progress=print, overwrite=False, force=False, small_bytes=SMALL_INPUT_BYTES,
+          allow_empty=False):
     """Stage every stream of `job` into `out` (default: the job's [input] staged). Returns the manifest.
 
     `out` is replaced stream by stream, so it must be a staged directory already (it holds a
@@ -59,9 +125,7 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         if not files:
             raise InputError(f"{s.raw.path}: no input files for stream '{s.name}'")
         sources[s.name] = files
-    staging = {"settings": {"ts_unit": job.ts_unit,
-                            "streams": [[s.name, dict(s.schema), dataclasses.asdict(s.raw)] for s in job.streams]},
-               "inputs": {k: fs.file_stats(spark, v) for k, v in sources.items()}}
+    staging = {"settings": _settings(job), "inputs": {k: fs.file_stats(spark, v) for k, v in sources.items()}}
     old = fs.read_text(spark, f"{out}/_manifest.json")
     if old and not force and json.loads(old).get("staging") == staging:
         progress(f"stage: {out} is up to date (same settings, raw files unchanged); --force stages again")
@@ -81,15 +145,19 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         unparsed.append(parsed.filter(F.col("_reason") != ""))
         quarantine.append(bad)
     # one job parses every stream (into the cache) and counts its unparseable rows
-    nbad = dict(_union([b.select(F.lit(i).alias("_stream")) for i, b in enumerate(unparsed)])
-                .groupBy("_stream").count().collect())
+    by_reason = (_union([b.select(F.lit(i).alias("_stream"), "_reason") for i, b in enumerate(unparsed)])
+                 .groupBy("_stream", "_reason").count().collect())
+    reasons = {}
+    for r in by_reason:
+        reasons.setdefault(r["_stream"], []).append((r["_reason"], int(r["count"])))
     for i, s in enumerate(job.streams):
-        quarantined[s.name] = int(nbad.get(i, 0))
+        quarantined[s.name] = sum(n for _, n in reasons.get(i, []))
         qpath = f"{out}/_quarantine/{s.name}"
         fs.delete(spark, qpath)
         if quarantined[s.name]:
             quarantine[i].write.mode("overwrite").parquet(qpath)
-            progress(f"stage: stream {s.name}: {quarantined[s.name]:,} row(s) quarantined to {qpath}")
+            why = "; ".join(f"{n:,} unparsed: {r}" for r, n in sorted(reasons[i], key=lambda x: -x[1])[:5])
+            progress(f"stage: stream {s.name}: {quarantined[s.name]:,} row(s) quarantined to {qpath} ({why})")
     union = _union(frames)
     keys = ("_ts", "_stream", "_file", "_row")
     # a small input is ordered in one partition: no sampling job, no shuffle, one file per stream
@@ -102,6 +170,19 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
                                                    F.max("_ts").alias("hi")).collect()
     for t in tagged_frames:
         t.unpersist()
+    staged_n = {}
+    for r in stats:
+        staged_n[r["_stream"]] = staged_n.get(r["_stream"], 0) + r["n"]
+    empty = [i for i in range(len(job.streams)) if not staged_n.get(i)]
+    if empty and not allow_empty:
+        ordered.unpersist()
+        s = job.streams[empty[0]]
+        q = quarantined[s.name]
+        why = (f"all {q:,} of its rows were quarantined to {out}/_quarantine/{s.name} (" +
+               "; ".join(f"{n:,} unparsed: {r}" for r, n in sorted(reasons[empty[0]], key=lambda x: -x[1])[:3]) +
+               f"): is its time column {s.raw.time!r} really in {s.raw.time_unit!r}?") if q else "its raw files hold no rows"
+        raise InputError(f"{s.raw.path}: stream '{s.name}': nothing staged, {why}; nothing was written to the "
+                         f"stream folders; pass --allow-empty to stage an empty stream")
     counts = {}
     for r in stats:
         counts[r["_pid"]] = counts.get(r["_pid"], 0) + r["n"]

@@ -1,0 +1,180 @@
+"""A new user's first hour (fast tier, no Spark or mpiexec): empty answers are warned about,
+interval joins are written as people write them, and refusals come before any JVM."""
+import os
+import subprocess
+import sys
+import time
+import tomllib
+
+import numpy as np
+import pytest
+
+from mpi_join.config import parse_job
+from mpi_join.oracle import run_oracle
+from mpi_join.staged import write_staged
+from conftest import equi_job_text, random_streams, run_cli, write_job
+from reference import as_set
+
+TRADES = """
+[job]
+name = "tq"
+ts_unit = "ms"
+[input]
+staged = "staged"
+[output]
+dir = "out"
+[streams.trades]
+schema = {{ sym = "int32", px = "float64" }}
+{wt}
+[streams.quotes]
+schema = {{ sym = "int32", bid = "float64" }}
+{wq}
+[predicate]
+equi = [["trades.sym", "quotes.sym"]]
+{interval}
+[strategy]
+name = "hash"
+"""
+
+
+def trades_quotes(rng, n=3000, t0=1_700_000_000_000):
+    sid = rng.integers(0, 2, n)
+    ts = t0 + np.sort(rng.integers(0, 60_000, n))
+    T = np.zeros(int((sid == 0).sum()), [("seq", "i8"), ("ts", "i8"), ("sym", "i4"), ("px", "f8")])
+    Q = np.zeros(int((sid == 1).sum()), [("seq", "i8"), ("ts", "i8"), ("sym", "i4"), ("bid", "f8")])
+    T["seq"], Q["seq"] = np.nonzero(sid == 0)[0], np.nonzero(sid == 1)[0]
+    T["ts"], Q["ts"] = ts[sid == 0], ts[sid == 1]
+    T["sym"], Q["sym"] = rng.integers(0, 20, len(T)), rng.integers(0, 20, len(Q))
+    return [T, Q]
+
+
+def _job(tmp, name, text, arrays):
+    d = tmp / name
+    d.mkdir()
+    (d / "job.toml").write_text(text)
+    from mpi_join.config import load_job
+    job = load_job(str(d / "job.toml"))
+    write_staged(job.staged, job.streams, arrays, job.ts_unit)
+    return str(d / "job.toml"), job
+
+
+@pytest.mark.parametrize("closed,lower,upper", [("both", "-5s", "0s"), ("left", "-5s", "1s"), ("neither", "-5s", "1s"),
+                                                ("right", "-250ms", "2s")])
+def test_interval_equals_windows_and_duckdb(tmp_path, closed, lower, upper):
+    """The previous-5-seconds join written as an interval equals the same join written with
+    windows, and a DuckDB query of the staged Parquet."""
+    duckdb = pytest.importorskip("duckdb")
+    arrays = trades_quotes(np.random.default_rng(3))
+    iv = f'interval = {{ left = "trades", right = "quotes", lower = "{lower}", upper = "{upper}", closed = "{closed}" }}'
+    p1, j1 = _job(tmp_path, "interval", TRADES.format(wt="", wq="", interval=iv), arrays)
+    lo = int(float(lower[:-2]) if lower.endswith("ms") else float(lower[:-1]) * 1000)
+    up = int(float(upper[:-2]) if upper.endswith("ms") else float(upper[:-1]) * 1000)
+    lo_c, up_c = (lo if closed in ("both", "left") else lo + 1), (up if closed in ("both", "right") else up - 1)
+    # windows: quotes.ts - trades.ts in [lo_c, up_c]  <=>  W_trades = up_c + 1, W_quotes = 1 - lo_c
+    wt, wq = f'window = "{up_c + 1}ms"', f'window = "{1 - lo_c}ms"'
+    p2, j2 = _job(tmp_path, "windows", TRADES.format(wt=wt, wq=wq, interval=""), arrays)
+    a, b = as_set(run_oracle(j1, arrays)), as_set(run_oracle(j2, arrays))
+    con = duckdb.connect()
+    sql = (f"SELECT t.seq, q.seq FROM read_parquet('{j1.staged}/trades/*.parquet') t JOIN "
+           f"read_parquet('{j1.staged}/quotes/*.parquet') q ON t.sym = q.sym AND q.ts - t.ts >= {lo_c} "
+           f"AND q.ts - t.ts <= {up_c}")
+    want = {(int(x), int(y)) for x, y in con.execute(sql).fetchall()}
+    assert want and a == b == want
+    out = run_cli("explain", p1, "-n", "3")
+    assert out.returncode == 0, out.stderr
+    cond = f"quotes.ts in [trades.ts" + (f" - {-lo_c / 1000:g} s" if lo_c <= -1000 and lo_c % 1000 == 0 else "")
+    assert cond in out.stdout or "quotes.ts in [trades.ts -" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("iv,fragment", [
+    ('{ left = "trades", right = "quotes", lower = "-10s", upper = "-5s" }', "must include 0"),
+    ('{ left = "trades", right = "nope", lower = "-1s", upper = "0s" }', "predicate.interval.right"),
+    ('{ left = "trades", right = "quotes", lower = "-1s", upper = "0s", closed = "sometimes" }', "closed"),
+    ('{ left = "trades", right = "quotes", lower = "-1.5ms", upper = "0s" }', "not a whole number"),
+    ('{ left = "trades", right = "quotes", lower = "soon", upper = "0s" }', "predicate.interval.lower"),
+])
+def test_bad_intervals_name_the_field(tmp_path, iv, fragment):
+    from mpi_join.errors import ConfigError
+    with pytest.raises(ConfigError, match=fragment):
+        parse_job(tomllib.loads(TRADES.format(wt="", wq="", interval=f"interval = {iv}")), "t.toml")
+
+
+def test_interval_and_windows_together_are_refused():
+    from mpi_join.errors import ConfigError
+    iv = 'interval = { left = "trades", right = "quotes", lower = "-1s", upper = "0s" }'
+    with pytest.raises(ConfigError, match="given by predicate.interval; give one or the other"):
+        parse_job(tomllib.loads(TRADES.format(wt='window = "1s"', wq="", interval=iv)), "t.toml")
+
+
+def test_explain_prints_the_time_condition_of_windows(tmp_path):
+    arrays = trades_quotes(np.random.default_rng(1), 400)
+    p, job = _job(tmp_path, "w", TRADES.format(wt='window = "1ms"', wq='window = "5001ms"', interval=""), arrays)
+    out = run_cli("explain", p, "-n", "3")
+    assert "quotes.ts in [trades.ts - 5 s, trades.ts]" in out.stdout, out.stdout
+
+
+def test_float_seconds_read_as_ms_are_warned_about(tmp_path):
+    """Event times around 1.7e9 in "ms" are January 1970: check, explain and verify say so."""
+    arrays = trades_quotes(np.random.default_rng(2), 2000, t0=1_700_000_000)
+    p, job = _job(tmp_path, "w", TRADES.format(wt='window = "5s"', wq='window = "5s"', interval=""), arrays)
+    for cmd in (["check", p, "-n", "3"], ["explain", p, "-n", "3"]):
+        out = run_cli(*cmd)
+        warn = [l for l in out.stderr.splitlines() if l.startswith("mpi-join: warning:")]
+        assert out.returncode == 0 and warn and "1970-01-20" in warn[0] and "another unit" in warn[0], out.stderr
+
+
+def test_disjoint_time_ranges_are_warned_about(tmp_path):
+    arrays = trades_quotes(np.random.default_rng(4), 2000)
+    arrays[1]["ts"] += 3_600_000              # quotes an hour later than every trade
+    order = np.argsort(np.concatenate([arrays[0]["ts"], arrays[1]["ts"]]), kind="stable")
+    seq = np.empty(len(order), np.int64)
+    seq[order] = np.arange(len(order))
+    arrays[0]["seq"], arrays[1]["seq"] = seq[:len(arrays[0])], seq[len(arrays[0]):]
+    p, job = _job(tmp_path, "w", TRADES.format(wt='window = "5s"', wq='window = "5s"', interval=""), arrays)
+    out = run_cli("check", p, "-n", "3")
+    warn = [l for l in out.stderr.splitlines() if l.startswith("mpi-join: warning:")]
+    assert out.returncode == 0 and len(warn) == 1, out.stderr
+    assert "streams trades (2023-11-14" in warn[0] and "never come within their windows" in warn[0]
+    v = run_cli("verify", str(tmp_path / "w" / "nowhere"), "--job", p)
+    assert v.returncode == 2
+
+
+def test_verify_says_what_it_compared_and_warns_on_zero_results(tmp_path):
+    arrays = trades_quotes(np.random.default_rng(5), 500)
+    arrays[1]["sym"] += 1000                   # no symbol in common
+    p, job = _job(tmp_path, "w", TRADES.format(wt='window = "5s"', wq='window = "5s"', interval=""), arrays)
+    os.makedirs(os.path.join(job.output, "results"))
+    out = run_cli("verify", job.output, "--job", p)
+    assert out.returncode == 0
+    assert "staged input as given" in out.stdout and "cannot catch a wrong time unit" in out.stdout
+    assert "mpi-join: warning: the oracle finds 0 results" in out.stderr
+
+
+@pytest.mark.parametrize("case", ["missing raw", "missing column", "overlap", "missing run"])
+def test_refusals_come_before_any_jvm(tmp_path, case):
+    """Each is refused with exit 2 and one line in well under the time a JVM takes to start."""
+    from test_spark import JOB
+    (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="ms"))
+    os.makedirs(tmp_path / "raw/R")
+    os.makedirs(tmp_path / "raw/S")
+    (tmp_path / "raw/R/a.csv").write_text("event_time,k,v,name\n1,1,0.5,a\n")
+    (tmp_path / "raw/S/a.csv").write_text("event_time,k,v,name\n1,1,0.5,a\n")
+    args = ["stage", str(tmp_path / "job.toml")]
+    if case == "missing raw":
+        os.remove(tmp_path / "raw/S/a.csv")
+        frag = "raw/S: no input files for stream 'S'"
+    elif case == "missing column":
+        (tmp_path / "raw/S/a.csv").write_text("event_time,k,name\n1,1,a\n")
+        frag = "column 'v' of stream 'S' is missing"
+    elif case == "overlap":
+        args += ["--out", str(tmp_path / "raw")]
+        frag = "overlaps"
+    else:
+        args = ["collect", str(tmp_path / "nope"), "--job", str(tmp_path / "job.toml"), "--out", str(tmp_path / "c")]
+        frag = "no such run output directory"
+    t0 = time.time()
+    p = run_cli(*args)
+    took = time.time() - t0
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and frag in lines[0], p.stderr
+    assert took < 3.0, f"refused after {took:.1f} s: after a JVM start?"
