@@ -82,9 +82,13 @@ def test_stage_quarantines_bad_rows_and_counts_them(spark, tmp_path):
     man = stage(spark, job, progress=lambda m: None)
     assert man["streams"]["R"]["count"] == 1 and man["streams"]["S"]["count"] == 2
     assert man["quarantined"] == {"R": 4, "S": 1}
-    q = pq.read_table(str(tmp_path / "staged/_quarantine/R")).to_pylist()
-    reasons = sorted(r["reason"] for r in q)
-    assert reasons == ["event time event_time", "k", "k", "name"]
+    q = sorted(pq.read_table(str(tmp_path / "staged/_quarantine/R")).to_pylist(), key=lambda r: r["record"])
+    assert [r["record"] for r in q] == [2, 3, 4, 5]                 # rows of a.csv, header excluded
+    assert all(r["file"].endswith("raw/R/a.csv") for r in q)
+    assert [r["reason"] for r in q] == ["event time event_time: expected a number of s, got 'abc'",
+                                        "k: missing (null)",
+                                        "name: expected text of at most 4 bytes (UTF-8), got 'toolong'",
+                                        "k: expected an integer that fits int32, got 'x7'"]
     R, S = read_staged(job)
     # seconds -> ms; ordered by (ts, stream): S@500, R@1500, S@1500
     assert S["ts"].tolist() == [500, 1500] and R["ts"].tolist() == [1500]
@@ -351,7 +355,8 @@ def test_csv_as_rfc_4180_says(spark, tmp_path):
     assert [r["event_time"] for r in q] == ["3", "4", "6"]
     assert "more or fewer fields than the header" in q[0]["reason"]
     assert "more or fewer fields than the header" in q[1]["reason"]
-    assert q[2]["reason"] == "name"
+    assert q[2]["reason"] == "name: missing (null)"
+    assert [r["record"] for r in q] == [3, 4, 6]           # the two-line record counts once
 
 
 def test_a_wholly_quarantined_stream_stops_stage(spark, tmp_path):

@@ -276,7 +276,7 @@ def _read_stream(spark, s, files):
             if s.raw.format == "json":   # re-read as text so that every value is parsed the same way
                 df = spark.read.schema(StructType([StructField(c, StringType()) for c in want])).json(f)
         fields = (F.col("_corrupt").isNotNull() if s.raw.format == "csv" else F.lit(False)).alias("_bad_fields")
-        frames.append(df.select(*want, fields).withColumn("_file", F.lit(k))
+        frames.append(df.select(*want, fields).withColumn("_file", F.lit(k)).withColumn("_path", F.lit(f))
                       .withColumn("_row", F.monotonically_increasing_id()))
     return _union(frames)
 
@@ -303,11 +303,40 @@ def _tag(df, s, job):
     parsed = {"_ts": _parse_time(df, s, job)}
     for c, t in s.schema.items():
         parsed[c] = _parse_col(df, c, s.dtype.fields[c][0], t)
-    reason = F.concat_ws(", ", F.when(F.col("_bad_fields"), F.lit(f"a row with more or fewer fields than the header")),
-                         *[F.when(F.col(f"_v_{k}").isNull(), F.lit(("event time " + s.raw.time) if k == "_ts" else k))
-                           for k in parsed])
-    return df.select("_file", "_row", "_bad_fields", *[F.col(c).cast("string").alias(f"_raw_{c}") for c in _declared(s)],
-                     *[v.alias(f"_v_{k}") for k, v in parsed.items()]).withColumn("_reason", reason)
+    fields = "a row with more or fewer fields than the header"
+    label = {k: ("event time " + s.raw.time) if k == "_ts" else k for k in parsed}
+    raw = {k: F.col(f"_raw_{s.raw.time if k == '_ts' else k}") for k in parsed}
+    # _reason: what failed, by column (counted per reason); _why: the same in words, with the value
+    reason = F.concat_ws(", ", F.when(F.col("_bad_fields"), F.lit(fields)),
+                         *[F.when(F.col(f"_v_{k}").isNull(), F.lit(label[k])) for k in parsed])
+    why = F.concat_ws("; ", F.when(F.col("_bad_fields"), F.lit(fields)),
+                      *[F.when(F.col(f"_v_{k}").isNull() & raw[k].isNull(), F.lit(f"{label[k]}: missing (null)"))
+                        .when(F.col(f"_v_{k}").isNull(),
+                              F.concat(F.lit(f"{label[k]}: {_expected(s, k, job)}, got '"),
+                                       F.substring(raw[k], 1, 60), F.lit("'")))
+                        for k in parsed])
+    return (df.select("_file", "_path", "_row", "_bad_fields",
+                      *[F.col(c).cast("string").alias(f"_raw_{c}") for c in _declared(s)],
+                      *[v.alias(f"_v_{k}") for k, v in parsed.items()])
+            .withColumn("_reason", reason).withColumn("_why", why))
+
+
+def _expected(s, k, job):
+    """What a column's raw text must be, in words (for quarantined rows)."""
+    if k == "_ts":
+        return ("expected a timestamp or ISO-8601 text" if s.raw.time_unit == "timestamp" else
+                f"expected a number of {s.raw.time_unit}")
+    t = str(s.schema[k]).strip().lower()
+    fd = s.dtype.fields[k][0]
+    if t in _INT:
+        return f"expected an integer that fits {t}"
+    if t in ("float32", "float64"):
+        return "expected a number"
+    if t == "bool":
+        return "expected true or false"
+    if fd.shape:
+        return f"expected base64 of exactly {fd.itemsize} bytes"
+    return f"expected text of at most {fd.itemsize} bytes (UTF-8)"
 
 
 def _split(parsed, tagged, s):
@@ -315,9 +344,13 @@ def _split(parsed, tagged, s):
     from pyspark.sql import functions as F
     good = parsed.filter(F.col("_reason") == "").select(
         "_file", "_row", F.col("_v__ts").alias("_ts"), *[F.col(f"_v_{c}").alias(c) for c in s.schema])
+    # record: the row's number in its file (1-based, header excluded). A CSV file is read whole by
+    # one task (multiLine), so its rows are numbered in order within the task's ids; a JSON file
+    # read in one split likewise (the default split is 128 MB)
+    record = (F.col("_row").bitwiseAND(F.lit((1 << 33) - 1)) + 1).cast("long")
     bad = tagged.filter(F.col("_reason") != "").select(
-        *[F.col(f"_raw_{c}").alias(c) for c in _declared(s)], F.col("_reason").alias("reason"),
-        F.col("_file").alias("file_index"), F.col("_row").alias("row_id"))
+        F.col("_path").alias("file"), record.alias("record"), F.col("_why").alias("reason"),
+        *[F.col(f"_raw_{c}").alias(c) for c in _declared(s)])
     return good, bad
 
 
