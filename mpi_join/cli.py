@@ -73,8 +73,8 @@ def main():
 def run(job, nprocs, output, staged, strategy, resume, overwrite):
     """Run JOB (a TOML job file) on the MPI ranks of this launch.
 
-    Rank 0 is the master: it reads the staged input, replays the merged stream in seq order and
-    distributes it; the other ranks join. Results go to OUTPUT/results/part-*.parquet (one
+    Rank 0 drives: it reads the staged input, replays the merged stream in seq order and sends it
+    into the strategy's topology; the other ranks (workers) join. Results go to OUTPUT/results/part-*.parquet (one
     column <stream>_seq per stream, emit_ns, latency_ns), metrics to OUTPUT/metrics/.
 
     \b
@@ -96,7 +96,7 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
       [run]       batch_size = 8192        tuples per distribution epoch at most (1..2^24)
                   flush_interval = "50ms"  an epoch closes after this long at most (up to 1 day)
                   rate = "max" | N         replay as fast as possible or N tuples/s per stream (up to 1e9)
-                  max_inflight = 4         unacknowledged epochs per slave, backpressure (1..1024)
+                  max_inflight = 4         unacknowledged messages per link, backpressure (1..1024)
                   progress = true          live progress line on stderr
                   liveness_timeout = "30s" a rank or link silent this long aborts the job ("off")
       [checkpoint] dir = "ckpt"            HDF5 checkpoints (one file per rank + MANIFEST.json)

@@ -90,7 +90,7 @@ def _non_neg(v):
 
 
 def _rank_or_none(v):
-    return None if v == -1 or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= _BIG) else "expected a slave rank (>= 1), or -1 for none"
+    return None if v == -1 or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= _BIG) else "expected a worker rank (>= 1), or -1 for none"
 
 
 def _check_hash(job, nranks):

@@ -1,6 +1,8 @@
 """A SparkSession set up for the pipeline: local[*] by default, any master by option, quiet."""
 import os
 
+_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+
 
 def spark_session(master=None, app="mpi-join", conf=()):
     """Build (or reuse) the session. `master` None keeps what spark-submit set (the CLI passes
@@ -15,7 +17,8 @@ def spark_session(master=None, app="mpi-join", conf=()):
           .config("spark.ui.enabled", "false")
           .config("spark.sql.session.timeZone", "UTC")
           .config("spark.sql.shuffle.partitions", "8")
-          .config("spark.driver.memory", os.environ.get("MPI_JOIN_SPARK_DRIVER_MEMORY", "2g")))
+          .config("spark.driver.memory", os.environ.get("MPI_JOIN_SPARK_DRIVER_MEMORY", "2g"))
+          .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_LOG4J}"))
     for kv in conf:
         k, _, v = kv.partition("=")
         b = b.config(k, v)

@@ -1,0 +1,38 @@
+"""The README's "Using it" commands run as written (with a smaller input), in order, in a fresh
+folder: generate, stage, check, explain, run, collect, verify, pipeline, oracle, strategies and
+slurm (rendered; submitting needs a cluster, which tests/test_slurm.py starts). `bench` is run
+by tests/test_bench.py with small sizes."""
+import os
+import re
+import subprocess
+import sys
+
+SLOW = True
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+
+
+def using_it_commands():
+    text = open(README).read()
+    block = text.split("## Using it", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    cmds = []
+    for line in block.strip().splitlines():
+        cmd = line.split("  #", 1)[0].strip()
+        if cmd and not cmd.startswith("source "):
+            cmds.append(cmd)
+    return cmds
+
+
+def test_the_readme_commands_run_as_written(tmp_path):
+    cmds = using_it_commands()
+    assert len(cmds) >= 10 and cmds[0].startswith("mpi-join generate")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], MPI_JOIN_QUIET="1")
+    ran = []
+    for cmd in cmds:
+        if cmd.startswith("mpi-join bench"):
+            continue
+        cmd = re.sub(r"--tuples \d+", "--tuples 4000", cmd).replace(" --submit", "")
+        p = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, f"{cmd}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
+        ran.append(cmd)
+    assert any("verify" in c for c in ran) and (tmp_path / "work/equi/collected/_summary.json").exists()
+    assert (tmp_path / "work/equi/slurm").is_dir()
