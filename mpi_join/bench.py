@@ -60,9 +60,10 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="mpi-join-bench-")
         workdir = tmp.name
-    keys = f"uniform keys over {uniform_keys:,}" if uniform_keys else f"b = {skew}"
+    keys = ("" if info.workload != "equi" else      # keys and skew apply to the equi workload only
+            f", uniform keys over {uniform_keys:,}" if uniform_keys else f", b-model keys with b = {skew}")
     print(f"workload {info.workload}: {tuples:,} tuples, {rate:g} tuples/s per stream (event time), window "
-          f"{window}, {keys}; {strategy} on {', '.join(map(str, ranks))} ranks", flush=True)
+          f"{window}{keys}; {strategy} on {', '.join(map(str, ranks))} ranks", flush=True)
     job_path = make(info.workload, workdir, tuples=tuples, rate=rate, window=window, skew=skew, strategy=strategy,
                     uniform_keys=uniform_keys)
     for k, v in params.items():

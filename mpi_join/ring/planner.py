@@ -103,7 +103,14 @@ def plan_lines(job, n_max, Tn=50e-6, Ts=None, meas=None):
     md = model(meas, Tn)
     Lc, lam, W, Tj, M, Tsv = md["Lc"], md["lam"], md["W"], md["Tj"], md["M"], meas["Ts"]
     names = meas["names"]
-    out = ["measured on a sample of the staged input:"]
+    out = ["model: the PSP ring's cost model (mpi_join/ring/cost_model.py, equations 1 to 6; README \"psp\"), for "
+           "strategy psp: every probe scans its slice, so work per tuple grows with the window"]
+    if job.predicate.equi or job.predicate.band:
+        out.append("caveat: this job's predicate has an equi or band condition, which the ring joins through an "
+                   "index, not a scan: T_j below is per candidate pair, and the capacity column leaves out the "
+                   "per-message and per-result costs that bound an index join; read it as an upper bound, and "
+                   "measure with `mpi-join bench psp`")
+    out.append("measured on a sample of the staged input:")
     for k, n in enumerate(names):
         out.append(f"  {n}: {meas['lam'][k]:,.1f} tuples/s, window {meas['W'][k]:g} s, join order "
                    f"{'>'.join([n] + [names[j] for j in meas['orderings'][k]])}")
