@@ -32,7 +32,10 @@ def exit_codes(line):
 
 
 def killed_line(codes):
-    """One line naming the first rank that died of a signal (Hydra reports 9 for SIGKILL), or None."""
+    """One line naming the ranks that ended by a signal, or None. When one rank is killed, Hydra
+    may kill the others with the same signal while cleaning up, so a single rank is named only
+    when the exit codes single it out; otherwise all of them are listed."""
+    hit = []
     for rank, host, code in codes:
         sig = code - 128 if code > 128 else code
         if code not in (0, 1, 2, 130) and 0 < sig < 65:
@@ -40,9 +43,16 @@ def killed_line(codes):
                 name = signal.Signals(sig).name
             except ValueError:
                 name = f"signal {sig}"
-            return (f"mpi-join: error: rank {rank} on host {host} was killed ({name}; the OOM killer or a kill -9 "
-                    f"do this) and the job was aborted; with checkpoints, `--resume` continues it")
-    return None
+            hit.append((rank, host, name))
+    if not hit:
+        return None
+    if len(hit) == 1:
+        rank, host, name = hit[0]
+        who = f"rank {rank} on host {host} was killed ({name}; the OOM killer or a kill -9 do this)"
+    else:
+        who = ("ranks " + ", ".join(f"{r} on {h}" for r, h, _ in hit) + f" ended by {hit[0][2]}: one was "
+               "killed outright (the OOM killer or a kill -9), and mpiexec killed the others")
+    return f"mpi-join: error: {who}; the job was aborted; with checkpoints, `--resume` continues it"
 
 
 def run(cmd):

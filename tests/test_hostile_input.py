@@ -491,5 +491,7 @@ def test_hydra_exit_codes_name_the_killed_rank():
     codes = exit_codes("[mpiexec@vm] Exit codes: [n1] 0,0 [n2] 9,0\n")
     assert codes == [(0, "n1", 0), (1, "n1", 0), (2, "n2", 9), (3, "n2", 0)]
     assert killed_line(codes).startswith("mpi-join: error: rank 2 on host n2 was killed (SIGKILL")
+    line = killed_line(exit_codes("Exit codes: [a] 9,0 [b] 137"))
+    assert line.startswith("mpi-join: error: ranks 0 on a, 2 on b ended by SIGKILL: one was killed outright")
     assert killed_line(exit_codes("Exit codes: [vm] 0,2,2")) is None
     assert exit_codes("something else") == []
