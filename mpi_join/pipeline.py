@@ -34,17 +34,20 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
         say(f"    {man['total']:,} tuples staged, {sum(man['quarantined'].values()):,} quarantined")
     else:
         say(f"1/{steps} stage: skipped (streams without raw input; staged input is {job.staged})")
+    took = {"stage": time.perf_counter() - t0}
     say(f"2/{steps} run: mpiexec -n {nprocs} mpi-join run {job_path}")
     rc = subprocess.call(mpiexec_cmd(nprocs, ["run", job_path, *run_args]))
     if rc != 0:
         say(f"run failed with exit code {rc}; nothing collected")
         return rc
+    took["run"] = time.perf_counter() - t0 - sum(took.values())
     say(f"3/{steps} collect with Spark -> {out}")
     spark = spark or spark_session(master, "mpi-join pipeline", conf)
     s = collect(spark, job, job.output, out, with_payload=with_payload, progress=lambda m: say("    " + m))
     lat = s["latency_ms"]
     say(f"    {s['results']:,} results" + (" with payloads" if with_payload else "")
         + f"; latency ms p50 {lat['p50']:.2f} p99 {lat['p99']:.2f}")
+    took["collect"] = time.perf_counter() - t0 - sum(took.values())
     code = 0
     if verify:
         from .verify import format_report, verify as check
@@ -52,6 +55,9 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
         rep = check(job.output, job)
         say(format_report(rep))
         code = 0 if rep["ok"] else 1
-    say(f"pipeline: done in {time.perf_counter() - t0:.1f} s; results {os.path.join(job.output, 'results')}, "
-        f"collected {out}")
+        took["verify"] = time.perf_counter() - t0 - sum(took.values())
+    most = max(took, key=took.get)
+    say(f"pipeline: done in {time.perf_counter() - t0:.1f} s (" + ", ".join(f"{k} {v:.1f} s" for k, v in took.items())
+        + f"; {most} took longest" + ("; the Spark session starts in the first Spark step, about 5 s" if spark else "")
+        + f"); results {os.path.join(job.output, 'results')}, collected {out}")
     return code
