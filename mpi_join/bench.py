@@ -69,11 +69,14 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
     for k, v in params.items():
         _set_param(job_path, k, v)
     job = load_job(job_path)
+    total = len(ranks) + bool(load_fraction)
+    print(f"bench: the oracle on {tuples:,} tuples (the baseline)", flush=True)
     o_rate, o_s, o_n = _oracle_rate(job)
     rows = [("oracle (1 core)", f"{o_rate:,.0f}", f"{o_s:.2f}", f"{o_n:,}", "-", "-", "-", "1.00")]
     out = {"oracle_tps": o_rate, "runs": {}}
     cases = [(n, replay_rate) for n in ranks]
-    for n, rr in cases:
+    for k, (n, rr) in enumerate(cases):
+        print(f"bench: run {k + 1}/{total}: {strategy} on {n} ranks", flush=True)
         s = _one(job_path, workdir, job, n, rr, o_n)
         out["runs"][n] = s
         rows.append(_row(f"{strategy} ({n} ranks)", s, o_rate))
@@ -83,6 +86,8 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
         per_stream = load_fraction * steady / len(job.streams)
         print(f"sustainable rate on {n} ranks, over the second half of the input (windows full): "
               f"{steady:,.0f} tuples/s in its slowest quarter ({average:,.0f} on average)", flush=True)
+        print(f"bench: run {total}/{total}: {strategy} on {n} ranks at {per_stream:,.0f} tuples/s per stream",
+              flush=True)
         s = _one(job_path, workdir, job, n, per_stream, o_n)
         out["loaded"] = dict(s, rate_per_stream=per_stream, ranks=n)
         rows.append(_row(f"{strategy} ({n} ranks) at {load_fraction:.0%} = {per_stream:,.0f}/s per stream", s, o_rate))

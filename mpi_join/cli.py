@@ -568,7 +568,9 @@ def strategies_cmd():
 @click.argument("strategy", type=_StrategyChoice())
 @click.option("-n", "--np", "nprocs", multiple=True, type=click.IntRange(1, MAX_RANKS), help="MPI ranks; repeat to compare rank counts "
               "in one run (default: 4).")
-@click.option("--tuples", default=400_000, show_default=True, help="Tuples over both streams.")
+@click.option("--tuples", type=click.IntRange(1, 10**9), default=None,
+              help="Tuples over all streams (default: 400,000; 4,000 for the images workload, whose UDF "
+                   "compares every pixel of every pair).")
 @click.option("--rate", default=1000.0, show_default=True, help="Event-time arrival rate per stream (tuples/s).")
 @click.option("--window", default="60s", show_default=True, help="Time window of both streams.")
 @click.option("--skew", default=0.7, show_default=True, help="b-model skew of the join keys.")
@@ -605,6 +607,8 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
         prm[k] = int(v) if v.lstrip("-").isdigit() else (v == "true" if v in ("true", "false") else v)
     from . import strategies
     own = strategies.get(strategy).cases
+    if tuples is None:
+        tuples = 4_000 if strategies.get(strategy).workload == "images" else 400_000
     if case is not None and case not in ("runtime", "memory") and case not in own:
         _fail(JobError(f"--case: unknown case {case!r} for strategy {strategy!r} (cases: "
                        f"{', '.join(['runtime', 'memory', *own])})"))

@@ -15,7 +15,6 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     from .cli import mpiexec_cmd
     from .config import load_job
     from .spark.collect import collect, default_out
-    from .spark.session import spark_session
     from .spark.stage import stage
     job = load_job(job_path)
     out = collect_out or default_out(job.output)
@@ -29,7 +28,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
         say(f"1/{steps} stage: {job.staged} is up to date (same settings, raw files unchanged; no Spark needed)")
     elif all(s.raw is not None for s in job.streams):
         say(f"1/{steps} stage with Spark ({master}) -> {job.staged}")
-        spark = spark_session(master, "mpi-join pipeline", conf)
+        spark = _session(master, conf, say)
         man = stage(spark, job, progress=lambda m: say("    " + m), force=force)
         say(f"    {man['total']:,} tuples staged, {sum(man['quarantined'].values()):,} quarantined")
     else:
@@ -42,7 +41,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
         return rc
     took["run"] = time.perf_counter() - t0 - sum(took.values())
     say(f"3/{steps} collect with Spark -> {out}")
-    spark = spark or spark_session(master, "mpi-join pipeline", conf)
+    spark = spark or _session(master, conf, say)
     s = collect(spark, job, job.output, out, with_payload=with_payload, progress=lambda m: say("    " + m))
     lat = s["latency_ms"]
     say(f"    {s['results']:,} results" + (" with payloads" if with_payload else "")
@@ -61,3 +60,12 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
         + f"; {most} took longest" + ("; the Spark session starts in the first Spark step, about 5 s" if spark else "")
         + f"); results {os.path.join(job.output, 'results')}, collected {out}")
     return code
+
+
+def _session(master, conf, say):
+    """The one Spark session of a pipeline (a JVM start, about 5 s), said once."""
+    from .spark.session import spark_session
+    t = time.perf_counter()
+    spark = spark_session(master, "mpi-join pipeline", conf)
+    say(f"    Spark session started ({master}) in {time.perf_counter() - t:.1f} s")
+    return spark
