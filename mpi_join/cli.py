@@ -569,10 +569,11 @@ def strategies_cmd():
 @click.option("-n", "--np", "nprocs", multiple=True, type=click.IntRange(1, MAX_RANKS), help="MPI ranks; repeat to compare rank counts "
               "in one run (default: 4).")
 @click.option("--tuples", type=click.IntRange(1, 10**9), default=None,
-              help="Tuples over all streams (default: 400,000; 4,000 for the images workload, whose UDF "
+              help="Tuples over all streams (default: 400,000; 3,000 for the images workload, whose UDF "
                    "compares every pixel of every pair).")
-@click.option("--rate", default=1000.0, show_default=True, help="Event-time arrival rate per stream (tuples/s).")
-@click.option("--window", default="60s", show_default=True, help="Time window of both streams.")
+@click.option("--rate", type=float, default=None, help="Event-time arrival rate per stream, tuples/s (default: 1000; "
+              "100 for images).")
+@click.option("--window", default=None, help="Time window of every stream (default: 60s; 1s for images).")
 @click.option("--skew", default=0.7, show_default=True, help="b-model skew of the join keys.")
 @click.option("--uniform-keys", type=int, default=None, help="Uniform join keys over this many values instead.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
@@ -607,8 +608,10 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
         prm[k] = int(v) if v.lstrip("-").isdigit() else (v == "true" if v in ("true", "false") else v)
     from . import strategies
     own = strategies.get(strategy).cases
-    if tuples is None:
-        tuples = 4_000 if strategies.get(strategy).workload == "images" else 400_000
+    images = strategies.get(strategy).workload == "images"     # defaults that finish in about a minute here
+    tuples = tuples if tuples is not None else (3_000 if images else 400_000)
+    rate = rate if rate is not None else (100.0 if images else 1000.0)
+    window = window if window is not None else ("1s" if images else "60s")
     if case is not None and case not in ("runtime", "memory") and case not in own:
         _fail(JobError(f"--case: unknown case {case!r} for strategy {strategy!r} (cases: "
                        f"{', '.join(['runtime', 'memory', *own])})"))
