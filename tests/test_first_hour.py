@@ -1,8 +1,6 @@
 """A new user's first hour (fast tier, no Spark or mpiexec): empty answers are warned about,
 interval joins are written as people write them, and refusals come before any JVM."""
 import os
-import subprocess
-import sys
 import time
 import tomllib
 
@@ -12,7 +10,7 @@ import pytest
 from mpi_join.config import parse_job
 from mpi_join.oracle import run_oracle
 from mpi_join.staged import write_staged
-from conftest import equi_job_text, random_streams, run_cli, write_job
+from conftest import run_cli
 from reference import as_set
 
 TRADES = """
@@ -82,7 +80,7 @@ def test_interval_equals_windows_and_duckdb(tmp_path, closed, lower, upper):
     assert want and a == b == want
     out = run_cli("explain", p1, "-n", "3")
     assert out.returncode == 0, out.stderr
-    cond = f"quotes.ts in [trades.ts" + (f" - {-lo_c / 1000:g} s" if lo_c <= -1000 and lo_c % 1000 == 0 else "")
+    cond = "quotes.ts in [trades.ts" + (f" - {-lo_c / 1000:g} s" if lo_c <= -1000 and lo_c % 1000 == 0 else "")
     assert cond in out.stdout or "quotes.ts in [trades.ts -" in out.stdout, out.stdout
 
 

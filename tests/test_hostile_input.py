@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import subprocess
 
 import numpy as np

@@ -10,7 +10,6 @@ import subprocess
 import time
 
 import h5py
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
