@@ -52,11 +52,6 @@ def part_rows(path):
         raise InputError(f"{path}: result part file cannot be read: {str(e).splitlines()[0]}") from None
 
 
-def part_record(path):
-    """What a writer records of a result part file it wrote."""
-    return {"rows": part_rows(path), "bytes": os.path.getsize(path), "sha256": file_sha256(path)}
-
-
 def verify_part(path, rec, full=True):
     """A result part file must be readable with the rows its writer wrote (and, with `full`,
     the same bytes). Raises InputError naming the file."""

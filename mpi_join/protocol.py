@@ -105,11 +105,10 @@ class Marker(Control):
 @dataclass(frozen=True)
 class MarkerDone(Control):
     """A rank's part of checkpoint `id` is written; `files`: [[name, rows, bytes, sha256]] of
-    the result files it commits."""
+    the result files it commits (the results up to the cut are their rows)."""
     op: ClassVar[str] = "marker_done"
     id: int = 0
     files: tuple = ()
-    results: int = 0
 
 
 @dataclass(frozen=True)

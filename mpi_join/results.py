@@ -64,11 +64,11 @@ class ResultWriter:
             self._pool.shutdown()
         return self.files
 
-    def resume(self, names, records=None):
-        """Continue after a checkpoint whose committed files of this rank are `names` (with the
-        records the checkpoint verified)."""
-        self.files = [os.path.join(self.dir, n) for n in names]
-        self.records = dict(records or {})
+    def resume(self, file_records):
+        """Continue after a checkpoint whose committed files of this rank are `file_records`
+        (what file_records() gave at the cut, verified on resume)."""
+        self.records = {n: {"rows": r, "bytes": b, "sha256": h} for n, r, b, h in file_records}
+        self.files = [os.path.join(self.dir, n) for n in sorted(self.records)]
 
     def file_records(self):
         """[[name, rows, bytes, sha256]] of every file written so far (after a flush with wait)."""

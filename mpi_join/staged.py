@@ -59,10 +59,15 @@ def stream_files(staged, stream):
                          f"`mpi-join stage JOB` first")
     if not os.path.isdir(d):
         raise InputError(f"{d}: no staged data for stream '{stream}' (expected {d}/part-*.parquet)")
-    files = sorted(glob.glob(os.path.join(d, "*.parquet")))
+    files = [os.path.join(d, n) for n in part_names(d)]
     if not files:
         raise InputError(f"{d}: no Parquet part files for stream '{stream}'")
     return files
+
+
+def part_names(d):
+    """The Parquet part files of one stream's folder `d`, by name, sorted."""
+    return sorted(os.path.basename(f) for f in glob.glob(os.path.join(d, "*.parquet")))
 
 
 class StreamReader:
@@ -400,7 +405,7 @@ def staged_files(job, man):
     for s in job.streams:
         d = os.path.join(job.staged, s.name)
         want = files.get(s.name, {})
-        have = {os.path.basename(f) for f in glob.glob(os.path.join(d, "*.parquet"))}
+        have = set(part_names(d))
         for n in sorted(set(want) - have):
             raise InputError(f"{os.path.join(d, n)}: staged part file listed in the manifest is missing; stage again")
         for n in sorted(have - set(want)):
@@ -413,14 +418,13 @@ def staged_files(job, man):
     return {s.name: files.get(s.name, {}) for s in job.streams}
 
 
-def hash_input(job):
-    """{stream: {part file: {bytes, sha256}}} computed from the staged part files now."""
+def hash_input(job, staged=None):
+    """{stream: {part file: {bytes, sha256}}} computed from the part files in `staged` (default
+    the job's staged input) now."""
     from .integrity import file_records
-    out = {}
-    for s in job.streams:
-        d = os.path.join(job.staged, s.name)
-        out[s.name] = file_records(d, sorted(os.path.basename(f) for f in glob.glob(os.path.join(d, "*.parquet"))))
-    return out
+    staged = staged or job.staged
+    return {s.name: file_records(os.path.join(staged, s.name), part_names(os.path.join(staged, s.name)))
+            for s in job.streams}
 
 
 def staged_manifest(job):

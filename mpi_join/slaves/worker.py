@@ -318,7 +318,6 @@ class Worker:
             cut.arrays = {f"module/{k}": np.array(v, copy=True) for k, v in arrays.items()}
             cut.attrs = {"module": attrs, "epoch": m.epoch, "results": self.metrics.results,
                          "tuples_in": self.metrics.tuples_in, "sent": self.sent, "received": self.received,
-                         "files": [os.path.basename(f) for f in self.writer.files],
                          "file_records": self.writer.file_records()}
             self.cut = cut
             for d in self.down:
@@ -339,8 +338,7 @@ class Worker:
                 arrays[f"channel/{k}/{s}"] = b
             chan.append(src)
         ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan))
-        self.tx.send(DRIVER, Tag.CTRL, MarkerDone(c.marker.id, tuple(c.attrs["file_records"]),
-                                                  c.attrs["results"]).encode())
+        self.tx.send(DRIVER, Tag.CTRL, MarkerDone(c.marker.id, tuple(c.attrs["file_records"])).encode())
 
     def _state_dtype(self, name):
         parts = name.split("/")
@@ -356,8 +354,7 @@ class Worker:
         m = self.metrics
         m.results, m.tuples_in = attrs["results"], attrs["tuples_in"]
         self.sent, self.received = attrs["sent"], attrs["received"]
-        self.writer.resume(attrs["files"], {n: {"rows": r, "bytes": b, "sha256": h}
-                                            for n, r, b, h in attrs.get("file_records", [])})
+        self.writer.resume(attrs["file_records"])
         for k, src in enumerate(attrs.get("channel", [])):   # replay the recorded channel state, unacknowledged
             header = DataHeader.decode(arrays[f"channel/{k}/header"])
             batches = [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.dtypes)]

@@ -37,12 +37,11 @@ def precheck(job, out=None, force=False, overwrite=False):
     _check_local_targets(job, out)
     if safety.local(out) and os.path.isdir(safety.real(out)) and os.listdir(safety.real(out)) \
             and not os.path.exists(os.path.join(safety.real(out), "_manifest.json")) and not overwrite:
-        raise InputError(f"{out}: exists, is not empty and is not a staged directory (no _manifest.json); "
-                         f"choose another [input] staged, or pass --overwrite to replace its stream folders")
+        raise _not_staged(out)
     sources = {}
     for s in job.streams:
         if s.raw is None:
-            raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
+            raise _no_raw(job, s)
         if not safety.local(s.raw.path):
             return None
         p = os.path.abspath(s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path)
@@ -55,7 +54,7 @@ def precheck(job, out=None, force=False, overwrite=False):
                 files.append(h)
         files = sorted(f for f in files if not os.path.basename(f).startswith(("_", ".")))
         if not files:
-            raise InputError(f"{s.raw.path}: no input files for stream '{s.name}'")
+            raise _no_files(s)
         if s.raw.format == "csv" and s.raw.header:
             for f in files:
                 if f.lower().endswith(fs._COMPRESSED):
@@ -86,6 +85,24 @@ def precheck(job, out=None, force=False, overwrite=False):
     return None
 
 
+def _not_staged(out):
+    return InputError(f"{out}: exists, is not empty and is not a staged directory (no _manifest.json); "
+                      f"choose another [input] staged, or pass --overwrite to replace its stream folders")
+
+
+def _no_raw(job, s):
+    return JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
+
+
+def _no_files(s):
+    return InputError(f"{s.raw.path}: no input files for stream '{s.name}'")
+
+
+def _by_reason(reasons, most):
+    """The `most` commonest reasons of [(reason, count)], for one line."""
+    return "; ".join(f"{n:,} unparsed: {r}" for r, n in sorted(reasons, key=lambda x: -x[1])[:most])
+
+
 def _settings(job):
     return {"ts_unit": job.ts_unit,
             "streams": [[s.name, dict(s.schema), dataclasses.asdict(s.raw)] for s in job.streams]}
@@ -114,16 +131,15 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
                              f"({s.raw.path}); stage into a directory of its own")
     if (fs.exists(spark, out) and fs.list_files(spark, out) and not fs.exists(spark, f"{out}/_manifest.json")
             and not overwrite):
-        raise InputError(f"{out}: exists, is not empty and is not a staged directory (no _manifest.json); "
-                         f"choose another [input] staged, or pass --overwrite to replace its stream folders")
+        raise _not_staged(out)
     t0 = time.perf_counter()
     frames, quarantined, sources = [], {}, {}
     for s in job.streams:
         if s.raw is None:
-            raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
+            raise _no_raw(job, s)
         files = fs.list_files(spark, s.raw.path)
         if not files:
-            raise InputError(f"{s.raw.path}: no input files for stream '{s.name}'")
+            raise _no_files(s)
         sources[s.name] = files
     staging = {"settings": _settings(job), "inputs": {k: fs.file_stats(spark, v) for k, v in sources.items()}}
     old = fs.read_text(spark, f"{out}/_manifest.json")
@@ -156,8 +172,8 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         fs.delete(spark, qpath)
         if quarantined[s.name]:
             quarantine[i].write.mode("overwrite").parquet(qpath)
-            why = "; ".join(f"{n:,} unparsed: {r}" for r, n in sorted(reasons[i], key=lambda x: -x[1])[:5])
-            progress(f"stage: stream {s.name}: {quarantined[s.name]:,} row(s) quarantined to {qpath} ({why})")
+            progress(f"stage: stream {s.name}: {quarantined[s.name]:,} row(s) quarantined to {qpath} "
+                     f"({_by_reason(reasons[i], 5)})")
     union = _union(frames)
     keys = ("_ts", "_stream", "_file", "_row")
     # a small input is ordered in one partition: no sampling job, no shuffle, one file per stream
@@ -178,8 +194,7 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         ordered.unpersist()
         s = job.streams[empty[0]]
         q = quarantined[s.name]
-        why = (f"all {q:,} of its rows were quarantined to {out}/_quarantine/{s.name} (" +
-               "; ".join(f"{n:,} unparsed: {r}" for r, n in sorted(reasons[empty[0]], key=lambda x: -x[1])[:3]) +
+        why = (f"all {q:,} of its rows were quarantined to {out}/_quarantine/{s.name} ({_by_reason(reasons[empty[0]], 3)}"
                f"): is its time column {s.raw.time!r} really in {s.raw.time_unit!r}?") if q else "its raw files hold no rows"
         raise InputError(f"{s.raw.path}: stream '{s.name}': nothing staged, {why}; nothing was written to the "
                          f"stream folders; pass --allow-empty to stage an empty stream")
@@ -210,13 +225,8 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         progress(f"stage: stream {s.name}: {n:,} tuples -> {out}/{s.name}")
     ordered.unpersist()
     if safety.local(out):          # checksums of the part files: a resume verifies its input by them
-        from ..integrity import file_records
-        import glob
-        import os
-        man["files"] = {}
-        for s in job.streams:
-            d = os.path.join(safety.real(out), s.name)
-            man["files"][s.name] = file_records(d, sorted(os.path.basename(f) for f in glob.glob(os.path.join(d, "*.parquet"))))
+        from ..staged import hash_input
+        man["files"] = hash_input(job, safety.real(out))
     fs.write_text(spark, f"{out}/_manifest.json", json.dumps(man, indent=2))
     progress(f"stage: wrote {acc:,} tuples ({time.perf_counter() - t1:.1f} s; {time.perf_counter() - t0:.1f} s in all)")
     return man
