@@ -81,6 +81,19 @@ def run_cli(*args, timeout=300, env=None):
     return subprocess.run(mpi_join_cmd(*args), capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def job_toml(streams, predicate, strategy='name = "hash"', run="", extra="", inp='staged = "staged"',
+             out='dir = "out"', name="t"):
+    """A job file from its parts: `streams` is the [streams.X] tables, the others a table's body."""
+    return (f'[job]\nname = "{name}"\nts_unit = "ms"\n[input]\n{inp}\n[output]\n{out}\n{streams}'
+            f'[predicate]\n{predicate}\n[strategy]\n{strategy}\n[run]\n{run}\n{extra}\n')
+
+
+def stream_toml(name, schema, window=None, raw=None):
+    """One [streams.NAME] table; `schema` is the TOML inline table's body."""
+    return (f"[streams.{name}]\nschema = {{ {schema} }}\n" + (f"window = {window}\n" if window else "")
+            + (f"raw = {raw}\n" if raw else ""))
+
+
 def equi_job_text(windows, keys=1, strategy="hash", extra_strategy="", run="", predicate=None):
     on = '[["R.k", "S.k"]]' if keys == 1 else '[["R.k", "S.k"], ["R.k2", "S.k2"]]'
     pred = f"equi = {on}" if predicate is None else predicate

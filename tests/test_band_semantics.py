@@ -9,28 +9,14 @@ import pytest
 
 from mpi_join.config import parse_job
 from mpi_join.oracle import run_oracle
+from conftest import job_toml, stream_toml
 from reference import as_set
 from test_local_join import _drive
 
-JOB = """
-[job]
-name = "band"
-ts_unit = "ms"
-[input]
-staged = "staged"
-[output]
-dir = "out"
-[streams.R]
-schema = {{ v = "{rt}" }}
-window = "unbounded"
-[streams.S]
-schema = {{ w = "{st}" }}
-window = "unbounded"
-[predicate]
-band = [ {{ left = "R.v", right = "S.w", eps = {eps}, closed = {closed} }} ]
-[strategy]
-name = "psp"
-"""
+def job_text(eps, closed, rt, st):
+    return job_toml(stream_toml("R", f'v = "{rt}"', '"unbounded"') + stream_toml("S", f'w = "{st}"', '"unbounded"'),
+                    f'band = [ {{ left = "R.v", right = "S.w", eps = {eps}, closed = {str(closed).lower()} }} ]',
+                    'name = "psp"', name="band")
 
 
 def streams(rv, sw, rt="float64", st="float64"):
@@ -57,7 +43,7 @@ def expected(arrays, eps, closed):
 
 
 def run_methods(arrays, eps, closed, rt="float64", st="float64", batch=37):
-    job = parse_job(tomllib.loads(JOB.format(eps=eps, closed=str(closed).lower(), rt=rt, st=st)), "t.toml")
+    job = parse_job(tomllib.loads(job_text(eps, closed, rt, st)), "t.toml")
     out = {"oracle": as_set(run_oracle(job, arrays))}
     for method in ("index", "scan"):
         got, _ = _drive(job, arrays, method, batch)

@@ -10,29 +10,14 @@ import pytest
 from mpi_join.config import parse_job
 from mpi_join.oracle import run_oracle
 from mpi_join.staged import write_staged
-from conftest import run_cli
+from conftest import job_toml, run_cli, stream_toml
 from reference import as_set
 
-TRADES = """
-[job]
-name = "tq"
-ts_unit = "ms"
-[input]
-staged = "staged"
-[output]
-dir = "out"
-[streams.trades]
-schema = {{ sym = "int32", px = "float64" }}
-{wt}
-[streams.quotes]
-schema = {{ sym = "int32", bid = "float64" }}
-{wq}
-[predicate]
-equi = [["trades.sym", "quotes.sym"]]
-{interval}
-[strategy]
-name = "hash"
-"""
+def trades_job(wt=None, wq=None, interval=""):
+    """The trades/quotes job; wt and wq are the windows (TOML values), or None with an interval."""
+    return job_toml(stream_toml("trades", 'sym = "int32", px = "float64"', wt)
+                    + stream_toml("quotes", 'sym = "int32", bid = "float64"', wq),
+                    f'equi = [["trades.sym", "quotes.sym"]]\n{interval}', name="tq")
 
 
 def trades_quotes(rng, n=3000, t0=1_700_000_000_000):
@@ -64,13 +49,12 @@ def test_interval_equals_windows_and_duckdb(tmp_path, closed, lower, upper):
     duckdb = pytest.importorskip("duckdb")
     arrays = trades_quotes(np.random.default_rng(3))
     iv = f'interval = {{ left = "trades", right = "quotes", lower = "{lower}", upper = "{upper}", closed = "{closed}" }}'
-    p1, j1 = _job(tmp_path, "interval", TRADES.format(wt="", wq="", interval=iv), arrays)
+    p1, j1 = _job(tmp_path, "interval", trades_job(interval=iv), arrays)
     lo = int(float(lower[:-2]) if lower.endswith("ms") else float(lower[:-1]) * 1000)
     up = int(float(upper[:-2]) if upper.endswith("ms") else float(upper[:-1]) * 1000)
     lo_c, up_c = (lo if closed in ("both", "left") else lo + 1), (up if closed in ("both", "right") else up - 1)
     # windows: quotes.ts - trades.ts in [lo_c, up_c]  <=>  W_trades = up_c + 1, W_quotes = 1 - lo_c
-    wt, wq = f'window = "{up_c + 1}ms"', f'window = "{1 - lo_c}ms"'
-    p2, j2 = _job(tmp_path, "windows", TRADES.format(wt=wt, wq=wq, interval=""), arrays)
+    p2, j2 = _job(tmp_path, "windows", trades_job(f'"{up_c + 1}ms"', f'"{1 - lo_c}ms"'), arrays)
     a, b = as_set(run_oracle(j1, arrays)), as_set(run_oracle(j2, arrays))
     con = duckdb.connect()
     sql = (f"SELECT t.seq, q.seq FROM read_parquet('{j1.staged}/trades/*.parquet') t JOIN "
@@ -94,19 +78,19 @@ def test_interval_equals_windows_and_duckdb(tmp_path, closed, lower, upper):
 def test_bad_intervals_name_the_field(tmp_path, iv, fragment):
     from mpi_join.errors import ConfigError
     with pytest.raises(ConfigError, match=fragment):
-        parse_job(tomllib.loads(TRADES.format(wt="", wq="", interval=f"interval = {iv}")), "t.toml")
+        parse_job(tomllib.loads(trades_job(interval=f"interval = {iv}")), "t.toml")
 
 
 def test_interval_and_windows_together_are_refused():
     from mpi_join.errors import ConfigError
     iv = 'interval = { left = "trades", right = "quotes", lower = "-1s", upper = "0s" }'
     with pytest.raises(ConfigError, match="given by predicate.interval; give one or the other"):
-        parse_job(tomllib.loads(TRADES.format(wt='window = "1s"', wq="", interval=iv)), "t.toml")
+        parse_job(tomllib.loads(trades_job('"1s"', None, iv)), "t.toml")
 
 
 def test_explain_prints_the_time_condition_of_windows(tmp_path):
     arrays = trades_quotes(np.random.default_rng(1), 400)
-    p, job = _job(tmp_path, "w", TRADES.format(wt='window = "1ms"', wq='window = "5001ms"', interval=""), arrays)
+    p, job = _job(tmp_path, "w", trades_job('"1ms"', '"5001ms"'), arrays)
     out = run_cli("explain", p, "-n", "3")
     assert "quotes.ts in [trades.ts - 5 s, trades.ts]" in out.stdout, out.stdout
 
@@ -114,7 +98,7 @@ def test_explain_prints_the_time_condition_of_windows(tmp_path):
 def test_float_seconds_read_as_ms_are_warned_about(tmp_path):
     """Event times around 1.7e9 in "ms" are January 1970: check, explain and verify say so."""
     arrays = trades_quotes(np.random.default_rng(2), 2000, t0=1_700_000_000)
-    p, job = _job(tmp_path, "w", TRADES.format(wt='window = "5s"', wq='window = "5s"', interval=""), arrays)
+    p, job = _job(tmp_path, "w", trades_job('"5s"', '"5s"'), arrays)
     for cmd in (["check", p, "-n", "3"], ["explain", p, "-n", "3"]):
         out = run_cli(*cmd)
         warn = [l for l in out.stderr.splitlines() if l.startswith("mpi-join: warning:")]
@@ -128,7 +112,7 @@ def test_disjoint_time_ranges_are_warned_about(tmp_path):
     seq = np.empty(len(order), np.int64)
     seq[order] = np.arange(len(order))
     arrays[0]["seq"], arrays[1]["seq"] = seq[:len(arrays[0])], seq[len(arrays[0]):]
-    p, job = _job(tmp_path, "w", TRADES.format(wt='window = "5s"', wq='window = "5s"', interval=""), arrays)
+    p, job = _job(tmp_path, "w", trades_job('"5s"', '"5s"'), arrays)
     out = run_cli("check", p, "-n", "3")
     warn = [l for l in out.stderr.splitlines() if l.startswith("mpi-join: warning:")]
     assert out.returncode == 0 and len(warn) == 1, out.stderr
@@ -140,7 +124,7 @@ def test_disjoint_time_ranges_are_warned_about(tmp_path):
 def test_verify_says_what_it_compared_and_warns_on_zero_results(tmp_path):
     arrays = trades_quotes(np.random.default_rng(5), 500)
     arrays[1]["sym"] += 1000                   # no symbol in common
-    p, job = _job(tmp_path, "w", TRADES.format(wt='window = "5s"', wq='window = "5s"', interval=""), arrays)
+    p, job = _job(tmp_path, "w", trades_job('"5s"', '"5s"'), arrays)
     os.makedirs(os.path.join(job.output, "results"))
     out = run_cli("verify", job.output, "--job", p)
     assert out.returncode == 0

@@ -13,27 +13,17 @@ import pytest
 from click.testing import CliRunner
 
 from mpi_join.cli import main
-from conftest import equi_job_text, random_streams, write_job
+from conftest import equi_job_text, job_toml, random_streams, stream_toml, write_job
 
-STREAM = """
-[streams.{name}]
-schema = {{ k = "int32" }}
-window = "5ms"
-"""
-
-
-def job_text(streams=None, predicate='equi = [["R.k", "S.k"]]', strategy='name = "hash"', run="", extra="",
-             schema_r='{ k = "int32", v = "float64" }', window_r='"5ms"', inp='staged = "staged"', out='dir = "out"'):
+def job_text(streams=None, predicate='equi = [["R.k", "S.k"]]', schema_r='{ k = "int32", v = "float64" }',
+             window_r='"5ms"', **parts):
     streams = streams if streams is not None else (
-        f'[streams.R]\nschema = {schema_r}\nwindow = {window_r}\n'
-        '[streams.S]\nschema = { k = "int64", w = "float64" }\nwindow = "5ms"\n')
-    return (f'[job]\nname = "t"\nts_unit = "ms"\n[input]\n{inp}\n[output]\n{out}\n{streams}'
-            f'[predicate]\n{predicate}\n[strategy]\n{strategy}\n[run]\n{run}\n{extra}\n')
+        stream_toml("R", schema_r[1:-1].strip(), window_r) + stream_toml("S", 'k = "int64", w = "float64"', '"5ms"'))
+    return job_toml(streams, predicate, **parts)
 
 
 def two(name_a, name_b="S"):
-    return (f'[streams.{name_a}]\nschema = {{ k = "int32" }}\nwindow = "5ms"\n'
-            f'[streams.{name_b}]\nschema = {{ k = "int32" }}\nwindow = "5ms"\n')
+    return stream_toml(name_a, 'k = "int32"', '"5ms"') + stream_toml(name_b, 'k = "int32"', '"5ms"')
 
 
 def q(s):
