@@ -157,10 +157,12 @@ LOCK = ".mpi-join.lock"
 
 
 def _proc_start(pid):
-    """A process's start time in clock ticks since boot (tells a reused pid apart), or None."""
+    """A running process's start time in clock ticks since boot (tells a reused pid apart), or
+    None when there is none; a zombie (killed, not yet reaped) is not running."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
 

@@ -484,3 +484,22 @@ def test_hydra_exit_codes_name_the_killed_rank():
     assert line.startswith("mpi-join: error: ranks 0 on a, 2 on b ended by SIGKILL: one was killed outright")
     assert killed_line(exit_codes("Exit codes: [vm] 0,2,2")) is None
     assert exit_codes("something else") == []
+
+
+def test_a_lock_held_by_a_killed_unreaped_process_is_stale(tmp_path):
+    """A holder killed outright may linger as a zombie until its parent reaps it: not running."""
+    import signal
+    import socket
+    import sys
+    from mpi_join.safety import DirLock, _proc_start
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    start = _proc_start(child.pid)
+    os.kill(child.pid, signal.SIGKILL)
+    __import__("time").sleep(0.3)                  # dead, not reaped: a zombie
+    (tmp_path / "d").mkdir()
+    with open(tmp_path / "d" / ".mpi-join.lock", "w") as f:
+        json.dump({"host": socket.gethostname(), "pid": child.pid, "proc_start": start}, f)
+    said = []
+    DirLock(str(tmp_path / "d"), "output.dir", say=said.append).acquire().release()
+    child.wait()
+    assert said and "is not running" in said[0]
