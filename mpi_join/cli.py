@@ -83,8 +83,9 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
       [input]     staged = "dir"                      staged layout: dir/<stream>/part-*.parquet
                   (written by `mpi-join stage JOB` from each stream's raw input, below)
       [output]    dir = "dir"
-      [streams.R] schema = { x = "int32", z = "char20", pix = "uint8[5000,3]" }   (names: identifiers;
-                  text up to char1048576, rows up to 64 MB)
+      [streams.R] schema = { x = "int32", name = "string", z = "char20", pix = "uint8[5000,3]" }
+                  (names: identifiers; string: UTF-8 text; charN: at most N bytes; text up to
+                  1 MB, rows up to 64 MB)
                   window = "15min" (time, up to 100 years) | 1000 (last 1000 tuples, up to 2^40)
                   | "unbounded"
                   raw = { path = "raw/R/*.csv", format = "csv" | "json" | "parquet",

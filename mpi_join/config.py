@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, InputError
 from .safety import check_layout, check_name, check_text, job_dirs
 from .schema import INTEGER_KINDS, stream_dtype
 from .units import TS_UNITS, ns_to_ts, parse_duration_ns, ts_unit_ns
@@ -209,7 +209,7 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     strategy = _strategy(raw, path, overrides)
     run = _run(raw, path)
     ckpt = _checkpoint(raw, path, base, overrides)
-    job = Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, ckpt, raw)
+    job = _staged_widths(Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, ckpt, raw))
     from .strategies import check_strategy
     job = check_strategy(job)
     try:
@@ -219,6 +219,19 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     if udfs:
         load_udfs(job)
     return job
+
+
+def _staged_widths(job):
+    """`string` columns take the widths the staged input records. Read here, once, so every
+    rank of a run holds the same dtypes; a manifest that cannot be read is left to the step
+    that reads the input (staged.staged_manifest), which names what is wrong."""
+    from .staged import read_manifest, string_columns, with_string_widths
+    if "://" in job.staged or not any(string_columns(s) for s in job.streams):
+        return job
+    try:
+        return with_string_widths(job, read_manifest(job.staged))
+    except (InputError, ConfigError, ValueError, TypeError, AttributeError):
+        return job
 
 
 def load_udfs(job):
@@ -445,7 +458,7 @@ def _predicate(raw, streams, path, base=None):
             dt = streams[si].dtype.fields[c][0]
             if (dt.kind not in INTEGER_KINDS and dt.kind != "S") or dt.shape:
                 raise ConfigError(f"{path}: {where}: equi-join column {streams[si].name}.{c} is "
-                                  f"{streams[si].schema[c]}; equi keys must be integer, bool or text (charN) columns")
+                                  f"{streams[si].schema[c]}; equi keys must be integer, bool or text (string, charN) columns")
         ta, tb = (streams[si].dtype.fields[c][0] for si, c in (a, b))
         if (ta.kind == "S") != (tb.kind == "S"):
             raise ConfigError(f"{path}: {where}: equi-join of {streams[a[0]].name}.{a[1]} "

@@ -31,6 +31,8 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
         spark = _session(master, conf, say)
         man = stage(spark, job, progress=lambda m: say("    " + m), force=force)
         say(f"    {man['total']:,} tuples staged, {sum(man['quarantined'].values()):,} quarantined")
+        from .staged import with_string_widths
+        job = with_string_widths(job, man)          # string columns as wide as the input staged now
     else:
         say(f"1/{steps} stage: skipped (streams without raw input; staged input is {job.staged})")
     took = {"stage": time.perf_counter() - t0}

@@ -25,13 +25,24 @@ MAX_ROW = 64 << 20
 # columns every staged stream has
 SEQ, TS = "seq", "ts"
 INTEGER_KINDS = "iub"
+# text without a declared width: staged as Parquet UTF-8 strings; in memory a fixed-width bytes
+# column as wide as the stream's longest value, which staging records in the manifest
+STRING = "string"
 
 
-def numpy_field(name, type_name, where):
-    """Map a job-file type name ("int32", "char20", "uint8[5000,3]") to a numpy field spec."""
+def is_string(type_name):
+    return str(type_name).strip().lower() == STRING
+
+
+def numpy_field(name, type_name, where, width=None):
+    """Map a job-file type name ("int32", "char20", "string", "uint8[5000,3]") to a numpy field
+    spec. A `string` column is `width` bytes wide: the staged input's longest value (1 until
+    the input is staged)."""
     t = str(type_name).strip().lower()
     if t in _SIMPLE:
         return (name, _SIMPLE[t])
+    if t == STRING:
+        return (name, f"S{max(1, int(width or 1))}")
     m = _CHAR.match(t)
     if m and int(m.group(1)) > 0:
         if int(m.group(1)) > MAX_CHAR:
@@ -49,17 +60,18 @@ def numpy_field(name, type_name, where):
             return (name, _SIMPLE[m.group(1)], shape)
     raise ConfigError(
         f"{where}: unknown column type {type_name!r}; use one of {', '.join(_SIMPLE)}, "
-        f"charN (fixed bytes), or an array such as uint8[5000,3]"
+        f"string (UTF-8 text), charN (at most N bytes), or an array such as uint8[5000,3]"
     )
 
 
-def stream_dtype(schema, where):
-    """Structured dtype of a stream: seq, ts, then the payload columns in schema order."""
+def stream_dtype(schema, where, widths=None):
+    """Structured dtype of a stream: seq, ts, then the payload columns in schema order.
+    `widths`: {string column: bytes}, as staging recorded them."""
     fields = [(SEQ, np.int64), (TS, np.int64)]
     for name, t in schema.items():
         if name in (SEQ, TS):
             raise ConfigError(f"{where}.{name}: '{name}' is reserved (every stream has seq and ts)")
-        fields.append(numpy_field(name, t, f"{where}.{name}"))
+        fields.append(numpy_field(name, t, f"{where}.{name}", (widths or {}).get(name)))
     dt = np.dtype(fields)
     if dt.itemsize > MAX_ROW:
         raise ConfigError(f"{where}: a row of {dt.itemsize:,} bytes; rows hold at most {MAX_ROW >> 20} MB")
@@ -87,13 +99,16 @@ def type_name(np_dtype):
     return name
 
 
-def to_arrow(arr):
-    """Structured array -> Arrow table (fixed-size binary for char and array columns)."""
+def to_arrow(arr, text=()):
+    """Structured array -> Arrow table (fixed-size binary for char and array columns; UTF-8
+    strings for the columns named in `text`, the `string` ones)."""
     cols, names = [], []
     for name in arr.dtype.names:
         fd = arr.dtype.fields[name][0]
         col = arr[name]
-        if fd.shape or fd.base.kind == "S":
+        if name in text:
+            cols.append(pa.array(col.tolist(), pa.binary()).cast(pa.string()))
+        elif fd.shape or fd.base.kind == "S":
             width = fd.itemsize
             raw = np.ascontiguousarray(col).view(np.uint8).reshape(len(arr), width) if len(arr) else np.zeros((0, width), np.uint8)
             cols.append(pa.FixedSizeBinaryArray.from_buffers(

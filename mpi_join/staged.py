@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import InputError
-from .schema import SEQ, TS, arrow_type, from_arrow, numpy_field, to_arrow, type_name
+from .schema import MAX_CHAR, SEQ, TS, arrow_type, from_arrow, is_string, numpy_field, to_arrow, type_name
 
 MANIFEST = "_manifest.json"
 FORMAT = "mpi-join-staged/1"
@@ -31,17 +31,21 @@ def write_staged(path, streams, arrays, ts_unit, rows_per_file=1_000_000, extra=
         for old in glob.glob(os.path.join(d, "part-*.parquet")):
             remove_file(path, old)
         names = []
+        text = string_columns(s)
         for k in range(max(1, -(-len(arr) // rows_per_file))):
             chunk = arr[k * rows_per_file:(k + 1) * rows_per_file]
             names.append(f"part-{k:05d}.parquet")
-            pq.write_table(to_arrow(chunk), os.path.join(d, names[-1]))
+            pq.write_table(to_arrow(chunk, text), os.path.join(d, names[-1]))
         man["files"][s.name] = file_records(d, names)
         man["streams"][s.name] = {
             "count": int(len(arr)),
             "ts_min": int(arr[TS].min()) if len(arr) else None,
             "ts_max": int(arr[TS].max()) if len(arr) else None,
-            "schema": {n: type_name(arr.dtype.fields[n][0]) for n in arr.dtype.names},
+            "schema": {n: s.schema[n] if n in text else type_name(arr.dtype.fields[n][0]) for n in arr.dtype.names},
         }
+        if text:
+            man["streams"][s.name]["string_bytes"] = {
+                c: max(1, int(np.char.str_len(arr[c]).max()) if len(arr) else 1) for c in text}
         man["total"] += int(len(arr))
     if extra:
         man.update(extra)
@@ -50,6 +54,25 @@ def write_staged(path, streams, arrays, ts_unit, rows_per_file=1_000_000, extra=
         json.dump(man, f, indent=2)
     os.replace(tmp, os.path.join(path, MANIFEST))
     return man
+
+
+def string_columns(stream):
+    """The stream's `string` columns (text without a declared width)."""
+    return [c for c, t in stream.schema.items() if is_string(t)]
+
+
+def with_string_widths(job, man):
+    """`job` with each `string` column as wide as the staged input's longest value, as the
+    manifest `man` records it (unchanged where it records none: check_manifest refuses those)."""
+    import dataclasses
+    from .schema import stream_dtype
+    streams = []
+    for s in job.streams:
+        widths = ((man or {}).get("streams", {}).get(s.name) or {}).get("string_bytes")
+        if string_columns(s) and isinstance(widths, dict):
+            s = dataclasses.replace(s, dtype=stream_dtype(s.schema, f"streams.{s.name}.schema", widths))
+        streams.append(s)
+    return dataclasses.replace(job, streams=tuple(streams))
 
 
 def stream_files(staged, stream):
@@ -380,6 +403,12 @@ def check_structure(man, p):
         reserved = [c for c in st["schema"] if isinstance(c, str) and c.startswith("_")]
         if reserved:
             bad(f"streams.{name}: column '{reserved[0]}' starts with '_', reserved for mpi-join's own columns")
+        widths = st.get("string_bytes", {})
+        if not isinstance(widths, dict) or not all(_int(w) and 1 <= w <= MAX_CHAR for w in widths.values()):
+            bad(f"streams.{name}.string_bytes: expected {{column: bytes from 1 to {MAX_CHAR:,}}}")
+        for c, t in st["schema"].items():
+            if is_string(t) and c not in widths:
+                bad(f"streams.{name}.string_bytes: no width recorded for string column '{c}'")
     total = man.get("total")
     if not _int(total) or total != sum(st["count"] for st in streams.values()):
         bad(f"total is {total!r}, the streams' counts add up to {sum(st['count'] for st in streams.values()):,}")
@@ -455,11 +484,15 @@ def check_manifest(job, man, p):
             raise InputError(f"{p}: stream '{st.name}' was not staged (staged: {', '.join(staged) or 'none'}); "
                              f"stage again")
         sch = staged[st.name].get("schema", {})
+        widths = staged[st.name].get("string_bytes", {})
         for name in st.dtype.names:
             want = st.dtype.fields[name][0]
             if name not in sch:
                 raise InputError(f"{p}: stream '{st.name}' was staged without column '{name}'; stage again")
-            got = np.dtype([numpy_field(name, sch[name], p)])[0]
+            if is_string(sch[name]) != is_string(st.schema.get(name)):
+                raise InputError(f"{p}: stream '{st.name}' column '{name}' was staged as {sch[name]}, the job "
+                                 f"declares {st.schema.get(name, type_name(want))}; stage again or change the job back")
+            got = np.dtype([numpy_field(name, sch[name], p, widths.get(name))])[0]
             if got != want:
                 raise InputError(f"{p}: stream '{st.name}' column '{name}' was staged as {sch[name]}, the job "
                                  f"declares {type_name(want)}; stage again or change the job back")

@@ -225,11 +225,11 @@ staged = "staged"
 [output]
 dir = "out"
 [streams.trades]
-schema = {{ symbol = "char8", price = "float64", qty = "int32" }}
+schema = {{ symbol = "{sym}", price = "float64", qty = "int32" }}
 window = "5s"
 raw = {{ path = "raw/trades", format = "csv", time = "time", time_unit = "timestamp" }}
 [streams.quotes]
-schema = {{ symbol = "char8", bid = "float64", ask = "float64" }}
+schema = {{ symbol = "{sym}", bid = "float64", ask = "float64" }}
 window = "5s"
 raw = {{ path = "raw/quotes", format = "csv", time = "time", time_unit = "timestamp" }}
 [predicate]
@@ -256,18 +256,26 @@ def _trades_and_quotes(root, rng, n=1500):
         (root / "raw" / name / "part-0.csv").write_text("\n".join(lines) + "\n")
 
 
-@pytest.mark.parametrize("band", ["", 'band = [{left = "trades.price", right = "quotes.bid", eps = 0.05}]'])
-def test_trades_and_quotes_on_a_text_symbol_from_raw_csv(spark, tmp_path, band):
-    """A user's own job: ISO timestamps, a text symbol key, 5 s windows (and a price band), staged
-    by Spark, run on 3 ranks, collected with payloads: equal to the oracle and to DuckDB."""
+@pytest.mark.parametrize("band,sym", [("", "char8"), ('band = [{left = "trades.price", right = "quotes.bid", eps = 0.05}]', "char8"),
+                                      ("", "string")])
+def test_trades_and_quotes_on_a_text_symbol_from_raw_csv(spark, tmp_path, band, sym):
+    """A user's own job: ISO timestamps, a text symbol key (charN, or `string`: staged as UTF-8
+    text, as wide as its longest value), 5 s windows (and a price band), staged by Spark, run on
+    3 ranks, collected with payloads: equal to the oracle and to DuckDB."""
     import collections
     import duckdb
     from mpi_join.spark.collect import collect
     from mpi_join.spark.stage import stage
     _trades_and_quotes(tmp_path, np.random.default_rng(8))
-    (tmp_path / "job.toml").write_text(TQ_JOB.format(band=band))
+    (tmp_path / "job.toml").write_text(TQ_JOB.format(band=band, sym=sym))
     job = load_job(str(tmp_path / "job.toml"))
-    stage(spark, job, progress=lambda m: None)
+    man = stage(spark, job, progress=lambda m: None)
+    if sym == "string":
+        assert man["streams"]["trades"]["string_bytes"] == {"symbol": 5}                    # BRK.B
+        got = duckdb.sql(f"SELECT DISTINCT symbol FROM '{tmp_path}/staged/trades/*.parquet' ORDER BY 1")
+        assert got.types == ["VARCHAR"] and got.fetchall() == [(x,) for x in sorted(["GOOG", "AAPL", "MSFT", "BRK.B", "A"])]
+        job = load_job(str(tmp_path / "job.toml"))
+        assert job.streams[0].dtype["symbol"].itemsize == 5
     p = run_mpi(3, "run", str(tmp_path / "job.toml"))
     assert p.returncode == 0, p.stderr
     s = collect(spark, job, job.output, str(tmp_path / "collected"), with_payload=True, progress=lambda m: None)
@@ -388,3 +396,22 @@ def test_up_to_date_stage_needs_no_jvm(spark, tmp_path):
     took = time.time() - t0
     assert p.returncode == 0 and "is up to date" in p.stderr, p.stderr
     assert took < 3.0 and "Spark" not in p.stderr and "WARN" not in p.stderr, (took, p.stderr)
+
+
+def test_a_string_holding_a_nul_is_quarantined(spark, tmp_path):
+    """A `string` value is kept whole: one holding a NUL (which the fixed-width column would
+    take for padding) is quarantined with its reason, the rest staged as UTF-8 text."""
+    from mpi_join.spark.stage import stage
+    (tmp_path / "job.toml").write_text(JOB.format(fmt="json", unit="ms").replace('name = "char4"', 'name = "string"'))
+    for side in "RS":
+        os.makedirs(tmp_path / "raw" / side)
+        rows = [{"event_time": 1, "k": 1, "v": 0.5, "name": "ok ünïcode"},
+                {"event_time": 2, "k": 2, "v": 0.5, "name": "bad\u0000"}]
+        (tmp_path / "raw" / side / "a.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    job = load_job(str(tmp_path / "job.toml"))
+    man = stage(spark, job, progress=lambda m: None)
+    assert man["quarantined"] == {"R": 1, "S": 1}
+    assert man["streams"]["R"]["string_bytes"] == {"name": len("ok ünïcode".encode())}
+    q = pq.read_table(str(tmp_path / "staged/_quarantine/R")).to_pylist()
+    assert len(q) == 1 and "name" in q[0]["reason"] and "NUL" in q[0]["reason"], q
+    assert read_staged(load_job(str(tmp_path / "job.toml")))[0]["name"].tolist() == ["ok ünïcode".encode()]

@@ -14,6 +14,8 @@ import time
 import json
 
 from ..errors import InputError, JobError
+from ..schema import MAX_CHAR, is_string
+from ..staged import string_columns
 from ..units import ts_unit_ns
 from .. import safety
 from . import fs
@@ -182,8 +184,10 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
                .withColumn("_mid", F.monotonically_increasing_id())
                .persist(StorageLevel.MEMORY_AND_DISK))
     # one job: tuples per (partition, stream) give the seq offsets and each stream's count and ts range
-    stats = ordered.groupBy("_pid", "_stream").agg(F.count("*").alias("n"), F.min("_ts").alias("lo"),
-                                                   F.max("_ts").alias("hi")).collect()
+    text = [(i, c) for i, s in enumerate(job.streams) for c in string_columns(s)]
+    stats = ordered.groupBy("_pid", "_stream").agg(
+        F.count("*").alias("n"), F.min("_ts").alias("lo"), F.max("_ts").alias("hi"),
+        *[F.max(F.octet_length(F.col(f"_p{i}.{c}"))).alias(f"_w{k}") for k, (i, c) in enumerate(text)]).collect()
     for t in tagged_frames:
         t.unpersist()
     staged_n = {}
@@ -198,6 +202,13 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
                f"): is its time column {s.raw.time!r} really in {s.raw.time_unit!r}?") if q else "its raw files hold no rows"
         raise InputError(f"{s.raw.path}: stream '{s.name}': nothing staged, {why}; nothing was written to the "
                          f"stream folders; pass --allow-empty to stage an empty stream")
+    # a string column is held as wide as its longest value
+    widths = {(i, c): max([1] + [r[f"_w{k}"] or 0 for r in stats]) for k, (i, c) in enumerate(text)}
+    for (i, c), w in widths.items():
+        if w > MAX_CHAR:
+            ordered.unpersist()
+            raise InputError(f"{job.streams[i].raw.path}: stream '{job.streams[i].name}' column '{c}': a value "
+                             f"of {w:,} bytes; text columns hold at most {MAX_CHAR:,} bytes; nothing was written")
     counts = {}
     for r in stats:
         counts[r["_pid"]] = counts.get(r["_pid"], 0) + r["n"]
@@ -222,6 +233,8 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         man["streams"][s.name] = {"count": int(n), "ts_min": min((r["lo"] for r in mine), default=None),
                                   "ts_max": max((r["hi"] for r in mine), default=None),
                                   "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)}}
+        if string_columns(s):
+            man["streams"][s.name]["string_bytes"] = {c: w for (j, c), w in widths.items() if j == i}
         progress(f"stage: stream {s.name}: {n:,} tuples -> {out}/{s.name}")
     ordered.unpersist()
     if safety.local(out):          # checksums of the part files: a resume verifies its input by them
@@ -346,6 +359,8 @@ def _expected(s, k, job):
         return "expected true or false"
     if fd.shape:
         return f"expected base64 of exactly {fd.itemsize} bytes"
+    if is_string(t):
+        return "expected text without a NUL character"
     return f"expected text of at most {fd.itemsize} bytes (UTF-8)"
 
 
@@ -402,6 +417,9 @@ def _parse_col(df, c, fd, tname):
         return F.expr(f"try_cast(`{c}` as {'float' if t == 'float32' else 'double'})")
     if t == "bool":
         return F.expr(f"try_cast(`{c}` as boolean)")
+    if is_string(t):   # kept as text; a NUL would be lost as the padding of the fixed-width column
+        v = F.col(c).cast(StringType())
+        return F.when(F.instr(v, "\u0000") == 0, v)
     width = fd.itemsize
     if fd.shape:   # arrays: binary of exactly the array's size (base64 text in CSV/JSON)
         b = F.col(c) if isinstance(dt, BinaryType) else F.unbase64(F.col(c))
@@ -424,7 +442,7 @@ def _as_union_row(good, i, job):
 
 def _struct_type(good, s, j, job):
     from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DoubleType, FloatType, IntegerType,
-                                   LongType, ShortType, StructField, StructType)
+                                   LongType, ShortType, StringType, StructField, StructType)
     m = {"tinyint": ByteType(), "smallint": ShortType(), "int": IntegerType(), "bigint": LongType()}
     fields = []
     for c, t in s.schema.items():
@@ -437,6 +455,8 @@ def _struct_type(good, s, j, job):
             dt = DoubleType()
         elif t == "bool":
             dt = BooleanType()
+        elif is_string(t):
+            dt = StringType()
         else:
             dt = BinaryType()
         fields.append(StructField(c, dt))
