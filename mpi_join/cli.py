@@ -293,7 +293,7 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty):
     from .config import load_job
     from .safety import check_layout, job_dirs
     from .spark.session import spark_session
-    from .spark.stage import precheck, stage as do_stage
+    from .spark.stage import precheck, small_input, stage as do_stage
     try:
         job = load_job(job_path)
         check_layout(job_dirs(job, stage_out=out))     # before any JVM starts
@@ -302,7 +302,7 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty):
             click.echo(f"stage: {out or job.staged} is up to date (same settings, raw files unchanged); --force "
                        f"stages again", err=True)
         else:
-            man = do_stage(spark_session(master, "mpi-join stage", conf), job, out,
+            man = do_stage(spark_session(master, "mpi-join stage", conf, small=small_input(job)), job, out,
                            progress=lambda m: click.echo(m, err=True), overwrite=overwrite, force=force,
                            allow_empty=allow_empty)
     except JobError as e:

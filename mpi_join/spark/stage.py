@@ -33,7 +33,6 @@ def precheck(job, out=None, force=False, overwrite=False):
     raw paths that match no file, CSV headers without a declared column, a staged directory that
     is not one, and whether the staged input is up to date (then its manifest is returned, and
     no JVM need start). Returns None when Spark must run; raises InputError on a refusal."""
-    import glob as globmod
     import os
     out = fs.qualify(out or job.staged)
     _check_local_targets(job, out)
@@ -44,17 +43,9 @@ def precheck(job, out=None, force=False, overwrite=False):
     for s in job.streams:
         if s.raw is None:
             raise _no_raw(job, s)
-        if not safety.local(s.raw.path):
+        files = _local_files(s)
+        if files is None:
             return None
-        p = os.path.abspath(s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path)
-        hits = sorted(globmod.glob(p)) if globmod.has_magic(p) else ([p] if os.path.exists(p) else [])
-        files = []
-        for h in hits:
-            if os.path.isdir(h):
-                files += [os.path.join(h, f) for f in sorted(os.listdir(h)) if os.path.isfile(os.path.join(h, f))]
-            else:
-                files.append(h)
-        files = sorted(f for f in files if not os.path.basename(f).startswith(("_", ".")))
         if not files:
             raise _no_files(s)
         if s.raw.format == "csv" and s.raw.header:
@@ -85,6 +76,37 @@ def precheck(job, out=None, force=False, overwrite=False):
     if isinstance(old, dict) and old.get("staging") == staging:
         return dict(old, up_to_date=True)
     return None
+
+
+def _local_files(s):
+    """The raw files of stream `s` (what Spark would read, without its hidden `_`/`.` files), or
+    None when its raw path is not on a local filesystem."""
+    import glob as globmod
+    import os
+    if s.raw is None or not safety.local(s.raw.path):
+        return None
+    p = os.path.abspath(s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path)
+    hits = sorted(globmod.glob(p)) if globmod.has_magic(p) else ([p] if os.path.exists(p) else [])
+    files = []
+    for h in hits:
+        if os.path.isdir(h):
+            files += [os.path.join(h, f) for f in sorted(os.listdir(h)) if os.path.isfile(os.path.join(h, f))]
+        else:
+            files.append(h)
+    return sorted(f for f in files if not os.path.basename(f).startswith(("_", ".")))
+
+
+def small_input(job):
+    """Is the whole raw input local and at most SMALL_INPUT_BYTES? (Then a JVM set up for a
+    short life starts and finishes sooner; see session.spark_session.)"""
+    import os
+    total = 0
+    for s in job.streams:
+        files = _local_files(s)
+        if files is None:
+            return False
+        total += sum(os.path.getsize(f) for f in files)
+    return total <= SMALL_INPUT_BYTES
 
 
 def _not_staged(out):
