@@ -1,7 +1,7 @@
 """The wire protocol every strategy shares: a few generic tags, a data header, typed control records.
 
 Tags name the kind of message, never a strategy. DATA carries a batch: a `DataHeader` (message
-number, a strategy-defined lane, the expiry bounds of all M streams) and one structured array
+number, the expiry bounds of all M streams, the strategy's typed header) and one structured array
 per stream, packed by `transport.pack` into one buffer. CTRL carries a small typed record
 (`Control` subclasses: a class-level `op` and named fields, JSON on the wire, never on the data
 path). CTRL travels on the same link as DATA, so a marker sent after a batch is received after
@@ -13,6 +13,8 @@ from enum import IntEnum
 from typing import ClassVar
 
 import numpy as np
+
+from .headers import Header
 
 
 class Tag(IntEnum):
@@ -29,28 +31,20 @@ class Tag(IntEnum):
 @dataclass(frozen=True)
 class DataHeader:
     """Header of a DATA message. `bounds[j]` is stream j's expiry bound: no tuple still to come
-    can see a tuple of j whose coord is below it (window.py). `lane` means what the strategy
-    wants it to (a direction, an operator id, a group); `extra` are more strategy integers."""
+    can see a tuple of j whose coord is below it (window.py). `body` is the strategy's typed
+    header (headers.Header: what the batch is, in the strategy's words), or None."""
     msg_no: int
-    lane: int
     bounds: tuple
-    extra: tuple = ()
+    body: object = None
 
     def encode(self):
-        return [self.msg_no, self.lane, len(self.bounds), *self.bounds, *self.extra]
+        return [self.msg_no, len(self.bounds), *self.bounds, *(self.body.words() if self.body is not None else ())]
 
     @classmethod
     def decode(cls, h):
-        m = int(h[2])
-        return cls(int(h[0]), int(h[1]), tuple(int(x) for x in h[3:3 + m]), tuple(int(x) for x in h[3 + m:]))
-
-
-ACK_FIELDS = ("msg_no", "results", "tuples_in")
-
-
-def ack_buffer(msg_no, results, tuples_in):
-    """ACK payload: which message, and the receiver's running result and input counts."""
-    return np.array([msg_no, results, tuples_in], np.int64)
+        m = int(h[1])
+        body = Header.read(h[2 + m:]) if len(h) > 2 + m else None
+        return cls(int(h[0]), tuple(int(x) for x in h[2:2 + m]), body)
 
 
 _OPS = {}

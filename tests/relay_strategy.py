@@ -8,9 +8,11 @@ carries state that a checkpoint must capture (Chandy-Lamport channel state). The
 the oracle's only if batches, markers and end-of-stream travel exactly once in order on every
 link, and a checkpoint cut is consistent."""
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
+from mpi_join.headers import Header
 from mpi_join.master.driver import Router
 from mpi_join.partitioning import Partitioner
 from mpi_join.slaves.hash_join import HashJoinCore
@@ -18,6 +20,12 @@ from mpi_join.slaves.local_join import warm_up
 from mpi_join.slaves.module import JoinModule, Output
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
 from mpi_join.topology import Chain, Ring
+
+
+@dataclass(frozen=True)
+class Hop(Header):
+    """How many links the batch has travelled."""
+    hop: int
 
 
 class RelayRouter(Router):
@@ -31,7 +39,7 @@ class RelayRouter(Router):
         batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
 
     def route(self, batches, slot):
-        self.driver.send(1, batches, lane=0)
+        self.driver.send(1, batches, Hop(0))
 
 
 class RelayModule(JoinModule):
@@ -47,7 +55,7 @@ class RelayModule(JoinModule):
         self.delay = job.strategy.params["hop_delay"] if rank > 1 else 0.0
 
     def on_data(self, src, header, batches):
-        hop = header.lane
+        hop = header.body.hop
         if self.delay:
             time.sleep(self.delay)
         out = Output()
@@ -57,7 +65,7 @@ class RelayModule(JoinModule):
             out.emit((sa, sb), tin)
         if hop < self.last:
             for d in self.topology.downstream(self.rank):
-                out.send(d, batches, header.bounds, lane=hop + 1)
+                out.send(d, batches, header.bounds, Hop(hop + 1))
         return out
 
     def warm_up(self):

@@ -19,9 +19,14 @@ class _Driver:
     def __init__(self, links, source):
         self.links, self.source = links, source
 
-    def send(self, dest, batches, lane=0, extra=(), bounds=None):
+    def send(self, dest, batches, body=None, bounds=None):
         b = self.source.bounds() if bounds is None else bounds
-        self.links[(0, dest)].append((DataHeader(0, lane, tuple(int(x) for x in b), tuple(extra)), batches))
+        self.links[(0, dest)].append((_wire(DataHeader(0, tuple(int(x) for x in b), body)), batches))
+
+
+def _wire(header):
+    """The header as the receiver gets it: encoded to int64 words and decoded back."""
+    return DataHeader.decode(np.asarray(header.encode(), np.int64))
 
 
 def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_epoch=None, **params):
@@ -45,8 +50,8 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
             return
         for seqs, _ in res.results:
             out.append(np.stack(seqs, axis=1))
-        for dest, lane, bs, bounds, extra in res.forward:
-            links[(b, dest)].append((DataHeader(0, lane, bounds, extra), bs))
+        for dest, bs, bounds, body in res.forward:
+            links[(b, dest)].append((_wire(DataHeader(0, bounds, body)), bs))
         for dest, msg in res.control:
             assert dest == 0, "control records between workers are not simulated"
             router.on_control(b, msg)

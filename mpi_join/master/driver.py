@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from .. import checkpoint as ck
+from ..headers import Ack, Ready
 from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, MarkerDone, Probe, ProbeReply, Tag,
                         decode_control)
 from ..kernels import Compiles, GcPauses, freeze_heap
@@ -28,7 +29,7 @@ class Router:
     """What a strategy supplies on the driver. Calling contract:
     - `annotate(batch, stream)` fills strategy columns (e.g. `_h`) of each released batch;
     - `route(batches, slot)` once per released slot (an epoch has `slots` slots), in seq order;
-      it sends with `driver.send(dest, batches, lane)` now or keeps tuples for later;
+      it sends with `driver.send(dest, batches, body)` now or keeps tuples for later;
     - `flush()` sends everything kept (before a checkpoint and at the end of the input);
     - `quiet()` is True when nothing is in flight that a checkpoint could not capture;
     - `end_of_epoch(epoch)` after each epoch (after any checkpoint cut at that epoch);
@@ -109,12 +110,13 @@ class Driver:
         return self.source.total
 
     # -- what routers call ------------------------------------------------------------------
-    def send(self, dest, batches, lane=0, extra=(), bounds=None):
-        """Send one DATA message to entry worker `dest`, waiting for credit (handling messages meanwhile)."""
+    def send(self, dest, batches, body=None, bounds=None):
+        """Send one DATA message to entry worker `dest`, waiting for credit (handling messages
+        meanwhile); `body`: the strategy's typed header (headers.Header), or None."""
         while self.credits.full(dest):
             self._handle(*self.tx.recv())
         b = self.source.bounds() if bounds is None else bounds
-        h = DataHeader(self.msg_no[dest], lane, tuple(int(x) for x in b), tuple(extra))
+        h = DataHeader(self.msg_no[dest], tuple(int(x) for x in b), body)
         self.tx.send(dest, Tag.DATA, pack(h.encode(), batches))
         self.msg_no[dest] += 1
         self.sent += 1
@@ -154,8 +156,8 @@ class Driver:
         compiled = [Compiles.count, Compiles.seconds]
         for _ in self.workers:            # the replay clock starts when every worker is ready
             _, _, buf = self.tx.recv(tag=Tag.READY)
-            n, us = buf.view(np.int64)[:2]
-            compiled = [compiled[0] + int(n), max(compiled[1], us / 1e6)]
+            ready = Ready.read(buf.view(np.int64))
+            compiled = [compiled[0] + ready.compiled, max(compiled[1], ready.compile_us / 1e6)]
         if compiled[0]:
             sys.stderr.write(f"mpi-join: compiled {compiled[0]} numba kernels for this job before the replay "
                              f"({compiled[1]:.1f} s; not in the compile cache yet, or UDFs, which are compiled "
@@ -264,7 +266,7 @@ class Driver:
     def _handle(self, src, tag, buf):
         if tag == Tag.ACK:
             self.credits.acked(src)
-            self.results[src] = int(buf.view(np.int64)[1])
+            self.results[src] = Ack.read(buf.view(np.int64)).results
         elif tag == Tag.CTRL:
             msg = decode_control(buf)
             if isinstance(msg, MarkerDone):

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..headers import Header
 from ..protocol import Control
 
 
@@ -38,10 +39,18 @@ class Migrated(Control):
     role: str = ""
 
 
+@dataclass(frozen=True)
+class GroupState(Header):
+    """Header of the STATE message that carries a group: its split information."""
+    group: int
+    global_depth: int
+    depths: tuple
+    directory: tuple
+
+
 def state_header(p, info):
-    """Header of a STATE message: [p, global depth, buckets, depths..., directory...]."""
-    nb = len(info["depths"])
-    return [p, info["global_depth"], nb] + list(info["depths"]) + list(info["directory"])
+    return GroupState(int(p), int(info["global_depth"]), tuple(int(d) for d in info["depths"]),
+                      tuple(int(d) for d in info["directory"]))
 
 
 def state_arrays(arrays, info, buffered, dtypes):
@@ -52,14 +61,12 @@ def state_arrays(arrays, info, buffered, dtypes):
 
 def state_dtypes(header, window_dtypes, dtypes):
     """dtypes of a STATE message's arrays: bucket windows (window rows), then buffered tuples."""
-    nb = int(header[2])
-    return [window_dtypes[s] for _ in range(nb) for s in (0, 1)] + list(dtypes)
+    return [window_dtypes[s] for _ in header.depths for s in (0, 1)] + list(dtypes)
 
 
 def read_state(header, arrs):
     """Inverse of state_header/state_arrays: (group, arrays, split information, buffered)."""
-    p, gd, nb = int(header[0]), int(header[1]), int(header[2])
-    depths = [int(x) for x in header[3:3 + nb]]
-    directory = [int(x) for x in header[3 + nb:]]
+    nb = len(header.depths)
     arrays = {f"{b}/{s}": arrs[2 * b + s] for b in range(nb) for s in (0, 1)}
-    return p, arrays, {"global_depth": gd, "directory": directory, "depths": depths}, arrs[2 * nb:]
+    info = {"global_depth": header.global_depth, "directory": list(header.directory), "depths": list(header.depths)}
+    return header.group, arrays, info, arrs[2 * nb:]

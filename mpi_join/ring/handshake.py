@@ -25,14 +25,27 @@ nested loop of the original, `index` keeps an equi hash or band index across bat
 is checked with the exact window test, so results equal the oracle's.
 """
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..headers import Header
 from ..master.driver import Router
 from ..slaves.local_join import BinaryJoin, warm_up
 from ..slaves.module import JoinModule, Output
 
-R_DATA, S_DATA, R_ACK, S_ACK = 0, 1, 2, 3
+
+@dataclass(frozen=True)
+class Arriving(Header):
+    """Tuples of one stream (`side` 0: R, flowing right; 1: S, flowing left) entering a segment."""
+    side: int
+
+
+@dataclass(frozen=True)
+class Acked(Header):
+    """The neighbour now holds the first `upto` tuples of `side` this worker forwarded."""
+    side: int
+    upto: int
 
 
 def _runtime_rows(rows, dtype):
@@ -165,20 +178,20 @@ class HandshakeModule(JoinModule):
         out = Output()
         if self.delay:
             time.sleep(self.delay)
-        lane = header.lane
-        if lane in (R_DATA, S_DATA):
-            s = 0 if lane == R_DATA else 1
+        body = header.body
+        if isinstance(body, Arriving):
+            s = body.side
             from_driver = src == 0
             res, ack = self.seg.arrive(s, batches[s], header.bounds if from_driver else None, from_driver)
             out.emit(res[:2], res[2])
             if ack:
                 back = self.left if s == 0 else self.right
-                out.send(back, [b[:0] for b in batches], header.bounds, lane=R_ACK if s == 0 else S_ACK,
-                         extra=(ack,))
-        else:
-            s = 0 if lane == R_ACK else 1
-            self.seg.acked(s, header.extra[0])
+                out.send(back, [b[:0] for b in batches], header.bounds, Acked(s, ack))
+        elif isinstance(body, Acked):
+            self.seg.acked(body.side, body.upto)
             self.counts["acks"] += 1
+        else:
+            raise RuntimeError(f"rank {self.rank}: a handshake batch without its header ({body!r})")
         self._move(out, header.bounds)
         return out
 
@@ -189,7 +202,7 @@ class HandshakeModule(JoinModule):
                 continue
             empty = [np.zeros(0, dt) for dt in self.dtypes]
             empty[s] = rows
-            out.send(self.right if s == 0 else self.left, empty, bounds, lane=R_DATA if s == 0 else S_DATA)
+            out.send(self.right if s == 0 else self.left, empty, bounds, Arriving(s))
             self.counts["forwarded"] += len(rows)
 
     def on_eos(self, src):
@@ -225,6 +238,6 @@ class HandshakeRouter(Router):
         R, S = batches
         n = len(self.topology.workers)
         if len(R):
-            self.driver.send(1, [R, S[:0]], lane=R_DATA)
+            self.driver.send(1, [R, S[:0]], Arriving(0))
         if len(S):
-            self.driver.send(n, [R[:0], S], lane=S_DATA)
+            self.driver.send(n, [R[:0], S], Arriving(1))

@@ -16,16 +16,30 @@ meeting them again. Replicas are retained until every neighbour that can move ro
 stamped past them (each worker tells its neighbours its progress every few batches).
 Within one batch, new R x new S pairs are joined once, at worker 1.
 """
+from dataclasses import dataclass
+
 import numpy as np
 
+from ..headers import Header
 from ..master.driver import Router
 from ..range_join import probe_ranges
 from ..slaves.local_join import warm_up
 from ..slaves.module import JoinModule, Output
 from .handshake import Segment, _runtime_rows
 
-NEW, MOVE = 0, 1
 PROGRESS_EVERY = 8
+
+
+@dataclass(frozen=True)
+class New(Header):
+    """Batch `batch` of new tuples, fast-forwarded by the driver to every worker."""
+    batch: int
+
+
+@dataclass(frozen=True)
+class Moved(Header):
+    """Stored tuples moving on (or none: a progress note), stamped with the sender's last batch."""
+    done: int
 
 
 class LowLatencyModule(JoinModule):
@@ -46,10 +60,13 @@ class LowLatencyModule(JoinModule):
     # -- messages ---------------------------------------------------------------------------------
     def on_data(self, src, header, batches):
         out = Output()
-        if header.lane == NEW:
-            self._new(out, header.extra[0], batches, header.bounds)
+        body = header.body
+        if isinstance(body, New):
+            self._new(out, body.batch, batches, header.bounds)
+        elif isinstance(body, Moved):
+            self._moved(out, src, body.done, batches)
         else:
-            self._moved(out, src, header.extra[0], batches)
+            raise RuntimeError(f"rank {self.rank}: an llhj batch without its header ({body!r})")
         self._move(out, header.bounds)
         self._trim()
         return out
@@ -138,11 +155,11 @@ class LowLatencyModule(JoinModule):
             empty = [np.zeros(0, dt) for dt in self.dtypes]
             empty[s] = rows
             dest = self.rank + 1 if s == 0 else self.rank - 1
-            out.send(dest, empty, bounds, lane=MOVE, extra=(self.done,))
+            out.send(dest, empty, bounds, Moved(self.done))
             self.counts["moved"] += len(rows)
         if self.done - self.told >= PROGRESS_EVERY:
             for w in self.heard:
-                out.send(w, [np.zeros(0, dt) for dt in self.dtypes], bounds, lane=MOVE, extra=(self.done,))
+                out.send(w, [np.zeros(0, dt) for dt in self.dtypes], bounds, Moved(self.done))
             self.told = self.done
 
     def _sync_since(self):
@@ -198,7 +215,7 @@ class LowLatencyRouter(Router):
         if not any(len(b) for b in batches):
             return
         for w in self.topology.workers:
-            self.driver.send(w, batches, lane=NEW, extra=(self.next_id,))
+            self.driver.send(w, batches, New(self.next_id))
         self.next_id += 1
 
     def snapshot(self):

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..headers import Header
 from ..master.driver import Router
 from ..protocol import Control, DataHeader
 from ..range_join import extend, pair_mask
@@ -46,7 +47,42 @@ from ..window import POS_INF, Window
 from .adapt import rebalance
 from .slicing import Slicer
 
-INPUT, PROBE, BUILD, INTER = 0, 1, 2, 3
+
+
+# -- what a batch in the ring is (the typed header of its DATA message) ---------------------------
+@dataclass(frozen=True)
+class _Batch(Header):
+    batch_id: int
+    retired: int           # head's note: every batch up to this one has ended its cycle
+    orderings: tuple       # each stream's probing order, M x (M-1), row by row
+    cuts: tuple            # the batch's slice cuts, M x n, row by row
+
+
+@dataclass(frozen=True)
+class Entering(_Batch):
+    """INPUT: a new batch from the driver (to the head)."""
+
+
+@dataclass(frozen=True)
+class Probing(_Batch):
+    """PROBE: the batch's probe copies going round."""
+
+
+@dataclass(frozen=True)
+class Building(Header):
+    """BUILD: tuples moved on to the next slice."""
+
+
+@dataclass(frozen=True)
+class Partial(Header):
+    """INTER: partial combinations of stream `stream`'s tuples of batch `batch_id`, `level + 1`
+    streams bound in `order`, made by operator `origin`; `end` marks the last of a step."""
+    batch_id: int
+    level: int
+    stream: int
+    origin: int
+    end: bool
+    order: tuple
 
 
 @dataclass(frozen=True)
@@ -117,18 +153,17 @@ def measure_selectivity(pred, batches, sample=32, seed=0):
     return sel
 
 
-# -- the header of INPUT and PROBE messages ------------------------------------------------------
-def encode_batch(batch_id, retired, orderings, cuts):
+def batch_header(cls, batch_id, retired, orderings, cuts):
     M = cuts.shape[0]
-    return [int(batch_id), int(retired), *[int(s) for i in range(M) for s in orderings[i]], *cuts.ravel().tolist()]
+    return cls(int(batch_id), int(retired), tuple(int(s) for i in range(M) for s in orderings[i]),
+               tuple(cuts.ravel().tolist()))
 
 
-def decode_batch(extra, M, n):
-    batch_id, retired = extra[0], extra[1]
-    o = list(extra[2:2 + M * (M - 1)])
+def batch_parts(body, M, n):
+    """(batch id, retired, {stream: probing order}, cuts M x n) of an Entering or Probing header."""
+    o = list(body.orderings)
     orderings = {i: o[i * (M - 1):(i + 1) * (M - 1)] for i in range(M)}
-    cuts = np.asarray(extra[2 + M * (M - 1):], np.int64).reshape(M, n)
-    return batch_id, retired, orderings, cuts
+    return body.batch_id, body.retired, orderings, np.asarray(body.cuts, np.int64).reshape(M, n)
 
 
 class SlicedJoin(JoinModule):
@@ -160,50 +195,48 @@ class SlicedJoin(JoinModule):
 
     def on_data(self, src, header, batches):
         out = Output()
-        self._handle(out, header.lane, batches, header.extra, header.bounds)
+        self._handle(out, header.body, batches, header.bounds)
         while self._local:
-            lane, b, extra, bounds = self._local.popleft()
-            self._handle(out, lane, b, extra, bounds)
+            self._handle(out, *self._local.popleft())
         return out
 
-    def _handle(self, out, lane, batches, extra, bounds):
-        if lane == INPUT:
-            self._input(out, batches, extra, bounds)
-        elif lane == PROBE:
-            self._probe_batch(out, batches, extra, bounds)
-        elif lane == BUILD:
+    def _handle(self, out, body, batches, bounds):
+        if isinstance(body, Entering):
+            self._input(out, batches, body, bounds)
+        elif isinstance(body, Probing):
+            self._probe_batch(out, batches, body, bounds)
+        elif isinstance(body, Building):
             for j, b in enumerate(batches):
                 self.windows[j].append(b)
-        elif lane == INTER:
-            self._inter(out, batches, extra, bounds)
+        elif isinstance(body, Partial):
+            self._inter(out, batches, body, bounds)
         else:
-            raise RuntimeError(f"rank {self.rank}: unknown psp lane {lane}")
+            raise RuntimeError(f"rank {self.rank}: a psp batch without its header ({body!r})")
 
-    def _send(self, out, lane, batches, extra, bounds):
+    def _send(self, out, body, batches, bounds):
         if self.next is None:
-            self._local.append((lane, batches, tuple(extra), bounds))
+            self._local.append((body, batches, bounds))
         else:
-            out.send(self.next, batches, bounds, lane=lane, extra=extra)
+            out.send(self.next, batches, bounds, body)
 
     # -- input and probe copies -----------------------------------------------------------------
-    def _input(self, out, batches, extra, bounds):
+    def _input(self, out, batches, body, bounds):
         M = self.M
-        batch_id, _, orderings, cuts = decode_batch(extra, M, self.n)
+        batch_id, _, orderings, cuts = batch_parts(body, M, self.n)
         for j, b in enumerate(batches):
             self.windows[j].append(b)
         self.open += 1
-        extra = encode_batch(batch_id, self.retired, orderings, cuts)
-        self._probe_batch(out, batches, extra, bounds)
+        self._probe_batch(out, batches, batch_header(Probing, batch_id, self.retired, orderings, cuts), bounds)
 
-    def _probe_batch(self, out, batches, extra, bounds):
-        batch_id, retired, orderings, cuts = decode_batch(extra, self.M, self.n)
+    def _probe_batch(self, out, batches, body, bounds):
+        batch_id, retired, orderings, cuts = batch_parts(body, self.M, self.n)
         if not self.head:
             self._retire_upto(retired)
         self.inflight[batch_id] = (cuts, orderings)
         self.cuts = cuts
         self._purge(out, cuts, bounds)
         if not self.tail:
-            self._send(out, PROBE, batches, extra, bounds)
+            self._send(out, body, batches, bounds)
         sent = []
         if self.slow:
             _burn(self.slow * sum(len(self.held(j)) for j in range(self.M)) * sum(len(t) for t in batches) / 1e6)
@@ -229,15 +262,15 @@ class SlicedJoin(JoinModule):
         n = sum(len(m) for m in moved)
         if n and not self.tail:
             self.counts["moved"] += n
-            self._send(out, BUILD, moved, (), bounds)
+            self._send(out, Building(), moved, bounds)
         self._delete()
 
     # -- intermediate results -------------------------------------------------------------------
-    def _inter(self, out, batches, extra, bounds):
-        batch_id, level, i, origin, end = extra[:5]
-        order = list(extra[5:])
+    def _inter(self, out, batches, body, bounds):
+        batch_id, level, i, origin, end = body.batch_id, body.level, body.stream, body.origin, body.end
+        order = list(body.order)
         if origin != self.k:
-            self._send(out, INTER, batches, extra, bounds)
+            self._send(out, body, batches, bounds)
         sent, closing = [], self.head and origin == self.k and end
         if i >= 0 and len(batches[i]):
             self.counts["inter_in"] += len(batches[i])
@@ -273,26 +306,24 @@ class SlicedJoin(JoinModule):
             out.emit(seqs, t["_tin"][ic])
             return []
         nxt = [rows[m][ic] if m in rows else (w[ij] if m == j else w[:0].copy()) for m in range(self.M)]
-        extra = [batch_id, level + 1, i, self.k, 0, *order]
+        body = Partial(batch_id, level + 1, i, self.k, False, tuple(order))
         self.counts["inter_out"] += len(ic)
         if hold:
-            return [(nxt, extra)]
-        self._send(out, INTER, nxt, extra, bounds)
+            return [(nxt, body)]
+        self._send(out, body, nxt, bounds)
         return []
 
     def _end(self, out, batch_id, level, made, bounds):
         """Head: send what this step made, the last marked END; a null END when it made nothing
         or when level M-1 (complete results) was reached."""
-        for b, extra in made[:-1]:
-            self._send(out, INTER, b, extra, bounds)
+        for b, body in made[:-1]:
+            self._send(out, body, b, bounds)
         if made:
-            b, extra = made[-1]
-            extra = list(extra)
-            extra[4] = 1
-            self._send(out, INTER, b, extra, bounds)
+            b, body = made[-1]
+            self._send(out, replace(body, end=True), b, bounds)
         else:
             empty = [w.view()[:0].copy() for w in self.windows]
-            self._send(out, INTER, empty, [batch_id, level, -1, self.k, 1], bounds)
+            self._send(out, Partial(batch_id, level, -1, self.k, True, ()), empty, bounds)
 
     def _cycle_ended(self, out, batch_id):
         self.open -= 1
@@ -364,8 +395,7 @@ class SlicedJoin(JoinModule):
                     b["_los"] = -(1 << 40)
                 batches.append(b)
             cuts = np.full((M, 1), -(1 << 40), np.int64)
-            op.on_data(DRIVER, DataHeader(0, INPUT, (0,) * M, tuple(encode_batch(seq0, -1, orderings, cuts))),
-                       batches)
+            op.on_data(DRIVER, DataHeader(0, (0,) * M, batch_header(Entering, seq0, -1, orderings, cuts)), batches)
 
     def stats(self):
         held = sum(len(self.held(j)) for j in range(self.M))
@@ -413,7 +443,7 @@ class PspRouter(Router):
             sel = measure_selectivity(self.job.predicate, batches)
             self.orderings = auto_orderings(self.job.predicate, self.M, sel, self.given)
         cuts = self.slicer.next(batches)
-        self.driver.send(1, batches, lane=INPUT, extra=encode_batch(self.next_id, -1, self.orderings, cuts))
+        self.driver.send(1, batches, batch_header(Entering, self.next_id, -1, self.orderings, cuts))
         self.next_id += 1
 
     def end_of_epoch(self, epoch):

@@ -4,7 +4,8 @@ Calling contract (slaves/worker.py is the only caller):
 - `warm_up()` once, before READY: compile every kernel the run will use.
 - `on_data(src, header, batches)` once per DATA message, in the order each link delivered them
   (links are FIFO; messages of different links interleave). `batches[k]` is stream k's rows
-  (runtime dtype, seq order), `header.bounds[k]` stream k's expiry bound after this message.
+  (runtime dtype, seq order), `header.bounds[k]` stream k's expiry bound after this message,
+  `header.body` the strategy's typed header (headers.Header) the sender gave, or None.
   Returns an Output: results to emit, batches to forward to named ranks, control records.
 - `on_control(src, msg, ctx)` for the strategy's own control records, in order with DATA on the
   link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
@@ -27,22 +28,23 @@ import numpy as np
 class Output:
     """What handling one message produced."""
     results: list = field(default_factory=list)     # (tuple of seq arrays, one per stream; tin array)
-    forward: list = field(default_factory=list)     # (dest, lane, batches, bounds, extra)
+    forward: list = field(default_factory=list)     # (dest, batches, bounds, body)
     control: list = field(default_factory=list)     # (dest, Control)
-    state: list = field(default_factory=list)       # (dest, header ints, arrays)
+    state: list = field(default_factory=list)       # (dest, header (headers.Header), arrays)
 
     def emit(self, seqs, tin):
         if len(tin):
             self.results.append((tuple(seqs), tin))
 
-    def send(self, dest, batches, bounds, lane=0, extra=()):
-        self.forward.append((dest, lane, batches, tuple(int(b) for b in bounds), tuple(extra)))
+    def send(self, dest, batches, bounds, body=None):
+        """Forward `batches` to rank `dest`; `body`: the strategy's typed header (headers.Header)."""
+        self.forward.append((dest, batches, tuple(int(b) for b in bounds), body))
 
     def tell(self, dest, msg):
         self.control.append((dest, msg))
 
     def move(self, dest, header, arrays):
-        self.state.append((dest, list(header), list(arrays)))
+        self.state.append((dest, header, list(arrays)))
 
     def extend(self, other):
         if other is not None:

@@ -26,8 +26,9 @@ import numpy as np
 
 from .. import checkpoint as ck
 from ..kernels import Compiles, GcPauses, freeze_heap
+from ..headers import Ack, Header, Ready
 from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, Marker, MarkerDone, Probe, ProbeReply,
-                        Tag, ack_buffer, decode_control)
+                        Tag, decode_control)
 from ..topology import DRIVER
 from ..transport import Credits, pack, pack_obj, unpack
 
@@ -101,7 +102,7 @@ class Worker:
         self.module.warm_up()
         compiled = Compiles.count
         freeze_heap()
-        self.tx.send(DRIVER, Tag.READY, np.array([compiled, int(Compiles.seconds * 1e6)], np.int64))
+        self.tx.send(DRIVER, Tag.READY, Ready(compiled, int(Compiles.seconds * 1e6)).encode())
         first = self.tx.recv()                # the replay starts once every rank is ready
         self.metrics.start_clock(self.tx)
         self.load_mark = (time.perf_counter(), time.process_time(), self.metrics.tuples_in)
@@ -185,9 +186,9 @@ class Worker:
             else:
                 self.inbox.setdefault(src, deque()).append(("ctrl", msg))
         elif tag == Tag.STATE:
-            h, _ = unpack(buf, [])
+            h = Header.read(unpack(buf, [])[0])
             arrays = unpack(buf, self.module.state_dtypes_for(h))[1]
-            self._apply(self.module.on_state(src, h.copy(), arrays))
+            self._apply(self.module.on_state(src, h, arrays))
         else:
             raise RuntimeError(f"worker {self.rank}: unexpected {tag.name} message from rank {src}")
 
@@ -238,7 +239,7 @@ class Worker:
             self._pump()                         # occupancy at the end of the batch: what still waits
             self.occupancy.append(min(1.0, self.buffered / self.capacity))
         if ack:
-            self.tx.send(src, Tag.ACK, ack_buffer(header.msg_no, m.results, m.tuples_in))
+            self.tx.send(src, Tag.ACK, Ack(header.msg_no, m.results, m.tuples_in).encode())
         self._record(src, n, nres, delay)
 
     def _apply(self, out):
@@ -255,15 +256,15 @@ class Worker:
                 nres += len(tin)
                 lat_sum += float(lat.sum())
             self.metrics.results += nres
-        for dest, lane, batches, bounds, extra in out.forward:
-            self._send_data(dest, DataHeader(0, lane, bounds, extra), batches)
+        for dest, batches, bounds, body in out.forward:
+            self._send_data(dest, DataHeader(0, bounds, body), batches)
         for dest, msg in out.control:
             if dest in self.outbox:
                 self.outbox[dest].append(("ctrl", msg))
             else:
                 self.tx.send(dest, Tag.CTRL, msg.encode())
         for dest, header, arrays in out.state:
-            self.tx.send(dest, Tag.STATE, pack(header, arrays))
+            self.tx.send(dest, Tag.STATE, pack(header.words(), arrays))
         self._pump_out()
         return nres, (lat_sum / nres / 1e6 if nres else None)
 
@@ -287,7 +288,7 @@ class Worker:
                         while self.credits.full(dest):
                             self._absorb_acks()
                     header, batches = rest
-                    header = DataHeader(self.msg_no[dest], header.lane, header.bounds, header.extra)
+                    header = DataHeader(self.msg_no[dest], header.bounds, header.body)
                     self.msg_no[dest] += 1
                     self.tx.send(dest, Tag.DATA, pack(header.encode(), batches))
                     self.credits.sent(dest)
