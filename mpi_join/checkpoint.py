@@ -73,8 +73,8 @@ def write_rank(root, cid, rank, arrays, attrs):
 
 
 def read_rank(root, cid, rank, expected=None):
-    """Read one rank's state, validating it. `expected(name)` gives the dtype the array `name`
-    must have (None: the array should not be there). Returns (arrays, attrs)."""
+    """Read one rank's state, validating it. `expected(name, attrs)` gives the dtype the array
+    `name` must have (None: the array should not be there). Returns (arrays, attrs)."""
     import h5py
     path = rank_file(root, cid, rank)
     if not os.path.exists(path):
@@ -110,7 +110,10 @@ def read_rank(root, cid, rank, expected=None):
     for name, a in arrays.items():
         if expected is None:
             continue
-        want = expected(name)
+        try:
+            want = expected(name, attrs)
+        except (KeyError, IndexError, TypeError, ValueError):
+            want = None
         if want is None:
             raise InputError(f"{path}: unexpected array '{name}' in checkpoint")
         if a.dtype != want or a.ndim != 1:

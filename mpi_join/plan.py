@@ -38,7 +38,9 @@ def explain(job, nranks):
             for k, v in job.strategy.params.items() if not info.params[k].testing]
     out.append(f"ranks: {nranks} in a {topo.name} topology")
     for r, d in topo.describe().items():
-        out.append(f"  rank {r}: {d['role']:<7} receives from {d['up'] or '-'}, sends to {d['down'] or '-'}")
+        kinds = sorted({k for k in d["carries"].values() if k != "input"})
+        out.append(f"  rank {r}: {d['role']:<7} receives from {d['up'] or '-'}, sends to {d['down'] or '-'}"
+                   + (f" ({', '.join(kinds)})" if kinds else ""))
     workers = max(1, len(topo.workers))
     state = 0
     out.append("windows:")

@@ -9,6 +9,21 @@ import pyarrow.parquet as pq
 from .errors import InputError
 
 
+def result_dtype(stream_names):
+    """Rows of a result edge (topology.RESULTS): each stream's seq, then `_tin`, the arrival time
+    of the tuple that produced the result, so the delay is measured where the result is written."""
+    return np.dtype([(f"{n}_seq", np.int64) for n in stream_names] + [("_tin", np.int64)])
+
+
+def result_rows(stream_names, seqs, tin):
+    """Results (a seq array per stream, and their `_tin`) as rows of result_dtype."""
+    rows = np.empty(len(tin), result_dtype(stream_names))
+    for n, s in zip(stream_names, seqs):
+        rows[f"{n}_seq"] = s
+    rows["_tin"] = tin
+    return rows
+
+
 class ResultWriter:
     """Buffers results of one rank and writes Parquet part files of up to `rows_per_file` rows.
 

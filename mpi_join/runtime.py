@@ -118,7 +118,7 @@ def _driver(job_path, overrides, tx, ctx):
             resume = (root, cid)
         progress = Progress(0, enabled=job.run.progress)
         tx.enable_liveness(job.run.liveness_timeout_s)
-        driver = Driver(job, tx, topo, info.load("router"), metrics, progress, resume)
+        driver = Driver(job, tx, topo, info.load_role("driver"), metrics, progress, resume)
         if job.checkpoint is not None:
             from .staged import hash_input, staged_files
             driver.ckpt.input = staged_files(job, driver.manifest) or hash_input(job)
@@ -240,7 +240,7 @@ def _worker(job_path, overrides, tx, ctx):
     metrics = RankMetrics(tx.rank, topo.role(tx.rank))
     writer = ResultWriter(os.path.join(job.output, "results"), tx.rank, job.stream_names)
     dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
-    module = info.load("module")(job, tx.rank, topo, dtypes)
+    module = info.load_role(topo.role(tx.rank))(job, tx.rank, topo, dtypes)
     resume = (start.resume_dir, start.resume_id) if start.resume_dir else None
     Worker(job, tx, topo, module, metrics, writer, resume).run()
     return 0

@@ -33,8 +33,9 @@ class StrategyInfo:
     min_ranks: int
     params: dict
     topology: object = None    # (nranks, params) -> topology.Topology
-    router: str = ""           # "module:Class", a master.driver.Router
-    module: str = ""           # "module:Class", a slaves.module.JoinModule
+    router: str = ""           # "module:Class", a master.driver.Router: the `driver` role's code
+    module: str = ""           # "module:Class", a slaves.module.JoinModule: the `worker` role's code
+    roles: dict = field(default_factory=dict)   # topology role -> "module:Class"; unnamed roles run `module`
     workload: str = "equi"     # the generator workload that suits it best (bench, tests)
     requires: frozenset = field(default_factory=frozenset)   # predicate kinds a job must have
     requires_why: str = ""
@@ -43,8 +44,20 @@ class StrategyInfo:
     cases: dict = field(default_factory=dict)   # bench case -> ("module:function", help): `bench --case`
 
     def load(self, what):
-        mod, _, attr = getattr(self, what).partition(":")
-        return getattr(importlib.import_module(mod), attr)
+        return _load(getattr(self, what))
+
+    def role_code(self, role):
+        """"module:Class" that a rank of topology role `role` runs: the strategy's entry for the
+        role, else its router (the driver) or its join module (any worker role)."""
+        return self.roles.get(role) or (self.router if role == "driver" else self.module)
+
+    def load_role(self, role):
+        return _load(self.role_code(role))
+
+
+def _load(spec):
+    mod, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(mod), attr)
 
 
 _BIG = 1 << 31      # the upper end of every integer parameter without one of its own

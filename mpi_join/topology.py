@@ -9,6 +9,9 @@ depends on which topology it is.
 from dataclasses import dataclass
 
 DRIVER = 0
+# what a link carries (Topology.carries): rows of the input streams, result rows, or the name of
+# a kind of rows the strategy declares (its join modules' `link_dtypes(kind)`)
+INPUT, RESULTS = "input", "results"
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,10 @@ class Topology:
 
     def peers(self, rank):
         return [w for w in self.workers if w != rank]
+
+    def carries(self, sender, receiver):
+        """What the DATA link sender -> receiver carries: INPUT, RESULTS, or a strategy's kind."""
+        return INPUT
 
     def continues(self, rank, src):
         """Downstream links of `rank` on which input that came from `src` goes on (the path the
@@ -62,7 +69,8 @@ class Topology:
         return [(a, b) for a in range(self.size) for b in self.downstream(a)]
 
     def describe(self):
-        return {r: {"role": self.role(r), "up": self.upstream(r), "down": self.downstream(r)}
+        return {r: {"role": self.role(r), "up": self.upstream(r), "down": self.downstream(r),
+                    "carries": {d: self.carries(r, d) for d in self.downstream(r)}}
                 for r in range(self.size)}
 
 

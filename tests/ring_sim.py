@@ -39,9 +39,9 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
     info = strategies.get(strategy)
     topo = info.topology(workers + 1, job.strategy.params)
     src = Source(job, arrays=arrays)
-    mods = {r: info.load("module")(job, r, topo, src.dtypes) for r in topo.workers}
+    mods = {r: info.load_role(topo.role(r))(job, r, topo, src.dtypes) for r in topo.workers}
     links = {(a, b): deque() for a, b in topo.links()}
-    router = info.load("router")(job, topo, _Driver(links, src))
+    router = info.load_role("driver")(job, topo, _Driver(links, src))
     rng = np.random.default_rng(seed)
     out, epoch, eos_sent = [], 0, False
 

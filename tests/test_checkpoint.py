@@ -43,7 +43,7 @@ def test_module_state_survives_hdf5_round_trip(tmp_path):
                 ck.write_rank(str(tmp_path / "c"), 0, s, snap, dict(state, epoch=epoch))
             mods = {s: HashJoinCore(part, dts, "bnl", theta=2, block_bytes=256) for s in pmap.slaves}
             for s, m in mods.items():
-                arr, attrs = ck.read_rank(str(tmp_path / "c"), 0, s, m.state_dtype)
+                arr, attrs = ck.read_rank(str(tmp_path / "c"), 0, s, lambda n, _: m.state_dtype(n))
                 assert attrs["epoch"] == 17
                 m.restore(arr, attrs)
                 for g in m.groups.values():
@@ -62,9 +62,9 @@ def test_read_rank_refuses_wrong_dtype_and_damage(tmp_path):
     root = str(tmp_path)
     ck.write_rank(root, 3, 1, {"window/0/5": np.zeros(4, [("seq", "i8"), ("x", "f4")])}, {"a": 1})
     with pytest.raises(InputError, match=r"array 'window/0/5' has dtype .* this job needs"):
-        ck.read_rank(root, 3, 1, lambda n: np.dtype([("seq", "i8"), ("x", "f8")]) if n.startswith("window/") else None)
+        ck.read_rank(root, 3, 1, lambda n, _: np.dtype([("seq", "i8"), ("x", "f8")]) if n.startswith("window/") else None)
     with pytest.raises(InputError, match="unexpected array 'window/0/5'"):
-        ck.read_rank(root, 3, 1, lambda n: np.dtype("i8") if n == "other" else None)
+        ck.read_rank(root, 3, 1, lambda n, _: np.dtype("i8") if n == "other" else None)
     f = ck.rank_file(root, 3, 1)
     with open(f, "r+b") as h:
         h.truncate(os.path.getsize(f) // 2)

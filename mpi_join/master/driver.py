@@ -253,7 +253,7 @@ class Driver:
             sleep = min(2 * sleep, 0.005)
 
     def _restore(self, root, cid):
-        arrays, attrs = ck.read_rank(root, cid, 0, lambda n: self.router.state_dtype(n[7:]) if n.startswith("router/") else None)
+        arrays, attrs = ck.read_rank(root, cid, 0, lambda n, _: self.router.state_dtype(n[7:]) if n.startswith("router/") else None)
         self.router.restore({k[7:]: v for k, v in arrays.items()}, attrs["router"])
         self.source.seek(attrs["input_offset"])
         self.sent = attrs["sent"]

@@ -43,6 +43,11 @@ class Output:
     def tell(self, dest, msg):
         self.control.append((dest, msg))
 
+    def send_results(self, dest, rows, body=None):
+        """Send result rows (results.result_dtype: each stream's seq and `_tin`) on the result edge
+        to rank `dest`, to be written there (or sent on) instead of here."""
+        self.forward.append((dest, [rows], (), body))
+
     def move(self, dest, header, arrays):
         self.state.append((dest, header, list(arrays)))
 
@@ -92,6 +97,11 @@ class JoinModule:
 
     def stats(self):
         return {"window_tuples": 0}
+
+    def link_dtypes(self, kind):
+        """dtypes of the arrays on a link that carries the strategy's own kind of rows
+        (topology.carries returned `kind`)."""
+        raise RuntimeError(f"rank {self.rank}: links carrying {kind!r} are not declared by this strategy")
 
     def state_dtypes_for(self, header):
         """dtypes of the arrays of a STATE message with this header (for strategies that move state)."""

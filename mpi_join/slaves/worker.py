@@ -29,7 +29,8 @@ from ..kernels import Compiles, GcPauses, freeze_heap
 from ..headers import Ack, Header, Ready
 from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, Marker, MarkerDone, Probe, ProbeReply,
                         Tag, decode_control)
-from ..topology import DRIVER
+from ..results import result_dtype
+from ..topology import DRIVER, INPUT, RESULTS
 from ..transport import Credits, pack, pack_obj, unpack
 
 
@@ -74,6 +75,7 @@ class Worker:
         self.rank = tx.rank
         self.dtypes = module.dtypes
         self.up = topology.upstream(self.rank)
+        self.link_dtypes = {src: self._carried(topology.carries(src, self.rank)) for src in self.up}
         self.down = topology.downstream(self.rank)
         self.inbox = {}                             # src -> deque of items
         self.outbox = {d: deque() for d in self.down}
@@ -152,6 +154,14 @@ class Worker:
             q[k] = ("data", header, keep, ack)
         return [np.concatenate(t) if t else np.zeros(0, dt) for t, dt in zip(taken, self.dtypes)]
 
+    def _carried(self, kind):
+        """dtypes of the arrays a DATA message on a link of this kind holds (topology.carries)."""
+        if kind == INPUT:
+            return self.dtypes
+        if kind == RESULTS:
+            return [result_dtype(self.job.stream_names)]
+        return self.module.link_dtypes(kind)
+
     def _pump(self):
         while (msg := self.tx.poll()) is not None:
             self._absorb(*msg)
@@ -170,7 +180,7 @@ class Worker:
 
     def _absorb(self, src, tag, buf):
         if tag == Tag.DATA:
-            h, batches = unpack(buf, self.dtypes)
+            h, batches = unpack(buf, self.link_dtypes[src])
             header = DataHeader.decode(h)
             n = sum(len(b) for b in batches)
             if src == DRIVER:
@@ -341,12 +351,15 @@ class Worker:
         ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan))
         self.tx.send(DRIVER, Tag.CTRL, MarkerDone(c.marker.id, tuple(c.attrs["file_records"])).encode())
 
-    def _state_dtype(self, name):
+    def _state_dtype(self, name, attrs):
         parts = name.split("/")
         if parts[0] == "module":
             return self.module.state_dtype("/".join(parts[1:]))
         if parts[0] == "channel" and len(parts) == 3:
-            return np.dtype(np.int64) if parts[2] == "header" else self.dtypes[int(parts[2])]
+            if parts[2] == "header":
+                return np.dtype(np.int64)
+            dts = self.link_dtypes.get(attrs["channel"][int(parts[1])], ())
+            return dts[int(parts[2])] if int(parts[2]) < len(dts) else None
         return None
 
     def _restore(self, root, cid):
@@ -358,7 +371,7 @@ class Worker:
         self.writer.resume(attrs["file_records"])
         for k, src in enumerate(attrs.get("channel", [])):   # replay the recorded channel state, unacknowledged
             header = DataHeader.decode(arrays[f"channel/{k}/header"])
-            batches = [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.dtypes)]
+            batches = [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.link_dtypes[src])]
             self.inbox.setdefault(src, deque()).append(("data", header, batches, False))
 
     # -- load and metrics -------------------------------------------------------------------
