@@ -10,7 +10,7 @@ from .errors import JobError
 
 
 def _run_mpi(nprocs, job_path, output, quiet=True):
-    from .cli import mpiexec_cmd
+    from .launch import mpiexec_cmd
     env = dict(os.environ)
     if quiet:
         env["MPI_JOIN_QUIET"] = "1"

@@ -1,6 +1,5 @@
 """The `mpi-join` command line."""
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -19,19 +18,6 @@ def _fail(e):
 
 def _under_mpi():
     return any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"))
-
-
-def mpiexec_path():
-    """The mpiexec next to this Python (the mpich wheel's), else the one on PATH."""
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.path.exists(here) else shutil.which("mpiexec")
-
-
-def mpiexec_cmd(n, args):
-    exe = mpiexec_path()
-    if not exe:
-        raise JobError("mpiexec not found: install the mpich wheel (pip install mpich) or put mpiexec on PATH")
-    return [exe, "-n", str(n), sys.executable, "-m", "mpi_join", *args]
 
 
 class _StrategyChoice(click.Choice):
@@ -114,11 +100,11 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
     if nprocs is not None and not _under_mpi():
         args = ["run", job] + sum([[f"--{k}", v] for k, v in overrides.items() if v], []) + (
             ["--overwrite"] if overwrite else [])
+        from .launch import mpiexec_cmd, run as launch
         try:
             cmd = mpiexec_cmd(nprocs, args)
         except JobError as e:
             _fail(e)
-        from .launch import run as launch
         sys.exit(launch(cmd))
     from .runtime import run_rank
     sys.exit(run_rank(job, dict(overrides, overwrite=overwrite)))

@@ -6,6 +6,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -66,12 +67,14 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Equi:
+    kind: ClassVar[str] = "equi"
     left: tuple   # (stream index, column)
     right: tuple
 
 
 @dataclass(frozen=True)
 class Band:
+    kind: ClassVar[str] = "band"
     left: tuple
     right: tuple
     eps: float
@@ -80,6 +83,7 @@ class Band:
 
 @dataclass(frozen=True)
 class Theta:
+    kind: ClassVar[str] = "theta"
     udf: str          # "module:function", numba-compilable, f(rec_a, rec_b) -> bool
     streams: tuple    # (stream index a, stream index b)
 

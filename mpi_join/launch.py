@@ -3,14 +3,30 @@ the OOM killer), name it and its host. MPICH's Hydra reports per-rank exit codes
 `-print-all-exitcodes` ("[mpiexec@host] Exit codes: [h1] 0,0,9 [h2] 0"); ranks are listed per host
 in placement order. Everything the ranks print passes through unchanged."""
 import os
+import shutil
 import re
 import signal
 import subprocess
 import sys
 import threading
 
+from .errors import JobError
+
 _CODES = re.compile(r"Exit codes: (.*)$")
 _HOST = re.compile(r"\[([^\]]+)\]\s*([-\d,]+)")
+
+
+def mpiexec_path():
+    """The mpiexec next to this Python (the mpich wheel's), else the one on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.path.exists(here) else shutil.which("mpiexec")
+
+
+def mpiexec_cmd(n, args):
+    exe = mpiexec_path()
+    if not exe:
+        raise JobError("mpiexec not found: install the mpich wheel (pip install mpich) or put mpiexec on PATH")
+    return [exe, "-n", str(n), sys.executable, "-m", "mpi_join", *args]
 
 
 def is_hydra(mpiexec):

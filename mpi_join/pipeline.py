@@ -12,7 +12,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     """Run the whole pipeline for the job at `job_path`. Returns the exit code (the run's when
     it fails, 1 when verification fails, else 0). Staging is skipped for a job without raw
     input, and by stage itself when the staged input is up to date (unless `force`)."""
-    from .cli import mpiexec_cmd
+    from .launch import mpiexec_cmd
     from .config import load_job
     from .spark.collect import collect, default_out
     from .spark.stage import stage

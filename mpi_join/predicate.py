@@ -112,9 +112,8 @@ def band_matrix(batch, cols):
 
 def binary_parts(pred, i, j):
     """Split the conditions between streams i and j into (equi cols i, equi cols j, bands, thetas)."""
-    from .config import Band, Equi, Theta
     conds = pred.between(i, j)
-    eq = [c for c in conds if isinstance(c, Equi)]
-    bd = [c for c in conds if isinstance(c, Band)]
-    th = [c for c in conds if isinstance(c, Theta)]
+    eq = [c for c in conds if c.kind == "equi"]
+    bd = [c for c in conds if c.kind == "band"]
+    th = [c for c in conds if c.kind == "theta"]
     return ([c.left[1] for c in eq], [c.right[1] for c in eq], bd, th)

@@ -146,20 +146,20 @@ def _driver(job_path, overrides, tx, ctx):
                          f"at input offset {driver.resumed_from['input_offset']:,}\n")
         total -= driver.resumed_from["input_offset"]
     progress.total = driver.total      # the progress line counts released tuples from seq 0, resumed or not
-    worker_metrics = driver.run()
-    wall = driver.wall_s           # from the start of the replay (all ranks ready) to the last report
+    report = driver.run()
+    worker_metrics = report.workers
     ranks = [metrics.to_dict(tx)] + worker_metrics
     for r in ranks:
         r["host"] = tx.host(r["rank"])
-    summary = summarize(ranks, wall, total)
+    summary = summarize(ranks, report.wall_s, total)
     summary["results"] = _verify_parts(job.output, ctx["kept"], worker_metrics, summary["results"])
-    summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=driver.resumed_from,
+    summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=report.resumed_from,
                    hosts=list(tx.hosts), liveness_timeout_s=job.run.liveness_timeout_s,
-                   checkpoints=driver.ckpt.completed, topology=topo.name,
-                   startup_s=driver.t_replay - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
+                   checkpoints=report.checkpoints, topology=topo.name,
+                   startup_s=report.t_replay - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
     mdir = os.path.join(job.output, "metrics")
     parts = sum(r.get("result_files", 0) for r in worker_metrics)
-    summary["notes"] = driver.router.report(worker_metrics) + [
+    summary["notes"] = report.notes + [
         f"results: {os.path.join(job.output, 'results')} ({parts} part files)",
         f"metrics: {os.path.join(mdir, 'summary.json')} (and rank-*.json)"]
     for r in ranks:

@@ -39,7 +39,7 @@ class StrategyInfo:
     workload: str = "equi"     # the generator workload that suits it best (bench, tests)
     requires: frozenset = field(default_factory=frozenset)   # predicate kinds a job must have
     requires_why: str = ""
-    check: object = None       # (job, nranks) -> error text or None: strategy-specific checks
+    check: str = ""            # "module:function" (job, nranks) -> error text or None: the strategy's own checks
     planner: str = ""          # "module:function" (job, n_max, Tn, Ts) -> (lines, details): `mpi-join plan`
     cases: dict = field(default_factory=dict)   # bench case -> ("module:function", help): `bench --case`
 
@@ -106,74 +106,6 @@ def _rank_or_none(v):
     return None if v == -1 or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= _BIG) else "expected a worker rank (>= 1), or -1 for none"
 
 
-def _check_hash(job, nranks):
-    slow = job.strategy.params.get("slow_rank", -1)
-    if slow != -1 and slow >= nranks:
-        return f"{job.path}: strategy.slow_rank: rank {slow} does not exist (ranks 0..{nranks - 1})"
-    return None
-
-
-def _check_psp(job, nranks):
-    from .ring.psp import check_ordering, parse_ordering, _parse_force
-    p, where, names = job.strategy.params, f"{job.path}: strategy", [s.name for s in job.streams]
-    n = nranks - 1
-    if p["ordering"] != "auto":
-        try:
-            given = parse_ordering(p["ordering"], names)
-        except ValueError as e:
-            return f"{where}.ordering: {e}"
-        for i, order in given.items():
-            bad = check_ordering(job.predicate, i, order)
-            if bad is not None:
-                return (f"{where}.ordering: in {names[i]}'s ordering, {names[bad]} has no condition with the "
-                        f"streams before it; each stream must be joined to one already bound")
-    if p["lengths"]:
-        for kv in str(p["lengths"]).split(","):
-            k, _, v = kv.partition("=")
-            if k.strip() not in names or not v.strip().isdigit() or not 1 <= int(v) <= n:
-                return (f"{where}.lengths: expected STREAM=N pairs with N in 1..{n} (operators on {nranks} ranks), "
-                        f"got {kv!r}")
-    for key in ("weights", "slice_counts"):
-        if p[key] and not (key == "slice_counts" and p[key] == "balanced"):
-            try:
-                vals = numbers(p[key], key)
-            except ValueError:
-                return f"{where}.{key}: expected comma-separated finite numbers, got {p[key]!r}"
-            if key == "weights" and (len(vals) != n or min(vals) < 0 or sum(vals) <= 0):
-                return (f"{where}.weights: expected {n} non-negative numbers (one per ring operator on "
-                        f"{nranks} ranks) with a positive sum, got {p[key]!r}")
-            if key == "slice_counts" and min(vals) < 1:
-                return f"{where}.slice_counts: expected positive tuple counts, got {p[key]!r}"
-    if p["force_relocate"]:
-        try:
-            epoch, weights, mode = _parse_force(p["force_relocate"])
-            assert len(weights) == n and min(weights) >= 0 and sum(weights) > 0 and mode in ("passive", "aggressive")
-        except (ValueError, IndexError, AssertionError):
-            return (f"{where}.force_relocate: expected EPOCH:W1,...,W{n}[:passive|aggressive] ({n} weights, "
-                    f"one per operator), got {p['force_relocate']!r}")
-    return None
-
-
-def _check_handshake(job, nranks):
-    p, where = job.strategy.params, f"{job.path}: strategy"
-    unb = [s.name for s in job.streams if s.window.kind == "unbounded"]
-    if unb:
-        return (f"{job.path}: streams.{unb[0]}.window: {job.strategy.name} moves tuples along the chain as they "
-                f"age out of their window; give a time or count window")
-    if p["weights"]:
-        try:
-            vals = numbers(p["weights"], "weights")
-        except ValueError:
-            vals = []
-        if len(vals) != nranks - 1 or min(vals) <= 0:
-            return (f"{where}.weights: expected {nranks - 1} positive numbers (one segment per worker on "
-                    f"{nranks} ranks), got {p['weights']!r}")
-    slow = p.get("slow_rank", -1)
-    if slow != -1 and slow >= nranks:
-        return f"{where}.slow_rank: rank {slow} does not exist (ranks 0..{nranks - 1})"
-    return None
-
-
 def _chain(n, params):
     from .topology import Chain
     return Chain(n, bidirectional=True)
@@ -237,7 +169,7 @@ REGISTRY = {
         router="mpi_join.master.hash_router:HashRouter",
         module="mpi_join.slaves.hash_join:HashJoinModule",
         workload="equi",
-        check=_check_hash,
+        check="mpi_join.master.hash_router:check_job",
         params={
             "partitions": Param(60, _int_range(1, 1 << 20), "hash partitions (far more than slaves)"),
             "local_join": Param("index", _choice("index", "bnl"),
@@ -281,7 +213,7 @@ REGISTRY = {
                               "throughput of basic PSP against PSP-I (interleave 4) at the maximum rate, "
                               "on rings of 2 and 3 (-n: ranks)")},
         workload="images",
-        check=_check_psp,
+        check="mpi_join.ring.psp:check_job",
         params={
             "interleave": Param(1, _int_range(1, 1024), "input batches in the ring at once: 1 is basic PSP (a batch enters "
                                 "when the one before has ended its cycle), more is PSP-I (delayed purge)"),
@@ -323,7 +255,7 @@ REGISTRY = {
         cases={"max-rate": ("mpi_join.ring.bench_chain:run_case",
                             "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
                             "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")},
-        check=_check_handshake,
+        check="mpi_join.ring.handshake:check_job",
         params={
             **_CHAIN_PARAMS,
             "slow_rank": Param(-1, _rank_or_none, "make this worker slow: it sleeps slow_delay per batch",
@@ -341,7 +273,7 @@ REGISTRY = {
         router="mpi_join.ring.llhj:LowLatencyRouter",
         module="mpi_join.ring.llhj:LowLatencyModule",
         workload="band",
-        check=_check_handshake,
+        check="mpi_join.ring.handshake:check_job",
         cases={"max-rate": ("mpi_join.ring.bench_chain:run_case_llhj",
                             "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
                             "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")},
@@ -439,7 +371,7 @@ def check_runnable(job, nranks):
         raise ConfigError(f"strategy {info.name!r} needs at least {info.min_ranks} MPI ranks (rank 0 drives the "
                           f"input, {info.min_ranks - 1}+ workers join), got {nranks}; launch with mpiexec -n "
                           f"{info.min_ranks} or more")
-    err = info.check(job, nranks) if info.check else None
+    err = _load(info.check)(job, nranks) if info.check else None
     if err:
         raise ConfigError(err)
 

@@ -11,6 +11,7 @@ same counts, DATA sent equal to DATA handled) and tells every worker to finish.
 """
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -79,6 +80,19 @@ class Router:
     def report(self, workers):
         """Lines for the end-of-run summary on what the strategy did (workers: their metrics)."""
         return []
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What a finished replay tells runtime.py: the workers' final metrics, the replay's wall time
+    (all ranks ready to the last report) and start, where a resumed run began, the checkpoints
+    completed, and the router's notes for the summary."""
+    workers: list
+    wall_s: float
+    t_replay: float
+    resumed_from: dict | None
+    checkpoints: list
+    notes: list
 
 
 class Driver:
@@ -164,7 +178,7 @@ class Driver:
                              f"every run)\n")
         self.compiled_at_start = Compiles.count
         freeze_heap()
-        self.progress.restart()
+        self.progress.restart(self.source.released)
         self.t_replay = time.perf_counter()
         self.metrics.start_clock(self.tx)
         slots, slot = self.router.slots, 0
@@ -202,7 +216,9 @@ class Driver:
                                   peak_inflight=max(self.credits.peak.values(), default=0),
                                   topology=self.topo.name, released_at=released_at, overloaded=self.overloaded,
                                   max_lag_s=round(getattr(self, "max_lag", 0.0), 4), **self.router.stats())
-        return [self.done[w] for w in self.workers]
+        workers = [self.done[w] for w in self.workers]
+        return RunReport(workers=workers, wall_s=self.wall_s, t_replay=self.t_replay, resumed_from=self.resumed_from,
+                         checkpoints=self.ckpt.completed, notes=self.router.report(workers))
 
     def _watch_overload(self):
         """With a set rate: the replay behind schedule (the workers do not keep up, credits hold

@@ -204,3 +204,11 @@ def route(batches, part, pmap):
         for s, rows in group_rows(b, pmap.owner[part.partitions(b["_h"])]):
             out[s][k] = rows
     return out
+
+
+def check_job(job, nranks):
+    """The `hash` strategy's own job checks (named in its registry entry)."""
+    slow = job.strategy.params.get("slow_rank", -1)
+    if slow != -1 and slow >= nranks:
+        return f"{job.path}: strategy.slow_rank: rank {slow} does not exist (ranks 0..{nranks - 1})"
+    return None

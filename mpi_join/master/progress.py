@@ -14,9 +14,12 @@ class Progress:
         self.t0 = time.perf_counter()
         self._last = 0.0
         self._every = 0.25 if self.tty else 5.0
+        self.start = 0            # tuples released before this process began (a resumed run's offset)
 
-    def restart(self):
+    def restart(self, start=0):
+        """The replay begins now, at input offset `start`: the rate counts what this run released."""
         self.t0 = time.perf_counter()
+        self.start = start
 
     def update(self, tuples, results, force=False):
         if not self.enabled:
@@ -28,7 +31,7 @@ class Progress:
         el = max(now - self.t0, 1e-9)
         pct = 100.0 * tuples / self.total if self.total else 100.0
         line = (f"[mpi-join] {tuples:,}/{self.total:,} tuples ({pct:5.1f}%)  "
-                f"{tuples / el / 1e3:8.1f}k tuples/s  {results:,} results  {el:6.1f}s")
+                f"{(tuples - self.start) / el / 1e3:8.1f}k tuples/s  {results:,} results  {el:6.1f}s")
         if self.tty:
             self.out.write("\r" + line)
         else:

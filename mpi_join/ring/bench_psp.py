@@ -156,7 +156,7 @@ def measure_hop(rounds=200):
     import json
     import subprocess
     import sys
-    from ..cli import mpiexec_path
+    from ..launch import mpiexec_path
     p = subprocess.run([mpiexec_path(), "-n", "2", sys.executable, "-c", _HOP, str(rounds)], capture_output=True,
                        text=True, timeout=120)
     if p.returncode != 0:

@@ -33,6 +33,7 @@ from ..headers import Header
 from ..master.driver import Router
 from ..slaves.local_join import BinaryJoin, warm_up
 from ..slaves.module import JoinModule, Output
+from ..strategies import numbers
 
 
 @dataclass(frozen=True)
@@ -241,3 +242,24 @@ class HandshakeRouter(Router):
             self.driver.send(1, [R, S[:0]], Arriving(0))
         if len(S):
             self.driver.send(n, [R[:0], S], Arriving(1))
+
+
+def check_job(job, nranks):
+    """`handshake` and `llhj` job checks (named in their registry entries)."""
+    p, where = job.strategy.params, f"{job.path}: strategy"
+    unb = [s.name for s in job.streams if s.window.kind == "unbounded"]
+    if unb:
+        return (f"{job.path}: streams.{unb[0]}.window: {job.strategy.name} moves tuples along the chain as they "
+                f"age out of their window; give a time or count window")
+    if p["weights"]:
+        try:
+            vals = numbers(p["weights"], "weights")
+        except ValueError:
+            vals = []
+        if len(vals) != nranks - 1 or min(vals) <= 0:
+            return (f"{where}.weights: expected {nranks - 1} positive numbers (one segment per worker on "
+                    f"{nranks} ranks), got {p['weights']!r}")
+    slow = p.get("slow_rank", -1)
+    if slow != -1 and slow >= nranks:
+        return f"{where}.slow_rank: rank {slow} does not exist (ranks 0..{nranks - 1})"
+    return None

@@ -42,6 +42,7 @@ from ..master.driver import Router
 from ..protocol import Control, DataHeader
 from ..range_join import extend, pair_mask
 from ..slaves.module import JoinModule, Output
+from ..strategies import numbers
 from ..topology import DRIVER, Ring
 from ..window import POS_INF, Window
 from .adapt import rebalance
@@ -514,3 +515,44 @@ def _parse_force(text):
         return None
     parts = str(text).split(":")
     return int(parts[0]), [float(x) for x in parts[1].split(",")], parts[2] if len(parts) > 2 else "aggressive"
+
+
+def check_job(job, nranks):
+    """The `psp` strategy's own job checks (named in its registry entry)."""
+    p, where, names = job.strategy.params, f"{job.path}: strategy", [s.name for s in job.streams]
+    n = nranks - 1
+    if p["ordering"] != "auto":
+        try:
+            given = parse_ordering(p["ordering"], names)
+        except ValueError as e:
+            return f"{where}.ordering: {e}"
+        for i, order in given.items():
+            bad = check_ordering(job.predicate, i, order)
+            if bad is not None:
+                return (f"{where}.ordering: in {names[i]}'s ordering, {names[bad]} has no condition with the "
+                        f"streams before it; each stream must be joined to one already bound")
+    if p["lengths"]:
+        for kv in str(p["lengths"]).split(","):
+            k, _, v = kv.partition("=")
+            if k.strip() not in names or not v.strip().isdigit() or not 1 <= int(v) <= n:
+                return (f"{where}.lengths: expected STREAM=N pairs with N in 1..{n} (operators on {nranks} ranks), "
+                        f"got {kv!r}")
+    for key in ("weights", "slice_counts"):
+        if p[key] and not (key == "slice_counts" and p[key] == "balanced"):
+            try:
+                vals = numbers(p[key], key)
+            except ValueError:
+                return f"{where}.{key}: expected comma-separated finite numbers, got {p[key]!r}"
+            if key == "weights" and (len(vals) != n or min(vals) < 0 or sum(vals) <= 0):
+                return (f"{where}.weights: expected {n} non-negative numbers (one per ring operator on "
+                        f"{nranks} ranks) with a positive sum, got {p[key]!r}")
+            if key == "slice_counts" and min(vals) < 1:
+                return f"{where}.slice_counts: expected positive tuple counts, got {p[key]!r}"
+    if p["force_relocate"]:
+        try:
+            epoch, weights, mode = _parse_force(p["force_relocate"])
+            assert len(weights) == n and min(weights) >= 0 and sum(weights) > 0 and mode in ("passive", "aggressive")
+        except (ValueError, IndexError, AssertionError):
+            return (f"{where}.force_relocate: expected EPOCH:W1,...,W{n}[:passive|aggressive] ({n} weights, "
+                    f"one per operator), got {p['force_relocate']!r}")
+    return None

@@ -1,0 +1,86 @@
+"""The package's import graph has no cycle: every `import` and `from ... import` in mpi_join,
+at module level or inside a function, is an arrow, and no module reaches itself. (The registry
+names strategy code as "module:attribute" strings, loaded when needed, so strategies.py imports
+no strategy.)"""
+import ast
+import os
+
+import mpi_join
+
+PKG = os.path.dirname(mpi_join.__file__)
+
+
+def _modules():
+    out = {}
+    for d, _, files in os.walk(PKG):
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(d, f), os.path.dirname(PKG))[:-3].replace(os.sep, ".")
+                out[rel[:-9] if rel.endswith(".__init__") else rel] = os.path.join(d, f)
+    return out
+
+
+def _targets(mods, name, node):
+    if isinstance(node, ast.Import):
+        found = [a.name for a in node.names]
+    else:
+        base = name.split(".")
+        if node.level:
+            keep = len(base) - node.level + (1 if mods[name].endswith("__init__.py") else 0)
+            base = base[:keep] + ([node.module] if node.module else [])
+        else:
+            base = [node.module or ""]
+        mod = ".".join(base)
+        found = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in node.names]
+    return {t for t in found if t in mods and t != name}
+
+
+def import_graph():
+    mods = _modules()
+    graph = {}
+    for name, path in mods.items():
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        graph[name] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                graph[name] |= _targets(mods, name, node)
+    return graph
+
+
+def find_cycle(graph):
+    """One cycle as a list of modules (first repeated last), or None."""
+    state, stack = {}, []
+
+    def visit(v):
+        state[v] = 1
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if state.get(w) == 1:
+                return stack[stack.index(w):] + [w]
+            if w not in state:
+                c = visit(w)
+                if c:
+                    return c
+        state[v] = 2
+        stack.pop()
+        return None
+
+    for v in sorted(graph):
+        if v not in state:
+            c = visit(v)
+            if c:
+                return c
+    return None
+
+
+def test_the_check_finds_a_cycle_when_there_is_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"b"}}) is None
+
+
+def test_mpi_join_has_no_import_cycle():
+    graph = import_graph()
+    assert "mpi_join.config" in graph["mpi_join.cli"], "the graph was not read"
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
