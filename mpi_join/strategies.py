@@ -48,8 +48,10 @@ class StrategyInfo:
 
     def role_code(self, role):
         """"module:Class" that a rank of topology role `role` runs: the strategy's entry for the
-        role, else its router (the driver) or its join module (any worker role)."""
-        return self.roles.get(role) or (self.router if role == "driver" else self.module)
+        role, else its `driver` or `worker` entry, else its router or join module."""
+        if role in self.roles:
+            return self.roles[role]
+        return self.roles.get("driver", self.router) if role == "driver" else self.roles.get("worker", self.module)
 
     def load_role(self, role):
         return _load(self.role_code(role))

@@ -1,5 +1,10 @@
 """Test-only strategies on an explicit graph of roles (MPI_JOIN_STRATEGIES includes this module).
 
+`fan-tree`: a distribution tree (topology.Tree, fanout b) rooted at the driver; every node passes
+each batch on to its children (before its own join with `forward_first`, after it without), then
+joins the keys whose hash falls in its share and writes its results. Its `depth` bench case
+measures what a hop of the tree adds to a leaf's production delay.
+
 `merge-tree`: the driver sends every batch to every join core; each core joins the keys whose
 hash falls in its share and sends its results on a result edge to its merger; the mergers send
 them on to the sink, which writes them. Only the sink writes a result part file, so the results
@@ -18,7 +23,7 @@ from mpi_join.slaves.hash_join import HashJoinCore
 from mpi_join.slaves.local_join import warm_up
 from mpi_join.slaves.module import JoinModule, Output
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
-from mpi_join.topology import DRIVER, INPUT, RESULTS, Topology
+from mpi_join.topology import DRIVER, INPUT, RESULTS, Topology, Tree
 
 
 class MergeTree(Topology):
@@ -72,8 +77,7 @@ class FanOutRouter(Router):
         batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
 
     def route(self, batches, slot):
-        for c in self.topology.cores:
-            self.driver.send(c, batches)
+        self.driver.send_many(self.topology.cores, batches)
 
 
 class Core(JoinModule):
@@ -126,6 +130,99 @@ class Merger(JoinModule):
     def stats(self):
         return {"window_tuples": 0, "passed": self.passed}
 
+
+class TreeNode(JoinModule):
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        p = job.strategy.params
+        self.n, self.share = len(topology.workers), rank - 1
+        self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
+        self.children = topology.downstream(rank)
+        self.first, self.delay = bool(p["forward_first"]), float(p["join_delay"])
+
+    def warm_up(self):
+        warm_up(self.job.predicate, self.dtypes, "index")
+
+    def forward_first(self, src, header, batches):
+        if self.first and self.children:
+            out = Output()
+            out.send_many(self.children, batches, header.bounds)
+            return out
+        return None
+
+    def on_data(self, src, header, batches):
+        if self.delay:
+            time.sleep(self.delay)            # stands for a costly join at every node
+        mine = [b[(b["_h"] % np.uint64(self.n)).astype(np.int64) == self.share] for b in batches]
+        sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), mine)
+        out = Output()
+        out.emit((sa, sb), tin)
+        if not self.first and self.children:
+            out.send_many(self.children, batches, header.bounds)
+        return out
+
+    def snapshot(self):
+        return self.core.snapshot()
+
+    def restore(self, arrays, attrs):
+        self.core.restore(arrays, attrs)
+
+    def state_dtype(self, name):
+        return self.core.state_dtype(name)
+
+    def stats(self):
+        w0, w1 = self.core.window_tuples()
+        return {"window_tuples": w0 + w1}
+
+
+class RootRouter(FanOutRouter):
+    def route(self, batches, slot):
+        self.driver.send_many(self.topology.downstream(DRIVER), batches)
+
+
+def bench_depth(nprocs, workdir, tuples=6000, rate=300.0, delay=0.02):
+    """A leaf's production delay at depth 2 (driver -> 1 -> 2, fanout 1) against a depth-1 worker
+    (driver -> 1), each node sleeping `delay` per batch for its join: with forward_first the hop
+    adds the transfer only; forwarding after the join adds the inner node's join time."""
+    import os
+    import tempfile
+    from mpi_join.bench import _run_mpi, print_table
+    from mpi_join.workloads import make
+    root = workdir or tempfile.mkdtemp(prefix="mpi-join-depth-")
+    path = make("equi", os.path.join(root, "data"), tuples=tuples, rate=rate, strategy="fan-tree")
+    text = open(path).read()
+    rows, p50 = [], {}
+    for name, ranks, first in (("depth 1", 2, True), ("depth 2, forward first", 3, True),
+                               ("depth 2, forward after the join", 3, False)):
+        job = os.path.join(os.path.dirname(path), f"job-{ranks}-{int(first)}.toml")
+        with open(job, "w") as f:
+            f.write(text.replace('[strategy]\nname = "fan-tree"', f'[strategy]\nname = "fan-tree"\nfanout = 1\n'
+                                 f'forward_first = {str(first).lower()}\njoin_delay = {delay}')
+                    .replace('rate = "max"\nbatch_size = 8192', f'rate = {rate}\nbatch_size = 20\n'
+                             f'flush_interval = "20ms"'))
+        s = _run_mpi(ranks, job, os.path.join(root, f"out-{ranks}-{int(first)}"))
+        leaf = max(r["rank"] for r in s["ranks"])
+        lat = next(r for r in s["ranks"] if r["rank"] == leaf)["latency_ms"]
+        p50[name] = lat["p50"]
+        rows.append((name, leaf, f"{lat['p50']:.1f}", f"{lat['p99']:.1f}"))
+    print(f"fan-tree, {tuples:,} tuples at {rate:g}/s per stream, {delay * 1e3:g} ms join per batch and node "
+          f"(3 ranks on this machine's cores)")
+    print_table(("tree", "leaf rank", "p50 ms", "p99 ms"), rows)
+    base = p50["depth 1"]
+    for name in list(p50)[1:]:
+        print(f"{name}: leaf p50 = {p50[name] / base:.2f} x the depth-1 worker's")
+
+
+if "fan-tree" not in REGISTRY:
+    register(StrategyInfo(
+        name="fan-tree", summary="test: a distribution tree whose nodes forward before they join",
+        predicates=frozenset({"equi", "band", "theta"}), requires=frozenset({"equi"}), streams=(2, 2), min_ranks=2,
+        params={"fanout": Param(2, lambda v: None, "children per node", testing=True),
+                "forward_first": Param(True, lambda v: None, "pass a batch on before joining it", testing=True),
+                "join_delay": Param(0.0, lambda v: None, "seconds every node sleeps per batch", testing=True)},
+        topology=lambda n, p: Tree(n, p["fanout"]),
+        roles={"driver": "graph_strategies:RootRouter", "worker": "graph_strategies:TreeNode"},
+        cases={"depth": ("graph_strategies:bench_depth", "a leaf's delay at depth 2 against depth 1")}))
 
 if "merge-tree" not in REGISTRY:
     register(StrategyInfo(

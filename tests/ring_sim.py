@@ -23,6 +23,10 @@ class _Driver:
         b = self.source.bounds() if bounds is None else bounds
         self.links[(0, dest)].append((_wire(DataHeader(0, tuple(int(x) for x in b), body)), batches))
 
+    def send_many(self, dests, batches, body=None, bounds=None):
+        for d in dests:
+            self.send(d, batches, body, bounds)
+
 
 def _wire(header):
     """The header as the receiver gets it: encoded to int64 words and decoded back."""
@@ -50,8 +54,9 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
             return
         for seqs, _ in res.results:
             out.append(np.stack(seqs, axis=1))
-        for dest, bs, bounds, body in res.forward:
-            links[(b, dest)].append((_wire(DataHeader(0, bounds, body)), bs))
+        for dests, bs, bounds, body in res.forward:
+            for dest in dests:
+                links[(b, dest)].append((_wire(DataHeader(0, bounds, body)), bs))
         for dest, msg in res.control:
             assert dest == 0, "control records between workers are not simulated"
             router.on_control(b, msg)
@@ -64,6 +69,7 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
                 links[(b, d)].append(EOS)
             return
         header, batches = item
+        apply(b, mods[b].forward_first(a, header, batches))
         apply(b, mods[b].on_data(a, header, batches))
 
     def ready(link):

@@ -105,7 +105,7 @@ class Driver:
         counts = [man["streams"][s.name]["count"] for s in job.streams]
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts)
         self.credits = Credits(self.entries, job.run.max_inflight)
-        self.msg_no = {e: 0 for e in self.entries}
+        self.msg_no = 0                    # DATA messages made (a fan-out is one)
         self.results = {w: 0 for w in self.workers}
         self.sent = 0                      # DATA messages sent (termination counts)
         self.epoch = 0
@@ -127,15 +127,21 @@ class Driver:
     def send(self, dest, batches, body=None, bounds=None):
         """Send one DATA message to entry worker `dest`, waiting for credit (handling messages
         meanwhile); `body`: the strategy's typed header (headers.Header), or None."""
-        while self.credits.full(dest):
-            self._handle(*self.tx.recv())
+        self.send_many((dest,), batches, body, bounds)
+
+    def send_many(self, dests, batches, body=None, bounds=None):
+        """`send` to each of `dests`, packed once: every copy is the same buffer."""
         b = self.source.bounds() if bounds is None else bounds
-        h = DataHeader(self.msg_no[dest], tuple(int(x) for x in b), body)
-        self.tx.send(dest, Tag.DATA, pack(h.encode(), batches))
-        self.msg_no[dest] += 1
-        self.sent += 1
-        self.metrics.tuples_out += sum(len(x) for x in batches)
-        self.credits.sent(dest)
+        buf = pack(DataHeader(self.msg_no, tuple(int(x) for x in b), body).encode(), batches)
+        self.msg_no += 1
+        n = sum(len(x) for x in batches)
+        for dest in dests:
+            while self.credits.full(dest):
+                self._handle(*self.tx.recv())
+            self.tx.send(dest, Tag.DATA, buf)
+            self.sent += 1
+            self.metrics.tuples_out += n
+            self.credits.sent(dest)
 
     def control(self, dest, msg):
         self.tx.send(dest, Tag.CTRL, msg.encode())

@@ -214,8 +214,7 @@ class LowLatencyRouter(Router):
     def route(self, batches, slot):
         if not any(len(b) for b in batches):
             return
-        for w in self.topology.workers:
-            self.driver.send(w, batches, New(self.next_id))
+        self.driver.send_many(self.topology.workers, batches, New(self.next_id))
         self.next_id += 1
 
     def snapshot(self):

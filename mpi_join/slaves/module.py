@@ -28,7 +28,7 @@ import numpy as np
 class Output:
     """What handling one message produced."""
     results: list = field(default_factory=list)     # (tuple of seq arrays, one per stream; tin array)
-    forward: list = field(default_factory=list)     # (dest, batches, bounds, body)
+    forward: list = field(default_factory=list)     # (dests, batches, bounds, body): one message, packed once
     control: list = field(default_factory=list)     # (dest, Control)
     state: list = field(default_factory=list)       # (dest, header (headers.Header), arrays)
 
@@ -38,7 +38,12 @@ class Output:
 
     def send(self, dest, batches, bounds, body=None):
         """Forward `batches` to rank `dest`; `body`: the strategy's typed header (headers.Header)."""
-        self.forward.append((dest, batches, tuple(int(b) for b in bounds), body))
+        self.forward.append(((dest,), batches, tuple(int(b) for b in bounds), body))
+
+    def send_many(self, dests, batches, bounds, body=None):
+        """`send` to every rank of `dests`: the message is packed once and the same buffer goes to
+        each (a fan-out costs one copy, not one per destination)."""
+        self.forward.append((tuple(dests), batches, tuple(int(b) for b in bounds), body))
 
     def tell(self, dest, msg):
         self.control.append((dest, msg))
@@ -46,7 +51,7 @@ class Output:
     def send_results(self, dest, rows, body=None):
         """Send result rows (results.result_dtype: each stream's seq and `_tin`) on the result edge
         to rank `dest`, to be written there (or sent on) instead of here."""
-        self.forward.append((dest, [rows], (), body))
+        self.forward.append(((dest,), [rows], (), body))
 
     def move(self, dest, header, arrays):
         self.state.append((dest, header, list(arrays)))
@@ -76,6 +81,11 @@ class JoinModule:
 
     def accepts_input(self):
         return True
+
+    def forward_first(self, src, header, batches):
+        """An Output sent before `on_data` runs on the same message (None: nothing): an inner node
+        of a distribution tree passes a batch on here, so its children do not wait for its join."""
+        return None
 
     def on_control(self, src, msg, ctx):
         raise RuntimeError(f"rank {self.rank}: unexpected control record {msg.op!r} from rank {src}")

@@ -80,7 +80,7 @@ class Worker:
         self.inbox = {}                             # src -> deque of items
         self.outbox = {d: deque() for d in self.down}
         self.credits = Credits(self.down, job.run.max_inflight)
-        self.msg_no = {d: 0 for d in self.down}
+        self.msg_no = 0                             # DATA messages this rank made (a fan-out is one)
         self.sent = 0                               # DATA to other workers (termination counts)
         self.received = 0                           # DATA handled, from anyone
         self.buffered = 0                           # driver tuples waiting in the inbox
@@ -242,6 +242,7 @@ class Worker:
         m.tuples_in += n
         m.epochs += 1
         self.received += 1
+        self._apply(self.module.forward_first(src, header, batches))   # on its way before the join
         out = self.module.on_data(src, header, batches)
         nres, delay = self._apply(out)
         if src == DRIVER:
@@ -266,8 +267,9 @@ class Worker:
                 nres += len(tin)
                 lat_sum += float(lat.sum())
             self.metrics.results += nres
-        for dest, batches, bounds, body in out.forward:
-            self._send_data(dest, DataHeader(0, bounds, body), batches)
+        for dests, batches, bounds, body in out.forward:
+            self._send_data(dests, DataHeader(self.msg_no, bounds, body), batches)
+            self.msg_no += 1
         for dest, msg in out.control:
             if dest in self.outbox:
                 self.outbox[dest].append(("ctrl", msg))
@@ -278,13 +280,17 @@ class Worker:
         self._pump_out()
         return nres, (lat_sum / nres / 1e6 if nres else None)
 
-    def _send_data(self, dest, header, batches):
-        if dest not in self.outbox:
-            raise RuntimeError(f"worker {self.rank}: rank {dest} is not downstream of it in the "
-                               f"{self.topo.name} topology (downstream: {self.down})")
-        self.outbox[dest].append(("data", header, batches))
-        self.sent += 1
-        self.metrics.tuples_out += sum(len(b) for b in batches)
+    def _send_data(self, dests, header, batches):
+        """Queue one DATA message for each of `dests`, packed once: every copy is the same buffer."""
+        for dest in dests:
+            if dest not in self.outbox:
+                raise RuntimeError(f"worker {self.rank}: rank {dest} is not downstream of it in the "
+                                   f"{self.topo.name} topology (downstream: {self.down})")
+        buf, n = pack(header.encode(), batches), sum(len(b) for b in batches)
+        for dest in dests:
+            self.outbox[dest].append(("data", buf))
+            self.sent += 1
+            self.metrics.tuples_out += n
 
     def _pump_out(self, final=False):
         """Send what the outboxes hold, in order, as far as credits allow."""
@@ -297,10 +303,7 @@ class Worker:
                             break
                         while self.credits.full(dest):
                             self._absorb_acks()
-                    header, batches = rest
-                    header = DataHeader(self.msg_no[dest], header.bounds, header.body)
-                    self.msg_no[dest] += 1
-                    self.tx.send(dest, Tag.DATA, pack(header.encode(), batches))
+                    self.tx.send(dest, Tag.DATA, rest[0])
                     self.credits.sent(dest)
                 else:
                     self.tx.send(dest, Tag.CTRL, rest[0].encode())
