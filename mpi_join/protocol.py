@@ -32,19 +32,23 @@ class Tag(IntEnum):
 class DataHeader:
     """Header of a DATA message. `bounds[j]` is stream j's expiry bound: no tuple still to come
     can see a tuple of j whose coord is below it (window.py). `body` is the strategy's typed
-    header (headers.Header: what the batch is, in the strategy's words), or None."""
+    header (headers.Header: what the batch is, in the strategy's words), or None. `order`: the
+    batch's place in an order that several links share (non-decreasing on each link; -1: none),
+    by which a receiver's ordered merge releases them (JoinModule.merged_links)."""
     msg_no: int
     bounds: tuple
     body: object = None
+    order: int = -1
 
     def encode(self):
-        return [self.msg_no, len(self.bounds), *self.bounds, *(self.body.words() if self.body is not None else ())]
+        return [self.msg_no, self.order, len(self.bounds), *self.bounds,
+                *(self.body.words() if self.body is not None else ())]
 
     @classmethod
     def decode(cls, h):
-        m = int(h[1])
-        body = Header.read(h[2 + m:]) if len(h) > 2 + m else None
-        return cls(int(h[0]), tuple(int(x) for x in h[2:2 + m]), body)
+        m = int(h[2])
+        body = Header.read(h[3 + m:]) if len(h) > 3 + m else None
+        return cls(int(h[0]), tuple(int(x) for x in h[3:3 + m]), body, int(h[1]))
 
 
 _OPS = {}

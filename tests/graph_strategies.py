@@ -5,6 +5,11 @@ each batch on to its children (before its own join with `forward_first`, after i
 joins the keys whose hash falls in its share and writes its results. Its `depth` bench case
 measures what a hop of the tree adds to a leaf's production delay.
 
+`dispatch`: the driver hands batch i to dispatcher i mod d, which sends it on to every unit; a
+unit takes its dispatchers' links as one flow through the runtime's ordered merge (by the
+batch's number, DataHeader.order) and joins its hash share of every batch, refusing one that
+comes out of order. Without the merge the units would see batches out of order.
+
 `merge-tree`: the driver sends every batch to every join core; each core joins the keys whose
 hash falls in its share and sends its results on a result edge to its merger; the mergers send
 them on to the sink, which writes them. Only the sink writes a result part file, so the results
@@ -212,6 +217,89 @@ def bench_depth(nprocs, workdir, tuples=6000, rate=300.0, delay=0.02):
     for name in list(p50)[1:]:
         print(f"{name}: leaf p50 = {p50[name] / base:.2f} x the depth-1 worker's")
 
+
+class Dispatch(Topology):
+    """Ranks 1..d dispatch (the driver feeds them), the rest are units fed by every dispatcher."""
+    name = "dispatch"
+
+    def __init__(self, size, dispatchers=2):
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "d", max(1, min(int(dispatchers), size - 2)))
+
+    def role(self, rank):
+        return "driver" if rank == DRIVER else "dispatcher" if rank <= self.d else "unit"
+
+    def upstream(self, rank):
+        return [] if rank == DRIVER else [DRIVER] if rank <= self.d else list(range(1, self.d + 1))
+
+    def downstream(self, rank):
+        if rank == DRIVER:
+            return list(range(1, self.d + 1))
+        return list(range(self.d + 1, self.size)) if rank <= self.d else []
+
+
+class DispatchRouter(FanOutRouter):
+    def __init__(self, job, topology, driver):
+        super().__init__(job, topology, driver)
+        self.next = 0
+
+    def route(self, batches, slot):
+        self.driver.send(1 + self.next % self.topology.d, batches, order=self.next)
+        self.next += 1
+
+    def snapshot(self):
+        return {}, {"next": self.next}
+
+    def restore(self, arrays, attrs):
+        self.next = attrs["next"]
+
+
+class Dispatcher(JoinModule):
+    def on_data(self, src, header, batches):
+        out = Output()
+        out.send_many(self.topology.downstream(self.rank), batches, header.bounds, order=header.order)
+        return out
+
+
+class Unit(Core):
+    def __init__(self, job, rank, topology, dtypes):
+        JoinModule.__init__(self, job, rank, topology, dtypes)
+        units = list(range(topology.d + 1, topology.size))
+        self.n, self.share = len(units), units.index(rank)
+        self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
+        self.last = -1
+        self.dispatchers = tuple(topology.upstream(rank))
+
+    def merged_links(self):
+        return self.dispatchers
+
+    def on_data(self, src, header, batches):
+        if header.order != self.last + 1:
+            raise RuntimeError(f"unit {self.rank}: batch {header.order} after {self.last}")
+        self.last = header.order
+        mine = [b[(b["_h"] % np.uint64(self.n)).astype(np.int64) == self.share] for b in batches]
+        sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), mine)
+        out = Output()
+        out.emit((sa, sb), tin)
+        return out
+
+    def snapshot(self):
+        arrays, attrs = self.core.snapshot()
+        return arrays, dict(attrs, last=self.last)
+
+    def restore(self, arrays, attrs):
+        self.core.restore(arrays, attrs)
+        self.last = attrs["last"]
+
+
+if "dispatch" not in REGISTRY:
+    register(StrategyInfo(
+        name="dispatch", summary="test: two dispatchers feed every unit through the ordered merge",
+        predicates=frozenset({"equi", "band", "theta"}), requires=frozenset({"equi"}), streams=(2, 2), min_ranks=4,
+        params={"dispatchers": Param(2, lambda v: None, "dispatcher ranks", testing=True)},
+        topology=lambda n, p: Dispatch(n, p["dispatchers"]),
+        roles={"driver": "graph_strategies:DispatchRouter", "dispatcher": "graph_strategies:Dispatcher",
+               "unit": "graph_strategies:Unit"}))
 
 if "fan-tree" not in REGISTRY:
     register(StrategyInfo(

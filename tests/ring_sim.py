@@ -19,13 +19,13 @@ class _Driver:
     def __init__(self, links, source):
         self.links, self.source = links, source
 
-    def send(self, dest, batches, body=None, bounds=None):
+    def send(self, dest, batches, body=None, bounds=None, order=-1):
         b = self.source.bounds() if bounds is None else bounds
-        self.links[(0, dest)].append((_wire(DataHeader(0, tuple(int(x) for x in b), body)), batches))
+        self.links[(0, dest)].append((_wire(DataHeader(0, tuple(int(x) for x in b), body, order)), batches))
 
-    def send_many(self, dests, batches, body=None, bounds=None):
+    def send_many(self, dests, batches, body=None, bounds=None, order=-1):
         for d in dests:
-            self.send(d, batches, body, bounds)
+            self.send(d, batches, body, bounds, order)
 
 
 def _wire(header):
@@ -54,9 +54,9 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
             return
         for seqs, _ in res.results:
             out.append(np.stack(seqs, axis=1))
-        for dests, bs, bounds, body in res.forward:
+        for dests, bs, bounds, body, order in res.forward:
             for dest in dests:
-                links[(b, dest)].append((_wire(DataHeader(0, bounds, body)), bs))
+                links[(b, dest)].append((_wire(DataHeader(0, bounds, body, order)), bs))
         for dest, msg in res.control:
             assert dest == 0, "control records between workers are not simulated"
             router.on_control(b, msg)

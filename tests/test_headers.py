@@ -57,5 +57,6 @@ def test_two_classes_with_one_code_are_refused():
 def test_the_data_header_carries_bounds_and_a_strategy_body():
     for body in (None, Arriving(1), Acked(0, 17), Probing(3, -1, (1, 0), (5, 6, 7, 8)),
                  Partial(2, 1, 0, 3, True, (1, 2))):
-        h = DataHeader(9, (-(1 << 62), 0, 44), body)
-        assert DataHeader.decode(np.asarray(h.encode(), np.int64)) == h
+        for order in (-1, 0, 123):
+            h = DataHeader(9, (-(1 << 62), 0, 44), body, order)
+            assert DataHeader.decode(np.asarray(h.encode(), np.int64)) == h

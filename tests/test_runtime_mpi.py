@@ -117,12 +117,14 @@ def test_results_travel_result_edges_through_mergers_to_the_sink(tmp_path):
     assert channel.get(1, 0) + channel.get(2, 0) > 0, channel      # fed by two links each
 
 
-@pytest.mark.parametrize("strategy,victim", [("merge-tree", 2), ("merge-tree", 4), ("fan-tree", 2)])
+@pytest.mark.parametrize("strategy,victim", [("merge-tree", 2), ("merge-tree", 4), ("fan-tree", 2),
+                                              ("dispatch", 1), ("dispatch", 4)])
 def test_graph_sigkill_then_resume_is_exactly_once(tmp_path, strategy, victim):
     """merge-tree: a merger (2) or a core (4) killed after two checkpoints; the resumed run writes
     every result once, whether it was at a core, in flight on a result edge, or at the sink.
-    fan-tree: an inner node of the distribution tree (fanout 2: 1 -> 3, 4; 2 -> 5) killed."""
-    extra = "merge_delay = 0.002" if strategy == "merge-tree" else "join_delay = 0.001"
+    fan-tree: an inner node of the distribution tree (fanout 2: 1 -> 3, 4; 2 -> 5) killed.
+    dispatch: a dispatcher (1) or a unit (4, fed by both dispatchers through the ordered merge)."""
+    extra = {"merge-tree": "merge_delay = 0.002", "fan-tree": "join_delay = 0.001"}.get(strategy, "")
     path, job, arrays = _job(tmp_path, strategy, n=16000, every=1500, rate=2500, batch=100, extra=extra)
     root = job.checkpoint.dir
     p = kill_after_checkpoints(path, root, ranks=6, victim=victim, checkpoints=2, total=16000)

@@ -124,15 +124,16 @@ class Driver:
         return self.source.total
 
     # -- what routers call ------------------------------------------------------------------
-    def send(self, dest, batches, body=None, bounds=None):
+    def send(self, dest, batches, body=None, bounds=None, order=-1):
         """Send one DATA message to entry worker `dest`, waiting for credit (handling messages
-        meanwhile); `body`: the strategy's typed header (headers.Header), or None."""
-        self.send_many((dest,), batches, body, bounds)
+        meanwhile); `body`: the strategy's typed header (headers.Header), or None; `order`: see
+        DataHeader."""
+        self.send_many((dest,), batches, body, bounds, order)
 
-    def send_many(self, dests, batches, body=None, bounds=None):
+    def send_many(self, dests, batches, body=None, bounds=None, order=-1):
         """`send` to each of `dests`, packed once: every copy is the same buffer."""
         b = self.source.bounds() if bounds is None else bounds
-        buf = pack(DataHeader(self.msg_no, tuple(int(x) for x in b), body).encode(), batches)
+        buf = pack(DataHeader(self.msg_no, tuple(int(x) for x in b), body, order).encode(), batches)
         self.msg_no += 1
         n = sum(len(x) for x in batches)
         for dest in dests:

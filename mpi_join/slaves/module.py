@@ -28,7 +28,7 @@ import numpy as np
 class Output:
     """What handling one message produced."""
     results: list = field(default_factory=list)     # (tuple of seq arrays, one per stream; tin array)
-    forward: list = field(default_factory=list)     # (dests, batches, bounds, body): one message, packed once
+    forward: list = field(default_factory=list)     # (dests, batches, bounds, body, order): one message, packed once
     control: list = field(default_factory=list)     # (dest, Control)
     state: list = field(default_factory=list)       # (dest, header (headers.Header), arrays)
 
@@ -36,14 +36,15 @@ class Output:
         if len(tin):
             self.results.append((tuple(seqs), tin))
 
-    def send(self, dest, batches, bounds, body=None):
-        """Forward `batches` to rank `dest`; `body`: the strategy's typed header (headers.Header)."""
-        self.forward.append(((dest,), batches, tuple(int(b) for b in bounds), body))
+    def send(self, dest, batches, bounds, body=None, order=-1):
+        """Forward `batches` to rank `dest`; `body`: the strategy's typed header (headers.Header);
+        `order`: the batch's place for the receiver's ordered merge (DataHeader.order)."""
+        self.send_many((dest,), batches, bounds, body, order)
 
-    def send_many(self, dests, batches, bounds, body=None):
+    def send_many(self, dests, batches, bounds, body=None, order=-1):
         """`send` to every rank of `dests`: the message is packed once and the same buffer goes to
         each (a fan-out costs one copy, not one per destination)."""
-        self.forward.append((tuple(dests), batches, tuple(int(b) for b in bounds), body))
+        self.forward.append((tuple(dests), batches, tuple(int(b) for b in bounds), body, int(order)))
 
     def tell(self, dest, msg):
         self.control.append((dest, msg))
@@ -51,7 +52,7 @@ class Output:
     def send_results(self, dest, rows, body=None):
         """Send result rows (results.result_dtype: each stream's seq and `_tin`) on the result edge
         to rank `dest`, to be written there (or sent on) instead of here."""
-        self.forward.append(((dest,), [rows], (), body))
+        self.forward.append(((dest,), [rows], (), body, -1))
 
     def move(self, dest, header, arrays):
         self.state.append((dest, header, list(arrays)))
@@ -81,6 +82,14 @@ class JoinModule:
 
     def accepts_input(self):
         return True
+
+    def merged_links(self):
+        """Upstream worker ranks whose DATA this module takes as one flow in `order`
+        (DataHeader.order): the worker hands over the batch with the least order among the links'
+        next batches once no link can still bring a lesser one (each link's last order is its
+        watermark; an ended link has none). Control records on those links pass at once, in
+        order on their own link. Empty: every link as it comes."""
+        return ()
 
     def forward_first(self, src, header, batches):
         """An Output sent before `on_data` runs on the same message (None: nothing): an inner node

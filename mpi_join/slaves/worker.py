@@ -76,6 +76,8 @@ class Worker:
         self.dtypes = module.dtypes
         self.up = topology.upstream(self.rank)
         self.link_dtypes = {src: self._carried(topology.carries(src, self.rank)) for src in self.up}
+        self.merged = tuple(module.merged_links())
+        self.watermark = {src: -(1 << 62) for src in self.merged}   # last order each merged link brought
         self.down = topology.downstream(self.rank)
         self.inbox = {}                             # src -> deque of items
         self.outbox = {d: deque() for d in self.down}
@@ -168,20 +170,48 @@ class Worker:
         self._pump_out()
 
     def _next(self):
-        """The next item to handle: other workers' first (never blocked), the driver's only
-        while no outbox waits for credit and, for DATA, while the module accepts input."""
+        """The next item to handle: other workers' first (never blocked; merged links through
+        the ordered merge), the driver's only while no outbox waits for credit and, for DATA,
+        while the module accepts input."""
         for src, q in self.inbox.items():
-            if q and src != DRIVER:
+            if q and src != DRIVER and src not in self.merged:
                 return src, q.popleft()
+        if self.merged:
+            item = self._merged_next()
+            if item is not None:
+                return item
         q = self.inbox.get(DRIVER)
         if q and not any(self.outbox.values()) and (q[0][0] != "data" or self.module.accepts_input()):
             return DRIVER, q.popleft()
         return None
 
+    def _merged_next(self):
+        """The ordered merge of the module's merged links (JoinModule.merged_links)."""
+        heads = {}
+        for src in self.merged:
+            q = self.inbox.get(src)
+            if q:
+                if q[0][0] != "data":
+                    return src, q.popleft()
+                heads[src] = q[0][1].order
+        if not heads:
+            return None
+        src = min(heads, key=lambda s: (heads[s], s))
+        for other in self.merged:
+            if other not in heads and other not in self.eos_from and self.watermark[other] < heads[src]:
+                return None                 # `other` may still bring a batch that comes first
+        return src, self.inbox[src].popleft()
+
     def _absorb(self, src, tag, buf):
         if tag == Tag.DATA:
             h, batches = unpack(buf, self.link_dtypes[src])
             header = DataHeader.decode(h)
+            if src in self.merged:
+                if header.order < self.watermark[src]:
+                    raise RuntimeError(f"worker {self.rank}: link from rank {src} went back in order "
+                                       f"({header.order} after {self.watermark[src]}); a merged link's "
+                                       f"order must not decrease")
+                self.watermark[src] = header.order
             n = sum(len(b) for b in batches)
             if src == DRIVER:
                 self.buffered += n
@@ -267,8 +297,8 @@ class Worker:
                 nres += len(tin)
                 lat_sum += float(lat.sum())
             self.metrics.results += nres
-        for dests, batches, bounds, body in out.forward:
-            self._send_data(dests, DataHeader(self.msg_no, bounds, body), batches)
+        for dests, batches, bounds, body, order in out.forward:
+            self._send_data(dests, DataHeader(self.msg_no, bounds, body, order), batches)
             self.msg_no += 1
         for dest, msg in out.control:
             if dest in self.outbox:
