@@ -23,8 +23,9 @@ def bucket_hash(h):
 
 
 class Bucket:
-    """A bucket's store: anything with `windows` (two window.Window) and `load(rows0, rows1)`
-    (append without joining) -- the local join's windows and index, or bare windows."""
+    """A bucket's store: anything with `windows` (two window.Window), `load(rows0, rows1)`
+    (append without joining), `snapshot(prefix)` and `restore(arrays, prefix)` -- the local
+    join's windows and index (local_join.BinaryJoin), or bare windows."""
     __slots__ = ("depth", "store", "windows")
 
     def __init__(self, depth, make_store):
@@ -45,6 +46,12 @@ class _Windows:
     def load(self, *rows):
         for w, r in zip(self.windows, rows):
             w.append(r)
+
+    def snapshot(self, prefix):
+        return {f"{prefix}/{s}": w.view() for s, w in enumerate(self.windows)}
+
+    def restore(self, arrays, prefix):
+        self.load(*[arrays.get(f"{prefix}/{s}", np.zeros(0, w.dtype)) for s, w in enumerate(self.windows)])
 
 
 class ExtendibleGroup:
@@ -165,7 +172,9 @@ class ExtendibleGroup:
         """(arrays {"<bucket>/<stream>": rows}, split information) to move or checkpoint."""
         bs = self.buckets()
         ids = {id(b): k for k, b in enumerate(bs)}
-        arrays = {f"{k}/{s}": w.view() for k, b in enumerate(bs) for s, w in enumerate(b.windows)}
+        arrays = {}
+        for k, b in enumerate(bs):
+            arrays.update(b.store.snapshot(str(k)))
         info = {"global_depth": self.global_depth, "directory": [ids[id(b)] for b in self.directory],
                 "depths": [b.depth for b in bs]}
         return arrays, info
@@ -174,7 +183,7 @@ class ExtendibleGroup:
         """Rebuild from state(): buckets, their windows, and the directory."""
         bs = [Bucket(d, self.make_store) for d in info["depths"]]
         for k, b in enumerate(bs):
-            b.store.load(*[arrays.get(f"{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.dtypes)])
+            b.store.restore(arrays, str(k))
         self.global_depth = int(info["global_depth"])
         self.directory = [bs[k] for k in info["directory"]]
         if len(self.directory) != 1 << self.global_depth:

@@ -59,9 +59,9 @@ def state_arrays(arrays, info, buffered, dtypes):
     return [arrays.get(f"{b}/{s}", np.zeros(0, dtypes[s])) for b in range(nb) for s in (0, 1)] + list(buffered)
 
 
-def state_dtypes(header, window_dtypes, dtypes):
-    """dtypes of a STATE message's arrays: bucket windows (window rows), then buffered tuples."""
-    return [window_dtypes[s] for _ in header.depths for s in (0, 1)] + list(dtypes)
+def state_dtypes(header, dtypes):
+    """dtypes of a STATE message's arrays: bucket windows, then buffered tuples (runtime rows)."""
+    return [dtypes[s] for _ in header.depths for s in (0, 1)] + list(dtypes)
 
 
 def read_state(header, arrs):

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..headers import Header
 from ..master.driver import Router
-from ..slaves.local_join import BinaryJoin, warm_up
+from ..slaves.local_join import BinaryJoin, runtime_rows, warm_up
 from ..slaves.module import JoinModule, Output
 from ..strategies import numbers
 
@@ -47,14 +47,6 @@ class Acked(Header):
     """The neighbour now holds the first `upto` tuples of `side` this worker forwarded."""
     side: int
     upto: int
-
-
-def _runtime_rows(rows, dtype):
-    """Window rows (with derived key/band columns) back to the runtime dtype the wire carries."""
-    out = np.empty(len(rows), dtype)
-    for name in dtype.names:
-        out[name] = rows[name]
-    return out
 
 
 class Segment:
@@ -140,18 +132,16 @@ class Segment:
             if limit[s] is not None:
                 stop = min(stop, limit[s])
             if stop > first:
-                out[s] = _runtime_rows(v[first:stop], self.dtypes[s])
+                out[s] = runtime_rows(v[first:stop], self.dtypes[s])
                 self.sent[s] = stop
         return out
 
     # -- state ------------------------------------------------------------------------------------
     def snapshot(self):
-        arrays = {f"window/{s}": _runtime_rows(self.join.windows[s].view(), self.dtypes[s]) for s in (0, 1)}
-        return arrays, {"sent": list(self.sent), "now": self.now}
+        return self.join.snapshot(), {"sent": list(self.sent), "now": self.now}
 
     def restore(self, arrays, attrs):
-        self.join.load(arrays.get("window/0", np.zeros(0, self.dtypes[0])),
-                       arrays.get("window/1", np.zeros(0, self.dtypes[1])))
+        self.join.restore(arrays)
         self.sent, self.now = list(attrs["sent"]), attrs["now"]
 
     def held(self):

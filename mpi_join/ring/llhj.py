@@ -25,7 +25,7 @@ from ..master.driver import Router
 from ..range_join import probe_ranges
 from ..slaves.local_join import warm_up
 from ..slaves.module import JoinModule, Output
-from .handshake import Segment, _runtime_rows
+from .handshake import Segment
 
 PROGRESS_EVERY = 8
 

@@ -73,7 +73,7 @@ class HashJoinModule(JoinModule):
         part = self.core.part
         buffered = ctx.take_queued(lambda b: part.partitions(b["_h"]) == p)
         out = Output()
-        out.move(msg.to, state_header(p, info), state_arrays(arrays, info, buffered, self.core.store_dtypes))
+        out.move(msg.to, state_header(p, info), state_arrays(arrays, info, buffered, self.dtypes))
         out.tell(DRIVER, Migrated(p, "supplier"))
         return out
 
@@ -82,7 +82,7 @@ class HashJoinModule(JoinModule):
         self.states[p] = (arrays, info, buffered)
 
     def state_dtypes_for(self, header):
-        return state_dtypes(header, self.core.store_dtypes, self.dtypes)
+        return state_dtypes(header, self.dtypes)
 
     def _install(self, msg, ctx):
         """Consumer, in order: wait for the supplier's state, install it, join its buffered tuples."""
@@ -208,5 +208,5 @@ class HashJoinCore:
         """dtype a checkpointed array must have: group/<p>/<bucket>/<stream>."""
         parts = name.split("/")
         if len(parts) == 4 and parts[0] == "group" and parts[3] in ("0", "1"):
-            return self.store_dtypes[int(parts[3])]
+            return self.dtypes[int(parts[3])]
         return None

@@ -60,6 +60,7 @@ class BinaryJoin:
         if method == "band" and len(bands) > 1:
             self.residual = True
         self.widths = key_widths(dtypes[0], eq_i, dtypes[1], eq_j)
+        self.runtime_dtypes = list(dtypes)
         self.dtypes = [derived_dtype(dt, sum(self.widths), len(bands)) for dt in dtypes]
         self.windows = [Window(dt) for dt in self.dtypes]
         self.runs = [SortedRuns(np.uint64 if method == "equi" else np.float64) for _ in (0, 1)]
@@ -187,6 +188,29 @@ class BinaryJoin:
         for s, rows in enumerate((rows0, rows1)):
             if len(rows):
                 self.append(self.derive(rows, s), s)
+
+    def snapshot(self, prefix="window"):
+        """{"<prefix>/<s>": stream s's window rows in the runtime dtype}: what a checkpoint
+        writes or a move carries; the derived columns and the index are rebuilt by restore."""
+        return {f"{prefix}/{s}": runtime_rows(w.view(), dt)
+                for s, (w, dt) in enumerate(zip(self.windows, self.runtime_dtypes))}
+
+    def restore(self, arrays, prefix="window"):
+        """Fill this (new) join with snapshot()'s rows."""
+        self.load(*[arrays.get(f"{prefix}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.runtime_dtypes)])
+
+    def state_dtype(self, name, prefix="window"):
+        """dtype of a snapshot array, None for a name that is not one."""
+        p, _, s = name.rpartition("/")
+        return self.runtime_dtypes[int(s)] if p == prefix and s in ("0", "1") else None
+
+
+def runtime_rows(rows, dtype):
+    """Window rows (with derived key/band columns) back to the runtime dtype the wire carries."""
+    out = np.empty(len(rows), dtype)
+    for name in dtype.names:
+        out[name] = rows[name]
+    return out
 
 
 class SortedRuns:
