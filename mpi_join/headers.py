@@ -116,3 +116,10 @@ class Ready(Header):
     """A worker's kernels are compiled: how many it compiled and how long that took."""
     compiled: int
     compile_us: int
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitState(Header):
+    """Header of a STATE message: unit `unit`'s state, moved at routing epoch `epoch`."""
+    unit: int
+    epoch: int

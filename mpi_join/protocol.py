@@ -34,21 +34,23 @@ class DataHeader:
     can see a tuple of j whose coord is below it (window.py). `body` is the strategy's typed
     header (headers.Header: what the batch is, in the strategy's words), or None. `order`: the
     batch's place in an order that several links share (non-decreasing on each link; -1: none),
-    by which a receiver's ordered merge releases them (JoinModule.merged_links)."""
+    by which a receiver's ordered merge releases them (JoinModule.merged_links). `epoch`: the
+    driver's routing epoch when the batch was routed (one more per state move begun)."""
     msg_no: int
     bounds: tuple
     body: object = None
     order: int = -1
+    epoch: int = 0
 
     def encode(self):
-        return [self.msg_no, self.order, len(self.bounds), *self.bounds,
+        return [self.msg_no, self.order, self.epoch, len(self.bounds), *self.bounds,
                 *(self.body.words() if self.body is not None else ())]
 
     @classmethod
     def decode(cls, h):
-        m = int(h[2])
-        body = Header.read(h[3 + m:]) if len(h) > 3 + m else None
-        return cls(int(h[0]), tuple(int(x) for x in h[3:3 + m]), body, int(h[1]))
+        m = int(h[3])
+        body = Header.read(h[4 + m:]) if len(h) > 4 + m else None
+        return cls(int(h[0]), tuple(int(x) for x in h[4:4 + m]), body, int(h[1]), int(h[2]))
 
 
 _OPS = {}
@@ -150,3 +152,35 @@ class LoadReport(Control):
     busy: float = 0.0
     tuples: int = 0
     window_full: bool = False
+
+
+# -- moving a unit of state between workers (runtime-owned; see slaves/worker.py) -------------
+@dataclass(frozen=True)
+class MoveOut(Control):
+    """driver -> the unit's holder, handled on arrival (never before a queued marker): take unit
+    `unit` out of the module, with the queued input rows that belong to it, and send them to
+    rank `to` as one STATE message. `epoch`: the routing epoch the move begins."""
+    op: ClassVar[str] = "move_out"
+    unit: int = 0
+    to: int = 0
+    epoch: int = 0
+
+
+@dataclass(frozen=True)
+class Install(Control):
+    """driver -> the unit's new holder, in order with its DATA: put the state that rank `src`
+    sends into the module, then join its queued input under `bounds` (the expiry bounds when
+    the move began); the driver's DATA behind this record waits until then."""
+    op: ClassVar[str] = "install"
+    unit: int = 0
+    src: int = 0
+    epoch: int = 0
+    bounds: tuple = ()
+
+
+@dataclass(frozen=True)
+class Moved(Control):
+    """worker -> driver: its half (`side` "out" or "in") of moving `unit` is done."""
+    op: ClassVar[str] = "moved"
+    unit: int = 0
+    side: str = ""

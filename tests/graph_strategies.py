@@ -10,6 +10,10 @@ unit takes its dispatchers' links as one flow through the runtime's ordered merg
 batch's number, DataHeader.order) and joins its hash share of every batch, refusing one that
 comes out of order. Without the merge the units would see batches out of order.
 
+`grow`: units (hash partition groups, `hash`'s join module) all start on worker 1; at epoch
+`grow_at` half of them move to worker 2, and at twice that epoch a quarter move to worker 3,
+through the runtime's state move (driver.move): workers 2 and 3 held nothing before.
+
 `merge-tree`: the driver sends every batch to every join core; each core joins the keys whose
 hash falls in its share and sends its results on a result edge to its merger; the mergers send
 them on to the sink, which writes them. Only the sink writes a result part file, so the results
@@ -28,7 +32,7 @@ from mpi_join.slaves.hash_join import HashJoinCore
 from mpi_join.slaves.local_join import warm_up
 from mpi_join.slaves.module import JoinModule, Output
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
-from mpi_join.topology import DRIVER, INPUT, RESULTS, Topology, Tree
+from mpi_join.topology import DRIVER, INPUT, RESULTS, Star, Topology, Tree
 
 
 class MergeTree(Topology):
@@ -291,6 +295,59 @@ class Unit(Core):
         self.core.restore(arrays, attrs)
         self.last = attrs["last"]
 
+
+class GrowRouter(FanOutRouter):
+    def __init__(self, job, topology, driver):
+        Router.__init__(self, job, topology, driver)
+        self.part = Partitioner(job, job.strategy.params["partitions"])
+        self.owner = np.ones(self.part.n_partitions, np.int64)
+        self.at = int(job.strategy.params["grow_at"])
+        self.moved = 0
+
+    def unit_of(self, batch):
+        return self.part.partitions(batch["_h"])
+
+    def route(self, batches, slot):
+        for w in self.topology.workers:
+            mine = [b[self.owner[self.unit_of(b)] == w] for b in batches]
+            if any(len(b) for b in mine):
+                self.driver.send(w, mine)
+
+    def end_of_epoch(self, epoch):
+        n = self.part.n_partitions
+        for dst, when, units in ((2, self.at, range(n // 2, n)), (3, 2 * self.at, range(n // 4))):
+            if epoch == when and dst in self.topology.workers:
+                for u in units:
+                    self.driver.move(u, int(self.owner[u]), dst)
+                    self.moved += 1
+
+    def on_moved(self, unit, src, dst, held):
+        self.owner[unit] = dst
+        if any(len(h) for h in held):
+            self.driver.send(dst, held)
+
+    def snapshot(self):
+        return {"owner": self.owner.copy()}, {"moved": self.moved}
+
+    def restore(self, arrays, attrs):
+        self.owner = arrays["owner"].astype(np.int64)
+        self.moved = attrs["moved"]
+
+    def state_dtype(self, name):
+        return np.dtype(np.int64) if name == "owner" else None
+
+    def stats(self):
+        return {"units_moved": self.moved}
+
+
+if "grow" not in REGISTRY:
+    register(StrategyInfo(
+        name="grow", summary="test: units move to workers that held nothing, mid-run",
+        predicates=frozenset({"equi", "band", "theta"}), requires=frozenset({"equi"}), streams=(2, 2), min_ranks=3,
+        params={**REGISTRY["hash"].params,
+                "grow_at": Param(3, lambda v: None, "epoch at which half the units move to worker 2", testing=True)},
+        topology=lambda n, p: Star(n),
+        roles={"driver": "graph_strategies:GrowRouter", "worker": "mpi_join.slaves.hash_join:HashJoinModule"}))
 
 if "dispatch" not in REGISTRY:
     register(StrategyInfo(

@@ -118,13 +118,15 @@ def test_results_travel_result_edges_through_mergers_to_the_sink(tmp_path):
 
 
 @pytest.mark.parametrize("strategy,victim", [("merge-tree", 2), ("merge-tree", 4), ("fan-tree", 2),
-                                              ("dispatch", 1), ("dispatch", 4)])
+                                              ("dispatch", 1), ("dispatch", 4), ("grow", 2)])
 def test_graph_sigkill_then_resume_is_exactly_once(tmp_path, strategy, victim):
     """merge-tree: a merger (2) or a core (4) killed after two checkpoints; the resumed run writes
     every result once, whether it was at a core, in flight on a result edge, or at the sink.
     fan-tree: an inner node of the distribution tree (fanout 2: 1 -> 3, 4; 2 -> 5) killed.
-    dispatch: a dispatcher (1) or a unit (4, fed by both dispatchers through the ordered merge)."""
-    extra = {"merge-tree": "merge_delay = 0.002", "fan-tree": "join_delay = 0.001"}.get(strategy, "")
+    dispatch: a dispatcher (1) or a unit (4, fed by both dispatchers through the ordered merge).
+    grow: worker 2, which held nothing until units moved to it mid-run."""
+    extra = {"merge-tree": "merge_delay = 0.002", "fan-tree": "join_delay = 0.001",
+             "grow": "partitions = 12\ngrow_at = 4"}.get(strategy, "")
     path, job, arrays = _job(tmp_path, strategy, n=16000, every=1500, rate=2500, batch=100, extra=extra)
     root = job.checkpoint.dir
     p = kill_after_checkpoints(path, root, ranks=6, victim=victim, checkpoints=2, total=16000)
@@ -135,3 +137,17 @@ def test_graph_sigkill_then_resume_is_exactly_once(tmp_path, strategy, victim):
     _check(job, arrays)
     if strategy == "merge-tree":
         assert _parts_by_rank(job) == [1]
+
+
+def test_units_move_mid_run_to_workers_that_held_nothing(tmp_path):
+    """grow: every unit starts on worker 1; half move to worker 2 and a quarter to worker 3 while
+    the job runs, through the runtime's move; results equal the oracle, the moves are counted,
+    and every worker ends up holding window state."""
+    path, job, arrays = _job(tmp_path, "grow", n=8000, every=800, extra="partitions = 12\ngrow_at = 3")
+    p = run_mpi(4, "run", path)
+    assert p.returncode == 0, p.stderr
+    _check(job, arrays)
+    s = json.loads(open(os.path.join(job.output, "metrics", "summary.json")).read())
+    driver = next(r for r in s["ranks"] if r["rank"] == 0)
+    assert driver["units_moved"] == 6 + 3, driver.get("units_moved")
+    assert all(r["results"] > 0 for r in s["ranks"] if r["rank"] > 0), [r["results"] for r in s["ranks"]]

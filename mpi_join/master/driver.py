@@ -17,8 +17,8 @@ import numpy as np
 
 from .. import checkpoint as ck
 from ..headers import Ack, Ready
-from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, MarkerDone, Probe, ProbeReply, Tag,
-                        decode_control)
+from ..protocol import (DataHeader, Eos, Fin, Install, LoadReport, LoadRequest, MarkerDone, Moved, MoveOut,
+                        Probe, ProbeReply, Tag, decode_control)
 from ..kernels import Compiles, GcPauses, freeze_heap
 from ..staged import staged_manifest
 from ..transport import Credits, pack, unpack_obj
@@ -35,7 +35,11 @@ class Router:
     - `quiet()` is True when nothing is in flight that a checkpoint could not capture;
     - `end_of_epoch(epoch)` after each epoch (after any checkpoint cut at that epoch);
     - `on_control(src, msg)` for the strategy's control records from workers;
-    - `snapshot()`/`restore()` its state at a checkpoint; `stats()` for the driver's metrics."""
+    - `snapshot()`/`restore()` its state at a checkpoint; `stats()` for the driver's metrics.
+    Moving state between workers is the runtime's (`driver.move(unit, src, dst)`): a router that
+    moves units gives `unit_of(batch)`, the unit of each row, and `on_moved(unit, src, dst,
+    held)`, called between sends once the move is done with the rows of `unit` the driver held
+    back meanwhile (one array per stream, in seq order), which now go to `dst`."""
     slots = 1
 
     def __init__(self, job, topology, driver):
@@ -64,6 +68,12 @@ class Router:
 
     def on_control(self, src, msg):
         raise RuntimeError(f"driver: unexpected control record {msg.op!r} from rank {src}")
+
+    def unit_of(self, batch):
+        raise RuntimeError(f"{type(self).__name__} moves state but does not say which unit a row is in (unit_of)")
+
+    def on_moved(self, unit, src, dst, held):
+        pass
 
     def snapshot(self):
         return {}, {}
@@ -106,6 +116,9 @@ class Driver:
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts)
         self.credits = Credits(self.entries, job.run.max_inflight)
         self.msg_no = 0                    # DATA messages made (a fan-out is one)
+        self.route_epoch = 0               # one more per state move begun (DataHeader.epoch)
+        self.moves = {}                    # unit -> the move in progress
+        self._moved = []                   # units whose move both sides have finished
         self.results = {w: 0 for w in self.workers}
         self.sent = 0                      # DATA messages sent (termination counts)
         self.epoch = 0
@@ -131,9 +144,16 @@ class Driver:
         self.send_many((dest,), batches, body, bounds, order)
 
     def send_many(self, dests, batches, body=None, bounds=None, order=-1):
-        """`send` to each of `dests`, packed once: every copy is the same buffer."""
-        b = self.source.bounds() if bounds is None else bounds
-        buf = pack(DataHeader(self.msg_no, tuple(int(x) for x in b), body, order).encode(), batches)
+        """`send` to each of `dests`, packed once: every copy is the same buffer. While units
+        move, their rows are held back here (see `move`), and a unit's new holder gets bounds no
+        later than those the move began with (its held rows may still need what they keep)."""
+        b = np.asarray(self.source.bounds() if bounds is None else bounds, np.int64)
+        if self.moves:
+            batches = self._hold(batches)
+            for m in self.moves.values():
+                if m["dst"] in dests:
+                    b = np.minimum(b, m["bounds"])
+        buf = pack(DataHeader(self.msg_no, tuple(int(x) for x in b), body, order, self.route_epoch).encode(), batches)
         self.msg_no += 1
         n = sum(len(x) for x in batches)
         for dest in dests:
@@ -146,6 +166,50 @@ class Driver:
 
     def control(self, dest, msg):
         self.tx.send(dest, Tag.CTRL, msg.encode())
+
+    # -- moving state (the runtime's; routers call `move`) -----------------------------------
+    def move(self, unit, src, dst):
+        """Begin moving `unit` from worker `src` to worker `dst` (which may hold nothing yet).
+        `src` takes the unit out of its module with its queued input rows and sends them to
+        `dst`, which puts them in before its next DATA; rows of the unit routed meanwhile are
+        held here and handed to the router's `on_moved` once both sides are done. No checkpoint
+        is cut while a move is on (it would not capture the state in flight)."""
+        if unit in self.moves:
+            raise RuntimeError(f"driver: unit {unit} is already moving")
+        self.route_epoch += 1
+        bounds = np.array(self.source.bounds(), np.int64)
+        self.moves[unit] = {"src": src, "dst": dst, "acks": set(), "bounds": bounds,
+                            "held": [[] for _ in self.source.dtypes]}
+        self.control(src, MoveOut(unit, dst, self.route_epoch))
+        self.control(dst, Install(unit, src, self.route_epoch, tuple(int(x) for x in bounds)))
+
+    @property
+    def moving(self):
+        return bool(self.moves)
+
+    def _hold(self, batches):
+        out = []
+        for s, b in enumerate(batches):
+            if len(b):
+                units = self.router.unit_of(b)
+                keep = np.ones(len(b), bool)
+                for u, m in self.moves.items():
+                    mine = units == u
+                    if mine.any():
+                        m["held"][s].append(b[mine])
+                        keep &= ~mine
+                b = b if keep.all() else b[keep]
+            out.append(b)
+        return out
+
+    def _finish_moves(self):
+        """Hand the router each move both sides have finished (called between sends only: a
+        message still waiting for credit must not be overtaken by what assumes it arrived)."""
+        while self._moved:
+            u = self._moved.pop(0)
+            m = self.moves.pop(u)
+            held = [np.concatenate(h) if h else np.zeros(0, dt) for h, dt in zip(m["held"], self.source.dtypes)]
+            self.router.on_moved(u, m["src"], m["dst"], held)
 
     def wait(self, ready):
         """Handle incoming messages until `ready()` holds."""
@@ -204,6 +268,7 @@ class Driver:
                     self._cut()
                 self.router.end_of_epoch(self.epoch)
             self.drain()
+            self._finish_moves()
             self.progress.update(self.source.released, sum(self.results.values()))
         self._settle()
         for e in self.entries:
@@ -255,7 +320,7 @@ class Driver:
         """Send everything the router holds and wait until nothing it started (a migration) is
         moving; the second flush sends what the router released while it settled."""
         self.router.flush()
-        self.wait(self.router.quiet)
+        self.wait(lambda: self._finish_moves() or (not self.moves and self.router.quiet()))
         self.router.flush()
 
     def _terminate(self):
@@ -294,6 +359,11 @@ class Driver:
             msg = decode_control(buf)
             if isinstance(msg, MarkerDone):
                 self.ckpt.on_ack(src, msg)
+            elif isinstance(msg, Moved):
+                m = self.moves[msg.unit]
+                m["acks"].add(msg.side)
+                if m["acks"] == {"out", "in"}:
+                    self._moved.append(msg.unit)
             elif isinstance(msg, ProbeReply):
                 self._probe[src] = msg
             elif isinstance(msg, LoadReport):

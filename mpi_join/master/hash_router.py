@@ -15,7 +15,6 @@ import numpy as np
 
 from ..errors import InputError
 from ..partitioning import PartitionMap, Partitioner, group_rows
-from ..partitioning.migration import Install, Migrated, MigrateOut
 from . import controller
 from .driver import Router
 
@@ -30,8 +29,6 @@ class HashRouter(Router):
         self.map = PartitionMap(self.part.n_partitions, self.slaves)
         self.active = list(self.slaves)
         self.acc = {s: ([], []) for s in self.slaves}      # routed, not yet sent (per slave)
-        self.moving = {}                                   # partition -> migration in flight
-        self._complete = []
         self.peak_buffer = 0
         self.rng = np.random.default_rng(prm["seed"])
         self.reorgs = 0
@@ -43,31 +40,22 @@ class HashRouter(Router):
 
     # -- distribution ---------------------------------------------------------------------
     def route(self, batches, slot):
-        """Append each released tuple to its owner's mini-buffer (or the held tuples of a group
-        that is moving), then drain this slot's sub-group."""
+        """Append each released tuple to its owner's mini-buffer, then drain this slot's
+        sub-group (the rows of a group that is moving are held by the driver meanwhile)."""
         for s_idx, b in enumerate(batches):
-            parts = self.part.partitions(b["_h"])
-            owner = self.map.owner[parts].copy()
-            for p in self.moving:
-                owner[parts == p] = -1 - p
-            for o, rows in group_rows(b, owner):
-                dest = self.acc[o] if o >= 0 else self.moving[-1 - o]["held"]
-                dest[s_idx].append(rows)
+            for o, rows in group_rows(b, self.map.owner[self.part.partitions(b["_h"])]):
+                self.acc[o][s_idx].append(rows)
         self.peak_buffer = max(self.peak_buffer, self._buffered_bytes())
         self._flush(self.active[slot::self.g])
-        self._finish_migrations()
 
     def flush(self):
         self._flush(self.slaves)
-        self._finish_migrations()
 
-    def quiet(self):
-        self._finish_migrations()
-        return not self.moving
+    def unit_of(self, batch):
+        return self.part.partitions(batch["_h"])
 
     def _buffered_bytes(self):
-        n = sum(x.nbytes for a in self.acc.values() for side in a for x in side)
-        return n + sum(x.nbytes for m in self.moving.values() for side in m["held"] for x in side)
+        return sum(x.nbytes for a in self.acc.values() for side in a for x in side)
 
     def _flush(self, slaves):
         for s in slaves:
@@ -76,13 +64,7 @@ class HashRouter(Router):
             self._send(s, parts)
 
     def _send(self, s, parts):
-        # a consumer must keep what the held tuples of a group moving to it will need: its
-        # bounds stay where they were when the move began until the held tuples reach it
-        bounds = np.array(self.driver.bounds(), np.int64)
-        for m in self.moving.values():
-            if m["to"] == s:
-                bounds = np.minimum(bounds, m["bounds"])
-        self.driver.send(s, parts, bounds=bounds)
+        self.driver.send(s, parts)
 
     # -- reorganisation -------------------------------------------------------------------
     def end_of_epoch(self, epoch):
@@ -91,11 +73,11 @@ class HashRouter(Router):
         every = self.params["reorganize_every"]
         if self.asked is not None:
             loads = self.driver.loads_of(self.asked)
-            if loads is not None and not self.moving and not self.driver.source.done:
+            if loads is not None and not self.driver.moving and not self.driver.source.done:
                 self.asked = None
                 self.flush()          # moves start from a state where everything routed is sent
                 self._reorganise(epoch, loads)
-        elif every and epoch % every == 0 and not self.moving and not self.driver.source.done:
+        elif every and epoch % every == 0 and not self.driver.moving and not self.driver.source.done:
             self.asked = list(self.active)
             self.driver.request_load(self.asked)
 
@@ -125,37 +107,23 @@ class HashRouter(Router):
             self.log["deactivated"].append({"epoch": epoch, "slave": s})
 
     def _migrate(self, p, src, dst, epoch):
-        """Start moving partition group p: the supplier sends its state to the consumer; the
-        group's new tuples are held here until both acknowledge."""
-        bounds = [int(x) for x in self.driver.bounds()]
-        self.moving[p] = {"from": src, "to": dst, "acks": set(), "held": ([], []), "epoch": epoch,
-                          "bounds": np.array(bounds, np.int64)}
-        self.driver.control(src, MigrateOut(p, dst))
-        self.driver.control(dst, Install(p, src, tuple(bounds)))
+        """Move partition group p from slave src to slave dst (the runtime's move)."""
+        self.driver.move(p, src, dst)
         self.log["migrations"].append({"epoch": epoch, "group": p, "from": src, "to": dst})
 
-    def on_control(self, src, msg):
-        if not isinstance(msg, Migrated):
-            return super().on_control(src, msg)
-        m = self.moving[msg.group]
-        m["acks"].add(msg.role)
-        if m["acks"] == {"supplier", "consumer"}:
-            self._complete.append(msg.group)
-
-    def _finish_migrations(self):
-        """Release the held tuples of groups whose move has been acknowledged. Called only
-        between sends: a message to the consumer that is still being sent (waiting for credit)
-        must not be overtaken by one whose bounds assume it has arrived."""
-        while self._complete:
-            p = self._complete.pop(0)
-            m = self.moving.pop(p)
-            self.map.owner[p] = m["to"]
-            # the held tuples go out together with everything else routed to the consumer, so
-            # the bounds in the message hold for all the tuples it has not seen yet
-            to = m["to"]
-            parts = [_cat(a + h, dt) for a, h, dt in zip(self.acc[to], m["held"], self.driver.source.dtypes)]
-            self.acc[to] = ([], [])
-            self._send(to, parts)
+    def on_moved(self, p, src, dst, held):
+        """Group p now lives at dst. The rows of it the driver held go out with dst's next send,
+        followed by those routed to src since and not sent yet (an inactive slave is not
+        drained every slot), which are newer."""
+        self.map.owner[p] = dst
+        for s, rows in enumerate(held):
+            later, keep = [], []
+            for c in self.acc[src][s]:
+                mine = self.part.partitions(c["_h"]) == p
+                later.append(c[mine])
+                keep.append(c[~mine])
+            self.acc[src][s][:] = [c for c in keep if len(c)]
+            self.acc[dst][s].extend(c for c in [rows] + later if len(c))
 
     # -- checkpoint state -----------------------------------------------------------------
     def snapshot(self):

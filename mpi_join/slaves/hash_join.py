@@ -21,8 +21,6 @@ import numpy as np
 
 from ..partitioning import Partitioner, group_rows
 from ..partitioning.extendible import ExtendibleGroup
-from ..partitioning.migration import Install, Migrated, MigrateOut, read_state, state_arrays, state_dtypes, state_header
-from ..topology import DRIVER
 from .local_join import BinaryJoin, warm_up
 from .module import JoinModule, Output
 
@@ -31,7 +29,6 @@ _NONE = np.zeros(0, np.int64)
 
 class HashJoinModule(JoinModule):
     """The slave side of `hash`: the windows of the partition groups this slave owns."""
-    urgent_ops = frozenset({MigrateOut.op})
 
     def __init__(self, job, rank, topology, dtypes):
         super().__init__(job, rank, topology, dtypes)
@@ -41,7 +38,6 @@ class HashJoinModule(JoinModule):
                                  prm["block_size"])
         self.slow = prm["slow_delay"] if prm["slow_rank"] == rank else 0.0
         self.buffer_capacity = prm["buffer_capacity"]
-        self.states = {}                 # group -> state received from a supplier, not yet installed
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.core.local_join)
@@ -57,42 +53,16 @@ class HashJoinModule(JoinModule):
         out.emit((sa, sb), tin)
         return out
 
-    # -- state migration -------------------------------------------------------------------
-    def on_control(self, src, msg, ctx):
-        if isinstance(msg, MigrateOut):
-            return self._migrate_out(msg, ctx)
-        if isinstance(msg, Install):
-            return self._install(msg, ctx)
-        return super().on_control(src, msg, ctx)
+    # -- moving a partition group (the runtime moves it: driver.move) -----------------------
+    def unit_of(self, batch):
+        return self.core.part.partitions(batch["_h"])
 
-    def _migrate_out(self, msg, ctx):
-        """Supplier, on arrival: send group p's windows, split information and still-buffered
-        tuples straight to the consumer."""
-        p = msg.group
-        arrays, info = self.core.take_group(p)
-        part = self.core.part
-        buffered = ctx.take_queued(lambda b: part.partitions(b["_h"]) == p)
-        out = Output()
-        out.move(msg.to, state_header(p, info), state_arrays(arrays, info, buffered, self.dtypes))
-        out.tell(DRIVER, Migrated(p, "supplier"))
-        return out
+    def take(self, p):
+        """Group p's windows (runtime rows per bucket and stream) and split information."""
+        return self.core.take_group(int(p))
 
-    def on_state(self, src, header, arrays):
-        p, arrays, info, buffered = read_state(header, arrays)
-        self.states[p] = (arrays, info, buffered)
-
-    def state_dtypes_for(self, header):
-        return state_dtypes(header, self.dtypes)
-
-    def _install(self, msg, ctx):
-        """Consumer, in order: wait for the supplier's state, install it, join its buffered tuples."""
-        p = msg.group
-        ctx.wait(lambda: p in self.states)
-        arrays, info, buffered = self.states.pop(p)
-        self.core.put_group(p, arrays, info)
-        out = self._join(msg.bounds, buffered)
-        out.tell(DRIVER, Migrated(p, "consumer"))
-        return out
+    def put(self, p, arrays, info):
+        self.core.put_group(int(p), arrays, info)
 
     # -- checkpoint state ------------------------------------------------------------------
     def snapshot(self):

@@ -10,7 +10,10 @@ Calling contract (slaves/worker.py is the only caller):
 - `on_control(src, msg, ctx)` for the strategy's own control records, in order with DATA on the
   link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
   before a queued checkpoint marker).
-- `on_state(src, header, arrays)` when a STATE message (moved join state) arrives.
+- `unit_of(batch)`, `take(unit)` -> (arrays, attrs) and `put(unit, arrays, attrs)` for a
+  strategy whose driver moves state (driver.move): which unit each row belongs to, the unit's
+  state taken out, and put in (on a worker that may have held nothing so far). The runtime
+  moves the state, and the unit's rows queued at the old holder, and joins those at the new one.
 - `accepts_input()` before each DATA message from the driver is handed over: False leaves it
   queued, unacknowledged (so the driver's credits stop the source), until the module accepts
   (a module that must finish what is in flight before new input enters: the PSP ring's head).
@@ -30,7 +33,6 @@ class Output:
     results: list = field(default_factory=list)     # (tuple of seq arrays, one per stream; tin array)
     forward: list = field(default_factory=list)     # (dests, batches, bounds, body, order): one message, packed once
     control: list = field(default_factory=list)     # (dest, Control)
-    state: list = field(default_factory=list)       # (dest, header (headers.Header), arrays)
 
     def emit(self, seqs, tin):
         if len(tin):
@@ -54,15 +56,11 @@ class Output:
         to rank `dest`, to be written there (or sent on) instead of here."""
         self.forward.append(((dest,), [rows], (), body, -1))
 
-    def move(self, dest, header, arrays):
-        self.state.append((dest, header, list(arrays)))
-
     def extend(self, other):
         if other is not None:
             self.results += other.results
             self.forward += other.forward
             self.control += other.control
-            self.state += other.state
         return self
 
 
@@ -99,8 +97,14 @@ class JoinModule:
     def on_control(self, src, msg, ctx):
         raise RuntimeError(f"rank {self.rank}: unexpected control record {msg.op!r} from rank {src}")
 
-    def on_state(self, src, header, arrays):
-        raise RuntimeError(f"rank {self.rank}: unexpected STATE message from rank {src}")
+    def unit_of(self, batch):
+        raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
+
+    def take(self, unit):
+        raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
+
+    def put(self, unit, arrays, attrs):
+        raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
 
     def on_eos(self, src):
         return None
@@ -121,10 +125,6 @@ class JoinModule:
         """dtypes of the arrays on a link that carries the strategy's own kind of rows
         (topology.carries returned `kind`)."""
         raise RuntimeError(f"rank {self.rank}: links carrying {kind!r} are not declared by this strategy")
-
-    def state_dtypes_for(self, header):
-        """dtypes of the arrays of a STATE message with this header (for strategies that move state)."""
-        raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
 
 
 def empty(dtype):

@@ -23,15 +23,16 @@ import time
 from collections import deque
 
 import numpy as np
+from numpy.lib.format import descr_to_dtype, dtype_to_descr
 
 from .. import checkpoint as ck
 from ..kernels import Compiles, GcPauses, freeze_heap
-from ..headers import Ack, Header, Ready
-from ..protocol import (DataHeader, Eos, Fin, LoadReport, LoadRequest, Marker, MarkerDone, Probe, ProbeReply,
-                        Tag, decode_control)
+from ..headers import Ack, Ready, UnitState
+from ..protocol import (DataHeader, Eos, Fin, Install, LoadReport, LoadRequest, Marker, MarkerDone, Moved, MoveOut,
+                        Probe, ProbeReply, Tag, decode_control)
 from ..results import result_dtype
 from ..topology import DRIVER, INPUT, RESULTS
-from ..transport import Credits, pack, pack_obj, unpack
+from ..transport import Credits, pack, pack_obj, unpack, unpack_obj
 
 
 def fault_spec(nranks=None):
@@ -93,6 +94,8 @@ class Worker:
         self.eos_from = set()
         self.eos_expected = {a for a, b in topology.eos_links() if b == self.rank}
         self.cut = None
+        self.arrived = {}                           # unit -> moved state here, its Install not yet handled
+        self.moved_out = {}                         # unit -> routing epoch it left this rank at
         self.fin = False
         self.fault = injected_fault(self.rank)
         self.series = {k: [] for k in ("src", "tuples", "results", "delay_ms", "cpu_s", "idle_s", "comm_s",
@@ -130,17 +133,22 @@ class Worker:
         self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
         self.tx.flush()
 
-    def wait(self, ready):
-        """Take messages off the network until `ready()` holds (for a module that needs a STATE
-        message before it can go on); everything else stays queued in order."""
-        while not ready():
-            self._pump()
-            if not ready():
-                self._absorb(*self.tx.recv())
+    # -- moving a unit of state (driver.move) ------------------------------------------------
+    def _move_out(self, msg):
+        """The unit's holder, on MoveOut: take it out of the module, with the rows of it that
+        wait in the driver's queue, and send both to the new holder in one STATE message."""
+        arrays, attrs = self.module.take(msg.unit)
+        names = sorted(arrays)
+        queued = self._take_queued(msg.unit)
+        meta = {"names": names, "dtypes": [dtype_to_descr(arrays[n].dtype) for n in names], "attrs": attrs}
+        parts = [pack_obj(meta)] + [np.ascontiguousarray(arrays[n]) for n in names] + queued
+        self.tx.send(msg.to, Tag.STATE, pack(UnitState(msg.unit, msg.epoch).encode(), parts))
+        self.moved_out[msg.unit] = msg.epoch
+        self.tx.send(DRIVER, Tag.CTRL, Moved(msg.unit, "out").encode())
 
-    def take_queued(self, select):
-        """Remove from the driver's queued (not yet handled) DATA the rows `select(batch)` marks;
-        returns them as one array per stream, in seq order (a strategy moving state uses this)."""
+    def _take_queued(self, unit):
+        """Remove the rows of `unit` from the driver's queued (not yet handled) DATA; one array
+        per stream, in seq order."""
         taken = [[] for _ in self.dtypes]
         q = self.inbox.get(DRIVER, ())
         for k, item in enumerate(q):
@@ -149,12 +157,32 @@ class Worker:
             _, header, batches, ack = item
             keep = []
             for s, b in enumerate(batches):
-                mine = select(b)
+                mine = self.module.unit_of(b) == unit if len(b) else np.zeros(0, bool)
                 taken[s].append(b[mine])
                 keep.append(b[~mine])
                 self.buffered -= int(mine.sum())
             q[k] = ("data", header, keep, ack)
         return [np.concatenate(t) if t else np.zeros(0, dt) for t, dt in zip(taken, self.dtypes)]
+
+    def _state_in(self, buf):
+        """A STATE message: keep it until its Install is next in the driver's queue."""
+        h = UnitState.read(unpack(buf, [])[0])
+        meta = unpack_obj(unpack(buf, [np.uint8])[1][0])
+        dts = [descr_to_dtype(_tuples(d)) for d in meta["dtypes"]]
+        parts = unpack(buf, [np.uint8] + dts + list(self.dtypes))[1]
+        arrays = dict(zip(meta["names"], parts[1:1 + len(dts)]))
+        self.arrived[h.unit] = (arrays, meta["attrs"], parts[1 + len(dts):])
+
+    def _install(self, msg):
+        """The new holder, in order on the driver's link once the state is here: put it into
+        the module, join the rows that were queued at the old holder, tell the driver."""
+        arrays, attrs, queued = self.arrived.pop(msg.unit)
+        self.module.put(msg.unit, arrays, attrs)
+        self.moved_out.pop(msg.unit, None)
+        n = sum(len(b) for b in queued)
+        self.metrics.tuples_in += n
+        self._apply(self.module.on_data(DRIVER, DataHeader(-1, msg.bounds, None, -1, msg.epoch), queued))
+        self.tx.send(DRIVER, Tag.CTRL, Moved(msg.unit, "in").encode())
 
     def _carried(self, kind):
         """dtypes of the arrays a DATA message on a link of this kind holds (topology.carries)."""
@@ -182,6 +210,8 @@ class Worker:
                 return item
         q = self.inbox.get(DRIVER)
         if q and not any(self.outbox.values()) and (q[0][0] != "data" or self.module.accepts_input()):
+            if q[0][0] == "ctrl" and isinstance(q[0][1], Install) and q[0][1].unit not in self.arrived:
+                return None                  # the driver's DATA behind it waits for the unit's state
             return DRIVER, q.popleft()
         return None
 
@@ -220,15 +250,13 @@ class Worker:
             self.credits.acked(src)
         elif tag == Tag.CTRL:
             msg = decode_control(buf)
-            if isinstance(msg, (Probe, LoadRequest)) or (msg.op in self.module.urgent_ops
+            if isinstance(msg, (Probe, LoadRequest)) or ((isinstance(msg, MoveOut) or msg.op in self.module.urgent_ops)
                                                          and not self._marker_queued(src)):
                 self._urgent(src, msg)
             else:
                 self.inbox.setdefault(src, deque()).append(("ctrl", msg))
         elif tag == Tag.STATE:
-            h = Header.read(unpack(buf, [])[0])
-            arrays = unpack(buf, self.module.state_dtypes_for(h))[1]
-            self._apply(self.module.on_state(src, h, arrays))
+            self._state_in(buf)
         else:
             raise RuntimeError(f"worker {self.rank}: unexpected {tag.name} message from rank {src}")
 
@@ -241,6 +269,8 @@ class Worker:
     def _urgent(self, src, msg):
         if isinstance(msg, Probe):
             self.tx.send(DRIVER, Tag.CTRL, ProbeReply(msg.wave, self.sent, self.received).encode())
+        elif isinstance(msg, MoveOut):
+            self._move_out(msg)
         elif isinstance(msg, LoadRequest):
             self.tx.send(DRIVER, Tag.CTRL, self._load_report().encode())
         else:
@@ -255,6 +285,10 @@ class Worker:
             self._marker(src, msg)
         elif isinstance(msg, Eos):
             self._eos(src)
+        elif isinstance(msg, MoveOut):
+            self._move_out(msg)                  # it waited behind a marker
+        elif isinstance(msg, Install):
+            self._install(msg)
         elif isinstance(msg, Fin):
             self.fin = True
             self.tx.unwatch(DRIVER)           # no heartbeat after DONE: the driver leaves then
@@ -269,6 +303,8 @@ class Worker:
             raise RuntimeError(f"fault injected at batch {m.epochs} (MPI_JOIN_FAULT)")
         if self.cut is not None and src in self.cut.waiting:
             self.cut.channel.append((src, header.encode(), [b.copy() for b in batches]))
+        if self.moved_out and src == DRIVER:
+            self._check_moved(header, batches)
         m.tuples_in += n
         m.epochs += 1
         self.received += 1
@@ -282,6 +318,17 @@ class Worker:
         if ack:
             self.tx.send(src, Tag.ACK, Ack(header.msg_no, m.results, m.tuples_in).encode())
         self._record(src, n, nres, delay)
+
+    def _check_moved(self, header, batches):
+        """A unit moved away at routing epoch e gets no rows routed at e or later (the driver
+        holds them): a protocol error if it does, not a silent double."""
+        for b in batches:
+            if len(b):
+                units = self.module.unit_of(b)
+                for u, e in self.moved_out.items():
+                    if header.epoch >= e and (units == u).any():
+                        raise RuntimeError(f"worker {self.rank}: rows of unit {u} routed at epoch {header.epoch}, "
+                                           f"after it moved away at epoch {e}")
 
     def _apply(self, out):
         """Carry out a module's Output; returns (results, mean production delay in ms)."""
@@ -305,8 +352,6 @@ class Worker:
                 self.outbox[dest].append(("ctrl", msg))
             else:
                 self.tx.send(dest, Tag.CTRL, msg.encode())
-        for dest, header, arrays in out.state:
-            self.tx.send(dest, Tag.STATE, pack(header.words(), arrays))
         self._pump_out()
         return nres, (lat_sum / nres / 1e6 if nres else None)
 
@@ -427,3 +472,9 @@ class Worker:
                      ("window_tuples", self.module.stats()["window_tuples"]), ("occupancy", occ)):
             self.series[k].append(v)
 
+
+def _tuples(descr):
+    """A dtype description read back from JSON (lists) as numpy wants it (tuples)."""
+    if isinstance(descr, list):
+        return [tuple(_tuples(x) if isinstance(x, list) else x for x in f) if isinstance(f, list) else f for f in descr]
+    return descr
