@@ -28,9 +28,9 @@ from mpi_join.headers import Header
 from mpi_join.master.driver import Router
 from mpi_join.partitioning import Partitioner
 from mpi_join.results import result_rows
-from mpi_join.slaves.hash_join import HashJoinCore
-from mpi_join.slaves.local_join import warm_up
+from mpi_join.slaves.hash_join import CoreModule, HashJoinCore
 from mpi_join.slaves.module import JoinModule, Output
+from relay_strategy import RelayRouter, share
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
 from mpi_join.topology import DRIVER, INPUT, RESULTS, Star, Topology, Tree
 
@@ -77,48 +77,25 @@ class Stamp(Header):
     core: int
 
 
-class FanOutRouter(Router):
-    def __init__(self, job, topology, driver):
-        super().__init__(job, topology, driver)
-        self.part = Partitioner(job, 1)
-
-    def annotate(self, batch, stream):
-        batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
-
+class FanOutRouter(RelayRouter):
     def route(self, batches, slot):
         self.driver.send_many(self.topology.cores, batches)
 
 
-class Core(JoinModule):
+class Core(CoreModule):
     def __init__(self, job, rank, topology, dtypes):
         super().__init__(job, rank, topology, dtypes)
         self.n, self.share = len(topology.cores), topology.cores.index(rank)
         self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
         self.merger = topology.merger_of(rank)
 
-    def warm_up(self):
-        warm_up(self.job.predicate, self.dtypes, "index")
 
     def on_data(self, src, header, batches):
-        mine = [b[(b["_h"] % np.uint64(self.n)).astype(np.int64) == self.share] for b in batches]
-        sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), mine)
+        sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), share(batches, self.n, self.share))
         out = Output()
         if len(tin):
             out.send_results(self.merger, result_rows(self.job.stream_names, (sa, sb), tin), Stamp(self.rank))
         return out
-
-    def snapshot(self):
-        return self.core.snapshot()
-
-    def restore(self, arrays, attrs):
-        self.core.restore(arrays, attrs)
-
-    def state_dtype(self, name):
-        return self.core.state_dtype(name)
-
-    def stats(self):
-        w0, w1 = self.core.window_tuples()
-        return {"window_tuples": w0 + w1}
 
 
 class Merger(JoinModule):
@@ -140,7 +117,7 @@ class Merger(JoinModule):
         return {"window_tuples": 0, "passed": self.passed}
 
 
-class TreeNode(JoinModule):
+class TreeNode(CoreModule):
     def __init__(self, job, rank, topology, dtypes):
         super().__init__(job, rank, topology, dtypes)
         p = job.strategy.params
@@ -149,8 +126,6 @@ class TreeNode(JoinModule):
         self.children = topology.downstream(rank)
         self.first, self.delay = bool(p["forward_first"]), float(p["join_delay"])
 
-    def warm_up(self):
-        warm_up(self.job.predicate, self.dtypes, "index")
 
     def forward_first(self, src, header, batches):
         if self.first and self.children:
@@ -162,26 +137,12 @@ class TreeNode(JoinModule):
     def on_data(self, src, header, batches):
         if self.delay:
             time.sleep(self.delay)            # stands for a costly join at every node
-        mine = [b[(b["_h"] % np.uint64(self.n)).astype(np.int64) == self.share] for b in batches]
-        sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), mine)
+        sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), share(batches, self.n, self.share))
         out = Output()
         out.emit((sa, sb), tin)
         if not self.first and self.children:
             out.send_many(self.children, batches, header.bounds)
         return out
-
-    def snapshot(self):
-        return self.core.snapshot()
-
-    def restore(self, arrays, attrs):
-        self.core.restore(arrays, attrs)
-
-    def state_dtype(self, name):
-        return self.core.state_dtype(name)
-
-    def stats(self):
-        w0, w1 = self.core.window_tuples()
-        return {"window_tuples": w0 + w1}
 
 
 class RootRouter(FanOutRouter):
@@ -281,8 +242,7 @@ class Unit(Core):
         if header.order != self.last + 1:
             raise RuntimeError(f"unit {self.rank}: batch {header.order} after {self.last}")
         self.last = header.order
-        mine = [b[(b["_h"] % np.uint64(self.n)).astype(np.int64) == self.share] for b in batches]
-        sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), mine)
+        sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), share(batches, self.n, self.share))
         out = Output()
         out.emit((sa, sb), tin)
         return out

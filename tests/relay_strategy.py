@@ -15,9 +15,8 @@ import numpy as np
 from mpi_join.headers import Header
 from mpi_join.master.driver import Router
 from mpi_join.partitioning import Partitioner
-from mpi_join.slaves.hash_join import HashJoinCore
-from mpi_join.slaves.local_join import warm_up
-from mpi_join.slaves.module import JoinModule, Output
+from mpi_join.slaves.hash_join import CoreModule, HashJoinCore
+from mpi_join.slaves.module import Output
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
 from mpi_join.topology import Chain, Ring
 
@@ -42,7 +41,12 @@ class RelayRouter(Router):
         self.driver.send(1, batches, Hop(0))
 
 
-class RelayModule(JoinModule):
+def share(batches, n, k):
+    """The rows of each batch whose key hash falls in share k of n."""
+    return [b[(b["_h"] % np.uint64(n)).astype(np.int64) == k] for b in batches]
+
+
+class RelayModule(CoreModule):
     def __init__(self, job, rank, topology, dtypes):
         super().__init__(job, rank, topology, dtypes)
         self.n = len(topology.workers)
@@ -60,32 +64,18 @@ class RelayModule(JoinModule):
             time.sleep(self.delay)
         out = Output()
         if hop == self.turn:
-            mine = [b[(b["_h"] % np.uint64(self.n)).astype(np.int64) == self.share] for b in batches]
-            sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), mine)
+            sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), share(batches, self.n, self.share))
             out.emit((sa, sb), tin)
         if hop < self.last:
             for d in self.topology.downstream(self.rank):
                 out.send(d, batches, header.bounds, Hop(hop + 1))
         return out
 
-    def warm_up(self):
-        warm_up(self.job.predicate, self.dtypes, "index")
-
     def on_eos(self, src):
         self.eos += 1
 
-    def snapshot(self):
-        return self.core.snapshot()
-
-    def restore(self, arrays, attrs):
-        self.core.restore(arrays, attrs)
-
-    def state_dtype(self, name):
-        return self.core.state_dtype(name)
-
     def stats(self):
-        w0, w1 = self.core.window_tuples()
-        return {"window_tuples": w0 + w1, "eos_seen": self.eos}
+        return dict(super().stats(), eos_seen=self.eos)
 
 
 def _info(name, topology):

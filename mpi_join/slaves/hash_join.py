@@ -27,7 +27,28 @@ from .module import JoinModule, Output
 _NONE = np.zeros(0, np.int64)
 
 
-class HashJoinModule(JoinModule):
+class CoreModule(JoinModule):
+    """A join module whose whole state is a HashJoinCore, `self.core`: warm-up, checkpoints and
+    stats come from it (the `hash` module, and test strategies that join a hash share)."""
+
+    def warm_up(self):
+        warm_up(self.job.predicate, self.dtypes, self.core.local_join)
+
+    def snapshot(self):
+        return self.core.snapshot()
+
+    def restore(self, arrays, attrs):
+        self.core.restore(arrays, attrs)
+
+    def state_dtype(self, name):
+        return self.core.state_dtype(name)
+
+    def stats(self):
+        w0, w1 = self.core.window_tuples()
+        return {"window_tuples": w0 + w1, "buckets": self.core.buckets()}
+
+
+class HashJoinModule(CoreModule):
     """The slave side of `hash`: the windows of the partition groups this slave owns."""
 
     def __init__(self, job, rank, topology, dtypes):
@@ -38,9 +59,6 @@ class HashJoinModule(JoinModule):
                                  prm["block_size"])
         self.slow = prm["slow_delay"] if prm["slow_rank"] == rank else 0.0
         self.buffer_capacity = prm["buffer_capacity"]
-
-    def warm_up(self):
-        warm_up(self.job.predicate, self.dtypes, self.core.local_join)
 
     def on_data(self, src, header, batches):
         if self.slow:                     # a slower node: extra seconds per 1000 tuples
@@ -63,20 +81,6 @@ class HashJoinModule(JoinModule):
 
     def put(self, p, arrays, info):
         self.core.put_group(int(p), arrays, info)
-
-    # -- checkpoint state ------------------------------------------------------------------
-    def snapshot(self):
-        return self.core.snapshot()
-
-    def restore(self, arrays, attrs):
-        self.core.restore(arrays, attrs)
-
-    def state_dtype(self, name):
-        return self.core.state_dtype(name)
-
-    def stats(self):
-        w0, w1 = self.core.window_tuples()
-        return {"window_tuples": w0 + w1, "buckets": self.core.buckets()}
 
 
 class HashJoinCore:
