@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import checkpoint as ck
+from ..checkpoint import Checkpointed
 from ..headers import Ack, Ready
 from ..protocol import (DataHeader, Eos, Fin, Install, LoadReport, LoadRequest, MarkerDone, Moved, MoveOut,
                         Probe, ProbeReply, Tag, decode_control)
@@ -26,7 +27,7 @@ from .checkpointer import Checkpointer
 from .source import Source
 
 
-class Router:
+class Router(Checkpointed):
     """What a strategy supplies on the driver. Calling contract:
     - `annotate(batch, stream)` fills strategy columns (e.g. `_h`) of each released batch;
     - `route(batches, slot)` once per released slot (an epoch has `slots` slots), in seq order;
@@ -74,15 +75,6 @@ class Router:
 
     def on_moved(self, unit, src, dst, held):
         pass
-
-    def snapshot(self):
-        return {}, {}
-
-    def restore(self, arrays, attrs):
-        pass
-
-    def state_dtype(self, name):
-        return None
 
     def stats(self):
         return {}

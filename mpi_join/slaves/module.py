@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..checkpoint import Checkpointed
+
 
 @dataclass
 class Output:
@@ -64,7 +66,7 @@ class Output:
         return self
 
 
-class JoinModule:
+class JoinModule(Checkpointed):
     """Defaults for the optional hooks; a strategy overrides what it needs."""
     urgent_ops = frozenset()
     buffer_capacity = 0          # tuples, for the load metric (0: the worker's share of what may be in flight)
@@ -107,15 +109,6 @@ class JoinModule:
         raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
 
     def on_eos(self, src):
-        return None
-
-    def snapshot(self):
-        return {}, {}
-
-    def restore(self, arrays, attrs):
-        pass
-
-    def state_dtype(self, name):
         return None
 
     def stats(self):
