@@ -322,13 +322,14 @@ class Worker:
     def _check_moved(self, header, batches):
         """A unit moved away at routing epoch e gets no rows routed at e or later (the driver
         holds them): a protocol error if it does, not a silent double."""
+        gone = np.array(sorted(u for u, e in self.moved_out.items() if header.epoch >= e), np.int64)
         for b in batches:
-            if len(b):
-                units = self.module.unit_of(b)
-                for u, e in self.moved_out.items():
-                    if header.epoch >= e and (units == u).any():
-                        raise RuntimeError(f"worker {self.rank}: rows of unit {u} routed at epoch {header.epoch}, "
-                                           f"after it moved away at epoch {e}")
+            if len(b) and len(gone):
+                stray = np.isin(self.module.unit_of(b), gone)
+                if stray.any():
+                    u = int(self.module.unit_of(b[stray][:1])[0])
+                    raise RuntimeError(f"worker {self.rank}: rows of unit {u} routed at epoch {header.epoch}, "
+                                       f"after it moved away at epoch {self.moved_out[u]}")
 
     def _apply(self, out):
         """Carry out a module's Output; returns (results, mean production delay in ms)."""
