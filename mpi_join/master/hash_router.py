@@ -61,10 +61,7 @@ class HashRouter(Router):
         for s in slaves:
             parts = [_cat(side, dt) for side, dt in zip(self.acc[s], self.driver.source.dtypes)]
             self.acc[s] = ([], [])
-            self._send(s, parts)
-
-    def _send(self, s, parts):
-        self.driver.send(s, parts)
+            self.driver.send(s, parts)
 
     # -- reorganisation -------------------------------------------------------------------
     def end_of_epoch(self, epoch):
@@ -119,7 +116,7 @@ class HashRouter(Router):
         for s, rows in enumerate(held):
             later, keep = [], []
             for c in self.acc[src][s]:
-                mine = self.part.partitions(c["_h"]) == p
+                mine = self.unit_of(c) == p
                 later.append(c[mine])
                 keep.append(c[~mine])
             self.acc[src][s][:] = [c for c in keep if len(c)]

@@ -168,7 +168,7 @@ class Worker:
         """A STATE message: keep it until its Install is next in the driver's queue."""
         h = UnitState.read(unpack(buf, [])[0])
         meta = unpack_obj(unpack(buf, [np.uint8])[1][0])
-        dts = [descr_to_dtype(_tuples(d)) for d in meta["dtypes"]]
+        dts = [descr_to_dtype(d) for d in meta["dtypes"]]
         parts = unpack(buf, [np.uint8] + dts + list(self.dtypes))[1]
         arrays = dict(zip(meta["names"], parts[1:1 + len(dts)]))
         self.arrived[h.unit] = (arrays, meta["attrs"], parts[1 + len(dts):])
@@ -325,9 +325,10 @@ class Worker:
         gone = np.array(sorted(u for u, e in self.moved_out.items() if header.epoch >= e), np.int64)
         for b in batches:
             if len(b) and len(gone):
-                stray = np.isin(self.module.unit_of(b), gone)
+                units = self.module.unit_of(b)
+                stray = np.isin(units, gone)
                 if stray.any():
-                    u = int(self.module.unit_of(b[stray][:1])[0])
+                    u = int(units[stray][0])
                     raise RuntimeError(f"worker {self.rank}: rows of unit {u} routed at epoch {header.epoch}, "
                                        f"after it moved away at epoch {self.moved_out[u]}")
 
@@ -473,9 +474,3 @@ class Worker:
                      ("window_tuples", self.module.stats()["window_tuples"]), ("occupancy", occ)):
             self.series[k].append(v)
 
-
-def _tuples(descr):
-    """A dtype description read back from JSON (lists) as numpy wants it (tuples)."""
-    if isinstance(descr, list):
-        return [tuple(_tuples(x) if isinstance(x, list) else x for x in f) if isinstance(f, list) else f for f in descr]
-    return descr
