@@ -108,6 +108,11 @@ def _rank_or_none(v):
     return None if v == -1 or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= _BIG) else "expected a worker rank (>= 1), or -1 for none"
 
 
+def _roles(module, **classes):
+    """{role: "module:Class"} for a strategy whose role classes live in one module."""
+    return {role: f"{module}:{cls}" for role, cls in classes.items()}
+
+
 def _chain(n, params):
     from .topology import Chain
     return Chain(n, bidirectional=True)
@@ -205,8 +210,8 @@ REGISTRY = {
         streams=(2, 8),
         min_ranks=2,
         topology=_ring,
-        router="mpi_join.ring.psp:PspRouter",
-        module="mpi_join.ring.psp:SlicedJoin",
+        roles=_roles("mpi_join.ring.psp", driver="PspRouter", head="HeadSlice", ring="SlicedJoin", tail="TailSlice",
+                     solo="OnlySlice"),
         planner="mpi_join.ring.planner:plan_lines",
         cases={"fig8a": ("mpi_join.ring.bench_psp:run_case",
                          "response time against ring length (-n: ranks, default 2 3 4) beside the cost model, "
@@ -251,8 +256,8 @@ REGISTRY = {
         streams=(2, 2),
         min_ranks=2,
         topology=_chain,
-        router="mpi_join.ring.handshake:HandshakeRouter",
-        module="mpi_join.ring.handshake:HandshakeModule",
+        roles=_roles("mpi_join.ring.handshake", driver="HandshakeRouter", left="LeftEnd", middle="HandshakeModule",
+                     right="RightEnd", solo="OnlySegment"),
         workload="band",
         cases={"max-rate": ("mpi_join.ring.bench_chain:run_case",
                             "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
@@ -272,8 +277,8 @@ REGISTRY = {
         streams=(2, 2),
         min_ranks=2,
         topology=_chain_fed,
-        router="mpi_join.ring.llhj:LowLatencyRouter",
-        module="mpi_join.ring.llhj:LowLatencyModule",
+        roles=_roles("mpi_join.ring.llhj", driver="LowLatencyRouter", left="LeftHome", middle="LowLatencyModule",
+                     right="RightHome", solo="OnlyHome"),
         workload="band",
         check="mpi_join.ring.handshake:check_job",
         cases={"max-rate": ("mpi_join.ring.bench_chain:run_case_llhj",

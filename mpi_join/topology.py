@@ -87,12 +87,15 @@ class Star(Topology):
 
 class Ring(Topology):
     """Workers 1..n in a ring: each sends to the next, the last back to the first (the head),
-    which the driver feeds."""
+    which the driver feeds. Roles: `head`, `ring` (inner), `tail`; a ring of one worker is `solo`
+    (head and tail at once)."""
     name = "ring"
 
     def role(self, rank):
         if rank == DRIVER:
             return "driver"
+        if self.size == 2:
+            return "solo"
         return "head" if rank == 1 else ("tail" if rank == self.size - 1 else "ring")
 
     def _next(self, w):
@@ -131,9 +134,25 @@ class Chain(Topology):
         object.__setattr__(self, "feed_all", feed_all)
 
     def role(self, rank):
+        """`left`, `middle`, `right`; a chain of one worker is `solo` (both ends at once)."""
         if rank == DRIVER:
             return "driver"
+        if self.size == 2:
+            return "solo"
         return "left" if rank == 1 else ("right" if rank == self.size - 1 else "middle")
+
+    def left_of(self, rank):
+        """The rank on a worker's left: the previous worker, or the driver, which feeds the left
+        end (a bidirectional chain's R input enters there)."""
+        return rank - 1
+
+    def right_of(self, rank):
+        """The rank on a worker's right: the next worker, or the driver at the right end."""
+        return rank + 1 if rank < self.size - 1 else DRIVER
+
+    def neighbours(self, rank):
+        """The workers next to `rank`."""
+        return [w for w in (rank - 1, rank + 1) if 1 <= w < self.size]
 
     def upstream(self, rank):
         if rank == DRIVER:

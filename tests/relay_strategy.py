@@ -47,16 +47,24 @@ def share(batches, n, k):
 
 
 class RelayModule(CoreModule):
+    """A worker past the first: joins its share when the batch reaches it (hop = its share),
+    after the test's hop delay."""
+
     def __init__(self, job, rank, topology, dtypes):
         super().__init__(job, rank, topology, dtypes)
         self.n = len(topology.workers)
         self.share = rank - 1
-        ring = isinstance(topology, Ring)
-        self.last = self.n if (ring and self.n > 1) else self.n - 1      # the hop a batch ends at
-        self.turn = self.last if (ring and rank == 1 and self.n > 1) else self.share
+        self.last = self.n                   # no batch travels more links than there are workers
+        self.turn = self._turn()
         self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
         self.eos = 0
-        self.delay = job.strategy.params["hop_delay"] if rank > 1 else 0.0
+        self.delay = self._delay(job.strategy.params["hop_delay"])
+
+    def _turn(self):
+        return self.share
+
+    def _delay(self, hop_delay):
+        return hop_delay
 
     def on_data(self, src, header, batches):
         hop = header.body.hop
@@ -78,15 +86,32 @@ class RelayModule(CoreModule):
         return dict(super().stats(), eos_seen=self.eos)
 
 
-def _info(name, topology):
+class RelayFirst(RelayModule):
+    """The first worker (role `left` or `solo`): it does not sleep."""
+
+    def _delay(self, hop_delay):
+        return 0.0
+
+
+class RingHead(RelayFirst):
+    """The head of a ring of several workers: joins its share when the batch comes back."""
+
+    def _turn(self):
+        return self.last
+
+
+def _info(name, topology, roles):
     return StrategyInfo(
         name=name, summary=f"test relay along a {name.split('-')[1]}", predicates=frozenset({"equi", "band", "theta"}),
         requires=frozenset({"equi"}), streams=(2, 2), min_ranks=2,
         params={"hop_delay": Param(0.0, lambda v: None, "seconds every worker but the first sleeps per batch, "
                                    "so batches are in flight on every link when a marker passes", testing=True)},
-        topology=topology, router="relay_strategy:RelayRouter", module="relay_strategy:RelayModule")
+        topology=topology, router="relay_strategy:RelayRouter", module="relay_strategy:RelayModule",
+        roles={r: f"relay_strategy:{c}" for r, c in roles.items()})
 
 
-for _name, _topo in (("relay-ring", lambda n, p: Ring(n)), ("relay-chain", lambda n, p: Chain(n, bidirectional=False))):
+for _name, _topo, _roles in (("relay-ring", lambda n, p: Ring(n), {"head": "RingHead", "solo": "RelayFirst"}),
+                             ("relay-chain", lambda n, p: Chain(n, bidirectional=False),
+                              {"left": "RelayFirst", "solo": "RelayFirst"})):
     if _name not in REGISTRY:
-        register(_info(_name, _topo))
+        register(_info(_name, _topo, _roles))

@@ -84,3 +84,49 @@ def test_mpi_join_has_no_import_cycle():
     assert "mpi_join.config" in graph["mpi_join.cli"], "the graph was not read"
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)
+
+
+# -- roles select code: no join module or router picks behaviour by its own rank ------------------
+def _rank_branches(tree):
+    """Comparisons of a rank (`rank`, `self.rank`, `self.k`) with a constant or a worker count:
+    the way a module would pick behaviour by its position instead of by its role."""
+    def is_rank(n):
+        return (isinstance(n, ast.Name) and n.id == "rank") or \
+            (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+             and n.attr in ("rank", "k"))
+
+    def is_position(n):
+        return isinstance(n, ast.Constant) or (isinstance(n, ast.Attribute) and n.attr == "n") or \
+            (isinstance(n, ast.Call) and getattr(n.func, "id", "") == "len")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left] + node.comparators
+            if any(is_rank(a) for a in sides) and any(is_position(a) for a in sides):
+                yield node.lineno
+
+
+def test_the_rank_check_finds_a_branch_on_position():
+    assert list(_rank_branches(ast.parse("if self.rank == 1:\n    pass\nx = rank < self.n\ny = p['slow'] == rank")))\
+        == [1, 3]
+
+
+def test_join_modules_and_routers_do_not_branch_on_their_rank():
+    found = []
+    for name, path in _modules().items():
+        strategy_code = name.split(".")[1:2] in (["ring"], ["slaves"]) or name == "mpi_join.master.hash_router"
+        if strategy_code and name != "mpi_join.slaves.worker":     # the worker runtime checks rank files
+            with open(path) as f:
+                found += [f"{path}:{line}" for line in _rank_branches(ast.parse(f.read()))]
+    assert not found, "a module picks behaviour by its rank; give the position a role instead: " + ", ".join(found)
+
+
+def test_every_role_of_every_strategy_has_code():
+    from mpi_join.strategies import REGISTRY
+    for info in REGISTRY.values():
+        for n in range(info.min_ranks, 7):
+            topo = info.topology(n, {k: p.default for k, p in info.params.items()})
+            for rank in range(n):
+                role = topo.role(rank)
+                cls = info.load_role(role)
+                assert isinstance(cls, type), (info.name, n, rank, role)

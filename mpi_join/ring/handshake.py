@@ -53,8 +53,11 @@ class Segment:
     """One worker's segments of both windows, the two-phase forwarding state and the movement
     policy; pure (no MPI): methods return what to send where."""
 
-    def __init__(self, job, k, n, dtypes, method="scan", weights=None):
+    def __init__(self, job, k, n, dtypes, exits, method="scan", weights=None):
         self.k, self.n, self.dtypes = k, n, dtypes
+        # exits[s]: stream s leaves the chain at this segment (R at the right end, S at the left);
+        # the worker's role decides it
+        self.exits = tuple(exits)
         self.join = BinaryJoin(job.predicate, dtypes, method)
         self.sent = [0, 0]                 # oldest rows of each window sent on, not yet acknowledged
         self.now = None                    # newest ts seen here (time windows age against it)
@@ -68,11 +71,11 @@ class Segment:
         self.share = [float(w[k - 1] / w.sum())] * 2
 
     @classmethod
-    def of(cls, job, rank, n, dtypes):
+    def of(cls, job, rank, n, dtypes, exits):
         """The segment of worker `rank` of n, from the strategy's local_join and weights."""
         p = job.strategy.params
         weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
-        return cls(job, rank, n, dtypes, p["local_join"], weights)
+        return cls(job, rank, n, dtypes, exits, p["local_join"], weights)
 
     # -- messages --------------------------------------------------------------------------------
     def arrive(self, s, batch, bounds=None, from_driver=False):
@@ -92,14 +95,13 @@ class Segment:
         self.sent[s] -= count
 
     def _drop_at_end(self, s, bounds):
-        """An R batch from the driver lets worker 1 drop the S tuples no tuple still to come can
-        see (they leave the chain there); an S batch lets worker n drop such R tuples. Only the
-        opposite stream: the bounds count this epoch's other batch as arrived, and with one
-        worker that batch comes next."""
-        if s == 0 and self.k == 1:
-            self.join.windows[1].expire(bounds[1])
-        if s == 1 and self.k == self.n:
-            self.join.windows[0].expire(bounds[0])
+        """A batch of stream s from the driver lets the end where the other stream exits (S at
+        the left end, R at the right) drop that stream's tuples no tuple still to come can see.
+        Only the opposite stream: the bounds count this epoch's other batch as arrived, and with
+        one worker that batch comes next."""
+        o = 1 - s
+        if self.exits[o]:
+            self.join.windows[o].expire(bounds[o])
 
     def _clock(self, batch):
         t = int(batch["ts"][-1])
@@ -112,7 +114,7 @@ class Segment:
         `limit[s]`: send none of the rows from that one on."""
         out = [None, None]
         for s in (0, 1):
-            if (s == 0 and self.k == self.n) or (s == 1 and self.k == 1):
+            if self.exits[s]:
                 continue                              # this end drops instead
             w = self.join.windows[s]
             v = w.view()
@@ -149,15 +151,17 @@ class Segment:
 
 
 class HandshakeModule(JoinModule):
-    """A worker of the chain: its Segment, wired to the neighbours."""
+    """A middle worker of the chain: its Segment, wired to the neighbours. The ends are the role
+    classes below; they differ only in which stream leaves the chain there (`exits`)."""
+    exits = (False, False)
 
     def __init__(self, job, rank, topology, dtypes):
         super().__init__(job, rank, topology, dtypes)
         p = job.strategy.params
         self.n = len(topology.workers)
-        self.seg = Segment.of(job, rank, self.n, dtypes)
-        self.left = rank - 1 if rank > 1 else None
-        self.right = rank + 1 if rank < self.n else None
+        self.seg = Segment.of(job, rank, self.n, dtypes, self.exits)
+        # the driver stands beyond each end: it feeds R at the left end and S at the right
+        self.left, self.right = topology.left_of(rank), topology.right_of(rank)
         self.ended = [False, False]          # the input has ended on the R side / the S side
         self.delay = float(p["slow_delay"]) if p["slow_rank"] == rank else 0.0
         self.counts = {"forwarded": 0, "acks": 0}
@@ -198,9 +202,9 @@ class HandshakeModule(JoinModule):
 
     def on_eos(self, src):
         """The input has ended on the side `src` feeds: push that stream on towards its exit."""
-        if (src == 0 and self.rank == 1) or src == self.left:
+        if src == self.left:
             self.ended[0] = True
-        if (src == 0 and self.rank == self.n) or src == self.right:
+        if src == self.right:
             self.ended[1] = True
         out = Output()
         self._move(out, tuple(0 for _ in self.dtypes))
@@ -220,6 +224,33 @@ class HandshakeModule(JoinModule):
     def stats(self):
         r, s = self.seg.held()
         return {"window_tuples": r + s, **self.counts}
+
+
+class AtLeftEnd:
+    """Role mix-in for worker 1: R enters from the driver, S leaves the chain."""
+    exits = (False, True)
+
+
+class AtRightEnd:
+    """Role mix-in for worker n: S enters from the driver, R leaves the chain."""
+    exits = (True, False)
+
+
+class Alone:
+    """Role mix-in for a chain of one worker: both streams enter and leave there."""
+    exits = (True, True)
+
+
+class LeftEnd(AtLeftEnd, HandshakeModule):
+    pass
+
+
+class RightEnd(AtRightEnd, HandshakeModule):
+    pass
+
+
+class OnlySegment(Alone, HandshakeModule):
+    pass
 
 
 class HandshakeRouter(Router):

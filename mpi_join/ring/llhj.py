@@ -25,7 +25,7 @@ from ..master.driver import Router
 from ..range_join import probe_ranges
 from ..slaves.local_join import warm_up
 from ..slaves.module import JoinModule, Output
-from .handshake import Segment
+from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment
 
 PROGRESS_EVERY = 8
 
@@ -43,14 +43,21 @@ class Moved(Header):
 
 
 class LowLatencyModule(JoinModule):
+    """A middle worker of the chain; the ends are the role classes below (`exits`, as in
+    handshake). A stream's home, where its new tuples are stored, is the end where it enters,
+    which is where the other stream leaves."""
+    exits = (False, False)
+
     def __init__(self, job, rank, topology, dtypes):
         super().__init__(job, rank, topology, dtypes)
         self.n = len(topology.workers)
-        self.seg = Segment.of(job, rank, self.n, dtypes)
+        self.seg = Segment.of(job, rank, self.n, dtypes, self.exits)
+        self.home = self.exits[::-1]
+        self.left, self.right = topology.left_of(rank), topology.right_of(rank)
         self.since = [np.zeros(0, np.int64), np.zeros(0, np.int64)]   # per stored row, aligned with the window
         self.done = -1                       # the last batch processed here
         self.replicas = []                   # (batch id, [R rows, S rows]) retained for catch-up
-        self.heard = {w: -1 for w in (rank - 1, rank + 1) if 1 <= w <= self.n}   # neighbours' last stamps
+        self.heard = {w: -1 for w in topology.neighbours(rank)}   # neighbours' last stamps
         self.told = -1
         self.counts = {"moved": 0, "catch_up_pairs": 0}
 
@@ -78,11 +85,10 @@ class LowLatencyModule(JoinModule):
             if len(new):
                 seg._clock(new)
                 self._emit(out, *(self._probe_stored(new, s, b) or ()))
-        if self.rank == 1 and len(R) and len(S):          # this batch's own pairs, once
+        if self.home[0] and len(R) and len(S):          # this batch's own pairs, once: at R's home
             self._emit(out, *self._pairs(R, S))
         for s, new in ((0, R), (1, S)):
-            home = 1 if s == 0 else self.n
-            if self.rank == home and len(new):
+            if self.home[s] and len(new):
                 seg.join.append(seg.join.derive(new, s), s)
                 self.since[s] = np.concatenate([self.since[s], np.full(len(new), b, np.int64)])
         self.done = b
@@ -154,7 +160,7 @@ class LowLatencyModule(JoinModule):
             self.since[s] = self.since[s][k:]
             empty = [np.zeros(0, dt) for dt in self.dtypes]
             empty[s] = rows
-            dest = self.rank + 1 if s == 0 else self.rank - 1
+            dest = self.right if s == 0 else self.left
             out.send(dest, empty, bounds, Moved(self.done))
             self.counts["moved"] += len(rows)
         if self.done - self.told >= PROGRESS_EVERY:
@@ -202,6 +208,18 @@ class LowLatencyModule(JoinModule):
     def stats(self):
         r, s = self.seg.held()
         return {"window_tuples": r + s, "replicas": len(self.replicas), **self.counts}
+
+
+class LeftHome(AtLeftEnd, LowLatencyModule):
+    pass
+
+
+class RightHome(AtRightEnd, LowLatencyModule):
+    pass
+
+
+class OnlyHome(Alone, LowLatencyModule):
+    pass
 
 
 class LowLatencyRouter(Router):

@@ -168,14 +168,16 @@ def batch_parts(body, M, n):
 
 
 class SlicedJoin(JoinModule):
-    """One operator of the ring: the state machine of the module docstring, no MPI in it."""
+    """An inner operator of the ring (role `ring`): the state machine of the module docstring,
+    no MPI in it. The head and the tail are the role classes below: the head closes each batch's
+    cycle (END life-span control), the tail passes nothing on."""
+    closes = False         # holds the partial results a probe makes, to mark the last one END
 
     def __init__(self, job, rank, topology, dtypes):
         super().__init__(job, rank, topology, dtypes)
         self.M, self.n = len(dtypes), len(topology.workers)
         self.k = rank
-        self.head, self.tail = rank == 1, rank == self.n
-        self.next = topology.downstream(rank)[0] if self.n > 1 else None
+        self.next = next(iter(topology.downstream(rank)), None)
         self.pred = job.predicate
         self.windows = [Window(dt) for dt in dtypes]
         self.owned = [0] * self.M          # absolute row of each window's first row still held here
@@ -231,22 +233,28 @@ class SlicedJoin(JoinModule):
 
     def _probe_batch(self, out, batches, body, bounds):
         batch_id, retired, orderings, cuts = batch_parts(body, self.M, self.n)
-        if not self.head:
-            self._retire_upto(retired)
+        self._note_retired(retired)
         self.inflight[batch_id] = (cuts, orderings)
         self.cuts = cuts
         self._purge(out, cuts, bounds)
-        if not self.tail:
-            self._send(out, body, batches, bounds)
+        self._pass_on(out, body, batches, bounds)
         sent = []
         if self.slow:
             _burn(self.slow * sum(len(self.held(j)) for j in range(self.M)) * sum(len(t) for t in batches) / 1e6)
         for i, t in enumerate(batches):
             if len(t):
                 self.counts["probes"] += len(t)
-                sent += self._step(out, batch_id, i, 0, orderings[i], {i: t}, bounds, hold=self.head)
-        if self.head:
+                sent += self._step(out, batch_id, i, 0, orderings[i], {i: t}, bounds, hold=self.closes)
+        if self.closes:
             self._end(out, batch_id, 1, sent, bounds)
+
+    def _note_retired(self, retired):
+        """The head's note on a probe: batches up to `retired` have ended their cycle."""
+        self._retire_upto(retired)
+
+    def _pass_on(self, out, body, batches, bounds):
+        """Probe copies and purged rows go on to the next operator."""
+        self._send(out, body, batches, bounds)
 
     def _purge(self, out, cuts, bounds):
         """Rows now below this slice leave for the next operator (or are dropped at the tail)."""
@@ -261,9 +269,9 @@ class SlicedJoin(JoinModule):
             else:
                 moved.append(v[:0].copy())
         n = sum(len(m) for m in moved)
-        if n and not self.tail:
-            self.counts["moved"] += n
-            self._send(out, Building(), moved, bounds)
+        if n:
+            self.counts["moved"] += n            # rows that left this slice (the tail drops them)
+            self._pass_on(out, Building(), moved, bounds)
         self._delete()
 
     # -- intermediate results -------------------------------------------------------------------
@@ -272,7 +280,7 @@ class SlicedJoin(JoinModule):
         order = list(body.order)
         if origin != self.k:
             self._send(out, body, batches, bounds)
-        sent, closing = [], self.head and origin == self.k and end
+        sent, closing = [], self.closes and origin == self.k and end
         if i >= 0 and len(batches[i]):
             self.counts["inter_in"] += len(batches[i])
             rows = {m: batches[m] for m in [i] + order[:level]}
@@ -293,7 +301,7 @@ class SlicedJoin(JoinModule):
         t = rows[i]
         lo_t = t["_lo"] if self.M == 2 else t["_los"][:, j]
         coord, seq = w["_coord"], w["seq"]
-        top = cuts[j][self.k - 2] if self.k > 1 else POS_INF
+        top = self._top(cuts[j])
         lo = np.searchsorted(coord, np.maximum(lo_t, cuts[j][self.k - 1])).astype(np.int64)
         hi = np.minimum(np.searchsorted(coord, top), np.searchsorted(seq, t["seq"])).astype(np.int64)
         lo = np.minimum(lo, hi)
@@ -313,6 +321,10 @@ class SlicedJoin(JoinModule):
             return [(nxt, body)]
         self._send(out, body, nxt, bounds)
         return []
+
+    def _top(self, cuts):
+        """The upper end of this slice: the cut of the slice before it."""
+        return cuts[self.k - 2]
 
     def _end(self, out, batch_id, level, made, bounds):
         """Head: send what this step made, the last marked END; a null END when it made nothing
@@ -382,7 +394,7 @@ class SlicedJoin(JoinModule):
         """Compile the probe kernels on a tiny ring of one: every stream probes every other."""
         job = replace(self.job, strategy=replace(self.job.strategy, params=dict(self.job.strategy.params,
                                                                                interleave=1)))
-        op = SlicedJoin(job, 1, Ring(2), self.dtypes)
+        op = OnlySlice(job, 1, Ring(2), self.dtypes)
         M = self.M
         orderings = auto_orderings(self.pred, M, [[1.0] * M for _ in range(M)])
         for seq0 in (0, 10):
@@ -402,6 +414,29 @@ class SlicedJoin(JoinModule):
         held = sum(len(self.held(j)) for j in range(self.M))
         kept = sum(len(w) for w in self.windows) - held
         return {"window_tuples": held, "kept_for_inflight": kept, **self.counts}
+
+
+class HeadSlice(SlicedJoin):
+    """The head (role `head`): takes the driver's input, closes every batch's cycle and decides
+    which batches have retired."""
+    closes = True
+
+    def _note_retired(self, retired):
+        pass                                   # the head retires batches itself (_cycle_ended)
+
+    def _top(self, cuts):
+        return POS_INF                         # the head's slice holds the newest tuples
+
+
+class TailSlice(SlicedJoin):
+    """The tail (role `tail`): holds the oldest slice; what leaves it leaves the ring."""
+
+    def _pass_on(self, out, body, batches, bounds):
+        pass
+
+
+class OnlySlice(HeadSlice, TailSlice):
+    """A ring of one operator (role `solo`): head and tail at once; it sends to itself."""
 
 
 class PspRouter(Router):
