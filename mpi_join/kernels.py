@@ -94,6 +94,16 @@ def collect(kernel, *args, guess=1024):
 
 
 @njit(cache=True, inline="always")
+def put(out_a, out_b, n, i, j):
+    """Record pair (i, j) as the n-th if it fits, and count it either way: `collect` reruns a
+    kernel whose count passed its outputs' size, with room for all."""
+    if n < out_a.shape[0]:
+        out_a[n] = i
+        out_b[n] = j
+    return n + 1
+
+
+@njit(cache=True, inline="always")
 def _visible(a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
     if a_seq > b_seq:
         return b_coord >= a_lo
@@ -113,7 +123,6 @@ def _match(a_keys, i, b_keys, j, first, a_seq, a_coord, a_lo, b_seq, b_coord, b_
 def equi_bnl(a_keys, a_seq, a_coord, a_lo, b_keys, b_seq, b_coord, b_lo, out_a, out_b):
     """Block nested loop equi-join of batch a with batch b (the paper's local join)."""
     n = 0
-    cap = out_a.shape[0]
     nb = b_keys.shape[0]
     for i in range(a_keys.shape[0]):
         k0 = a_keys[i, 0]
@@ -121,10 +130,7 @@ def equi_bnl(a_keys, a_seq, a_coord, a_lo, b_keys, b_seq, b_coord, b_lo, out_a, 
             if b_keys[j, 0] != k0:       # the tight loop compares the first key column only
                 continue
             if _match(a_keys, i, b_keys, j, 1, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
-                if n < cap:
-                    out_a[n] = i
-                    out_b[n] = j
-                n += 1
+                n = put(out_a, out_b, n, i, j)
     return n
 
 
@@ -134,7 +140,6 @@ def range_equi(a_code, a_lo_idx, a_hi_idx, b_code_sorted, b_idx_sorted, out_a, o
 
     b is sorted by (code, index), so each key's rows form one block ordered by arrival."""
     n = 0
-    cap = out_a.shape[0]
     for i in range(a_code.shape[0]):
         c = a_code[i]
         s = np.searchsorted(b_code_sorted, c)
@@ -145,10 +150,7 @@ def range_equi(a_code, a_lo_idx, a_hi_idx, b_code_sorted, b_idx_sorted, out_a, o
         lo = s + np.searchsorted(blk, a_lo_idx[i])
         hi = s + np.searchsorted(blk, a_hi_idx[i])
         for p in range(lo, hi):
-            if n < cap:
-                out_a[n] = i
-                out_b[n] = b_idx_sorted[p]
-            n += 1
+            n = put(out_a, out_b, n, i, b_idx_sorted[p])
     return n
 
 
@@ -170,14 +172,10 @@ def _band_ok(A, i, B, j, eps, closed):
 def range_band(a_lo_idx, a_hi_idx, A, B, eps, closed, out_a, out_b):
     """For each a, the b rows in [lo, hi) within every band |A - B| < eps (<= when closed)."""
     n = 0
-    cap = out_a.shape[0]
     for i in range(A.shape[0]):
         for j in range(a_lo_idx[i], a_hi_idx[i]):
             if _band_ok(A, i, B, j, eps, closed):
-                if n < cap:
-                    out_a[n] = i
-                    out_b[n] = j
-                n += 1
+                n = put(out_a, out_b, n, i, j)
     return n
 
 
@@ -193,13 +191,9 @@ def band_mask(ia, ib, A, B, eps, closed):
 def range_all(a_lo_idx, a_hi_idx, out_a, out_b):
     """Every (a, b) with b in a's index range: candidates for a theta-only predicate."""
     n = 0
-    cap = out_a.shape[0]
     for i in range(a_lo_idx.shape[0]):
         for j in range(a_lo_idx[i], a_hi_idx[i]):
-            if n < cap:
-                out_a[n] = i
-                out_b[n] = j
-            n += 1
+            n = put(out_a, out_b, n, i, j)
     return n
 
 
@@ -217,14 +211,10 @@ def theta_kernels(udf):
     @njit
     def ranged(RA, RB, a_lo_idx, a_hi_idx, out_a, out_b):
         n = 0
-        cap = out_a.shape[0]
         for i in range(RA.shape[0]):
             for j in range(a_lo_idx[i], a_hi_idx[i]):
                 if udf(RA[i], RB[j]):
-                    if n < cap:
-                        out_a[n] = i
-                        out_b[n] = j
-                    n += 1
+                    n = put(out_a, out_b, n, i, j)
         return n
 
     return mask, ranged

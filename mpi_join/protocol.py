@@ -3,7 +3,7 @@
 Tags name the kind of message, never a strategy. DATA carries a batch: a `DataHeader` (message
 number, the expiry bounds of all M streams, the strategy's typed header) and one structured array
 per stream, packed by `transport.pack` into one buffer. CTRL carries a small typed record
-(`Control` subclasses: a class-level `op` and named fields, JSON on the wire, never on the data
+(`Control` subclasses: named fields, the class's name as `op`, JSON on the wire, never on the data
 path). CTRL travels on the same link as DATA, so a marker sent after a batch is received after
 it (MPI's non-overtaking order between one sender and one receiver).
 """
@@ -58,15 +58,16 @@ _OPS = {}
 
 @dataclass(frozen=True)
 class Control:
-    """Base of typed control records. Subclasses set `op` and declare named fields."""
+    """Base of typed control records: subclasses declare named fields. A record's `op`, its name
+    on the wire, is its class's "module:Class"."""
     op: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
-        if cls.op:
-            if cls.op in _OPS and _OPS[cls.op] is not cls:
-                raise TypeError(f"control op {cls.op!r} declared twice")
-            _OPS[cls.op] = cls
+        cls.op = f"{cls.__module__}:{cls.__qualname__}"
+        if cls.op in _OPS and _OPS[cls.op] is not cls:
+            raise TypeError(f"control op {cls.op!r} declared twice")
+        _OPS[cls.op] = cls
 
     def encode(self):
         return np.frombuffer(json.dumps({"op": self.op, **asdict(self)}).encode(), np.uint8).copy()
@@ -85,7 +86,8 @@ def decode_control(buf):
 # -- records of the shared lifecycle ---------------------------------------------------------
 @dataclass(frozen=True)
 class Start(Control):
-    op: ClassVar[str] = "start"
+    """Rank 0 -> every worker: go (restoring checkpoint `resume_id` from `resume_dir` if set), or
+    the startup error to exit with."""
     error: str | None = None
     resume_dir: str | None = None
     resume_id: int = -1
@@ -96,7 +98,6 @@ class Marker(Control):
     """Checkpoint marker: forwarded along every downstream link; a rank's state is cut when the
     first copy arrives, and the messages that arrive on a link before its own copy are saved with
     it (channel state), so a ring or a chain is cut consistently without pausing."""
-    op: ClassVar[str] = "marker"
     id: int = 0
     epoch: int = 0
     dir: str = ""
@@ -106,7 +107,6 @@ class Marker(Control):
 class MarkerDone(Control):
     """A rank's part of checkpoint `id` is written; `files`: [[name, rows, bytes, sha256]] of
     the result files it commits (the results up to the cut are their rows)."""
-    op: ClassVar[str] = "marker_done"
     id: int = 0
     files: tuple = ()
 
@@ -114,19 +114,17 @@ class MarkerDone(Control):
 @dataclass(frozen=True)
 class Eos(Control):
     """End of stream on one link: its sender will send no more DATA on it."""
-    op: ClassVar[str] = "eos"
 
 
 @dataclass(frozen=True)
 class Probe(Control):
     """Termination probe (four-counter method): a worker answers with its data message counts."""
-    op: ClassVar[str] = "probe"
     wave: int = 0
 
 
 @dataclass(frozen=True)
 class ProbeReply(Control):
-    op: ClassVar[str] = "probe_reply"
+    """A worker's answer to a Probe: its DATA message counts."""
     wave: int = 0
     sent: int = 0          # DATA messages sent to other workers
     received: int = 0      # DATA messages received from other workers
@@ -135,19 +133,17 @@ class ProbeReply(Control):
 @dataclass(frozen=True)
 class Fin(Control):
     """Everything is processed everywhere: flush, report and stop."""
-    op: ClassVar[str] = "fin"
 
 
 @dataclass(frozen=True)
 class LoadRequest(Control):
-    op: ClassVar[str] = "load_request"
+    """Rank 0 asks a worker for its load (answered with a LoadReport, at once)."""
 
 
 @dataclass(frozen=True)
 class LoadReport(Control):
     """A worker's load since its last report: buffer occupancy (tuples waiting / capacity,
     averaged over batches) and CPU busy fraction (CPU seconds / wall seconds)."""
-    op: ClassVar[str] = "load_report"
     occupancy: float = 0.0
     busy: float = 0.0
     tuples: int = 0
@@ -160,7 +156,6 @@ class MoveOut(Control):
     """driver -> the unit's holder, handled on arrival (never before a queued marker): take unit
     `unit` out of the module, with the queued input rows that belong to it, and send them to
     rank `to` as one STATE message. `epoch`: the routing epoch the move begins."""
-    op: ClassVar[str] = "move_out"
     unit: int = 0
     to: int = 0
     epoch: int = 0
@@ -171,7 +166,6 @@ class Install(Control):
     """driver -> the unit's new holder, in order with its DATA: put the state that rank `src`
     sends into the module, then join its queued input under `bounds` (the expiry bounds when
     the move began); the driver's DATA behind this record waits until then."""
-    op: ClassVar[str] = "install"
     unit: int = 0
     src: int = 0
     epoch: int = 0
@@ -181,6 +175,5 @@ class Install(Control):
 @dataclass(frozen=True)
 class Moved(Control):
     """worker -> driver: its half (`side` "out" or "in") of moving `unit` is done."""
-    op: ClassVar[str] = "moved"
     unit: int = 0
     side: str = ""

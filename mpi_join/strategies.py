@@ -113,6 +113,18 @@ def _roles(module, **classes):
     return {role: f"{module}:{cls}" for role, cls in classes.items()}
 
 
+def _chain_strategy(name, summary, topology, module, classes, case, params):
+    """`handshake` and `llhj`: a chain of workers, one class per role (driver, left, middle, right,
+    solo) in `module`, their shared checks and parameters, and a `max-rate` bench case."""
+    return StrategyInfo(
+        name=name, summary=summary, predicates=frozenset({"equi", "band", "theta"}), streams=(2, 2), min_ranks=2,
+        topology=topology, roles=_roles(module, **dict(zip(("driver", "left", "middle", "right", "solo"), classes))),
+        workload="band", check="mpi_join.ring.handshake:check_job", params={**_CHAIN_PARAMS, **params},
+        cases={"max-rate": (f"mpi_join.ring.bench_chain:{case}",
+                            "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
+                            "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")})
+
+
 def _chain(n, params):
     from .topology import Chain
     return Chain(n, bidirectional=True)
@@ -249,43 +261,18 @@ REGISTRY = {
                               testing=True),
         },
     ),
-    "handshake": StrategyInfo(
-        name="handshake",
-        summary="handshake join: R and S flow past each other along a chain of workers, two-phase forwarding",
-        predicates=frozenset({"equi", "band", "theta"}),
-        streams=(2, 2),
-        min_ranks=2,
-        topology=_chain,
-        roles=_roles("mpi_join.ring.handshake", driver="HandshakeRouter", left="LeftEnd", middle="HandshakeModule",
-                     right="RightEnd", solo="OnlySegment"),
-        workload="band",
-        cases={"max-rate": ("mpi_join.ring.bench_chain:run_case",
-                            "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
-                            "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")},
-        check="mpi_join.ring.handshake:check_job",
-        params={
-            **_CHAIN_PARAMS,
+    "handshake": _chain_strategy(
+        "handshake", "handshake join: R and S flow past each other along a chain of workers, two-phase forwarding",
+        _chain, "mpi_join.ring.handshake", ("HandshakeRouter", "LeftEnd", "HandshakeModule", "RightEnd", "OnlySegment"),
+        "run_case", {
             "slow_rank": Param(-1, _rank_or_none, "make this worker slow: it sleeps slow_delay per batch",
                                testing=True),
             "slow_delay": Param(0.0, _non_neg, "seconds the slow worker sleeps per batch", testing=True),
-        },
-    ),
-    "llhj": StrategyInfo(
-        name="llhj",
-        summary="low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
-        predicates=frozenset({"equi", "band", "theta"}),
-        streams=(2, 2),
-        min_ranks=2,
-        topology=_chain_fed,
-        roles=_roles("mpi_join.ring.llhj", driver="LowLatencyRouter", left="LeftHome", middle="LowLatencyModule",
-                     right="RightHome", solo="OnlyHome"),
-        workload="band",
-        check="mpi_join.ring.handshake:check_job",
-        cases={"max-rate": ("mpi_join.ring.bench_chain:run_case_llhj",
-                            "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
-                            "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")},
-        params=dict(_CHAIN_PARAMS),
-    ),
+        }),
+    "llhj": _chain_strategy(
+        "llhj", "low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
+        _chain_fed, "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
+        "run_case_llhj", {}),
 }
 
 

@@ -74,6 +74,16 @@ class Topology:
                 for r in range(self.size)}
 
 
+def _line_role(size, rank, first, inner, last):
+    """The role of `rank` among workers 1..size-1 in a line: `first`, `inner` or `last`, or
+    `solo` for a line of one worker (both ends at once)."""
+    if rank == DRIVER:
+        return "driver"
+    if size == 2:
+        return "solo"
+    return first if rank == 1 else (last if rank == size - 1 else inner)
+
+
 class Star(Topology):
     """The driver feeds every worker directly; workers do not send DATA to each other."""
     name = "star"
@@ -92,11 +102,7 @@ class Ring(Topology):
     name = "ring"
 
     def role(self, rank):
-        if rank == DRIVER:
-            return "driver"
-        if self.size == 2:
-            return "solo"
-        return "head" if rank == 1 else ("tail" if rank == self.size - 1 else "ring")
+        return _line_role(self.size, rank, "head", "ring", "tail")
 
     def _next(self, w):
         return 1 if w == self.size - 1 else w + 1
@@ -135,11 +141,7 @@ class Chain(Topology):
 
     def role(self, rank):
         """`left`, `middle`, `right`; a chain of one worker is `solo` (both ends at once)."""
-        if rank == DRIVER:
-            return "driver"
-        if self.size == 2:
-            return "solo"
-        return "left" if rank == 1 else ("right" if rank == self.size - 1 else "middle")
+        return _line_role(self.size, rank, "left", "middle", "right")
 
     def left_of(self, rank):
         """The rank on a worker's left: the previous worker, or the driver, which feeds the left

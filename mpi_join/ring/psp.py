@@ -89,7 +89,6 @@ class Partial(Header):
 @dataclass(frozen=True)
 class CycleDone(Control):
     """Head -> driver: every input batch up to `upto` has finished its cycle in the ring."""
-    op = "psp.cycle_done"
     upto: int
 
 

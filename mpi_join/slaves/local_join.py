@@ -288,7 +288,6 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x
     """Probe one run of an equi index: rows of X whose key equals the probe's and whose visibility
     holds. Entries of expired rows (pos < xbase) are skipped."""
     n = 0
-    cap = out_a.shape[0]
     nx = x_seq.shape[0]
     for i in range(p_h.shape[0]):
         h = p_h[i]
@@ -299,10 +298,7 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x
             if j < 0 or j >= nx:
                 continue
             if K._match(p_keys, i, x_keys, j, 0, p_seq, p_coord, p_lo, x_seq, x_coord, x_lo):
-                if n < cap:
-                    out_a[n] = i
-                    out_b[n] = j
-                n += 1
+                n = K.put(out_a, out_b, n, i, j)
     return n
 
 
@@ -322,7 +318,6 @@ def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq,
     """Probe one run of a band index (sorted on the first band column): rows of X within every
     band of the probe, visible to each other."""
     n = 0
-    cap = out_a.shape[0]
     nx = x_seq.shape[0]
     for i in range(p_band.shape[0]):
         v = p_band[i, 0]
@@ -337,10 +332,7 @@ def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq,
                 continue
             if K._band_ok(p_band, i, x_band, j, eps, closed) and K._visible(
                     p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
-                if n < cap:
-                    out_a[n] = i
-                    out_b[n] = j
-                n += 1
+                n = K.put(out_a, out_b, n, i, j)
     return n
 
 
@@ -349,15 +341,11 @@ def scan_band(p_band, p_seq, p_coord, p_lo, x_band, x_seq, x_coord, x_lo, eps, c
     """Nested loop over every probe and window row, band conditions checked inline: the
     original handshake join's comparison loop."""
     n = 0
-    cap = out_a.shape[0]
     for i in range(p_band.shape[0]):
         for j in range(x_band.shape[0]):
             if K._band_ok(p_band, i, x_band, j, eps, closed) and K._visible(
                     p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
-                if n < cap:
-                    out_a[n] = i
-                    out_b[n] = j
-                n += 1
+                n = K.put(out_a, out_b, n, i, j)
     return n
 
 
@@ -365,14 +353,10 @@ def scan_band(p_band, p_seq, p_coord, p_lo, x_band, x_seq, x_coord, x_lo, eps, c
 def visible_pairs(p_seq, p_coord, p_lo, x_seq, x_coord, x_lo, i0, i1, out_a, out_b):
     """Every pair (i in [i0, i1), j) of probe and window rows in which the newer sees the older."""
     n = 0
-    cap = out_a.shape[0]
     for i in range(i0, i1):
         for j in range(x_seq.shape[0]):
             if K._visible(p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
-                if n < cap:
-                    out_a[n] = i
-                    out_b[n] = j
-                n += 1
+                n = K.put(out_a, out_b, n, i, j)
     return n
 
 
