@@ -2,7 +2,6 @@
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -53,7 +52,6 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
     the sustainable rate (see _steady_rate) of the fastest rank count and report its delays."""
     from . import strategies
     from .config import load_job
-    from .verify import verify
     from .workloads import make
     info = strategies.get(strategy)
     tmp = None

@@ -9,7 +9,6 @@ probe is a numba loop over that range and each result is found once, by its newe
 import numpy as np
 
 from .range_join import extend, probe_ranges
-from .predicate import binary_parts
 from .schema import SEQ
 from .window import index_ranges
 

@@ -1,5 +1,4 @@
 """The PSP ring's cost model (mpi_join/ring/cost_model.py) against hand-computed values."""
-import math
 
 import numpy as np
 import pytest

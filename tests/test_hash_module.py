@@ -1,6 +1,5 @@
 """The hash strategy's master routing and slave join modules, without MPI, against the oracle."""
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

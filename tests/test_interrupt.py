@@ -33,7 +33,7 @@ def test_ctrl_c_stops_every_rank_with_one_line(tmp_path):
     assert p.returncode == 130, err
     assert not any(w in err for w in ("Traceback", "Abort", "failed")), err
     lines = [l for l in err.splitlines() if l.startswith("mpi-join")]
-    assert lines == [f"mpi-join: interrupted by the user; no _SUCCESS written; no result part file had been "
-                     f"written yet"], err       # results are buffered up to a part file's size
+    assert lines == ["mpi-join: interrupted by the user; no _SUCCESS written; no result part file had been "
+                     "written yet"], err       # results are buffered up to a part file's size
     assert not os.listdir(os.path.join(job.output, "results"))
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))

@@ -1,6 +1,4 @@
 """The oracle against an independent brute-force statement of the semantics, and DuckDB."""
-import os
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings

@@ -120,7 +120,6 @@ def test_relocation_mid_run_equals_oracle_and_never_duplicates_state(mode, weigh
         held = [np.concatenate([op.held(j)["seq"] for op in ops.values()]) for j in range(3)]
         assert all(len(h) == len(np.unique(h)) for h in held), f"a tuple held twice at batch {epoch}"
 
-    before = {}
     got, ops, router = simulate(job, arrays, 3, seed=3, batch_size=5, interleave=interleave,
                                 force_relocate=f"40:{weights}:{mode}", on_epoch=check_state)
     _check(got, run_oracle(job, arrays))
