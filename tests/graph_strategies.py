@@ -300,6 +300,9 @@ class GrowRouter(FanOutRouter):
         return {"units_moved": self.moved}
 
 
+# what this module registers: they check the runtime's graph, not a join (theirs is hash's core)
+NAMES = frozenset({"grow", "dispatch", "fan-tree", "merge-tree"})
+
 if "grow" not in REGISTRY:
     register(StrategyInfo(
         name="grow", summary="test: units move to workers that held nothing, mid-run",

@@ -110,6 +110,8 @@ def _info(name, topology, roles):
         roles={r: f"relay_strategy:{c}" for r, c in roles.items()})
 
 
+NAMES = frozenset({"relay-ring", "relay-chain"})     # they check the runtime's links, not a join
+
 for _name, _topo, _roles in (("relay-ring", lambda n, p: Ring(n), {"head": "RingHead", "solo": "RelayFirst"}),
                              ("relay-chain", lambda n, p: Chain(n, bidirectional=False),
                               {"left": "RelayFirst", "solo": "RelayFirst"})):
