@@ -43,6 +43,44 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+# Seconds of the full suite each strategy may take (its files' tests plus its rows of the shared
+# matrices), so that every strategy still fits when more are added: the sum with the shared
+# pipeline tests (Spark, Slurm, CLI) stays well inside 20 minutes on 2 cores. A test counts
+# against its `strategy` parameter, else its module's STRATEGY; the test-only strategies count
+# as "runtime". The summary prints each total beside its budget; nothing fails on time.
+STRATEGY_BUDGET_S = {"hash": 150, "psp": 120, "handshake": 80, "llhj": 30, "splitjoin": 90,
+                     "biclique": 120, "matrix": 40, "runtime": 100}
+_spent = {}
+
+
+def _strategy_of(item):
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    name = params.get("strategy")
+    if not isinstance(name, str):
+        return getattr(item.module, "STRATEGY", None)
+    import graph_strategies
+    import relay_strategy
+    return "runtime" if name in graph_strategies.NAMES | relay_strategy.NAMES else name
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    yield
+    name = _strategy_of(item)
+    if name:
+        _spent[name] = _spent.get(name, 0.0) + call.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _spent:
+        return
+    terminalreporter.section("seconds per strategy (budget)")
+    for name, spent in sorted(_spent.items()):
+        budget = STRATEGY_BUDGET_S.get(name)
+        over = "  OVER BUDGET" if budget and spent > budget else ""
+        terminalreporter.write_line(f"{name:<10} {spent:6.1f} of {budget}{over}")
+
+
 def mpi_join_pids(candidates, rank=None, marker=""):
     """The pids among `candidates` of mpi_join processes (ranks, or Hydra proxies that start
     them) whose command line holds `marker`; only those of MPI rank `rank` when given."""

@@ -20,6 +20,7 @@ from mpi_join.window import runtime_dtype
 from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, mpi_join_pids, random_streams, run_cli, run_mpi, write_job
 from reference import as_set
 
+STRATEGY = "hash"   # whose time budget this file's tests count against (conftest.py)
 CKPT = '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = {n}\nkeep = 2\n'
 
 

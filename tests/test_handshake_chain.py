@@ -12,6 +12,8 @@ from conftest import equi_job_text, random_streams
 from reference import as_set
 from ring_sim import simulate_strategy
 
+STRATEGY = "handshake"   # whose time budget this file's tests count against (conftest.py)
+
 PRED = {
     "equi": 'equi = [["R.k", "S.k"]]',
     "band": 'band = [{left = "R.v", right = "S.w", eps = 0.5}]',

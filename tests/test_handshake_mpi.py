@@ -14,6 +14,7 @@ from reference import as_set
 from test_checkpoint import kill_after_checkpoints
 
 SLOW = True
+STRATEGY = "handshake"   # whose time budget this file's tests count against (conftest.py)
 # budget: about 40 s of mpiexec runs in this file
 
 BAND = 'band = [{left = "R.v", right = "S.w", eps = 0.3}]'

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from mpi_join.oracle import run_oracle
 from mpi_join.results import read_results
 SLOW = True
+STRATEGY = "hash"   # whose time budget this file's tests count against (conftest.py)
 
 from conftest import equi_job_text, random_streams, run_mpi, write_job
 from reference import as_set

@@ -17,6 +17,7 @@ from test_checkpoint import kill_after_checkpoints
 from test_psp_ring import MULTI, multiway_streams
 
 SLOW = True
+STRATEGY = "psp"   # whose time budget this file's tests count against (conftest.py)
 # budget: about 45 s of mpiexec runs in this file
 
 

@@ -16,6 +16,7 @@ from reference import as_set
 from test_checkpoint import kill_after_checkpoints
 
 SLOW = True
+STRATEGY = "runtime"   # whose time budget this file's tests count against (conftest.py)
 CKPT = '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = {n}\nkeep = 3\n'
 
 
@@ -61,9 +62,10 @@ def test_batches_markers_and_eos_travel_the_topology(tmp_path, strategy):
     assert (channel > 0) == (strategy == "relay-ring"), channel
 
 
-@pytest.mark.parametrize("strategy", ["relay-ring", "relay-chain"])
-def test_sigkill_then_resume_is_exactly_once(tmp_path, strategy):
-    path, job, arrays = _job(tmp_path, strategy, n=16000, every=1500, rate=2500, batch=100)
+def test_sigkill_then_resume_is_exactly_once(tmp_path):
+    """A ring, whose links carry channel state (a chain's do not: psp's and handshake's files
+    kill their own)."""
+    path, job, arrays = _job(tmp_path, "relay-ring", n=16000, every=1500, rate=2500, batch=100)
     root = job.checkpoint.dir
     p = kill_after_checkpoints(path, root, ranks=5, victim=3, checkpoints=2, total=16000)
     assert p.returncode != 0
@@ -117,13 +119,12 @@ def test_results_travel_result_edges_through_mergers_to_the_sink(tmp_path):
     assert channel.get(1, 0) + channel.get(2, 0) > 0, channel      # fed by two links each
 
 
-@pytest.mark.parametrize("strategy,victim", [("merge-tree", 2), ("merge-tree", 4), ("fan-tree", 2),
-                                              ("dispatch", 1), ("dispatch", 4), ("grow", 2)])
+@pytest.mark.parametrize("strategy,victim", [("merge-tree", 2), ("fan-tree", 2), ("dispatch", 4), ("grow", 2)])
 def test_graph_sigkill_then_resume_is_exactly_once(tmp_path, strategy, victim):
-    """merge-tree: a merger (2) or a core (4) killed after two checkpoints; the resumed run writes
-    every result once, whether it was at a core, in flight on a result edge, or at the sink.
+    """merge-tree: a merger (2) killed after two checkpoints; the resumed run writes every result
+    once, whether it was at a core, in flight on a result edge, or at the sink.
     fan-tree: an inner node of the distribution tree (fanout 2: 1 -> 3, 4; 2 -> 5) killed.
-    dispatch: a dispatcher (1) or a unit (4, fed by both dispatchers through the ordered merge).
+    dispatch: a unit (4), fed by both dispatchers through the ordered merge.
     grow: worker 2, which held nothing until units moved to it mid-run."""
     extra = {"merge-tree": "merge_delay = 0.002", "fan-tree": "join_delay = 0.001",
              "grow": "partitions = 12\ngrow_at = 4"}.get(strategy, "")
