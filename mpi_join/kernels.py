@@ -2,7 +2,9 @@
 
 Kernels emit pairs of row indices into preallocated output arrays and return how many pairs
 they found; `collect` grows the outputs and reruns when a kernel overflows, so no Python runs
-per tuple. A pair (a, b) passes the window test when the later of the two (by seq) sees the
+per tuple. Each kernel writes its n-th pair only while n is below the outputs' size and counts
+on (four lines inline in every loop: a shared inlined helper made the equi loops 1.2 to 1.4x
+slower). A pair (a, b) passes the window test when the later of the two (by seq) sees the
 other inside its window: `coord[older] >= lo[newer]` (see window.py for coord and lo).
 """
 import functools
@@ -94,16 +96,6 @@ def collect(kernel, *args, guess=1024):
 
 
 @njit(cache=True, inline="always")
-def put(out_a, out_b, n, i, j):
-    """Record pair (i, j) as the n-th if it fits, and count it either way: `collect` reruns a
-    kernel whose count passed its outputs' size, with room for all."""
-    if n < out_a.shape[0]:
-        out_a[n] = i
-        out_b[n] = j
-    return n + 1
-
-
-@njit(cache=True, inline="always")
 def _visible(a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
     if a_seq > b_seq:
         return b_coord >= a_lo
@@ -130,8 +122,8 @@ def equi_bnl(a_keys, a_seq, a_coord, a_lo, b_keys, b_seq, b_coord, b_lo, out_a, 
             if b_keys[j, 0] != k0:       # the tight loop compares the first key column only
                 continue
             if _match(a_keys, i, b_keys, j, 1, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
-                if n < out_a.shape[0]:    # put() by hand: this loop ran 1.37x slower with the
-                    out_a[n] = i            # inlined call (2000 x 4000 pairs, 50 keys)
+                if n < out_a.shape[0]:
+                    out_a[n] = i
                     out_b[n] = j
                 n += 1
     return n
@@ -153,7 +145,10 @@ def range_equi(a_code, a_lo_idx, a_hi_idx, b_code_sorted, b_idx_sorted, out_a, o
         lo = s + np.searchsorted(blk, a_lo_idx[i])
         hi = s + np.searchsorted(blk, a_hi_idx[i])
         for p in range(lo, hi):
-            n = put(out_a, out_b, n, i, b_idx_sorted[p])
+            if n < out_a.shape[0]:
+                out_a[n] = i
+                out_b[n] = b_idx_sorted[p]
+            n += 1
     return n
 
 
@@ -178,7 +173,10 @@ def range_band(a_lo_idx, a_hi_idx, A, B, eps, closed, out_a, out_b):
     for i in range(A.shape[0]):
         for j in range(a_lo_idx[i], a_hi_idx[i]):
             if _band_ok(A, i, B, j, eps, closed):
-                n = put(out_a, out_b, n, i, j)
+                if n < out_a.shape[0]:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
     return n
 
 
@@ -196,7 +194,10 @@ def range_all(a_lo_idx, a_hi_idx, out_a, out_b):
     n = 0
     for i in range(a_lo_idx.shape[0]):
         for j in range(a_lo_idx[i], a_hi_idx[i]):
-            n = put(out_a, out_b, n, i, j)
+            if n < out_a.shape[0]:
+                out_a[n] = i
+                out_b[n] = j
+            n += 1
     return n
 
 
@@ -217,7 +218,10 @@ def theta_kernels(udf):
         for i in range(RA.shape[0]):
             for j in range(a_lo_idx[i], a_hi_idx[i]):
                 if udf(RA[i], RB[j]):
-                    n = put(out_a, out_b, n, i, j)
+                    if n < out_a.shape[0]:
+                        out_a[n] = i
+                        out_b[n] = j
+                    n += 1
         return n
 
     return mask, ranged

@@ -298,7 +298,10 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x
             if j < 0 or j >= nx:
                 continue
             if K._match(p_keys, i, x_keys, j, 0, p_seq, p_coord, p_lo, x_seq, x_coord, x_lo):
-                n = K.put(out_a, out_b, n, i, j)
+                if n < out_a.shape[0]:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
     return n
 
 
@@ -332,7 +335,10 @@ def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq,
                 continue
             if K._band_ok(p_band, i, x_band, j, eps, closed) and K._visible(
                     p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
-                n = K.put(out_a, out_b, n, i, j)
+                if n < out_a.shape[0]:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
     return n
 
 
@@ -345,7 +351,10 @@ def scan_band(p_band, p_seq, p_coord, p_lo, x_band, x_seq, x_coord, x_lo, eps, c
         for j in range(x_band.shape[0]):
             if K._band_ok(p_band, i, x_band, j, eps, closed) and K._visible(
                     p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
-                n = K.put(out_a, out_b, n, i, j)
+                if n < out_a.shape[0]:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
     return n
 
 
@@ -356,7 +365,10 @@ def visible_pairs(p_seq, p_coord, p_lo, x_seq, x_coord, x_lo, i0, i1, out_a, out
     for i in range(i0, i1):
         for j in range(x_seq.shape[0]):
             if K._visible(p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
-                n = K.put(out_a, out_b, n, i, j)
+                if n < out_a.shape[0]:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
     return n
 
 
