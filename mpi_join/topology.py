@@ -45,6 +45,14 @@ class Topology:
         end-of-stream marker follows); by default all of them."""
         return self.downstream(rank)
 
+    def ends(self, rank, src, ended):
+        """Where end-of-stream goes on when `src` ends at `rank` (`ended`: the upstream ranks ended
+        so far, `src` among them): the links of `continues(rank, src)` that no other upstream link
+        still feeds. So each link gets one copy, after everything that can still reach it (a
+        merger tells its parent once all its inputs have ended, not once per input)."""
+        return [d for d in self.continues(rank, src)
+                if all(u in ended for u in self.upstream(rank) if d in self.continues(rank, u))]
+
     def entries(self):
         """Workers the driver sends DATA to."""
         return self.downstream(DRIVER)
@@ -67,6 +75,11 @@ class Topology:
     def links(self):
         """Every directed DATA link (sender, receiver)."""
         return [(a, b) for a in range(self.size) for b in self.downstream(a)]
+
+    def explain(self):
+        """Lines saying what the ranks do, in the strategy's words, for `mpi-join explain`
+        (none by default: the roles and links say it)."""
+        return []
 
     def describe(self):
         return {r: {"role": self.role(r), "up": self.upstream(r), "down": self.downstream(r),

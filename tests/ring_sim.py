@@ -48,6 +48,7 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
     router = info.load_role("driver")(job, topo, _Driver(links, src))
     rng = np.random.default_rng(seed)
     out, epoch, eos_sent = [], 0, False
+    ended = {r: set() for r in topo.workers}
 
     def apply(b, res):
         if res is None:
@@ -64,8 +65,9 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
     def deliver(a, b):
         item = links[(a, b)].popleft()
         if item == EOS:
+            ended[b].add(a)
             apply(b, mods[b].on_eos(a))
-            for d in topo.continues(b, a):
+            for d in topo.ends(b, a, ended[b]):
                 links[(b, d)].append(EOS)
             return
         header, batches = item

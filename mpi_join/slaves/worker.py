@@ -12,7 +12,7 @@ they arrive into one FIFO inbox per sending rank, and handles them one at a time
   into committed files, `module.snapshot()`), and the marker goes out on every downstream link;
   DATA that arrives on a link before that link's own copy is saved as channel state. When every
   upstream link has delivered its copy, the rank file is complete and the driver is told.
-- End of stream travels the input's path (`topology.continues`); the driver ends the job with
+- End of stream travels the input's path (`topology.ends`: a link ends once all that feeds it has); the driver ends the job with
   termination probes (sent and received DATA counts, four-counter method) and FIN. A worker
   leaves once it has FIN and every end-of-stream copy meant for it (topology.eos_links): one
   still in flight would be unmatched at MPI_Finalize.
@@ -394,7 +394,7 @@ class Worker:
     def _eos(self, src):
         self.eos_from.add(src)
         self._apply(self.module.on_eos(src))
-        for d in self.topo.continues(self.rank, src):
+        for d in self.topo.ends(self.rank, src, self.eos_from):
             self.outbox[d].append(("ctrl", Eos()))
         self._pump_out()
 
