@@ -117,10 +117,10 @@ def _kill_host():
 @pytest.mark.parametrize("fault,silent", [(_cut_link, True), (_stop_rank, True), (_kill_host, False)],
                          ids=["link-cut", "sigstop", "host-killed"])
 def test_a_fault_aborts_with_one_line_then_resume_is_exactly_once(hosts, tmp_path, fault, silent):
-    path, job, arrays = _job(tmp_path, n=24000, rate=1500, every=2000)
+    path, job, arrays = _job(tmp_path, n=12000, rate=1500, every=2000)
     root = job.checkpoint.dir
     try:
-        p, took, err = fault_after_checkpoints(_cmd(3, "run", path), root, 1, 24000, fault,
+        p, took, err = fault_after_checkpoints(_cmd(3, "run", path), root, 1, 12000, fault,
                                           timeout=TIMEOUT_S + 30)
     finally:
         subprocess.run(["ip", "-n", f"{PREFIX}br", "link", "set", f"b{PREFIX}3", "up"])
