@@ -130,3 +130,25 @@ def test_every_role_of_every_strategy_has_code():
                 role = topo.role(rank)
                 cls = info.load_role(role)
                 assert isinstance(cls, type), (info.name, n, rank, role)
+
+
+def test_end_of_stream_reaches_every_link_once_after_all_that_feeds_it():
+    """Followed as the workers send it (Topology.ends), end-of-stream crosses each link of
+    eos_links exactly once, and a rank sends it on a link only after every upstream link that
+    feeds that link has ended: no copy bounces back along a tree's result edges."""
+    from collections import Counter
+    from mpi_join.strategies import REGISTRY
+    for info in REGISTRY.values():
+        for n in range(info.min_ranks, 9):
+            topo = info.topology(n, {k: p.default for k, p in info.params.items()})
+            ended = {r: set() for r in range(n)}
+            sent, todo = Counter(), [(0, e) for e in topo.entries()]
+            while todo:
+                src, dst = todo.pop()
+                sent[src, dst] += 1
+                assert sent[src, dst] == 1, (info.name, n, src, dst)
+                ended[dst].add(src)
+                for d in topo.ends(dst, src, ended[dst]):
+                    assert all(u in ended[dst] for u in topo.upstream(dst) if d in topo.continues(dst, u))
+                    todo.append((dst, d))
+            assert set(sent) == topo.eos_links(), (info.name, n)
