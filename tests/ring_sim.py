@@ -8,11 +8,28 @@ from dataclasses import replace
 import numpy as np
 
 from mpi_join import strategies
+from mpi_join.config import parse_job
 from mpi_join.master.source import Source
 from mpi_join.protocol import DataHeader
 from mpi_join.strategies import check_strategy
 
 EOS = "eos"
+
+# the simulations' jobs: one predicate of each kind, time and count windows of different sizes
+SIM_PRED = {
+    "equi": 'equi = [["R.k", "S.k"]]',
+    "band": 'band = [{left = "R.v", right = "S.w", eps = 0.5}]',
+    "theta": 'theta = [{udf = "udf_fixtures:close_values", streams = ["R", "S"]}]',
+}
+SIM_WINDOWS = {"time": ('"9ms"', '"4ms"'), "count": ("11", "23")}
+
+
+def sim_job(strategy, pred, kind):
+    """A two-stream job (conftest.equi_job_text) with predicate SIM_PRED[pred], windows SIM_WINDOWS[kind]."""
+    import tomllib
+    from conftest import equi_job_text
+    return parse_job(tomllib.loads(equi_job_text(SIM_WINDOWS[kind], strategy=strategy, predicate=SIM_PRED[pred])),
+                     "t.toml")
 
 
 class _Driver:

@@ -99,6 +99,28 @@ def kill_after_checkpoints(path, root, ranks, victim, checkpoints, total):
                                    total, kill)[0]
 
 
+def paced_checkpointed_job(tmp_path, strategy, predicate, total=16000):
+    """A job paced at 2,500 tuples/s per stream with a checkpoint every 1,500 tuples (so a kill
+    lands mid-run, with work in flight): (path, job, arrays)."""
+    text = equi_job_text(('"60ms"', "50"), strategy=strategy, predicate=predicate,
+                         run='batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"')
+    text += '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 3\n'
+    arrays = random_streams(np.random.default_rng(5), total, key_range=20, ts_step=2)
+    return (*write_job(str(tmp_path), text, arrays), arrays)
+
+
+def kill_then_resume(path, job, ranks, victim, total, checkpoints=2):
+    """SIGKILL rank `victim` after `checkpoints` checkpoints: the run fails and writes no
+    _SUCCESS; `--resume` from the newest checkpoint then completes it (the caller checks the
+    results)."""
+    p = kill_after_checkpoints(path, job.checkpoint.dir, ranks, victim, checkpoints, total)
+    assert p.returncode != 0
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    r = run_mpi(ranks, "run", path, "--resume", job.checkpoint.dir)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "resuming from checkpoint" in r.stderr
+
+
 def fault_after_checkpoints(cmd, root, checkpoints, total, fault, timeout=60):
     """Launch the mpiexec command line `cmd`, call `fault()` once `checkpoints` checkpoints are
     complete (before the input's end), and return (the finished process, seconds from the

@@ -1,30 +1,22 @@
 """The handshake-join chain's workers and router driven without MPI (ring_sim.simulate_strategy):
 random delivery order across links, tiny batches so tuples cross between neighbours all the time,
 equal to the oracle for chain lengths 1, 2 and 5, time and count windows, equi, band and theta."""
-import tomllib
 
 import numpy as np
 import pytest
 
-from mpi_join.config import parse_job
 from mpi_join.oracle import run_oracle
-from conftest import equi_job_text, random_streams
+from conftest import random_streams
 from reference import as_set
-from ring_sim import simulate_strategy
+from ring_sim import SIM_PRED, SIM_WINDOWS, sim_job, simulate_strategy
 
 STRATEGY = "handshake"   # whose time budget this file's tests count against (conftest.py)
 
-PRED = {
-    "equi": 'equi = [["R.k", "S.k"]]',
-    "band": 'band = [{left = "R.v", right = "S.w", eps = 0.5}]',
-    "theta": 'theta = [{udf = "udf_fixtures:close_values", streams = ["R", "S"]}]',
-}
-WINDOWS = {"time": ('"9ms"', '"4ms"'), "count": ("11", "23")}
+PRED, WINDOWS = SIM_PRED, SIM_WINDOWS
 
 
 def _job(pred, kind):
-    return parse_job(tomllib.loads(equi_job_text(WINDOWS[kind], strategy="handshake", predicate=PRED[pred])),
-                     "t.toml")
+    return sim_job("handshake", pred, kind)
 
 
 def _check(got, expect):

@@ -11,7 +11,7 @@ from mpi_join.oracle import run_oracle
 from mpi_join.results import read_results
 from conftest import equi_job_text, random_streams, run_mpi, write_job
 from reference import as_set
-from test_checkpoint import kill_after_checkpoints
+from test_checkpoint import kill_then_resume, paced_checkpointed_job
 
 SLOW = True
 STRATEGY = "handshake"   # whose time budget this file's tests count against (conftest.py)
@@ -46,18 +46,8 @@ def test_chain_lengths_equal_oracle(tmp_path, strategy, workers, kind, extra):
 
 @pytest.mark.parametrize("strategy", ["handshake", "llhj"])
 def test_sigkill_then_resume_is_exactly_once(tmp_path, strategy):
-    text = equi_job_text(('"60ms"', "50"), strategy=strategy, predicate=BAND,
-                         run='batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"')
-    text += '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 3\n'
-    arrays = random_streams(np.random.default_rng(5), 16000, key_range=20, ts_step=2)
-    path, job = write_job(str(tmp_path), text, arrays)
-    root = job.checkpoint.dir
-    p = kill_after_checkpoints(path, root, ranks=4, victim=2, checkpoints=2, total=16000)
-    assert p.returncode != 0
-    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
-    r = run_mpi(4, "run", path, "--resume", root)
-    assert r.returncode == 0, r.stderr + r.stdout
-    assert "resuming from checkpoint" in r.stderr
+    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, BAND)
+    kill_then_resume(path, job, ranks=4, victim=2, total=16000)
     _check(job, arrays)
 
 
