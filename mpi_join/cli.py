@@ -458,16 +458,21 @@ def _d(v):
 @click.argument("results", type=click.Path())
 @click.option("--job", "job_path", required=True, type=click.Path(dir_okay=False), help="The job file of the run.")
 @click.option("--examples", default=5, show_default=True, help="How many examples of each difference to print.")
-def verify(results, job_path, examples):
+@click.option("--ordered", type=click.Choice(["outer", "inner"]), default=None,
+              help="Also check the order the results were written in (one writer's part files, as splitjoin's "
+                   "combiner writes them): 'outer', grouped in the arrival order of the tuple that triggered them "
+                   "(splitjoin's default, punctuation = \"tuples\", interval = 1); 'inner', also in the arrival "
+                   "order of the tuple it met (punctuation = \"comparisons\", interval = 1).")
+def verify(results, job_path, examples, ordered):
     """Compare RESULTS (a run's output dir or a results dataset) with the oracle.
 
     Prints the counts of missing, extra and duplicated results with examples; exits 1 on any
-    difference."""
+    difference (and with --ordered, on any result written out of order)."""
     from .config import load_job
     from .verify import format_report, verify as do_verify
     try:
         job = load_job(job_path)
-        rep = do_verify(results, job, examples)
+        rep = do_verify(results, job, examples, ordered)
     except JobError as e:
         _fail(e)
     click.echo(format_report(rep))
@@ -571,7 +576,8 @@ def strategies_cmd():
               help="runtime: 4.8 M tuples (20,000/s per stream over 120 s, 100,000 uniform keys, 60 s windows) "
                    "on 2 and 3 ranks, and at 80% of the sustainable rate. memory: rank 0's peak RSS with 1 M and "
                    "8 M staged tuples (--tuples adds a size), on 2 ranks unless -n is given. A strategy's own "
-                   "cases are listed by `mpi-join strategies` (psp: fig8a).")
+                   "cases are listed by `mpi-join strategies` (psp: fig8a; handshake, llhj: max-rate; splitjoin: "
+                   "cores, where -n values are join cores).")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Work directory (default: a temporary one).")
 def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, load_fraction, case, workdir):
     """Throughput and latency of STRATEGY against the single-core oracle, measured in the same run.
@@ -587,6 +593,7 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
       mpi-join bench hash --case runtime        # the 4.8 M tuple case of the README
       mpi-join bench hash --case memory         # rank 0's peak RSS, 1 M against 8 M tuples
       mpi-join bench psp --case fig8a           # response time against ring length, and the model's
+      mpi-join bench splitjoin --case cores     # splitjoin, handshake, llhj on 1..4 join cores, and a model
     """
     from .bench import bench as run_bench
     prm = {}

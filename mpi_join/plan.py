@@ -41,6 +41,9 @@ def explain(job, nranks):
         kinds = sorted({k for k in d["carries"].values() if k != "input"})
         out.append(f"  rank {r}: {d['role']:<7} receives from {d['up'] or '-'}, sends to {d['down'] or '-'}"
                    + (f" ({', '.join(kinds)})" if kinds else ""))
+    said = topo.explain()
+    if said:
+        out += [f"what the ranks do ({job.strategy.name}):"] + ["  " + line for line in said]
     workers = max(1, len(topo.workers))
     state = 0
     out.append("windows:")

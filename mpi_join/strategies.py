@@ -170,6 +170,11 @@ _CHAIN_PARAMS = {
 }
 
 
+def _split_tree(n, params):
+    from .splitjoin.graph import SplitTree
+    return SplitTree(n, params["fanout"])
+
+
 def _star(n, params):
     from .topology import Star
     return Star(n)
@@ -273,6 +278,32 @@ REGISTRY = {
         "llhj", "low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
         _chain_fed, "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
         "run_case_llhj", {}),
+    "splitjoin": StrategyInfo(
+        name="splitjoin",
+        summary="SplitJoin: a distribution tree feeds every join core, each stores 1/k and processes all; "
+                "results merge back up in order (relaxed adjustable punctuation)",
+        predicates=frozenset({"equi", "band", "theta"}),
+        streams=(2, 2),
+        min_ranks=3,
+        topology=_split_tree,
+        roles=_roles("mpi_join.splitjoin.roles", driver="SplitRouter", core="JoinCore",
+                     distributor="DistributorCore", combiner="Combiner"),
+        workload="band",
+        check="mpi_join.splitjoin.checks:check_job",
+        cases={"cores": ("mpi_join.splitjoin.bench_cores:run_case",
+                         "throughput and mean delay against 1..4 join cores (-n values are cores) for splitjoin, "
+                         "handshake and llhj in one run, and a model calibrated on them up to 256 cores")},
+        params={
+            "fanout": Param(2, _int_range(1, 64), "children per node of the distribution and merge trees (the "
+                            "fanout fills before the tree deepens)"),
+            "local_join": Param("index", _choice("index", "scan"),
+                                "join in a core: 'scan' the paper's nested loop, 'index' an equi hash or band index"),
+            "punctuation": Param("tuples", _choice("tuples", "comparisons", "none"),
+                                 "stars in the results: after every `interval` tuples (1: strict outer order), "
+                                 "after every `interval` comparisons (1: strict inner order), or none"),
+            "interval": Param(1, _int_range(1, 1 << 20), "tuples or comparisons per star"),
+        },
+    ),
 }
 
 

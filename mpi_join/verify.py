@@ -1,21 +1,60 @@
-"""Compare a results dataset with the oracle: missing, extra and duplicated results."""
+"""Compare a results dataset with the oracle: missing, extra and duplicated results; and, for a
+strategy that promises an output order (splitjoin), whether the results were written in it."""
+import os
+import re
 import time
 
+import numpy as np
+
 from .oracle import run_oracle
-from .results import compare, read_results
+from .errors import InputError
+from .results import compare, read_results, result_files
 from .staged import read_staged
 
 
-def verify(results_path, job, examples=5):
-    """Returns a report dict; report["ok"] is True only when the result sets are equal."""
+def order_violations(got, level):
+    """How many results (rows of seqs in the order written) come before one they should follow.
+    `outer`: grouped in the arrival (seq) order of the tuple that triggered them, the newest of
+    the result's tuples; `inner`: also, within a trigger, in the arrival order of the others."""
+    if len(got) < 2:
+        return 0
+    trig = got.max(axis=1)
+    back = trig[1:] < trig[:-1]
+    if level == "inner":
+        other = np.sort(got, axis=1)[:, -2]
+        back |= (trig[1:] == trig[:-1]) & (other[1:] < other[:-1])
+    return int(back.sum())
+
+
+def writers(results_path):
+    """The ranks whose part files make up a run's results (part-r<rank>-<n>.parquet)."""
+    ranks = set()
+    for f in result_files(results_path):
+        m = re.match(r"part-r(\d+)-\d+\.parquet$", os.path.basename(f))
+        ranks.add(int(m.group(1)) if m else -1)
+    return ranks
+
+
+def verify(results_path, job, examples=5, ordered=None):
+    """Returns a report dict; report["ok"] is True only when the result sets are equal (and, with
+    `ordered` = "outer" or "inner", the results were written in that order)."""
     arrays = read_staged(job)
     t0 = time.perf_counter()
     expected = run_oracle(job, arrays)
     oracle_s = time.perf_counter() - t0
     got = read_results(results_path, job.stream_names)
     missing, extra, (dups, counts) = compare(expected, got)
+    order = None
+    if ordered:
+        who = writers(results_path)
+        if len(who) > 1 or -1 in who:
+            raise InputError(f"{results_path}: --ordered needs the part files of one writer in write order "
+                             f"(part-r<rank>-<n>.parquet of one rank, as splitjoin's combiner writes them); found "
+                             f"{'files of ranks ' + ', '.join(map(str, sorted(who))) if -1 not in who else 'other files'}")
+        order = {"level": ordered, "violations": order_violations(got, ordered)}
     return {
-        "ok": not (len(missing) or len(extra) or len(dups)),
+        "ok": not (len(missing) or len(extra) or len(dups)) and not (order and order["violations"]),
+        "order": order,
         "expected": int(len(expected)), "got": int(len(got)),
         "missing": int(len(missing)), "extra": int(len(extra)),
         "duplicated": int(len(dups)), "duplicate_copies": int((counts - 1).sum()) if len(counts) else 0,
@@ -37,7 +76,15 @@ def format_report(rep):
         if rep["examples"][k]:
             lab = f"({cols}" + (", copies)" if k == "duplicated" else ")")
             lines.append(f"  {k} e.g. {lab}: " + "; ".join(map(str, rep["examples"][k])))
+    if rep.get("order"):
+        o = rep["order"]
+        what = ("the arrival order of the tuple that triggered them" if o["level"] == "outer" else
+                "the arrival order of the triggering tuple, then of the tuple it met")
+        lines.append(f"order ({o['level']}): {'every result' if not o['violations'] else str(o['violations']) + ' results'}"
+                     f"{' is' if not o['violations'] else ' are not'} written in {what}")
     lines.append("compared with the oracle on the staged input as given (this cannot catch a wrong time unit or "
                  "column at staging)")
-    lines.append("OK: results equal the oracle" if rep["ok"] else "DIFFERENT: results do not equal the oracle")
+    ordered = " and are in order" if rep.get("order") else ""
+    lines.append(f"OK: results equal the oracle{ordered}" if rep["ok"] else
+                 "DIFFERENT: results do not equal the oracle" + (" or are out of order" if rep.get("order") else ""))
     return "\n".join(lines)

@@ -1,0 +1,240 @@
+"""SplitJoin's roles: the driver's router, join cores (`core`; `distributor` for one with
+children), and the `combiner` that also writes. See graph.py for the layout, rap.py for the
+punctuation.
+
+A join core receives every tuple of both streams and splits storing from processing:
+- store: it keeps the tuples whose count in their stream is its position mod k (round-robin,
+  decided by the core alone from what it has seen: no coordinator);
+- process: every tuple is joined with the core's sub-window of the other stream (the tuples of a
+  batch that this core stores and that arrived before it included), with the shared local join
+  (slaves/local_join.BinaryJoin: the paper's nested loop, `local_join = "scan"`, or an equi or
+  band index).
+- expire without messages: a count window is a ring of ceil(W/k) tuples per core, the oldest
+  overwritten in round-robin order (passive); a time window drops, before a batch is processed,
+  what its oldest tuple of the other stream no longer sees (active). Visibility is still checked
+  per pair (window.py), so the ring only bounds memory.
+Each core sends, per input batch, one message up the merge tree: its R-triggered and S-triggered
+results, each sorted by (trigger, stored tuple) and punctuated (rap.py). Every core gets every
+batch and answers each with one message, so a merger's inputs line up batch by batch.
+"""
+import math
+from collections import deque
+
+import numpy as np
+
+from ..master.driver import Router
+from ..results import result_dtype, result_rows
+from ..slaves.local_join import BinaryJoin, warm_up
+from ..slaves.module import JoinModule, Output
+from . import rap
+from .graph import FLOWS
+
+
+class SplitRouter(Router):
+    """The driver: the root of the distribution tree; every batch goes to its children, whole."""
+
+    def route(self, batches, slot):
+        self.driver.send_many(self.topology.children(0), batches)
+
+
+class JoinCore(JoinModule):
+    """Role `core`: a leaf of the distribution tree."""
+
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        p = job.strategy.params
+        self.k, self.pos = topology.k, topology.position(rank)
+        self.parent, self.up = topology.parent(rank), topology.result_parent(rank)
+        self.method = p["local_join"]
+        self.join = BinaryJoin(job.predicate, dtypes, self.method)
+        self.kinds = [s.window.kind for s in job.streams]
+        self.ring = [math.ceil(s.window.size / self.k) if s.window.kind == "count" else 0 for s in job.streams]
+        self.mode, self.interval = p["punctuation"], int(p["interval"])
+        self.seen = [0, 0]
+        self.names = job.stream_names
+
+    def warm_up(self):
+        warm_up(self.job.predicate, self.dtypes, self.method)
+
+    def link_dtypes(self, kind):
+        assert kind == FLOWS, kind
+        rows = result_dtype(self.names)
+        return [rows, rap.STAR, rows, rap.STAR]
+
+    def on_data(self, src, header, batches):
+        out = Output()
+        out.send(self.up, self.process(batches), ())
+        return out
+
+    def process(self, batches):
+        """Store, expire and process one batch; returns its flows [R rows, R stars, S rows, S stars]."""
+        j = self.join
+        for s in (0, 1):
+            o = batches[1 - s]
+            if self.kinds[s] == "time" and len(o):            # active expiry, before processing
+                j.windows[s].expire(int(o["_lo"][0]))
+        first = list(self.seen)
+        for s, b in enumerate(batches):
+            count = self.seen[s] + np.arange(len(b))
+            mine = b[count % self.k == self.pos]
+            j.append(j.derive(mine, s), s)
+            self.seen[s] += len(b)
+        flows = []
+        for s, b in enumerate(batches):
+            flows += self._flow(s, b, j.probe(b, s), first[s])
+        for s, cap in enumerate(self.ring):                  # passive expiry: the ring overwrites
+            if cap and len(j.windows[s]) > cap:
+                j.windows[s].drop(len(j.windows[s]) - cap)
+        return flows
+
+    def _flow(self, s, new, res, first):
+        """Stream s's new tuples' results (seq 0, seq 1, tin) as a punctuated flow."""
+        newer = res[s] > res[1 - s]        # the pair is the newer tuple's to process (probe is symmetric)
+        res = tuple(x[newer] for x in res)
+        trig, stored = res[s], res[1 - s]
+        if self.mode == "none":
+            return [result_rows(self.names, res[:2], res[2]), rap.no_stars()]
+        order = np.lexsort((stored, trig))
+        trig, stored = trig[order], stored[order]
+        rows = result_rows(self.names, (res[0][order], res[1][order]), res[2][order])
+        counts = first + np.arange(len(new), dtype=np.int64)
+        row_count = first + np.searchsorted(new["seq"], trig)
+        if self.mode == "tuples":
+            return [rows, rap.punctuate("tuples", self.interval, counts, new["seq"], row_count, None, None)]
+        w = self.join.windows[1 - s]
+        view, c = w.view(), self.interval
+        block = (w.base + np.searchsorted(view["seq"], stored)) // c
+        hi = w.base + np.searchsorted(view["seq"], new["seq"])
+        lo = w.base + np.searchsorted(view["_coord"], new["_lo"])
+        last = np.where(hi > lo, (hi - 1) // c, lo // c - 1)
+        return [rows, rap.punctuate("comparisons", c, counts, new["seq"], row_count, block, (lo // c, last))]
+
+    def snapshot(self):
+        arrays = self.join.snapshot()
+        return arrays, {"seen": list(self.seen), "base": [w.base for w in self.join.windows]}
+
+    def restore(self, arrays, attrs):
+        self.seen = [int(x) for x in attrs["seen"]]
+        for w, b in zip(self.join.windows, attrs["base"]):
+            w.base = int(b)          # stored tuples keep their numbers (comparison stars count on them)
+        self.join.restore(arrays)
+
+    def state_dtype(self, name):
+        return self.join.state_dtype(name)
+
+    def stats(self):
+        return {"window_tuples": len(self.join)}
+
+
+class Gather:
+    """Flows waiting at a merger, one queue per input; a batch's set is merged once every input
+    has brought its message for it (inputs answer every batch, in order)."""
+
+    def __init__(self, n):
+        self.queues = [deque() for _ in range(n)]
+
+    def add(self, i, flows):
+        self.queues[i].append(list(flows))
+
+    def ready(self):
+        """Merged flows [R rows, R stars, S rows, S stars] of each complete set, oldest first."""
+        while all(self.queues):
+            sets = [q.popleft() for q in self.queues]
+            yield [x for s in (0, 2) for x in rap.merge([(f[s], f[s + 1]) for f in sets])]
+
+    def snapshot(self):
+        arrays = {f"gather/{i}/{m}/{a}": x for i, q in enumerate(self.queues) for m, f in enumerate(q)
+                  for a, x in enumerate(f)}
+        return arrays, [len(q) for q in self.queues]
+
+    def restore(self, arrays, lengths, dtypes):
+        for i, n in enumerate(lengths):
+            self.queues[i] = deque([[arrays.get(f"gather/{i}/{m}/{a}", np.zeros(0, dt)) for a, dt in enumerate(dtypes)]
+                                    for m in range(n)])
+
+    @staticmethod
+    def state_dtype(name, dtypes):
+        p = name.split("/")
+        return dtypes[int(p[3])] if p[0] == "gather" and len(p) == 4 and p[3] in "0123" else None
+
+
+class DistributorCore(JoinCore):
+    """Role `distributor`: a core with children. It passes each batch on to them before joining
+    it, and merges its own flows (input 0) with theirs (inputs 1..) before sending them up."""
+
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        self.children = topology.children(rank)
+        self.gather = Gather(1 + len(self.children))
+
+    def forward_first(self, src, header, batches):
+        if src == self.parent:
+            out = Output()
+            out.send_many(self.children, batches, header.bounds)
+            return out
+        return None
+
+    def on_data(self, src, header, batches):
+        if src == self.parent:
+            self.gather.add(0, self.process(batches))
+        else:
+            self.gather.add(1 + self.children.index(src), batches)
+        out = Output()
+        for flows in self.gather.ready():
+            out.send(self.up, flows, ())
+        return out
+
+    def snapshot(self):
+        arrays, attrs = super().snapshot()
+        g, lengths = self.gather.snapshot()
+        return {**arrays, **g}, dict(attrs, gather=lengths)
+
+    def restore(self, arrays, attrs):
+        super().restore({k: v for k, v in arrays.items() if not k.startswith("gather/")}, attrs)
+        self.gather.restore(arrays, attrs["gather"], self.link_dtypes(FLOWS))
+
+    def state_dtype(self, name):
+        return Gather.state_dtype(name, self.link_dtypes(FLOWS)) or super().state_dtype(name)
+
+
+class Combiner(JoinModule):
+    """Role `combiner`: merges the flows of the driver's children, joins the R- and S-punctuated
+    flows into one stream (stars flagged R or S) and writes its results in that order."""
+
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        self.inputs = topology.upstream(rank)
+        self.gather = Gather(len(self.inputs))
+        self.cols = [f"{n}_seq" for n in job.stream_names]
+        self.stars = [0, 0]
+        self.received = 0
+
+    def link_dtypes(self, kind):
+        rows = result_dtype(self.job.stream_names)
+        return [rows, rap.STAR, rows, rap.STAR]
+
+    def on_data(self, src, header, batches):
+        self.gather.add(self.inputs.index(src), batches)
+        out = Output()
+        for f in self.gather.ready():
+            rows, stars, flags = rap.combine((f[0], f[1]), (f[2], f[3]))
+            self.stars[0] += int((flags == 0).sum())
+            self.stars[1] += int((flags == 1).sum())
+            self.received += len(rows)
+            out.emit([np.ascontiguousarray(rows[c]) for c in self.cols], np.ascontiguousarray(rows["_tin"]))
+        return out
+
+    def snapshot(self):
+        g, lengths = self.gather.snapshot()
+        return g, {"gather": lengths, "stars": list(self.stars), "received": self.received}
+
+    def restore(self, arrays, attrs):
+        self.gather.restore(arrays, attrs["gather"], self.link_dtypes(FLOWS))
+        self.stars, self.received = [int(x) for x in attrs["stars"]], int(attrs["received"])
+
+    def state_dtype(self, name):
+        return Gather.state_dtype(name, self.link_dtypes(FLOWS))
+
+    def stats(self):
+        return {"window_tuples": 0, "results_received": self.received, "stars_r": self.stars[0],
+                "stars_s": self.stars[1]}
