@@ -33,3 +33,16 @@ def brute_force(job, arrays, cond):
 
 def as_set(rows):
     return {tuple(int(x) for x in r) for r in rows}
+
+
+def assert_equals_oracle(job, arrays):
+    """A run's written results (job.output) are the oracle's, none twice; returns them in the
+    order written."""
+    from mpi_join.oracle import run_oracle
+    from mpi_join.results import read_results
+    got = read_results(job.output, job.stream_names)
+    expect = run_oracle(job, arrays)
+    assert len(expect) > 0
+    assert len(got) == len(as_set(got)), "a result was written twice"
+    assert as_set(got) == as_set(expect)
+    return got

@@ -99,10 +99,10 @@ def kill_after_checkpoints(path, root, ranks, victim, checkpoints, total):
                                    total, kill)[0]
 
 
-def paced_checkpointed_job(tmp_path, strategy, predicate, total=16000):
+def paced_checkpointed_job(tmp_path, strategy, predicate, total=16000, extra_strategy=""):
     """A job paced at 2,500 tuples/s per stream with a checkpoint every 1,500 tuples (so a kill
     lands mid-run, with work in flight): (path, job, arrays)."""
-    text = equi_job_text(('"60ms"', "50"), strategy=strategy, predicate=predicate,
+    text = equi_job_text(('"60ms"', "50"), strategy=strategy, predicate=predicate, extra_strategy=extra_strategy,
                          run='batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"')
     text += '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 3\n'
     arrays = random_streams(np.random.default_rng(5), total, key_range=20, ts_step=2)
