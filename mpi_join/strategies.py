@@ -175,6 +175,11 @@ def _split_tree(n, params):
     return SplitTree(n, params["fanout"])
 
 
+def _biclique(n, params):
+    from .biclique.graph import Biclique
+    return Biclique(n, params["dispatchers"], params["r_units"])
+
+
 def _star(n, params):
     from .topology import Star
     return Star(n)
@@ -278,6 +283,31 @@ REGISTRY = {
         "llhj", "low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
         _chain_fed, "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
         "run_case_llhj", {}),
+    "biclique": StrategyInfo(
+        name="biclique",
+        summary="BiStream's join-biclique: dispatchers store each tuple at one unit of its side and send it to "
+                "be joined at units of the other side (random or ContRand routing); no state replicated",
+        predicates=frozenset({"equi", "band", "theta"}),
+        streams=(2, 2),
+        min_ranks=4,
+        topology=_biclique,
+        roles=_roles("mpi_join.biclique.roles", driver="Shuffler", dispatcher="Dispatcher", unit="Unit"),
+        workload="equi",
+        check="mpi_join.biclique.checks:check_job",
+        params={
+            "dispatchers": Param(1, _int_range(1, 64), "dispatcher ranks (1 to 64) after the shuffler; with more "
+                                 "than one, units merge their flows in the shuffler's stamp order (the "
+                                 "order-consistent protocol)"),
+            "r_units": Param(0, _int_range(0, 1 << 16), "R-units m (0: half of the units); the rest are S-units"),
+            "r_groups": Param(1, _int_range(1, 1 << 16), "ContRand subgroups d of the R-units (1: random routing; "
+                              "m: pure hashing; above 1 needs an equi condition)"),
+            "s_groups": Param(1, _int_range(1, 1 << 16), "ContRand subgroups e of the S-units"),
+            "local_join": Param("index", _choice("index", "scan"),
+                                "join in a unit: 'index' an equi hash or band index, 'scan' a nested loop"),
+            "ordered": Param(True, _bool, "units merge their dispatchers' flows in stamp order (false shows what "
+                             "goes wrong without the order-consistent protocol)", testing=True),
+        },
+    ),
     "splitjoin": StrategyInfo(
         name="splitjoin",
         summary="SplitJoin: a distribution tree feeds every join core, each stores 1/k and processes all; "

@@ -66,6 +66,7 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
     rng = np.random.default_rng(seed)
     out, epoch, eos_sent = [], 0, False
     ended = {r: set() for r in topo.workers}
+    last = {}                                   # the last order delivered on each link
 
     def apply(b, res):
         if res is None:
@@ -88,12 +89,30 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
                 links[(b, d)].append(EOS)
             return
         header, batches = item
+        last[(a, b)] = header.order
         apply(b, mods[b].forward_first(a, header, batches))
         apply(b, mods[b].on_data(a, header, batches))
 
+    def in_order(link):
+        """A merged link's next batch goes first only if no other merged link can still bring a
+        lesser order (it has ended, or its next or last order is greater): the runtime's merge."""
+        a, b = link
+        q = links[link]
+        merged = mods[b].merged_links()
+        if q[0] == EOS or a not in merged:
+            return True
+        mine = q[0][0].order
+        for u in merged:
+            if u == a or u in ended[b]:
+                continue
+            other = links[(u, b)]
+            if not ((other and (other[0] == EOS or other[0][0].order > mine)) or last.get((u, b), -1) > mine):
+                return False
+        return True
+
     def ready(link):
         q = links[link]
-        if not q:
+        if not q or not in_order(link):
             return False
         return link[0] != 0 or q[0] == EOS or mods[link[1]].accepts_input()
 

@@ -1,0 +1,22 @@
+"""What `biclique` checks in a job before it runs (named in the registry)."""
+from .graph import Biclique
+
+
+def check_job(job, nranks):
+    p = job.strategy.params
+    where = f"{job.path}: strategy"
+    if (p["r_groups"] > 1 or p["s_groups"] > 1) and not job.predicate.equi:
+        return (f"{where}: r_groups = {p['r_groups']}, s_groups = {p['s_groups']} route by the equi key's hash "
+                f"(ContRand), and this predicate has no equi condition; use r_groups = s_groups = 1 (random routing)")
+    need = 1 + p["dispatchers"] + 2
+    if nranks < need:
+        return (f"strategy 'biclique' with {p['dispatchers']} dispatcher(s) needs at least {need} MPI ranks (the "
+                f"shuffler, the dispatchers, one R-unit and one S-unit), got {nranks}")
+    t = Biclique(nranks, p["dispatchers"], p["r_units"])
+    if p["r_units"] and p["r_units"] != t.m:
+        return (f"{where}.r_units: {p['r_units']} R-units leave no S-unit with {nranks} ranks and "
+                f"{p['dispatchers']} dispatcher(s); at most {nranks - 2 - p['dispatchers']}")
+    for name, groups, units in (("r_groups", p["r_groups"], t.m), ("s_groups", p["s_groups"], len(t.s_units))):
+        if groups > units:
+            return f"{where}.{name}: {groups} subgroups but only {units} unit(s) on that side with {nranks} ranks"
+    return None

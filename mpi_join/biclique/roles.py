@@ -1,0 +1,118 @@
+"""The join-biclique's roles: the shuffler (`driver`), `dispatcher`s and `unit`s. See graph.py
+for the layout, routing.py for ContRand.
+
+A unit of side X keeps X tuples routed to it for storing (each X tuple is stored at exactly one
+unit), and joins the tuples of the other side sent to it against them, then discards those: a
+pair (x, y) is found once, when the newer of the two meets the unit that stores the older (the
+unit probes only with tuples newer than what it stores: the order-consistent protocol makes
+that the same order at every unit). Windows expire by the batch's bounds (window.py); a
+full-history (unbounded) window keeps everything."""
+
+from ..master.driver import Router
+from ..partitioning import Partitioner
+from ..slaves.local_join import BinaryJoin, warm_up
+from ..slaves.module import JoinModule, Output
+from . import routing
+
+
+class Shuffler(Router):
+    """Rank 0: deals the batches to the dispatchers in turn, each stamped with its place in the
+    input (the order the units merge by)."""
+
+    def __init__(self, job, topology, driver):
+        super().__init__(job, topology, driver)
+        self.part = Partitioner(job, 1)
+        self.next = 0
+
+    def annotate(self, batch, stream):
+        batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
+
+    def route(self, batches, slot):
+        d = self.topology.dispatchers
+        self.driver.send(d[self.next % len(d)], batches, order=self.next)
+        self.next += 1
+
+    def snapshot(self):
+        return {}, {"next": self.next}
+
+    def restore(self, arrays, attrs):
+        self.next = int(attrs["next"])
+
+
+class Dispatcher(JoinModule):
+    """Routes each batch: for every unit, the tuples of its side it stores and the tuples of the
+    other side it joins; every unit gets its part of every batch, empty or not (the signal)."""
+
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        p = job.strategy.params
+        self.groups = (int(p["r_groups"]), int(p["s_groups"]))
+        self.units = (topology.r_units, topology.s_units)
+        self.routed = 0
+
+    def on_data(self, src, header, batches):
+        out = Output()
+        store = [routing.store_unit(b, len(self.units[s]), self.groups[s]) for s, b in enumerate(batches)]
+        for side in (0, 1):
+            other = 1 - side
+            for u, rank in enumerate(self.units[side]):
+                parts = [None, None]
+                parts[side] = batches[side][store[side] == u]
+                parts[other] = batches[other][routing.join_mask(batches[other], len(self.units[side]),
+                                                                self.groups[side], u)]
+                out.send(rank, parts, header.bounds, order=header.order)
+        self.routed += sum(len(b) for b in batches)
+        return out
+
+    def stats(self):
+        return {"window_tuples": 0, "tuples_routed": self.routed}
+
+
+class Unit(JoinModule):
+    """Role `unit`: stores its side's tuples routed to it, joins the other side's against them."""
+
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        self.side = topology.side(rank)
+        self.method = job.strategy.params["local_join"]
+        self.join = BinaryJoin(job.predicate, dtypes, self.method)
+        self.ordered = bool(job.strategy.params["ordered"])
+        self.dispatchers = tuple(topology.dispatchers) if self.ordered else ()
+        self.last = -1
+        self.probed = 0
+
+    def warm_up(self):
+        warm_up(self.job.predicate, self.dtypes, self.method)
+
+    def merged_links(self):
+        return self.dispatchers
+
+    def on_data(self, src, header, batches):
+        if self.ordered and header.order != self.last + 1:
+            raise RuntimeError(f"unit {self.rank}: batch {header.order} after batch {self.last}: the "
+                               f"dispatchers' flows were not merged in order")
+        self.last = header.order
+        x, o = self.side, 1 - self.side
+        j = self.join
+        j.append(j.derive(batches[x], x), x)
+        res = j.probe(batches[o], o)
+        newer = res[o] > res[x]                     # the pair is the newer tuple's (its probe came later)
+        out = Output()
+        out.emit((res[0][newer], res[1][newer]), res[2][newer])
+        self.probed += len(batches[o])
+        j.expire(header.bounds)
+        return out
+
+    def snapshot(self):
+        arrays = self.join.snapshot()
+        return arrays, {"last": self.last, "probed": self.probed}
+
+    def restore(self, arrays, attrs):
+        self.join.restore(arrays)
+        self.last, self.probed = int(attrs["last"]), int(attrs["probed"])
+
+    def state_dtype(self, name):
+        return self.join.state_dtype(name)
+
+    def stats(self):
+        return {"window_tuples": len(self.join), "tuples_probed": self.probed}

@@ -1,0 +1,90 @@
+"""The join-biclique without MPI: ContRand routing's promises (each tuple stored at exactly one
+unit of its subgroup, sent to join at every unit of the opposite subgroup its key hashes to), and
+the whole graph (shuffler, dispatchers, units) driven by ring_sim.simulate_strategy with random
+delivery across links: equal to the oracle with random and ContRand routing, one and two
+dispatchers, time and count windows and every predicate kind; and, with the units' ordered merge
+switched off, several dispatchers miss or duplicate results (what the order-consistent protocol
+prevents)."""
+import numpy as np
+import pytest
+
+from mpi_join.biclique import routing
+from mpi_join.biclique.graph import Biclique
+from mpi_join.oracle import run_oracle
+from conftest import random_streams
+from reference import as_set
+from ring_sim import sim_job, simulate_strategy
+
+STRATEGY = "biclique"   # whose time budget these tests count against (conftest.py)
+
+
+def _batch(rng, n):
+    b = np.zeros(n, [("seq", np.int64), ("_h", np.uint64)])
+    b["seq"] = np.arange(n)
+    b["_h"] = rng.integers(0, 1 << 62, n).astype(np.uint64) % np.uint64(17)      # 17 distinct keys
+    return b
+
+
+@pytest.mark.parametrize("units,groups", [(1, 1), (4, 1), (4, 2), (5, 3), (6, 6)])
+def test_contrand_stores_once_in_the_key_subgroup_and_joins_at_the_opposite_one(units, groups):
+    rng = np.random.default_rng(units * 10 + groups)
+    b = _batch(rng, 4000)
+    at = routing.store_unit(b, units, groups)
+    spans = routing.subgroups(units, groups)
+    g = routing.group_of(b, groups)
+    assert ((at >= np.array([spans[x][0] for x in g])) & (at < np.array([spans[x][1] for x in g]))).all()
+    for lo, hi in spans:                 # random within a subgroup: every unit of it gets a share
+        inside = (at >= lo) & (at < hi)
+        if inside.any():
+            assert set(at[inside]) == set(range(lo, hi))
+    assert np.array_equal(routing.store_unit(b, units, groups), at)          # a replay routes the same
+    joins = np.stack([routing.join_mask(b, units, groups, u) for u in range(units)])
+    for x in range(len(b)):              # joined at exactly the units of the subgroup its key hashes to
+        lo, hi = spans[g[x]]
+        assert np.flatnonzero(joins[:, x]).tolist() == list(range(lo, hi))
+
+
+def test_layout_and_roles():
+    t = Biclique(8, dispatchers=2, r_units=2)
+    assert t.dispatchers == [1, 2] and t.r_units == [3, 4] and t.s_units == [5, 6, 7]
+    assert [t.role(r) for r in range(8)] == ["driver", "dispatcher", "dispatcher"] + ["unit"] * 5
+    assert t.upstream(5) == [1, 2] and t.downstream(1) == [3, 4, 5, 6, 7]
+    assert Biclique(7).m == 2 and Biclique(7).s_units == [4, 5, 6]        # half the units, rounded down, store R
+
+
+CONFIGS = [(3, {}), (5, {"dispatchers": 2}), (6, {"r_units": 2, "local_join": "scan"}),
+           (7, {"dispatchers": 2, "r_groups": 2, "s_groups": 3}), (5, {"r_groups": 2, "s_groups": 2})]
+CASES = [(pred, kind, w, p) for pred in ("equi", "band", "theta") for kind in ("time", "count") for w, p in CONFIGS
+         if pred == "equi" or not ("r_groups" in p or "s_groups" in p)]     # subgroups route by the equi key
+
+
+@pytest.mark.parametrize("pred,kind,workers,params", CASES,
+                         ids=[f"{pr}-{k}-{w}-{'-'.join(f'{a}{v}' for a, v in p.items())}" for pr, k, w, p in CASES])
+def test_biclique_equals_oracle(pred, kind, workers, params):
+    job = sim_job("biclique", pred, kind)
+    arrays = random_streams(np.random.default_rng(workers), 300, key_range=8)
+    expect = run_oracle(job, arrays)
+    for seed, batch in ((1, 1), (2, 6)):
+        got, mods, _ = simulate_strategy("biclique", job, arrays, workers, seed=seed, batch_size=batch, **params)
+        assert len(expect) and len(got) == len(as_set(got)) and as_set(got) == as_set(expect)
+        units = [m for m in mods.values() if type(m).__name__ == "Unit"]
+        stored = sum(len(m.join.windows[m.side]) + m.join.windows[m.side].base for m in units)
+        assert stored == sum(len(a) for a in arrays)         # every tuple stored once, in one unit
+        assert all(len(m.join.windows[1 - m.side]) == 0 for m in units)      # the other side's: discarded
+
+
+def test_without_the_order_consistent_protocol_two_dispatchers_go_wrong():
+    """Units that take each dispatcher's batches as they come (no merge by stamp) process tuples
+    in different orders: a pair whose tuples reach their units in opposite orders is missed or
+    found twice. With the protocol every seed is exact."""
+    job = sim_job("biclique", "equi", "time")
+    arrays = random_streams(np.random.default_rng(4), 400, key_range=4)
+    expect = as_set(run_oracle(job, arrays))
+    wrong = 0
+    for seed in range(4):
+        got, _, _ = simulate_strategy("biclique", job, arrays, 5, seed=seed, batch_size=3, dispatchers=2,
+                                      ordered=False)
+        wrong += len(got) != len(as_set(got)) or as_set(got) != expect
+        got, _, _ = simulate_strategy("biclique", job, arrays, 5, seed=seed, batch_size=3, dispatchers=2)
+        assert len(got) == len(as_set(got)) and as_set(got) == expect
+    assert wrong > 0

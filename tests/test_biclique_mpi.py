@@ -1,0 +1,56 @@
+"""`biclique` under real mpiexec: random and ContRand routing with several subgroup settings, one
+and two dispatchers (the order-consistent protocol through the runtime's ordered merge), time,
+count and full-history windows, equi, band and theta; a SIGKILL of a unit then --resume, exactly
+once. (Every predicate x window x rank count of the shared matrix: test_strategies_mpi.py.)"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import equi_job_text, random_streams, run_mpi, write_job
+from reference import assert_equals_oracle
+from test_checkpoint import kill_then_resume, paced_checkpointed_job
+
+SLOW = True
+STRATEGY = "biclique"   # whose time budget this file's tests count against (conftest.py)
+
+PRED = {
+    "equi": 'equi = [["R.k", "S.k"]]',
+    "band": 'band = [{left = "R.v", right = "S.w", eps = 0.4}]',
+    "theta": 'theta = [{udf = "udf_fixtures:close_values", streams = ["R", "S"]}]',
+}
+WINDOWS = {"time": ('"30ms"', '"20ms"'), "count": ("40", "25"), "full": ('"unbounded"', '"unbounded"')}
+
+
+_check = assert_equals_oracle
+
+
+@pytest.mark.parametrize("ranks,kind,pred,params", [
+    (4, "time", "equi", ""),
+    (6, "count", "band", "dispatchers = 2"),
+    (7, "time", "equi", "r_groups = 2\ns_groups = 3"),
+    (8, "count", "equi", "dispatchers = 2\nr_units = 2\nr_groups = 2\ns_groups = 1"),
+    (5, "full", "theta", "dispatchers = 2"),
+    (6, "full", "equi", "r_groups = 2\ns_groups = 2"),
+])
+def test_routings_dispatchers_and_windows_equal_oracle(tmp_path, ranks, kind, pred, params):
+    n = 1200 if kind == "full" else 2500
+    text = equi_job_text(WINDOWS[kind], strategy="biclique", predicate=PRED[pred], extra_strategy=params,
+                         run="batch_size = 7\nmax_inflight = 2")
+    arrays = random_streams(np.random.default_rng(ranks), n, key_range=8, ts_step=1)
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(ranks, "run", path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    _check(job, arrays)
+    ranks_ = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
+    units = [r for r in ranks_ if r["role"] == "unit"]
+    assert sum(r["tuples_probed"] for r in units) > 0
+
+
+def test_sigkill_a_unit_then_resume_is_exactly_once(tmp_path):
+    """-n 6 with two dispatchers: units 3..5; killing unit 4 loses its stored tuples and the
+    batches in flight to it from both dispatchers."""
+    path, job, arrays = paced_checkpointed_job(tmp_path, "biclique", PRED["equi"], extra_strategy="dispatchers = 2")
+    kill_then_resume(path, job, ranks=6, victim=4, total=16000)
+    _check(job, arrays)
