@@ -577,7 +577,7 @@ def strategies_cmd():
                    "on 2 and 3 ranks, and at 80% of the sustainable rate. memory: rank 0's peak RSS with 1 M and "
                    "8 M staged tuples (--tuples adds a size), on 2 ranks unless -n is given. A strategy's own "
                    "cases are listed by `mpi-join strategies` (psp: fig8a; handshake, llhj: max-rate; splitjoin: "
-                   "cores, where -n values are join cores).")
+                   "cores, where -n values are join cores; biclique: fig6a, where -n is join units).")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Work directory (default: a temporary one).")
 def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, load_fraction, case, workdir):
     """Throughput and latency of STRATEGY against the single-core oracle, measured in the same run.

@@ -294,6 +294,9 @@ REGISTRY = {
         roles=_roles("mpi_join.biclique.roles", driver="Shuffler", dispatcher="Dispatcher", unit="Unit"),
         workload="equi",
         check="mpi_join.biclique.checks:check_job",
+        cases={"fig6a": ("mpi_join.biclique.bench_memory:run_case",
+                          "state per join unit against the processing volume (full history) for biclique and "
+                          "matrix with the same number of units (-n: units, default 4), the paper's Figure 6a")},
         params={
             "dispatchers": Param(1, _int_range(1, 64), "dispatcher ranks (1 to 64) after the shuffler; with more "
                                  "than one, units merge their flows in the shuffler's stamp order (the "
@@ -306,6 +309,24 @@ REGISTRY = {
                                 "join in a unit: 'index' an equi hash or band index, 'scan' a nested loop"),
             "ordered": Param(True, _bool, "units merge their dispatchers' flows in stamp order (false shows what "
                              "goes wrong without the order-consistent protocol)", testing=True),
+        },
+    ),
+    "matrix": StrategyInfo(
+        name="matrix",
+        summary="join-matrix (the baseline of BiStream): a grid of cells, each R tuple stored along a row and each "
+                "S tuple down a column, so every pair meets in one cell",
+        predicates=frozenset({"equi", "band", "theta"}),
+        streams=(2, 2),
+        min_ranks=2,
+        topology=_star,
+        roles=_roles("mpi_join.biclique.matrix", driver="MatrixRouter", worker="Cell"),
+        workload="equi",
+        check="mpi_join.biclique.checks:check_matrix",
+        params={
+            "rows": Param(0, _int_range(0, 1 << 16), "rows of the grid (0: the divisor of the worker count nearest "
+                          "its square root); columns = workers / rows"),
+            "local_join": Param("index", _choice("index", "scan"),
+                                "join in a cell: 'index' an equi hash or band index, 'scan' a nested loop"),
         },
     ),
     "splitjoin": StrategyInfo(

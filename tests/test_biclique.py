@@ -88,3 +88,26 @@ def test_without_the_order_consistent_protocol_two_dispatchers_go_wrong():
         got, _, _ = simulate_strategy("biclique", job, arrays, 5, seed=seed, batch_size=3, dispatchers=2)
         assert len(got) == len(as_set(got)) and as_set(got) == expect
     assert wrong > 0
+
+
+# -- the join-matrix baseline -------------------------------------------------------------------
+def test_matrix_grid_is_the_divisor_nearest_the_square_root():
+    from mpi_join.biclique.matrix import grid
+    assert [grid(w) for w in (1, 4, 5, 6, 8, 9, 12)] == [(1, 1), (2, 2), (1, 5), (2, 3), (2, 4), (3, 3), (3, 4)]
+    assert grid(6, rows=3) == (3, 2)
+
+
+@pytest.mark.parametrize("strategy", ["matrix"])          # counts against matrix's budget
+@pytest.mark.parametrize("pred", ["equi", "band", "theta"])
+@pytest.mark.parametrize("kind", ["time", "count"])
+@pytest.mark.parametrize("workers,rows", [(1, 0), (4, 0), (6, 3), (5, 0)])
+def test_matrix_equals_oracle_and_stores_each_tuple_along_a_row_or_column(strategy, pred, kind, workers, rows):
+    from mpi_join.biclique.matrix import grid
+    job = sim_job(strategy, pred, kind)
+    arrays = random_streams(np.random.default_rng(workers), 300, key_range=8)
+    expect = run_oracle(job, arrays)
+    got, mods, _ = simulate_strategy(strategy, job, arrays, workers, seed=workers, batch_size=4, rows=rows)
+    assert len(expect) and len(got) == len(as_set(got)) and as_set(got) == as_set(expect)
+    r, c = grid(workers, rows)
+    held = [sum(len(m.join.windows[s]) + m.join.windows[s].base for m in mods.values()) for s in (0, 1)]
+    assert held == [c * len(arrays[0]), r * len(arrays[1])]      # R held once per column, S once per row

@@ -54,3 +54,12 @@ def test_sigkill_a_unit_then_resume_is_exactly_once(tmp_path):
     path, job, arrays = paced_checkpointed_job(tmp_path, "biclique", PRED["equi"], extra_strategy="dispatchers = 2")
     kill_then_resume(path, job, ranks=6, victim=4, total=16000)
     _check(job, arrays)
+
+
+def test_bench_fig6a_matrix_cells_hold_about_twice_what_biclique_units_hold(tmp_path, capsys):
+    """4 join units: a 2 x 2 matrix cell holds half the volume, a biclique unit a quarter."""
+    from mpi_join.biclique.bench_memory import run
+    rows = run(units=4, volumes=(3000,), workdir=str(tmp_path))
+    assert "results equal the oracle in every run" in capsys.readouterr().out
+    ratio = float(rows[0][3])
+    assert 1.6 < ratio < 2.4, rows

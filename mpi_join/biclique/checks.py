@@ -20,3 +20,11 @@ def check_job(job, nranks):
         if groups > units:
             return f"{where}.{name}: {groups} subgroups but only {units} unit(s) on that side with {nranks} ranks"
     return None
+
+
+def check_matrix(job, nranks):
+    rows, workers = job.strategy.params["rows"], nranks - 1
+    if rows and workers % rows:
+        return (f"{job.path}: strategy.rows: {rows} rows do not divide the {workers} workers of {nranks} ranks into "
+                f"a grid; use a divisor of {workers}, or 0 to choose one")
+    return None

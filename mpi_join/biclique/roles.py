@@ -79,7 +79,7 @@ class Unit(JoinModule):
         self.ordered = bool(job.strategy.params["ordered"])
         self.dispatchers = tuple(topology.dispatchers) if self.ordered else ()
         self.last = -1
-        self.probed = 0
+        self.probed = self.peak = 0
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.method)
@@ -100,19 +100,20 @@ class Unit(JoinModule):
         out = Output()
         out.emit((res[0][newer], res[1][newer]), res[2][newer])
         self.probed += len(batches[o])
+        self.peak = max(self.peak, len(j))         # before expiry: at the end of input everything expires
         j.expire(header.bounds)
         return out
 
     def snapshot(self):
         arrays = self.join.snapshot()
-        return arrays, {"last": self.last, "probed": self.probed}
+        return arrays, {"last": self.last, "probed": self.probed, "peak": self.peak}
 
     def restore(self, arrays, attrs):
         self.join.restore(arrays)
-        self.last, self.probed = int(attrs["last"]), int(attrs["probed"])
+        self.last, self.probed, self.peak = int(attrs["last"]), int(attrs["probed"]), int(attrs["peak"])
 
     def state_dtype(self, name):
         return self.join.state_dtype(name)
 
     def stats(self):
-        return {"window_tuples": len(self.join), "tuples_probed": self.probed}
+        return {"window_tuples": len(self.join), "peak_window_tuples": self.peak, "tuples_probed": self.probed}

@@ -24,14 +24,19 @@ def group_of(batch, groups):
     return (batch["_h"] % np.uint64(groups)).astype(np.int64)
 
 
+def spread(batch, n):
+    """A random choice among n for each tuple, made from its seq: the same on a replay."""
+    with np.errstate(over="ignore"):
+        r = ((batch["seq"].astype(np.uint64) * _MIX) >> np.uint64(33)).astype(np.int64)
+    return r % np.maximum(n, 1)
+
+
 def store_unit(batch, n_units, groups):
     """Index (0..n_units-1) of the unit of its own side that stores each tuple."""
     g = group_of(batch, groups)
     spans = np.array(subgroups(n_units, groups), np.int64)
     start, size = spans[g, 0], spans[g, 1] - spans[g, 0]
-    with np.errstate(over="ignore"):
-        r = ((batch["seq"].astype(np.uint64) * _MIX) >> np.uint64(33)).astype(np.int64)
-    return start + r % size
+    return start + spread(batch, size)
 
 
 def join_mask(batch, n_units, groups, unit):

@@ -1,0 +1,71 @@
+"""`matrix`: the join-matrix baseline BiStream is compared with. The workers form a grid of
+`rows` x `cols` cells; the driver sends each R tuple to every cell of one row and each S tuple to
+every cell of one column (row and column chosen at random: a hash of the tuple's seq, so a replay
+routes it the same way). Every pair meets in exactly one cell, (row of r, column of s), where
+both are stored: each R tuple is held `cols` times and each S tuple `rows` times, the memory the
+join-biclique saves."""
+import math
+
+from ..master.driver import Router
+from ..slaves.local_join import BinaryJoin, warm_up
+from ..slaves.module import JoinModule, Output
+from .routing import spread
+
+
+def grid(workers, rows=0):
+    """(rows, cols) with rows x cols = workers: `rows` if given, else the divisor of `workers`
+    nearest its square root (from below)."""
+    if rows:
+        return rows, workers // rows
+    r = max(d for d in range(1, math.isqrt(workers) + 1) if workers % d == 0)
+    return r, workers // r
+
+
+class MatrixRouter(Router):
+    def __init__(self, job, topology, driver):
+        super().__init__(job, topology, driver)
+        self.rows, self.cols = grid(len(topology.workers), job.strategy.params["rows"])
+
+    def route(self, batches, slot):
+        r, s = batches
+        row, col = spread(r, self.rows), spread(s, self.cols)
+        for i in range(self.rows):
+            mine_r = r[row == i]
+            for j in range(self.cols):
+                mine_s = s[col == j]
+                if len(mine_r) or len(mine_s):
+                    self.driver.send(1 + i * self.cols + j, [mine_r, mine_s])
+
+
+class Cell(JoinModule):
+    """A cell of the grid: joins what it gets of both streams with its windows and each other."""
+
+    def __init__(self, job, rank, topology, dtypes):
+        super().__init__(job, rank, topology, dtypes)
+        self.method = job.strategy.params["local_join"]
+        self.join = BinaryJoin(job.predicate, dtypes, self.method)
+        self.peak = 0
+
+    def warm_up(self):
+        warm_up(self.job.predicate, self.dtypes, self.method)
+
+    def on_data(self, src, header, batches):
+        a, b, tin = self.join.step(batches[0], batches[1])
+        self.peak = max(self.peak, len(self.join))    # before expiry: at the end of input everything expires
+        self.join.expire(header.bounds)
+        out = Output()
+        out.emit((a, b), tin)
+        return out
+
+    def snapshot(self):
+        return self.join.snapshot(), {"peak": self.peak}
+
+    def restore(self, arrays, attrs):
+        self.join.restore(arrays)
+        self.peak = int(attrs["peak"])
+
+    def state_dtype(self, name):
+        return self.join.state_dtype(name)
+
+    def stats(self):
+        return {"window_tuples": len(self.join), "peak_window_tuples": self.peak}
