@@ -307,6 +307,8 @@ REGISTRY = {
             "s_groups": Param(1, _int_range(1, 1 << 16), "ContRand subgroups e of the S-units"),
             "local_join": Param("index", _choice("index", "scan"),
                                 "join in a unit: 'index' an equi hash or band index, 'scan' a nested loop"),
+            "max_state_mb": Param(0.0, _non_neg, "stop with an error when a unit's windows pass this many MB "
+                                  "(0: no limit); full-history windows only grow"),
             "ordered": Param(True, _bool, "units merge their dispatchers' flows in stamp order (false shows what "
                              "goes wrong without the order-consistent protocol)", testing=True),
         },
@@ -327,6 +329,8 @@ REGISTRY = {
                           "its square root); columns = workers / rows"),
             "local_join": Param("index", _choice("index", "scan"),
                                 "join in a cell: 'index' an equi hash or band index, 'scan' a nested loop"),
+            "max_state_mb": Param(0.0, _non_neg, "stop with an error when a cell's windows pass this many MB "
+                                  "(0: no limit); full-history windows only grow"),
         },
     ),
     "splitjoin": StrategyInfo(

@@ -63,3 +63,16 @@ def test_bench_fig6a_matrix_cells_hold_about_twice_what_biclique_units_hold(tmp_
     assert "results equal the oracle in every run" in capsys.readouterr().out
     ratio = float(rows[0][3])
     assert 1.6 < ratio < 2.4, rows
+
+
+@pytest.mark.parametrize("strategy,ranks", [("biclique", 5), ("matrix", 4)])
+def test_full_history_past_the_state_limit_stops_with_one_line(tmp_path, strategy, ranks):
+    text = equi_job_text(WINDOWS["full"], strategy=strategy, predicate=PRED["equi"],
+                         extra_strategy="max_state_mb = 0.02", run="batch_size = 50")
+    arrays = random_streams(np.random.default_rng(3), 4000, key_range=8, ts_step=1)
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(ranks, "run", path, timeout=120)
+    assert p.returncode != 0
+    line = next(ln for ln in p.stderr.splitlines() if "failed:" in ln)
+    assert "MB of window state, over strategy.max_state_mb = 0.02" in line and line.startswith("mpi-join: rank "), line
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))

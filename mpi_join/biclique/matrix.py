@@ -9,6 +9,7 @@ import math
 from ..master.driver import Router
 from ..slaves.local_join import BinaryJoin, warm_up
 from ..slaves.module import JoinModule, Output
+from .roles import check_state
 from .routing import spread
 
 
@@ -44,6 +45,7 @@ class Cell(JoinModule):
         super().__init__(job, rank, topology, dtypes)
         self.method = job.strategy.params["local_join"]
         self.join = BinaryJoin(job.predicate, dtypes, self.method)
+        self.limit = float(job.strategy.params["max_state_mb"])
         self.peak = 0
 
     def warm_up(self):
@@ -52,6 +54,7 @@ class Cell(JoinModule):
     def on_data(self, src, header, batches):
         a, b, tin = self.join.step(batches[0], batches[1])
         self.peak = max(self.peak, len(self.join))    # before expiry: at the end of input everything expires
+        check_state(self.join, self.limit, f"cell {self.rank}")
         self.join.expire(header.bounds)
         out = Output()
         out.emit((a, b), tin)

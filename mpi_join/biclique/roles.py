@@ -15,6 +15,18 @@ from ..slaves.module import JoinModule, Output
 from . import routing
 
 
+def check_state(join, limit_mb, who):
+    """Stop with a one-line error, not an out-of-memory kill, when a unit's windows pass the
+    job's `strategy.max_state_mb` (0: no limit); full-history windows only ever grow."""
+    if not limit_mb:
+        return
+    held = sum(len(w) * w.view().dtype.itemsize for w in join.windows)
+    if held > limit_mb * 1e6:
+        raise RuntimeError(f"{who} holds {held / 1e6:.1f} MB of window state, over strategy.max_state_mb = "
+                           f"{limit_mb:g} (full-history windows keep every tuple): raise the limit, add units, "
+                           f"or bound the windows")
+
+
 class Shuffler(Router):
     """Rank 0: deals the batches to the dispatchers in turn, each stamped with its place in the
     input (the order the units merge by)."""
@@ -76,6 +88,7 @@ class Unit(JoinModule):
         self.side = topology.side(rank)
         self.method = job.strategy.params["local_join"]
         self.join = BinaryJoin(job.predicate, dtypes, self.method)
+        self.limit = float(job.strategy.params["max_state_mb"])
         self.ordered = bool(job.strategy.params["ordered"])
         self.dispatchers = tuple(topology.dispatchers) if self.ordered else ()
         self.last = -1
@@ -95,6 +108,7 @@ class Unit(JoinModule):
         x, o = self.side, 1 - self.side
         j = self.join
         j.append(j.derive(batches[x], x), x)
+        check_state(j, self.limit, f"unit {self.rank}")
         res = j.probe(batches[o], o)
         newer = res[o] > res[x]                     # the pair is the newer tuple's (its probe came later)
         out = Output()
