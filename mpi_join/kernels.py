@@ -103,12 +103,19 @@ def _visible(a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
 
 
 @njit(cache=True, inline="always")
-def _match(a_keys, i, b_keys, j, first, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
-    """Keys equal (columns from `first` on) and the newer tuple sees the older one."""
+def _keys_equal(a_keys, i, b_keys, j, first):
+    """Key columns from `first` on are equal."""
     for c in range(first, a_keys.shape[1]):
         if a_keys[i, c] != b_keys[j, c]:
             return False
-    return _visible(a_seq[i], a_coord[i], a_lo[i], b_seq[j], b_coord[j], b_lo[j])
+    return True
+
+
+@njit(cache=True, inline="always")
+def _match(a_keys, i, b_keys, j, first, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
+    """Keys equal (columns from `first` on) and the newer tuple sees the older one."""
+    return _keys_equal(a_keys, i, b_keys, j, first) and _visible(a_seq[i], a_coord[i], a_lo[i], b_seq[j],
+                                                                  b_coord[j], b_lo[j])
 
 
 @njit(cache=True)

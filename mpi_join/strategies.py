@@ -307,6 +307,11 @@ REGISTRY = {
             "s_groups": Param(1, _int_range(1, 1 << 16), "ContRand subgroups e of the S-units"),
             "local_join": Param("index", _choice("index", "scan"),
                                 "join in a unit: 'index' an equi hash or band index, 'scan' a nested loop"),
+            "archive_period": Param(0, _non_neg_int, "span P of a chained-index subindex, in the stored stream's "
+                                    "window units (ts units or tuples; 0: a tenth of the window): windows are "
+                                    "discarded a whole subindex at a time"),
+            "max_delay": Param(0, _non_neg_int, "arrival slack D kept on top of the window before a subindex is "
+                               "discarded (Theorem 1: window + D); 0 is exact, units merge their flows in order"),
             "max_state_mb": Param(0.0, _non_neg, "stop with an error when a unit's windows pass this many MB "
                                   "(0: no limit); full-history windows only grow"),
             "ordered": Param(True, _bool, "units merge their dispatchers' flows in stamp order (false shows what "

@@ -104,6 +104,11 @@ class Window:
         self.base += k
         return k
 
+    def trim(self):
+        """Drop spare capacity (a window that is done growing: an archived subindex)."""
+        self._buf = self.view().copy()
+        self._start, self._end = 0, len(self._buf)
+
     def drop(self, k):
         """Drop the oldest k tuples (a chain's acknowledged forwards)."""
         k = min(int(k), len(self))

@@ -5,12 +5,14 @@ A unit of side X keeps X tuples routed to it for storing (each X tuple is stored
 unit), and joins the tuples of the other side sent to it against them, then discards those: a
 pair (x, y) is found once, when the newer of the two meets the unit that stores the older (the
 unit probes only with tuples newer than what it stores: the order-consistent protocol makes
-that the same order at every unit). Windows expire by the batch's bounds (window.py); a
-full-history (unbounded) window keeps everything."""
+that the same order at every unit). A unit's stored window is a chained in-memory index
+(slaves/chained_index.py): subindexes of one archive period each, discarded whole by the batch's
+bounds (window.py); a full-history (unbounded) window is one subindex that keeps everything."""
 
 from ..master.driver import Router
 from ..partitioning import Partitioner
-from ..slaves.local_join import BinaryJoin, warm_up
+from ..slaves.chained_index import ChainedIndex
+from ..slaves.local_join import warm_up
 from ..slaves.module import JoinModule, Output
 from . import routing
 
@@ -20,7 +22,7 @@ def check_state(join, limit_mb, who):
     job's `strategy.max_state_mb` (0: no limit); full-history windows only ever grow."""
     if not limit_mb:
         return
-    held = sum(len(w) * w.view().dtype.itemsize for w in join.windows)
+    held = join.nbytes
     if held > limit_mb * 1e6:
         raise RuntimeError(f"{who} holds {held / 1e6:.1f} MB of window state, over strategy.max_state_mb = "
                            f"{limit_mb:g} (full-history windows keep every tuple): raise the limit, add units, "
@@ -87,7 +89,8 @@ class Unit(JoinModule):
         super().__init__(job, rank, topology, dtypes)
         self.side = topology.side(rank)
         self.method = job.strategy.params["local_join"]
-        self.join = BinaryJoin(job.predicate, dtypes, self.method)
+        self.join = ChainedIndex(job.predicate, dtypes, self.method, self.side,
+                                 archive_period(job, self.side), job.strategy.params["max_delay"])
         self.limit = float(job.strategy.params["max_state_mb"])
         self.ordered = bool(job.strategy.params["ordered"])
         self.dispatchers = tuple(topology.dispatchers) if self.ordered else ()
@@ -105,15 +108,13 @@ class Unit(JoinModule):
             raise RuntimeError(f"unit {self.rank}: batch {header.order} after batch {self.last}: the "
                                f"dispatchers' flows were not merged in order")
         self.last = header.order
-        x, o = self.side, 1 - self.side
         j = self.join
-        j.append(j.derive(batches[x], x), x)
+        j.append(batches[self.side])
         check_state(j, self.limit, f"unit {self.rank}")
-        res = j.probe(batches[o], o)
-        newer = res[o] > res[x]                     # the pair is the newer tuple's (its probe came later)
+        res = j.probe(batches[1 - self.side])      # only pairs whose newer tuple is the probe's
         out = Output()
-        out.emit((res[0][newer], res[1][newer]), res[2][newer])
-        self.probed += len(batches[o])
+        out.emit(res[:2], res[2])
+        self.probed += len(batches[1 - self.side])
         self.peak = max(self.peak, len(j))         # before expiry: at the end of input everything expires
         j.expire(header.bounds)
         return out
@@ -130,4 +131,15 @@ class Unit(JoinModule):
         return self.join.state_dtype(name)
 
     def stats(self):
-        return {"window_tuples": len(self.join), "peak_window_tuples": self.peak, "tuples_probed": self.probed}
+        return {"window_tuples": len(self.join), "peak_window_tuples": self.peak, "tuples_probed": self.probed,
+                **self.join.stats()}
+
+
+def archive_period(job, side):
+    """The chained index's archive period P for side `side`'s window: `archive_period`, or a
+    tenth of the window (the paper's setting); 1 for a full-history window (it never closes)."""
+    p = int(job.strategy.params["archive_period"])
+    w = job.streams[side].window
+    if p or w.kind == "unbounded":
+        return max(p, 1)
+    return max(1, w.size // 10)

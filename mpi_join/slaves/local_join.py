@@ -94,7 +94,7 @@ class BinaryJoin:
             self.expire(bounds)
         return res
 
-    def probe(self, new, s, skip=0):
+    def probe(self, new, s, skip=0, check=True):
         """Join new rows of stream s with the other stream's window from its row `skip` on (the
         rows before it left out: a chain's tuples already sent on), without appending. Returns
         (seq 0, seq 1, tin of the newer tuple)."""
@@ -103,7 +103,7 @@ class BinaryJoin:
         X = self.windows[o].view()
         if not len(n) or len(X) <= skip:
             return _E, _E, _E
-        A, a, B, b = self._pairs(n, s, X, self.windows[o].base, self.runs[o])
+        A, a, B, b = self._pairs(n, s, X, self.windows[o].base, self.runs[o], check)
         if skip:
             keep = (b if s == 0 else a) >= skip
             a, b = a[keep], b[keep]
@@ -113,10 +113,20 @@ class BinaryJoin:
         result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, 0)
         return res
 
-    def _pairs(self, P, p, X, xbase, run):
+    def probe_newer(self, new, s, check=True):
+        """probe(), keeping only the pairs whose probing tuple is the newer: the store-then-probe
+        joins (splitjoin cores, biclique units) find a pair when its newer tuple arrives, so a
+        pair with a stored tuple newer than its probe is the other tuple's to find."""
+        res = self.probe(new, s, check=check)
+        newer = res[s] > res[1 - s]
+        return tuple(x[newer] for x in res)
+
+    def _pairs(self, P, p, X, xbase, run, check=True):
         """Pairs (rows of P, rows of X) where P is stream p's rows and X the other's; returns
-        (rows of stream 0, idx, rows of stream 1, idx) oriented by stream."""
-        ip, ix = self._probe(P, p, X, xbase, run)
+        (rows of stream 0, idx, rows of stream 1, idx) oriented by stream. `check=False` leaves
+        out the per-pair window test (the caller knows every row of X is visible; bnl tests it
+        all the same)."""
+        ip, ix = self._probe(P, p, X, xbase, run, check)
         if self.residual and len(ip):
             A, B, ia, ib = (P, X, ip, ix) if p == 0 else (X, P, ix, ip)
             from ..range_join import pair_mask
@@ -124,23 +134,25 @@ class BinaryJoin:
             ip, ix = ip[keep], ix[keep]
         return (P, ip, X, ix) if p == 0 else (X, ix, P, ip)
 
-    def _probe(self, P, p, X, xbase, run):
+    def _probe(self, P, p, X, xbase, run, check=True):
         vis_p = (P["seq"], P["_coord"], P["_lo"])
         vis_x = (X["seq"], X["_coord"], X["_lo"])
         guess = 16 * len(P) + 64
         if self.method == "equi":
-            res = [K.collect(equi_run, P["_key"], P["_h"], *vis_p, rk, rp, xbase, X["_key"], *vis_x, guess=guess)
+            res = [K.collect(equi_run, P["_key"], P["_h"], *vis_p, rk, rp, xbase, X["_key"], *vis_x, check,
+                             guess=guess)
                    for rk, rp in run.runs() if len(rk)]
         elif self.method == "band":
             eps = self.eps
             res = [K.collect(band_run, P["_band"], *vis_p, rk, rp, xbase, X["_band"], *vis_x, eps, self.closed,
-                             guess=guess) for rk, rp in run.runs() if len(rk)]
+                             check, guess=guess) for rk, rp in run.runs() if len(rk)]
         elif self.method == "bnl":
             res = [K.collect(K.equi_bnl, P["_key"], *vis_p, X["_key"], *vis_x, guess=guess)]
         elif self.band_scan:
-            res = [K.collect(scan_band, P["_band"], *vis_p, X["_band"], *vis_x, self.eps, self.closed, guess=guess)]
+            res = [K.collect(scan_band, P["_band"], *vis_p, X["_band"], *vis_x, self.eps, self.closed, check,
+                             guess=guess)]
         else:
-            res = [_scan(P, X, vis_p, vis_x)]
+            res = [_scan(P, X, vis_p, vis_x, check)]
         if not res:
             return _E, _E
         return np.concatenate([r[0] for r in res]), np.concatenate([r[1] for r in res])
@@ -181,6 +193,11 @@ class BinaryJoin:
 
     def __len__(self):
         return len(self.windows[0]) + len(self.windows[1])
+
+    @property
+    def nbytes(self):
+        """Bytes of window rows held (derived columns included, spare capacity not)."""
+        return self.windows[0].nbytes + self.windows[1].nbytes
 
     # -- state: the windows' rows; indexes are rebuilt from them on restore -----------------
     def load(self, rows0, rows1):
@@ -284,9 +301,11 @@ def result_rows(a_seq, a_tin, b_seq, b_tin, ia, ib, out_sa, out_sb, out_tin, off
 
 
 @njit(cache=True)
-def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x_seq, x_coord, x_lo, out_a, out_b):
+def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x_seq, x_coord, x_lo, check,
+             out_a, out_b):
     """Probe one run of an equi index: rows of X whose key equals the probe's and whose visibility
-    holds. Entries of expired rows (pos < xbase) are skipped."""
+    holds (not tested when `check` is false: every row is known to be visible). Entries of expired
+    rows (pos < xbase) are skipped."""
     n = 0
     nx = x_seq.shape[0]
     for i in range(p_h.shape[0]):
@@ -297,7 +316,8 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x
             q += 1
             if j < 0 or j >= nx:
                 continue
-            if K._match(p_keys, i, x_keys, j, 0, p_seq, p_coord, p_lo, x_seq, x_coord, x_lo):
+            if K._keys_equal(p_keys, i, x_keys, j, 0) and (not check or K._visible(
+                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
                 if n < out_a.shape[0]:
                     out_a[n] = i
                     out_b[n] = j
@@ -317,9 +337,9 @@ def band_range(v, eps):
 
 @njit(cache=True)
 def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq, x_coord, x_lo, eps, closed,
-             out_a, out_b):
+             check, out_a, out_b):
     """Probe one run of a band index (sorted on the first band column): rows of X within every
-    band of the probe, visible to each other."""
+    band of the probe, visible to each other (tested only when `check`)."""
     n = 0
     nx = x_seq.shape[0]
     for i in range(p_band.shape[0]):
@@ -333,8 +353,8 @@ def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq,
             q += 1
             if j < 0 or j >= nx:
                 continue
-            if K._band_ok(p_band, i, x_band, j, eps, closed) and K._visible(
-                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
+            if K._band_ok(p_band, i, x_band, j, eps, closed) and (not check or K._visible(
+                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
                 if n < out_a.shape[0]:
                     out_a[n] = i
                     out_b[n] = j
@@ -343,14 +363,14 @@ def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq,
 
 
 @njit(cache=True)
-def scan_band(p_band, p_seq, p_coord, p_lo, x_band, x_seq, x_coord, x_lo, eps, closed, out_a, out_b):
+def scan_band(p_band, p_seq, p_coord, p_lo, x_band, x_seq, x_coord, x_lo, eps, closed, check, out_a, out_b):
     """Nested loop over every probe and window row, band conditions checked inline: the
-    original handshake join's comparison loop."""
+    original handshake join's comparison loop (visibility tested only when `check`)."""
     n = 0
     for i in range(p_band.shape[0]):
         for j in range(x_band.shape[0]):
-            if K._band_ok(p_band, i, x_band, j, eps, closed) and K._visible(
-                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
+            if K._band_ok(p_band, i, x_band, j, eps, closed) and (not check or K._visible(
+                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
                 if n < out_a.shape[0]:
                     out_a[n] = i
                     out_b[n] = j
@@ -359,12 +379,13 @@ def scan_band(p_band, p_seq, p_coord, p_lo, x_band, x_seq, x_coord, x_lo, eps, c
 
 
 @njit(cache=True)
-def visible_pairs(p_seq, p_coord, p_lo, x_seq, x_coord, x_lo, i0, i1, out_a, out_b):
-    """Every pair (i in [i0, i1), j) of probe and window rows in which the newer sees the older."""
+def visible_pairs(p_seq, p_coord, p_lo, x_seq, x_coord, x_lo, i0, i1, check, out_a, out_b):
+    """Every pair (i in [i0, i1), j) of probe and window rows in which the newer sees the older
+    (every pair, when `check` is false)."""
     n = 0
     for i in range(i0, i1):
         for j in range(x_seq.shape[0]):
-            if K._visible(p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
+            if not check or K._visible(p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
                 if n < out_a.shape[0]:
                     out_a[n] = i
                     out_b[n] = j
@@ -372,11 +393,11 @@ def visible_pairs(p_seq, p_coord, p_lo, x_seq, x_coord, x_lo, i0, i1, out_a, out
     return n
 
 
-def _scan(P, X, vis_p, vis_x, pairs_per_block=1 << 22):
+def _scan(P, X, vis_p, vis_x, check=True, pairs_per_block=1 << 22):
     """Nested loop in blocks of probe rows (bounded memory); candidates are filtered by the
     residual conditions afterwards (every condition, for a scan)."""
     step = max(1, pairs_per_block // max(1, len(X)))
-    res = [K.collect(visible_pairs, *vis_p, *vis_x, i0, min(i0 + step, len(P)), guess=1024)
+    res = [K.collect(visible_pairs, *vis_p, *vis_x, i0, min(i0 + step, len(P)), check, guess=1024)
            for i0 in range(0, len(P), step)]
     if not res:
         return _E, _E

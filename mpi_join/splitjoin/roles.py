@@ -81,7 +81,7 @@ class JoinCore(JoinModule):
             self.seen[s] += len(b)
         flows = []
         for s, b in enumerate(batches):
-            flows += self._flow(s, b, j.probe(b, s), first[s])
+            flows += self._flow(s, b, j.probe_newer(b, s), first[s])
         for s, cap in enumerate(self.ring):                  # passive expiry: the ring overwrites
             if cap and len(j.windows[s]) > cap:
                 j.windows[s].drop(len(j.windows[s]) - cap)
@@ -89,8 +89,6 @@ class JoinCore(JoinModule):
 
     def _flow(self, s, new, res, first):
         """Stream s's new tuples' results (seq 0, seq 1, tin) as a punctuated flow."""
-        newer = res[s] > res[1 - s]        # the pair is the newer tuple's to process (probe is symmetric)
-        res = tuple(x[newer] for x in res)
         trig, stored = res[s], res[1 - s]
         if self.mode == "none":
             return [result_rows(self.names, res[:2], res[2]), rap.no_stars()]
