@@ -1,6 +1,9 @@
 """Result part files (one column <stream>_seq per stream, emit and latency), reading and comparing."""
 import glob
+import json
 import os
+import re
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -33,8 +36,9 @@ class ResultWriter:
     checkpoint commits the names in `files`). Dictionary encoding is off: these columns are
     nearly unique, and it doubled the write time."""
 
-    def __init__(self, directory, rank, stream_names, rows_per_file=1_000_000):
+    def __init__(self, directory, rank, stream_names, rows_per_file=1_000_000, snapshot_dir=None):
         self.dir, self.rank, self.names = directory, rank, list(stream_names)
+        self.snapshot_dir = snapshot_dir
         self.rows_per_file = rows_per_file
         self._buf = []
         self._n = 0
@@ -79,6 +83,32 @@ class ResultWriter:
             self._pool.shutdown()
         return self.files
 
+    def write_snapshot(self, number, final, rows, meta):
+        """Write an aggregate snapshot (aggregate.finish rows) as snapshot-<number>.parquet, with
+        a `snapshot` and a `time_ns` column and `meta` in the file's metadata. Snapshots are
+        numbered in the merger's checkpointed state, so after a resume the ones past the
+        checkpoint are written again under the same names; the final one removes any numbered
+        after it (left by the failed attempt)."""
+        d = self.snapshot_dir
+        if d is None:
+            raise RuntimeError(f"rank {self.rank}: an aggregate snapshot, but this run has no aggregate directory")
+        os.makedirs(d, exist_ok=True)
+        now = time.time_ns()
+        cols = {name: rows[name] for name in rows.dtype.names}
+        table = pa.table({"snapshot": np.full(len(rows), number, np.int64), "time_ns": np.full(len(rows), now, np.int64),
+                          **cols})
+        meta = {**meta, "snapshot": number, "time_ns": now}
+        table = table.replace_schema_metadata({b"mpi_join": json.dumps(meta).encode()})
+        path = os.path.join(d, f"snapshot-{number:06d}.parquet")
+        pq.write_table(table, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        if final:
+            from .safety import remove_file
+            for f in os.listdir(d):
+                m = SNAPSHOT.match(f)
+                if m and int(m.group(1)) > number:
+                    remove_file(d, os.path.join(d, f))
+
     def resume(self, file_records):
         """Continue after a checkpoint whose committed files of this rank are `file_records`
         (what file_records() gave at the cut, verified on resume)."""
@@ -88,6 +118,19 @@ class ResultWriter:
     def file_records(self):
         """[[name, rows, bytes, sha256]] of every file written so far (after a flush with wait)."""
         return [[n, r["rows"], r["bytes"], r["sha256"]] for n, r in sorted(self.records.items())]
+
+
+SNAPSHOT = re.compile(r"snapshot-(\d{6})\.parquet$")
+
+
+def read_snapshots(path):
+    """[(meta, table)] of an aggregate directory's snapshots in number order."""
+    out = []
+    for f in sorted(os.listdir(path)):
+        if SNAPSHOT.match(f):
+            t = pq.read_table(os.path.join(path, f))
+            out.append((json.loads(t.schema.metadata[b"mpi_join"]), t))
+    return out
 
 
 def _lower_priority():

@@ -238,7 +238,8 @@ def _worker(job_path, overrides, tx, ctx):
     info = strategies.get(job.strategy.name)
     topo = info.topology(tx.size, job.strategy.params)
     metrics = RankMetrics(tx.rank, topo.role(tx.rank))
-    writer = ResultWriter(os.path.join(job.output, "results"), tx.rank, job.stream_names)
+    writer = ResultWriter(os.path.join(job.output, "results"), tx.rank, job.stream_names,
+                          snapshot_dir=os.path.join(job.output, "aggregate"))
     dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
     module = info.load_role(topo.role(tx.rank))(job, tx.rank, topo, dtypes)
     resume = (start.resume_dir, start.resume_id) if start.resume_dir else None
@@ -248,7 +249,8 @@ def _worker(job_path, overrides, tx, ctx):
 
 MARKER = ".mpi-join-run"
 _OWN = {"results": re.compile(r"part-r\d{4}-\d{5}\.parquet(\.tmp)?$"),
-        "metrics": re.compile(r"(rank-\d{4}|summary)\.json(\.tmp)?$")}
+        "metrics": re.compile(r"(rank-\d{4}|summary)\.json(\.tmp)?$"),
+        "aggregate": re.compile(r"snapshot-\d{6}\.parquet(\.tmp)?$")}
 
 
 def _prepare_output(out, keep=None, overwrite=False):
@@ -280,7 +282,8 @@ def _prepare_output(out, keep=None, overwrite=False):
         for sub, own in _OWN.items():
             d = os.path.join(out, sub)
             for f in os.listdir(d) if os.path.isdir(d) else []:
-                if own.match(f) and not (sub == "results" and keep is not None and f in keep):
+                # a resume keeps the committed result files and the snapshots (rewritten past the cut)
+                if own.match(f) and not (keep is not None and (sub == "aggregate" or (sub == "results" and f in keep))):
                     remove_file(out, os.path.join(d, f))
         done = os.path.join(out, "_SUCCESS")
         if os.path.lexists(done):
@@ -288,6 +291,6 @@ def _prepare_output(out, keep=None, overwrite=False):
         os.makedirs(rdir, exist_ok=True)
         if not marked:
             with open(os.path.join(out, MARKER), "w") as f:
-                f.write("mpi-join run output: results/, metrics/ and _SUCCESS are written by `mpi-join run`\n")
+                f.write("mpi-join run output: results/, metrics/, aggregate/ and _SUCCESS are written by `mpi-join run`\n")
     except OSError as e:
         raise JobError(f"output.dir: cannot prepare {out}: {e.strerror}") from None

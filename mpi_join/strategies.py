@@ -144,6 +144,10 @@ def _text(v):
     return None if isinstance(v, str) else "expected a string"
 
 
+def _line(v):
+    return None if isinstance(v, str) and len(v) <= 4096 and v.isprintable() else "expected one line of text"
+
+
 def _number_list(allow=()):
     """Comma-separated finite numbers, or "" (or one of `allow`); lengths are checked against
     the rank count later."""
@@ -177,7 +181,7 @@ def _split_tree(n, params):
 
 def _biclique(n, params):
     from .biclique.graph import Biclique
-    return Biclique(n, params["dispatchers"], params["r_units"])
+    return Biclique(n, params["dispatchers"], params["r_units"], bool(params["aggregate"]))
 
 
 def _star(n, params):
@@ -291,7 +295,8 @@ REGISTRY = {
         streams=(2, 2),
         min_ranks=4,
         topology=_biclique,
-        roles=_roles("mpi_join.biclique.roles", driver="Shuffler", dispatcher="Dispatcher", unit="Unit"),
+        roles=_roles("mpi_join.biclique.roles", driver="Shuffler", dispatcher="Dispatcher", unit="Unit",
+                     merger="Merger"),
         workload="equi",
         check="mpi_join.biclique.checks:check_job",
         cases={"fig6a": ("mpi_join.biclique.bench_memory:run_case",
@@ -312,6 +317,12 @@ REGISTRY = {
                                     "discarded a whole subindex at a time"),
             "max_delay": Param(0, _non_neg_int, "arrival slack D kept on top of the window before a subindex is "
                                "discarded (Theorem 1: window + D); 0 is exact, units merge their flows in order"),
+            "aggregate": Param("", _line, "online aggregate of the join results, e.g. \"sum(S.v), count(*), avg(R.v) "
+                               "by R.k\" (sum, count, avg, min, max; group columns of either stream): units "
+                               "pre-aggregate, a merger rank (the last) writes timestamped snapshots to "
+                               "OUTPUT/aggregate/"),
+            "update_ms": Param(200.0, _non_neg, "aggregate update period in ms: units send their views, and the "
+                               "merger writes a snapshot, at most this often (0: every batch)"),
             "max_state_mb": Param(0.0, _non_neg, "stop with an error when a unit's windows pass this many MB "
                                   "(0: no limit); full-history windows only grow"),
             "ordered": Param(True, _bool, "units merge their dispatchers' flows in stamp order (false shows what "

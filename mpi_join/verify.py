@@ -1,5 +1,7 @@
-"""Compare a results dataset with the oracle: missing, extra and duplicated results; and, for a
-strategy that promises an output order (splitjoin), whether the results were written in it."""
+"""Compare a results dataset with the oracle: missing, extra and duplicated results; for a
+strategy that promises an output order (splitjoin), whether the results were written in it; and
+for a run that aggregated online (an aggregate/ directory of snapshots), whether the final
+snapshot equals the aggregate of the oracle's results."""
 import os
 import re
 import time
@@ -8,7 +10,7 @@ import numpy as np
 
 from .oracle import run_oracle
 from .errors import InputError
-from .results import compare, read_results, result_files
+from .results import compare, read_results, read_snapshots, result_files
 from .staged import read_staged
 
 
@@ -52,9 +54,12 @@ def verify(results_path, job, examples=5, ordered=None):
                              f"(part-r<rank>-<n>.parquet of one rank, as splitjoin's combiner writes them); found "
                              f"{'files of ranks ' + ', '.join(map(str, sorted(who))) if -1 not in who else 'other files'}")
         order = {"level": ordered, "violations": order_violations(got, ordered)}
+    agg = check_aggregate(results_path, job, arrays, expected)
     return {
-        "ok": not (len(missing) or len(extra) or len(dups)) and not (order and order["violations"]),
+        "ok": not (len(missing) or len(extra) or len(dups)) and not (order and order["violations"]) and
+              not (agg and agg["difference"]),
         "order": order,
+        "aggregate": agg,
         "expected": int(len(expected)), "got": int(len(got)),
         "missing": int(len(missing)), "extra": int(len(extra)),
         "duplicated": int(len(dups)), "duplicate_copies": int((counts - 1).sum()) if len(counts) else 0,
@@ -65,6 +70,29 @@ def verify(results_path, job, examples=5, ordered=None):
         "oracle_s": oracle_s,
         "streams": list(job.stream_names),
     }
+
+
+def check_aggregate(results_path, job, arrays, expected):
+    """None without snapshots; else {"snapshots", "groups", "difference"}: the final snapshot
+    against the aggregate (the spec it was written with) of the oracle's results."""
+    from . import aggregate
+    out = results_path if os.path.isdir(os.path.join(results_path, "aggregate")) else os.path.dirname(
+        os.path.normpath(results_path))
+    d = os.path.join(out, "aggregate")
+    snaps = read_snapshots(d) if os.path.isdir(d) else []
+    if not snaps:
+        return None
+    meta, table = snaps[-1]
+    if not meta.get("final"):
+        return {"snapshots": len(snaps), "groups": table.num_rows, "spec": meta.get("aggregate"),
+                "difference": f"{d}: the last snapshot ({meta.get('snapshot')}) is not final: the run did not finish"}
+    spec = aggregate.parse(meta["aggregate"], job.streams, f"{d}: aggregate")
+    want = aggregate.of_pairs(spec, arrays, expected)
+    got = np.zeros(table.num_rows, want.dtype)
+    for name in want.dtype.names:
+        got[name] = table.column(name).to_numpy(zero_copy_only=False)
+    return {"snapshots": len(snaps), "groups": int(len(got)), "spec": spec.text,
+            "difference": aggregate.compare(spec, want, got)}
 
 
 def format_report(rep):
@@ -82,6 +110,11 @@ def format_report(rep):
                 "the arrival order of the triggering tuple, then of the tuple it met")
         lines.append(f"order ({o['level']}): {'every result' if not o['violations'] else str(o['violations']) + ' results'}"
                      f"{' is' if not o['violations'] else ' are not'} written in {what}")
+    if rep.get("aggregate"):
+        a = rep["aggregate"]
+        lines.append(f"aggregate {a['spec']}: {a['snapshots']} snapshots, the final one "
+                     + ("equals the oracle's aggregate" if not a["difference"] else f"differs: {a['difference']}")
+                     + f" ({a['groups']} groups)")
     lines.append("compared with the oracle on the staged input as given (this cannot catch a wrong time unit or "
                  "column at staging)")
     ordered = " and are in order" if rep.get("order") else ""

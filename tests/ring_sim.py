@@ -50,10 +50,10 @@ def _wire(header):
     return DataHeader.decode(np.asarray(header.encode(), np.int64))
 
 
-def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_epoch=None, **params):
+def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_epoch=None, snapshots=None, **params):
     """Run `job` over `arrays` with `strategy` on `workers` workers; returns (results as an (r, M)
     seq array, the modules by rank, the router). `on_epoch(epoch, modules, router)` runs after
-    each released batch."""
+    each released batch; aggregate snapshots written are appended to the list `snapshots`."""
     job = replace(job, strategy=replace(job.strategy, name=strategy, params=dict(params)),
                   run=replace(job.run, batch_size=batch_size, rate=None))
     job = check_strategy(job)
@@ -73,6 +73,9 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
             return
         for seqs, _ in res.results:
             out.append(np.stack(seqs, axis=1))
+        if res.snapshots:
+            assert snapshots is not None, "aggregate snapshots written, and no list to take them"
+            snapshots.extend(res.snapshots)
         for dests, bs, bounds, body, order in res.forward:
             for dest in dests:
                 links[(b, dest)].append((_wire(DataHeader(0, bounds, body, order)), bs))

@@ -5,11 +5,15 @@ delivery across links: equal to the oracle with random and ContRand routing, one
 dispatchers, time and count windows and every predicate kind; and, with the units' ordered merge
 switched off, several dispatchers miss or duplicate results (what the order-consistent protocol
 prevents)."""
+import re
+
 import numpy as np
 import pytest
 
+from mpi_join import aggregate
 from mpi_join.biclique import routing
 from mpi_join.biclique.graph import Biclique
+from mpi_join.errors import ConfigError
 from mpi_join.oracle import run_oracle
 from conftest import random_streams
 from reference import as_set
@@ -113,3 +117,47 @@ def test_matrix_equals_oracle_and_stores_each_tuple_along_a_row_or_column(strate
     r, c = grid(workers, rows)
     held = [sum(len(m.join.windows[s]) + m.join.windows[s].base for m in mods.values()) for s in (0, 1)]
     assert held == [c * len(arrays[0]), r * len(arrays[1])]      # R held once per column, S once per row
+
+
+AGGREGATES = ["sum(S.w), count(*), avg(R.v), min(S.w), max(R.k2) by R.k",
+              "count(*), sum(R.k) by S.k, R.k2",
+              "max(R.v), min(R.k), avg(S.w)"]
+
+
+@pytest.mark.parametrize("spec", AGGREGATES)
+@pytest.mark.parametrize("pred,kind,workers,params", [("equi", "time", 5, {}), ("band", "count", 6, {"dispatchers": 2}),
+                                                      ("equi", "count", 7, {"r_groups": 2, "s_groups": 2})])
+def test_online_aggregation_final_snapshot_equals_the_oracles_aggregate(spec, pred, kind, workers, params):
+    """Units pre-aggregate the pairs they find, the merger merges their views: the snapshots are
+    numbered in order, only the last is final, and it equals the aggregate of the oracle's
+    result set."""
+    job = sim_job("biclique", pred, kind)
+    arrays = random_streams(np.random.default_rng(workers), 300, key_range=5)
+    agg = aggregate.parse(spec, job.streams)
+    expect = aggregate.of_pairs(agg, arrays, run_oracle(job, arrays))
+    assert len(expect)
+    for update_ms in (0, 1e9):          # a snapshot per view that arrives; only the final one
+        snaps = []
+        got, mods, _ = simulate_strategy("biclique", job, arrays, workers, seed=workers, batch_size=4,
+                                         snapshots=snaps, aggregate=spec, update_ms=update_ms, **params)
+        assert [n for n, _, _, _ in snaps] == list(range(len(snaps)))
+        assert [final for _, final, _, _ in snaps] == [False] * (len(snaps) - 1) + [True]
+        assert (len(snaps) > 3) == (update_ms == 0)
+        final = snaps[-1][2]
+        assert aggregate.compare(agg, expect, final) is None, aggregate.compare(agg, expect, final)
+        assert snaps[-1][3]["pairs"] == len(got)
+
+
+def test_aggregate_specs_are_checked_with_one_line_errors():
+    job = sim_job("biclique", "equi", "time")
+    for spec, words in (("sum(S.nope) by R.k", "stream S has no column 'nope'"), ("median(S.v)", "is not one of"),
+                        ("sum(*)", "only count takes *"), ("sum(v)", "STREAM.COLUMN"), ("", "no aggregate")):
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            aggregate.parse(spec, job.streams)
+    # the final aggregate and a changed one: compare names the group and the value
+    agg = aggregate.parse("sum(S.w), count(*) by R.k", job.streams)
+    arrays = random_streams(np.random.default_rng(1), 200, key_range=4)
+    a = aggregate.of_pairs(agg, arrays, run_oracle(job, arrays))
+    b = a.copy()
+    b["count(*)"][1] += 1
+    assert "count(*) of group (R.k=" in aggregate.compare(agg, a, b)

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import equi_job_text, random_streams, run_mpi, write_job
+from conftest import equi_job_text, random_streams, run_cli, run_mpi, write_job
 from reference import assert_equals_oracle
 from test_checkpoint import kill_then_resume, paced_checkpointed_job
 
@@ -48,12 +48,43 @@ def test_routings_dispatchers_and_windows_equal_oracle(tmp_path, ranks, kind, pr
     assert sum(r["tuples_probed"] for r in units) > 0
 
 
-def test_sigkill_a_unit_then_resume_is_exactly_once(tmp_path):
-    """-n 6 with two dispatchers: units 3..5; killing unit 4 loses its stored tuples and the
-    batches in flight to it from both dispatchers."""
-    path, job, arrays = paced_checkpointed_job(tmp_path, "biclique", PRED["equi"], extra_strategy="dispatchers = 2")
-    kill_then_resume(path, job, ranks=6, victim=4, total=16000)
+AGG = 'aggregate = "sum(S.w), count(*), avg(R.v), min(S.w), max(R.k2) by R.k"'
+
+
+def _verify_aggregate(path, job, snapshots_at_least):
+    """`mpi-join verify` passes, the final snapshot equal to the oracle's aggregate."""
+    p = run_cli("verify", job.output, "--job", path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("aggregate "))
+    assert "the final one equals the oracle's aggregate" in line, line
+    assert int(line.split(": ")[1].split()[0]) >= snapshots_at_least, line
+
+
+def test_online_aggregation_snapshots_end_in_the_oracles_aggregate(tmp_path):
+    """-n 7: shuffler, 2 dispatchers, 3 units, the merger (rank 6): snapshots every 5 ms while the
+    input is paced, the last final and equal to the aggregate of the oracle's results."""
+    text = equi_job_text(WINDOWS["time"], strategy="biclique", predicate=PRED["equi"],
+                         extra_strategy=f"dispatchers = 2\n{AGG}\nupdate_ms = 5",
+                         run='batch_size = 20\nrate = 20000\nflush_interval = "5ms"')
+    arrays = random_streams(np.random.default_rng(9), 6000, key_range=8, ts_step=1)
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(7, "run", path)
+    assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
+    _verify_aggregate(path, job, snapshots_at_least=5)
+    merger = next(r for r in json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
+                  if r["role"] == "merger")
+    assert merger["views_merged"] > 5
+
+
+def test_sigkill_a_unit_then_resume_is_exactly_once(tmp_path):
+    """-n 7 with two dispatchers and an aggregate: units 3..5, the merger 6; killing unit 4 loses
+    its stored tuples, its unsent view and the batches in flight to it from both dispatchers."""
+    path, job, arrays = paced_checkpointed_job(tmp_path, "biclique", PRED["equi"],
+                                               extra_strategy=f"dispatchers = 2\n{AGG}\nupdate_ms = 20")
+    kill_then_resume(path, job, ranks=7, victim=4, total=16000)
+    _check(job, arrays)
+    _verify_aggregate(path, job, snapshots_at_least=2)
 
 
 def test_bench_fig6a_matrix_cells_hold_about_twice_what_biclique_units_hold(tmp_path, capsys):

@@ -33,7 +33,7 @@ def _run(job, arrays, period, delay, batch_size=5):
             stores = [ChainedIndex(job.predicate, dtypes, "index", s, period, delay) for s in (0, 1)]
         for s, store in enumerate(stores):
             store.append(batches[s])
-            a, b, _ = store.probe(batches[1 - s])
+            (a, b, _), _ = store.probe(batches[1 - s])
             found.append(np.stack([a, b], axis=1))
             store.expire(bounds)
     return np.concatenate(found), stores

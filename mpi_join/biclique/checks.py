@@ -1,21 +1,29 @@
 """What `biclique` checks in a job before it runs (named in the registry)."""
+from .. import aggregate
+from ..errors import ConfigError
 from .graph import Biclique
 
 
 def check_job(job, nranks):
     p = job.strategy.params
     where = f"{job.path}: strategy"
+    merger = bool(p["aggregate"])
+    if merger:
+        try:
+            aggregate.parse(p["aggregate"], job.streams, f"{where}.aggregate")
+        except ConfigError as e:
+            return str(e)
     if (p["r_groups"] > 1 or p["s_groups"] > 1) and not job.predicate.equi:
         return (f"{where}: r_groups = {p['r_groups']}, s_groups = {p['s_groups']} route by the equi key's hash "
                 f"(ContRand), and this predicate has no equi condition; use r_groups = s_groups = 1 (random routing)")
-    need = 1 + p["dispatchers"] + 2
+    need = 1 + p["dispatchers"] + 2 + merger
     if nranks < need:
         return (f"strategy 'biclique' with {p['dispatchers']} dispatcher(s) needs at least {need} MPI ranks (the "
-                f"shuffler, the dispatchers, one R-unit and one S-unit), got {nranks}")
-    t = Biclique(nranks, p["dispatchers"], p["r_units"])
+                f"shuffler, the dispatchers, one R-unit and one S-unit{', the merger' if merger else ''}), got {nranks}")
+    t = Biclique(nranks, p["dispatchers"], p["r_units"], merger)
     if p["r_units"] and p["r_units"] != t.m:
         return (f"{where}.r_units: {p['r_units']} R-units leave no S-unit with {nranks} ranks and "
-                f"{p['dispatchers']} dispatcher(s); at most {nranks - 2 - p['dispatchers']}")
+                f"{p['dispatchers']} dispatcher(s); at most {nranks - 2 - p['dispatchers'] - merger}")
     for name, groups, units in (("r_groups", p["r_groups"], t.m), ("s_groups", p["s_groups"], len(t.s_units))):
         if groups > units:
             return f"{where}.{name}: {groups} subgroups but only {units} unit(s) on that side with {nranks} ranks"

@@ -5,18 +5,25 @@ dispatchers' links as one flow in stamp order (the runtime's ordered merge), whi
 order-consistent protocol: every unit processes the tuples it gets in one global order, so no
 pair is missed or joined twice. A dispatcher sends every unit every batch, empty when it holds
 nothing for that unit: the empty message is the protocol's signal tuple (it advances the link's
-watermark)."""
+watermark).
+
+With an aggregate (strategy.aggregate), the last rank is the merger: every unit sends it the
+part of its local view not sent yet (links carrying "views", aggregate.py), and it writes the
+merged global view as timestamped snapshots."""
 from ..topology import DRIVER, Topology
+
+VIEWS = "views"
 
 
 class Biclique(Topology):
     name = "biclique"
 
-    def __init__(self, size, dispatchers=1, r_units=0):
+    def __init__(self, size, dispatchers=1, r_units=0, merger=False):
         object.__setattr__(self, "size", size)
-        d = max(1, min(int(dispatchers), size - 3))
+        object.__setattr__(self, "merger", size - 1 if merger else None)
+        d = max(1, min(int(dispatchers), size - 3 - bool(merger)))
         object.__setattr__(self, "d", d)
-        units = size - 1 - d
+        units = size - 1 - d - bool(merger)
         m = int(r_units) if r_units else max(1, units // 2)
         object.__setattr__(self, "m", max(1, min(m, units - 1)))
 
@@ -30,7 +37,7 @@ class Biclique(Topology):
 
     @property
     def s_units(self):
-        return list(range(self.d + 1 + self.m, self.size))
+        return list(range(self.d + 1 + self.m, self.size - (self.merger is not None)))
 
     def side(self, rank):
         """0 for an R-unit (stores R, joins S), 1 for an S-unit."""
@@ -42,17 +49,28 @@ class Biclique(Topology):
     def role(self, rank):
         if rank == DRIVER:
             return "driver"
+        if rank == self.merger:
+            return "merger"
         return "dispatcher" if rank <= self.d else "unit"
 
     def upstream(self, rank):
         if rank == DRIVER:
             return []
+        if rank == self.merger:
+            return self.r_units + self.s_units
         return [DRIVER] if rank <= self.d else self.dispatchers
 
     def downstream(self, rank):
         if rank == DRIVER:
             return self.dispatchers
-        return self.r_units + self.s_units if rank <= self.d else []
+        if rank == self.merger:
+            return []
+        if rank <= self.d:
+            return self.r_units + self.s_units
+        return [self.merger] if self.merger is not None else []
+
+    def carries(self, sender, receiver):
+        return VIEWS if receiver == self.merger else super().carries(sender, receiver)
 
     def explain(self):
         return [f"rank 0: shuffler: stamps every batch with its place in the input and deals the batches to "
@@ -63,7 +81,9 @@ class Biclique(Topology):
                 f"{_ranks(self.r_units)}: {self.m} R-unit{'s' if self.m > 1 else ''}: store R tuples, join the S tuples "
                 f"sent to them",
                 f"{_ranks(self.s_units)}: {len(self.s_units)} S-unit{'s' if len(self.s_units) > 1 else ''}: store S "
-                f"tuples, join the R tuples sent to them"]
+                f"tuples, join the R tuples sent to them"] + \
+               ([f"rank {self.merger}: merger: merges the units' local aggregate views into the global view and "
+                 f"writes it as timestamped snapshots"] if self.merger is not None else [])
 
 
 def _ranks(ranks):

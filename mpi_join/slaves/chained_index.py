@@ -18,7 +18,7 @@ from collections import deque
 
 import numpy as np
 
-from .local_join import BinaryJoin, runtime_rows
+from .local_join import BinaryJoin, pair_rows, runtime_rows
 
 _E = np.zeros(0, np.int64)
 
@@ -68,25 +68,27 @@ class ChainedIndex:
                 sub.join.windows[self.side].trim()
             i = end
 
-    def probe(self, new):
+    def probe(self, new, columns=()):
         """Join the other side's new rows with every subindex, keeping the pairs whose probing
-        tuple is the newer. Returns (seq 0, seq 1, tin of the newer tuple)."""
+        tuple is the newer. Returns ((seq 0, seq 1, tin of the newer tuple), {(stream, column):
+        that column of each pair} for the `columns` asked for)."""
         o = 1 - self.side
         new = self.derive(new, o)
-        if not len(new) or not self.subs:
-            return _E, _E, _E
-        reach = int(new["_lo"].max())                       # the narrowest window of the batch
         parts = []
-        for sub in self.subs:
-            check = sub.lo < reach
-            self.checked += check
-            self.unchecked += not check
-            res = sub.join.probe_newer(new, o, check=check)
-            if len(res[0]):
-                parts.append(res)
-        if not parts:
-            return _E, _E, _E
-        return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
+        if len(new):
+            reach = int(new["_lo"].max())                   # the narrowest window of the batch
+            for sub in self.subs:
+                check = sub.lo < reach
+                self.checked += check
+                self.unchecked += not check
+                pairs = sub.join.probe_pairs(new, o, check=check)
+                if len(pairs[1]):
+                    parts.append(pairs)
+        res = [pair_rows(*p) for p in parts]
+        seqs = tuple(np.concatenate([r[k] for r in res]) if res else _E for k in range(3))
+        values = {(s, c): np.concatenate([p[2 * s][c][p[2 * s + 1]] for p in parts]) if parts
+                  else np.zeros(0, self.dtypes[s][c]) for s, c in columns}
+        return seqs, values
 
     def expire(self, bounds):
         """Drop every subindex no tuple to come can see (its largest coordinate below this side's

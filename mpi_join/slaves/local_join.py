@@ -117,9 +117,18 @@ class BinaryJoin:
         """probe(), keeping only the pairs whose probing tuple is the newer: the store-then-probe
         joins (splitjoin cores, biclique units) find a pair when its newer tuple arrives, so a
         pair with a stored tuple newer than its probe is the other tuple's to find."""
-        res = self.probe(new, s, check=check)
-        newer = res[s] > res[1 - s]
-        return tuple(x[newer] for x in res)
+        return pair_rows(*self.probe_pairs(new, s, check))
+
+    def probe_pairs(self, new, s, check=True):
+        """The pairs probe_newer() keeps, as (rows of stream 0, idx, rows of stream 1, idx): for a
+        caller that reads more of each pair than its seqs (an aggregate's columns)."""
+        n = self.derive(new, s)
+        X = self.windows[1 - s].view()
+        if not len(n) or not len(X):
+            return n[:0], _E, n[:0], _E
+        A, a, B, b = self._pairs(n, s, X, self.windows[1 - s].base, self.runs[1 - s], check)
+        newer = A["seq"][a] > B["seq"][b] if s == 0 else B["seq"][b] > A["seq"][a]
+        return A, a[newer], B, b[newer]
 
     def _pairs(self, P, p, X, xbase, run, check=True):
         """Pairs (rows of P, rows of X) where P is stream p's rows and X the other's; returns
@@ -220,6 +229,15 @@ class BinaryJoin:
         """dtype of a snapshot array, None for a name that is not one."""
         p, _, s = name.rpartition("/")
         return self.runtime_dtypes[int(s)] if p == prefix and s in ("0", "1") else None
+
+
+def pair_rows(A, a, B, b):
+    """Pairs (rows a of A, rows b of B) as (seq 0, seq 1, tin of the newer tuple)."""
+    if not len(a):
+        return _E, _E, _E
+    res = (np.empty(len(a), np.int64), np.empty(len(a), np.int64), np.empty(len(a), np.int64))
+    result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, 0)
+    return res
 
 
 def runtime_rows(rows, dtype):

@@ -35,6 +35,7 @@ class Output:
     results: list = field(default_factory=list)     # (tuple of seq arrays, one per stream; tin array)
     forward: list = field(default_factory=list)     # (dests, batches, bounds, body, order): one message, packed once
     control: list = field(default_factory=list)     # (dest, Control)
+    snapshots: list = field(default_factory=list)   # (number, final, rows, meta): an aggregate's snapshots
 
     def emit(self, seqs, tin):
         if len(tin):
@@ -58,11 +59,17 @@ class Output:
         to rank `dest`, to be written there (or sent on) instead of here."""
         self.forward.append(((dest,), [rows], (), body, -1))
 
+    def snapshot(self, number, final, rows, meta):
+        """Write `rows` (a finished aggregate, aggregate.finish) as snapshot `number` of the run's
+        aggregate/ directory; `meta` goes into the file's metadata."""
+        self.snapshots.append((int(number), bool(final), rows, dict(meta)))
+
     def extend(self, other):
         if other is not None:
             self.results += other.results
             self.forward += other.forward
             self.control += other.control
+            self.snapshots += other.snapshots
         return self
 
 

@@ -349,6 +349,8 @@ class Worker:
         for dests, batches, bounds, body, order in out.forward:
             self._send_data(dests, DataHeader(self.msg_no, bounds, body, order), batches)
             self.msg_no += 1
+        for snap in out.snapshots:
+            self.writer.write_snapshot(*snap)
         for dest, msg in out.control:
             if dest in self.outbox:
                 self.outbox[dest].append(("ctrl", msg))
