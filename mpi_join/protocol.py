@@ -143,11 +143,13 @@ class LoadRequest(Control):
 @dataclass(frozen=True)
 class LoadReport(Control):
     """A worker's load since its last report: buffer occupancy (tuples waiting / capacity,
-    averaged over batches) and CPU busy fraction (CPU seconds / wall seconds)."""
+    averaged over batches), CPU busy fraction (CPU seconds / wall seconds), and the bytes of
+    state it holds now."""
     occupancy: float = 0.0
     busy: float = 0.0
     tuples: int = 0
     window_full: bool = False
+    state_bytes: int = 0          # window state held (the module's stats()["state_bytes"]): its memory load
 
 
 # -- moving a unit of state between workers (runtime-owned; see slaves/worker.py) -------------

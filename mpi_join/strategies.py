@@ -323,6 +323,20 @@ REGISTRY = {
                                "OUTPUT/aggregate/"),
             "update_ms": Param(200.0, _non_neg, "aggregate update period in ms: units send their views, and the "
                                "merger writes a snapshot, at most this often (0: every batch)"),
+            "scaling": Param(False, _bool, "2PS adaptive resource management: the shuffler asks the units for "
+                             "their memory load every scale_every_ms and adds spare units to a subgroup, or takes "
+                             "units out of it, within each side"),
+            "spare_units": Param(0, _non_neg_int, "with scaling: units of each side held idle at the start, for "
+                                 "scaling out (at least one per side stays active)"),
+            "unit_capacity_mb": Param(64.0, _non_neg, "with scaling: the memory capacity C of a unit in MB (the load "
+                                      "tau of a subgroup is its units' window state over k C)"),
+            "t_high": Param(0.8, _fraction, "with scaling: load above which a subgroup is overloaded (T_h)"),
+            "t_low": Param(0.3, _fraction, "with scaling: load below which a subgroup is underloaded (T_l)"),
+            "psi": Param(0.6, _fraction, "with scaling: the load a scaling aims at (Equation 7), between T_l "
+                         "and T_h"),
+            "confirmations": Param(3, _int_range(1, 1000), "with scaling: the same decision this many times in a "
+                                   "row confirms it"),
+            "scale_every_ms": Param(1000.0, _non_neg, "with scaling: the period of the load requests in ms"),
             "max_state_mb": Param(0.0, _non_neg, "stop with an error when a unit's windows pass this many MB "
                                   "(0: no limit); full-history windows only grow"),
             "ordered": Param(True, _bool, "units merge their dispatchers' flows in stamp order (false shows what "

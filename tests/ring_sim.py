@@ -44,6 +44,15 @@ class _Driver:
         for d in dests:
             self.send(d, batches, body, bounds, order)
 
+    def bounds(self):
+        return self.source.bounds()
+
+    def request_load(self, ranks):
+        """Load reports are not simulated: a request is never answered."""
+
+    def loads_of(self, ranks):
+        return None
+
 
 def _wire(header):
     """The header as the receiver gets it: encoded to int64 words and decoded back."""
@@ -105,6 +114,8 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
         if q[0] == EOS or a not in merged:
             return True
         mine = q[0][0].order
+        if mine == mods[b].next_order():
+            return True
         for u in merged:
             if u == a or u in ended[b]:
                 continue

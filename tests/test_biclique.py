@@ -33,7 +33,8 @@ def _batch(rng, n):
 def test_contrand_stores_once_in_the_key_subgroup_and_joins_at_the_opposite_one(units, groups):
     rng = np.random.default_rng(units * 10 + groups)
     b = _batch(rng, 4000)
-    at = routing.store_unit(b, units, groups)
+    m = routing.Membership((units, 1), (groups, 1))
+    at = m.store_units(b, 0)
     spans = routing.subgroups(units, groups)
     g = routing.group_of(b, groups)
     assert ((at >= np.array([spans[x][0] for x in g])) & (at < np.array([spans[x][1] for x in g]))).all()
@@ -41,8 +42,8 @@ def test_contrand_stores_once_in_the_key_subgroup_and_joins_at_the_opposite_one(
         inside = (at >= lo) & (at < hi)
         if inside.any():
             assert set(at[inside]) == set(range(lo, hi))
-    assert np.array_equal(routing.store_unit(b, units, groups), at)          # a replay routes the same
-    joins = np.stack([routing.join_mask(b, units, groups, u) for u in range(units)])
+    assert np.array_equal(m.store_units(b, 0), at)          # a replay routes the same
+    joins = np.stack([m.joined_at(b, 0) == m.group(0, u) for u in range(units)])
     for x in range(len(b)):              # joined at exactly the units of the subgroup its key hashes to
         lo, hi = spans[g[x]]
         assert np.flatnonzero(joins[:, x]).tolist() == list(range(lo, hi))
@@ -161,3 +162,70 @@ def test_aggregate_specs_are_checked_with_one_line_errors():
     b = a.copy()
     b["count(*)"][1] += 1
     assert "count(*) of group (R.k=" in aggregate.compare(agg, a, b)
+
+
+@pytest.mark.parametrize("kind", ["time", "count"])
+@pytest.mark.parametrize("workers,params", [(7, {}), (8, {"dispatchers": 2}),
+                                            (9, {"r_groups": 2, "s_groups": 2, "r_units": 4})])
+def test_units_join_and_leave_subgroups_mid_run_without_losing_or_duplicating_a_result(kind, workers, params):
+    """2PS's scaling phase driven by hand: every few batches a spare unit joins a subgroup, or an
+    active one leaves it (it drains: joins, stores nothing, until nothing it holds can be seen,
+    then is spare again). Every result is found once."""
+    job = sim_job("biclique", "equi", kind)
+    arrays = random_streams(np.random.default_rng(workers), 700, key_range=6)
+    expect = as_set(run_oracle(job, arrays))
+    done, spare_at_start = [], []
+
+    steps = [("out", 0), ("out", 1), ("down", 0), ("down", 1)]
+
+    def on_epoch(epoch, mods, router):
+        m = router.members
+        if epoch == 1:
+            spare_at_start.extend(router.topology.units(s)[u] for s in (0, 1) for u in m.spare(s))
+        if epoch % 5 == 0:
+            d, side = steps[(epoch // 5) % 4]
+            g = (epoch // 20) % m.groups[side]
+            if d == "out" and m.spare(side):
+                router.apply("out", side, g, m.spare(side)[:1])
+                done.append("out")
+            elif d == "down" and len(m.active(side, g)) > 1:
+                router.apply("down", side, g, m.active(side, g)[:1])
+                done.append("down")
+        router.release_drained()
+
+    got, mods, router = simulate_strategy("biclique", job, arrays, workers, seed=workers, batch_size=3,
+                                          on_epoch=on_epoch, scaling=True, spare_units=1, **params)
+    assert len(got) == len(as_set(got)) and as_set(got) == expect
+    assert done.count("out") >= 3 and done.count("down") >= 3, done
+    assert router.version >= 8       # the table changed: joins, drains and releases
+    stored = [m.join.indexed for m in mods.values() if type(m).__name__ == "Unit"]
+    assert sum(stored) == sum(len(a) for a in arrays)                # each stored once
+    assert any(mods[r].join.indexed for r in spare_at_start)          # a unit spare at the start stored some
+
+
+def test_2ps_decides_on_confirmed_loads_and_sizes_by_equation_7():
+    from mpi_join.biclique.scaling import Policy, Scaler, units_to_change
+    assert units_to_change(0.9, 0.6, 4) == pytest.approx(2.0) and units_to_change(0.15, 0.6, 4) == pytest.approx(-3.0)
+    mb = 1e6
+    sc = Scaler(Policy(capacity=10 * mb, t_high=0.8, t_low=0.3, psi=0.6, confirmations=3))
+    m = routing.Membership((6, 3), (1, 1), (2, 3))      # R: units 0, 1 active, 2..5 spare; S: all 3 active
+    hot = {(0, 0): 9 * mb, (0, 1): 9.5 * mb, (1, 0): 5 * mb, (1, 1): 5 * mb, (1, 2): 5 * mb}
+    spare = [m.spare(0), m.spare(1)]
+    for _ in range(2):                                  # overloaded twice: not confirmed yet
+        assert sc.decide(m, hot, spare)[0] == []
+    calm = hot | {(0, 0): 5 * mb, (0, 1): 5 * mb}
+    assert sc.decide(m, calm, spare)[0] == []           # a calm round resets the count
+    for _ in range(2):
+        assert sc.decide(m, hot, spare)[0] == []
+    actions, seen = sc.decide(m, hot, spare)
+    # tau = 18.5 / 20 = 0.925 on R: Delta = (0.925 / 0.6 - 1) 2 = 1.08 -> 2 spare units join
+    assert actions == [("out", 0, 0, [2, 3])]
+    assert seen[0]["tau"] == pytest.approx(0.925) and seen[0]["streak"] == 3
+    m.add(0, 0, [2, 3])
+    cold = {(0, u): 0.5 * mb for u in range(4)} | {(1, u): 5 * mb for u in range(3)}
+    cold[(0, 2)] = 0.1 * mb
+    for _ in range(2):
+        sc.decide(m, cold, [m.spare(0), m.spare(1)])
+    actions, _ = sc.decide(m, cold, [m.spare(0), m.spare(1)])
+    # tau = 1.6 / 40 = 0.04: Delta = (0.04 / 0.6 - 1) 4 = -3.7 -> 3 leave (the least loaded first), one stays
+    assert actions == [("down", 0, 0, [2, 0, 1])]

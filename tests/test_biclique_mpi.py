@@ -107,3 +107,56 @@ def test_full_history_past_the_state_limit_stops_with_one_line(tmp_path, strateg
     line = next(ln for ln in p.stderr.splitlines() if "failed:" in ln)
     assert "MB of window state, over strategy.max_state_mb = 0.02" in line and line.startswith("mpi-join: rank "), line
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
+def _phased_streams(rng, n, steps):
+    """random_streams whose ts advance by a step drawn from 0..steps[p] in phase p (equal thirds
+    of the input): dense phases fill the windows, sparse ones empty them."""
+    arrays = random_streams(rng, n, key_range=8, ts_step=1)
+    phase = np.minimum(np.arange(n) * len(steps) // n, len(steps) - 1)
+    ts = np.cumsum(rng.integers(0, np.array(steps)[phase] + 1)).astype(np.int64)
+    for a in arrays:
+        a["ts"] = ts[a["seq"]]
+    return arrays
+
+
+def _driver_stats(job):
+    summary = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
+    return next(r for r in summary["ranks"] if r["role"] == "driver")
+
+
+def test_2ps_scales_out_and_down_with_the_window_load_without_losing_a_result(tmp_path):
+    """Dense, sparse, dense input: a subgroup's windows fill past T_h, spare units join; they
+    empty below T_l, units drain and leave; they fill again. Results equal the oracle."""
+    text = equi_job_text(('"200ms"', '"200ms"'), strategy="biclique", predicate=PRED["equi"],
+                         extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.01\n"
+                                        "scale_every_ms = 15\nconfirmations = 2",
+                         run='batch_size = 25\nrate = 4000\nflush_interval = "5ms"')
+    arrays = _phased_streams(np.random.default_rng(11), 15000, (1, 60, 1))
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(7, "run", path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    _check(job, arrays)
+    events = _driver_stats(job)["scaling_events"]
+    assert {e["decision"] for e in events} == {"out", "down"}, events
+
+
+def test_2ps_full_history_moves_a_leaving_units_state_with_the_runtime(tmp_path):
+    """Full history: a unit leaving its subgroup hands its state to one that stays (the
+    runtime's move, after both have processed every batch sent); later the growing state
+    brings units back. Results equal the oracle."""
+    text = equi_job_text(WINDOWS["full"], strategy="biclique", predicate=PRED["equi"],
+                         extra_strategy="scaling = true\nunit_capacity_mb = 0.06\nscale_every_ms = 15\n"
+                                        "confirmations = 2",
+                         run='batch_size = 20\nrate = 2500\nflush_interval = "5ms"')
+    arrays = random_streams(np.random.default_rng(12), 5000, key_range=40, ts_step=1)
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(7, "run", path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    _check(job, arrays)
+    events = _driver_stats(job)["scaling_events"]
+    assert {e["decision"] for e in events} == {"out", "down"}, events
+    ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
+    units = [r for r in ranks if r["role"] == "unit"]
+    moved = sum(r["tuples_moved_out"] for r in units)
+    assert moved > 100 and sum(r["tuples_moved_in"] for r in units) == moved

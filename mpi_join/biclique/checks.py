@@ -24,9 +24,16 @@ def check_job(job, nranks):
     if p["r_units"] and p["r_units"] != t.m:
         return (f"{where}.r_units: {p['r_units']} R-units leave no S-unit with {nranks} ranks and "
                 f"{p['dispatchers']} dispatcher(s); at most {nranks - 2 - p['dispatchers'] - merger}")
+    spare = p["spare_units"] if p["scaling"] else 0
     for name, groups, units in (("r_groups", p["r_groups"], t.m), ("s_groups", p["s_groups"], len(t.s_units))):
-        if groups > units:
-            return f"{where}.{name}: {groups} subgroups but only {units} unit(s) on that side with {nranks} ranks"
+        if groups > units - spare:
+            return (f"{where}.{name}: {groups} subgroups but only {units - spare} active unit(s) on that side with "
+                    f"{nranks} ranks" + (f" and spare_units = {spare}" if spare else ""))
+    if p["scaling"] and not p["t_low"] < p["psi"] < p["t_high"]:
+        return (f"{where}: scaling needs t_low < psi < t_high (Equation 7 aims between them), got t_low = "
+                f"{p['t_low']:g}, psi = {p['psi']:g}, t_high = {p['t_high']:g}")
+    if p["scaling"] and not p["unit_capacity_mb"]:
+        return f"{where}.unit_capacity_mb: scaling needs a unit capacity above 0"
     return None
 
 

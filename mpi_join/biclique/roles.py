@@ -9,15 +9,22 @@ that the same order at every unit). A unit's stored window is a chained in-memor
 (slaves/chained_index.py): subindexes of one archive period each, discarded whole by the batch's
 bounds (window.py); a full-history (unbounded) window is one subindex that keeps everything."""
 
+import dataclasses
 import time
 
+import numpy as np
+
 from .. import aggregate
+from ..headers import Header
+from ..protocol import Control
+from ..window import NEG_INF
 from ..master.driver import Router
 from ..partitioning import Partitioner
+from ..topology import DRIVER
 from ..slaves.chained_index import ChainedIndex
 from ..slaves.local_join import warm_up
 from ..slaves.module import JoinModule, Output
-from . import routing
+from . import routing, scaling
 
 
 def check_state(join, limit_mb, who):
@@ -32,28 +39,165 @@ def check_state(join, limit_mb, who):
                            f"or bound the windows")
 
 
+@dataclasses.dataclass(frozen=True)
+class Members(Header):
+    """A batch's routing table (routing.Membership.code): what every unit does for it."""
+    version: int
+    units: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Upto(Control):
+    """Shuffler -> unit: answer At once every batch up to `order` is processed."""
+    order: int
+
+
+@dataclasses.dataclass(frozen=True)
+class At(Control):
+    """Unit -> shuffler: every batch up to `order` is processed."""
+    order: int
+
+
 class Shuffler(Router):
     """Rank 0: deals the batches to the dispatchers in turn, each stamped with its place in the
-    input (the order the units merge by)."""
+    input (the order the units merge by). With `scaling`, also the 2PS resource manager
+    (scaling.py): it asks the units for their memory load, and changes which units store and
+    join (the Members table every batch carries), at a batch boundary every unit sees alike."""
 
     def __init__(self, job, topology, driver):
         super().__init__(job, topology, driver)
         self.part = Partitioner(job, 1)
         self.next = 0
+        p = job.strategy.params
+        self.members = None
+        if p["scaling"]:
+            n = (topology.m, len(topology.s_units))
+            self.members = routing.Membership(n, (p["r_groups"], p["s_groups"]),
+                                              tuple(max(1, k - int(p["spare_units"])) for k in n))
+            self.scaler = scaling.Scaler(scaling.Policy.of(p))
+            self.period = float(p["scale_every_ms"]) / 1e3
+        self.version = 0
+        self.full = [s.window.kind == "unbounded" for s in job.streams]
+        self.delay = int(p["max_delay"])
+        self.last_coord = [NEG_INF, NEG_INF]     # of the last tuple of each side routed
+        self.draining = {}                      # (side, unit) -> last_coord of its side when it began to drain
+        self.asked = self.last_ask = None
+        self.reached = {}
+        self.trace, self.events, self.t0 = [], [], None
 
     def annotate(self, batch, stream):
         batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
 
     def route(self, batches, slot):
         d = self.topology.dispatchers
-        self.driver.send(d[self.next % len(d)], batches, order=self.next)
+        body = None
+        if self.members is not None:
+            for s, b in enumerate(batches):
+                if len(b):
+                    self.last_coord[s] = int(b["_coord"][-1])
+            body = Members(self.version, self.members.flat())
+        self.driver.send(d[self.next % len(d)], batches, body=body, order=self.next)
         self.next += 1
 
+    # -- 2PS ----------------------------------------------------------------------------------
+    def end_of_epoch(self, epoch):
+        if self.members is None:
+            return
+        now = time.perf_counter()
+        self.t0 = self.t0 or now
+        self.release_drained()
+        units = self.topology.r_units + self.topology.s_units
+        if self.asked is not None:
+            loads = self.driver.loads_of(units)
+            if loads is None:
+                return                           # the requesting phase goes on
+            self.asked = None
+            mlv = {(s, u): loads[r].state_bytes for s in (0, 1) for u, r in enumerate(self.topology.units(s))}
+            actions, seen = self.scaler.decide(self.members, mlv, [self.members.spare(0), self.members.spare(1)])
+            t = round(now - self.t0, 3)
+            self.trace += [dict(o, t_s=t, mlv_mb=round(sum(mlv[(o["side"], u)] for u in
+                                                          self.members.active(o["side"], o["group"])) / 1e6, 3))
+                           for o in seen]
+            for a in actions:
+                self.apply(*a, mlv=mlv)
+                self.events.append({"t_s": t, "decision": a[0], "side": a[1], "group": a[2], "units": list(a[3]),
+                                    "order": self.next})
+        elif self.last_ask is None or now - self.last_ask >= self.period:
+            self.driver.request_load(units)
+            self.asked = self.last_ask = now
+
+    def apply(self, decision, side, g, units, mlv=None):
+        """The scaling phase, before batch `self.next`: spare units join subgroup g ("out"), or
+        units leave it ("down"): with a window they drain (join, store nothing) until nothing
+        they hold can be seen; with full history their state moves to the units that stay."""
+        if decision == "out":
+            self.members.add(side, g, units)
+        elif not self.full[side]:
+            self.members.drain(side, units)
+            for u in units:
+                self.draining[(side, u)] = self.last_coord[side]
+        else:
+            self._move_away(side, g, units, mlv or {})
+        self.version += 1
+
+    def release_drained(self):
+        """Draining units whose every tuple is out of every future window become spare."""
+        bounds = self.driver.bounds()
+        done = [(s, u) for (s, u), c in self.draining.items() if c < int(bounds[s]) - self.delay]
+        for s, u in done:
+            del self.draining[(s, u)]
+            self.members.release(s, [u])
+            self.version += 1
+
+    def _move_away(self, side, g, units, mlv):
+        """Full history: once the leaving units and their heirs have processed every batch sent
+        so far (nothing else is sent meanwhile), the runtime moves each leaving unit's state to
+        the least loaded unit that stays in the subgroup."""
+        stay = [u for u in self.members.active(side, g) if u not in units]
+        ranks = self.topology.units(side)
+        upto = self.next - 1
+        self.reached = {}
+        for u in units + stay:
+            self.driver.control(ranks[u], Upto(upto))
+        self.driver.wait(lambda: all(self.reached.get(ranks[u], -2) >= upto for u in units + stay))
+        load = {u: mlv.get((side, u), 0) for u in stay}
+        for u in units:
+            heir = min(stay, key=lambda x: (load[x], x))
+            load[heir] += mlv.get((side, u), 0)
+            self.driver.move(ranks[u], ranks[u], ranks[heir])
+        self.driver.settle_moves()
+        self.members.drain(side, units)
+        self.members.release(side, units)
+
+    def on_control(self, src, msg):
+        if not isinstance(msg, At):
+            return super().on_control(src, msg)
+        self.reached[src] = msg.order
+
+    def unit_of(self, batch):
+        return np.full(len(batch), -1, np.int64)     # the shuffler routes no row to a unit directly
+
     def snapshot(self):
-        return {}, {"next": self.next}
+        attrs = {"next": self.next, "version": self.version}
+        if self.members is not None:
+            attrs.update(members=list(self.members.flat()), last_coord=list(self.last_coord),
+                         draining=[[s, u, c] for (s, u), c in self.draining.items()])
+        return {}, attrs
 
     def restore(self, arrays, attrs):
-        self.next = int(attrs["next"])
+        self.next, self.version = int(attrs["next"]), int(attrs["version"])
+        if self.members is not None:
+            self.members = routing.Membership.of(self.members.units, self.members.groups,
+                                                 [int(x) for x in attrs["members"]])
+            self.last_coord = [int(x) for x in attrs["last_coord"]]
+            self.draining = {(int(s), int(u)): int(c) for s, u, c in attrs["draining"]}
+
+    def stats(self):
+        if self.members is None:
+            return {}
+        return {"scaling_events": self.events, "scaling_trace": self.trace,
+                "active_units": [sum(len(self.members.active(s, g)) for g in range(self.members.groups[s]))
+                                 for s in (0, 1)]}
 
 
 class Dispatcher(JoinModule):
@@ -65,18 +209,22 @@ class Dispatcher(JoinModule):
         p = job.strategy.params
         self.groups = (int(p["r_groups"]), int(p["s_groups"]))
         self.units = (topology.r_units, topology.s_units)
+        self.n = tuple(len(u) for u in self.units)
+        self.members = routing.Membership(self.n, self.groups)      # without scaling: every unit, fixed
         self.routed = 0
 
     def on_data(self, src, header, batches):
+        m = self.members if header.body is None else routing.Membership.of(self.n, self.groups, header.body.units)
         out = Output()
-        store = [routing.store_unit(b, len(self.units[s]), self.groups[s]) for s, b in enumerate(batches)]
+        store = [m.store_units(b, s) for s, b in enumerate(batches)]
         for side in (0, 1):
             other = 1 - side
+            at = m.joined_at(batches[other], side)
             for u, rank in enumerate(self.units[side]):
                 parts = [None, None]
                 parts[side] = batches[side][store[side] == u]
-                parts[other] = batches[other][routing.join_mask(batches[other], len(self.units[side]),
-                                                                self.groups[side], u)]
+                g = m.group(side, u)
+                parts[other] = batches[other][at == g] if g >= 0 else batches[other][:0]
                 out.send(rank, parts, header.bounds, order=header.order)
         self.routed += sum(len(b) for b in batches)
         return out
@@ -100,6 +248,8 @@ class Unit(JoinModule):
         self.last = -1
         self.probed = self.peak = 0
         self.views = Views(job, dtypes, len(topology.dispatchers), topology.merger)
+        self.want = None                             # the shuffler waits for this order (Upto)
+        self.moved_in = self.moved_out = 0           # tuples, by the runtime's move
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.method)
@@ -107,7 +257,16 @@ class Unit(JoinModule):
     def merged_links(self):
         return self.dispatchers
 
+    def next_order(self):
+        """The shuffler numbers batches 0, 1, 2, ... and every unit gets every one: the next is
+        known, so it need not wait for the other dispatchers to pass it (nor does a pause in the
+        input hold the last batches back)."""
+        return self.last + 1 if self.ordered else None
+
     def on_data(self, src, header, batches):
+        if header.order < 0:                        # rows queued at a unit whose state moved: none here
+            assert not any(len(b) for b in batches), "a biclique unit's moved state carries no queued rows"
+            return None
         if self.ordered and header.order != self.last + 1:
             raise RuntimeError(f"unit {self.rank}: batch {header.order} after batch {self.last}: the "
                                f"dispatchers' flows were not merged in order")
@@ -119,6 +278,9 @@ class Unit(JoinModule):
         out = Output()
         out.emit(res[:2], res[2])
         self.views.add(values, len(res[0]), out)
+        if self.want is not None and self.last >= self.want:
+            out.tell(DRIVER, At(self.last))
+            self.want = None
         self.probed += len(batches[1 - self.side])
         self.peak = max(self.peak, len(j))         # before expiry: at the end of input everything expires
         j.expire(header.bounds)
@@ -126,6 +288,31 @@ class Unit(JoinModule):
 
     def on_eos(self, src):
         return self.views.on_eos(src)
+
+    def on_control(self, src, msg, ctx):
+        if not isinstance(msg, Upto):
+            return super().on_control(src, msg, ctx)
+        out = Output()
+        if self.last >= msg.order:
+            out.tell(DRIVER, At(self.last))
+        else:
+            self.want = msg.order
+        return out
+
+    # -- the runtime's move (a full-history unit leaving its subgroup): the whole store -------
+    def unit_of(self, batch):
+        return np.full(len(batch), -1, np.int64)
+
+    def take(self, unit):
+        arrays = self.join.snapshot()
+        self.moved_out += len(self.join)
+        self.join = self.join.emptied()
+        return arrays, {}
+
+    def put(self, unit, arrays, attrs):
+        before = len(self.join)
+        self.join.restore(arrays)
+        self.moved_in += len(self.join) - before
 
     def snapshot(self):
         arrays = self.join.snapshot()
@@ -142,6 +329,7 @@ class Unit(JoinModule):
 
     def stats(self):
         return {"window_tuples": len(self.join), "peak_window_tuples": self.peak, "tuples_probed": self.probed,
+                "state_bytes": self.join.nbytes, "tuples_moved_in": self.moved_in, "tuples_moved_out": self.moved_out,
                 **self.join.stats()}
 
 

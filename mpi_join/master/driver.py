@@ -179,6 +179,10 @@ class Driver:
     def moving(self):
         return bool(self.moves)
 
+    def settle_moves(self):
+        """Handle messages until every move begun is done (the router's on_moved called)."""
+        self.wait(lambda: self._finish_moves() or not self.moves)
+
     def _hold(self, batches):
         out = []
         for s, b in enumerate(batches):

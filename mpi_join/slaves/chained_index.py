@@ -44,6 +44,13 @@ class ChainedIndex:
         self.opened = self.discarded = 0                    # subindexes, over the run
         self.unchecked = self.checked = 0                   # subindex probes without / with the window test
 
+    def emptied(self):
+        """A new empty chain like this one (its state taken away), keeping the run's counts."""
+        c = ChainedIndex(self.pred, self.dtypes, self.method, self.side, self.period, self.delay)
+        c.indexed, c.opened, c.discarded = self.indexed, self.opened, self.discarded
+        c.unchecked, c.checked = self.unchecked, self.checked
+        return c
+
     def derive(self, rows, s):
         return self.proto.derive(rows, s)
 

@@ -98,6 +98,12 @@ class JoinModule(Checkpointed):
         order on their own link. Empty: every link as it comes."""
         return ()
 
+    def next_order(self):
+        """The order the module takes next from its merged links when their orders are dense
+        (0, 1, 2, ... across the links, none missing), so the batch bearing it goes at once,
+        without waiting for the other links to pass it; None (the default): not known."""
+        return None
+
     def forward_first(self, src, header, batches):
         """An Output sent before `on_data` runs on the same message (None: nothing): an inner node
         of a distribution tree passes a batch on here, so its children do not wait for its join."""

@@ -227,6 +227,8 @@ class Worker:
         if not heads:
             return None
         src = min(heads, key=lambda s: (heads[s], s))
+        if heads[src] == self.module.next_order():
+            return src, self.inbox[src].popleft()     # dense orders: nothing can come before it
         for other in self.merged:
             if other not in heads and other not in self.eos_from and self.watermark[other] < heads[src]:
                 return None                 # `other` may still bring a batch that comes first
@@ -464,7 +466,8 @@ class Worker:
         occ = float(np.mean(self.occupancy)) if self.occupancy else min(1.0, self.buffered / self.capacity)
         self.occupancy = []
         self.load_mark = (wall, cpu, self.metrics.tuples_in)
-        return LoadReport(occ, min(1.0, busy), self.metrics.tuples_in - n0)
+        return LoadReport(occ, min(1.0, busy), self.metrics.tuples_in - n0,
+                          state_bytes=int(self.module.stats().get("state_bytes", 0)))
 
     def _record(self, src, n, results, delay):
         cpu, idle, comm = time.process_time(), self.tx.idle_s, self.tx.comm_s
