@@ -1,6 +1,7 @@
 """`mpi-join bench` and `mpi-join demo`: real runs under mpiexec, measured against the oracle."""
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -65,7 +66,7 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
     job_path = make(info.workload, workdir, tuples=tuples, rate=rate, window=window, skew=skew, strategy=strategy,
                     uniform_keys=uniform_keys)
     for k, v in params.items():
-        _set_param(job_path, k, v)
+        set_param(job_path, k, v)
     job = load_job(job_path)
     total = len(ranks) + bool(load_fraction)
     print(f"bench: the oracle on {tuples:,} tuples (the baseline)", flush=True)
@@ -152,10 +153,10 @@ def _one(job_path, workdir, job, n, replay_rate, expect_n):
     from .verify import verify
     output = os.path.join(workdir, f"out-{n}" + (f"-{replay_rate:.0f}" if replay_rate else ""))
     if replay_rate:
-        _set_run(job_path, "rate", f"{replay_rate:.1f}")
+        set_option(job_path, "run", "rate", f"{replay_rate:.1f}")
     s = _run_mpi(n, job_path, output)
     if replay_rate:
-        _set_run(job_path, "rate", '"max"')
+        set_option(job_path, "run", "rate", '"max"')
     rep = verify(output, job)
     if not rep["ok"]:
         raise JobError(f"bench: results on {n} ranks differ from the oracle: missing {rep['missing']}, "
@@ -169,22 +170,25 @@ def _row(label, s, o_rate):
             f"{lat['p90']:.2f}", f"{lat['p99']:.2f}", f"{s['tuples_per_s'] / o_rate:.2f}")
 
 
-def _set_run(job_path, key, value):
-    import re
+def set_option(job_path, section, key, value):
+    """Set `key = value` (`value` as TOML text) in the [section] table of a job file, replacing
+    the key's line in that table if it has one."""
     with open(job_path) as f:
-        text = f.read()
-    text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", text, count=1)
+        lines = f.read().split("\n")
+    if f"[{section}]" not in lines:
+        lines += [f"[{section}]"]
+    start = lines.index(f"[{section}]")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
+    keep = [ln for ln in lines[start + 1:end] if not re.match(rf"{re.escape(key)}\s*=", ln)]
+    lines[start + 1:end] = [f"{key} = {value}"] + keep
     with open(job_path, "w") as f:
-        f.write(text)
+        f.write("\n".join(lines))
 
 
-def _set_param(job_path, key, value):
-    with open(job_path) as f:
-        text = f.read()
+def set_param(job_path, key, value):
+    """Set strategy parameter `key` to the Python value `value` in a job file."""
     v = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
-    text = text.replace('[strategy]\n', f'[strategy]\n{key} = {v}\n', 1)
-    with open(job_path, "w") as f:
-        f.write(text)
+    set_option(job_path, "strategy", key, v)
 
 
 def demo(nprocs, tuples, workdir, spark_master="local[*]"):

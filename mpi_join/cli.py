@@ -251,6 +251,43 @@ def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys
                                       "result in one process"), err=True)
 
 
+@main.command()
+@click.argument("query", type=click.Choice(["q5", "q7", "band"]))
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Directory for job.toml and raw/<stream>/ (Parquet); stage it with `mpi-join stage OUT/job.toml`.")
+@click.option("--tables", type=click.Path(file_okay=False, exists=True), default=None,
+              help="A tpchgen-cli parquet output directory (default: run tpchgen-cli at --sf into OUT/tpch).")
+@click.option("--sf", default=0.01, show_default=True, type=click.FloatRange(0.001, 1000),
+              help="TPC-H scale factor, when tpchgen-cli runs.")
+@click.option("--rate", default=2000.0, show_default=True, type=click.FloatRange(1, 1e9),
+              help="Event-time rate of both streams together, tuples/s.")
+@click.option("--window", default="10s", show_default=True, help="Time window of both streams.")
+@click.option("--limit", default=0, show_default=True, type=click.IntRange(0),
+              help="At most this many rows per stream, from the start of each table (0: all).")
+@click.option("--strategy", default="biclique", show_default=True, type=_StrategyChoice(),
+              help="Strategy written into job.toml (biclique also gets the query's aggregate).")
+def tpch(query, out, tables, sf, rate, window, limit, strategy):
+    """Build a TPC-H workload of the join-biclique paper from tpchgen-cli output.
+
+    \b
+    q5    ORDERS of 1994 x LINEITEM on the order key; sum(L.price), count(*) by O.priority
+    q7    LINEITEM shipped 1995-1996 x SUPPLIER on the supplier key; sum(L.price) by S.nation
+    band  LINEITEM L1 (TRUCK, quantity > 48) x LINEITEM L2 (instruction NONE), |orderkey| <= 1;
+          count(*), min and max of L2.quantity by L2.mode
+
+    Writes raw Parquet with an event_time column and a job file; then `mpi-join stage
+    OUT/job.toml` (Spark) and `mpi-join run -n N OUT/job.toml`.
+    """
+    from . import tpch as T
+    try:
+        path, rows = T.make(query, out, tables=tables, sf=sf, rate=rate, window=window, limit=limit,
+                            strategy=strategy)
+    except (JobError, ValueError) as e:
+        _fail(e)
+    click.echo(f"wrote {', '.join(f'{n} {k:,} rows' for n, k in rows.items())} to {os.path.join(out, 'raw')} and "
+               f"the job file {path}; next: mpi-join stage {path}")
+
+
 _MASTER = click.option("--master", default="local[*]", show_default=True,
                        help="Spark master URL (local[*], spark://host:7077, yarn, ...).")
 _CONF = click.option("--conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")

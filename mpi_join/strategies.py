@@ -295,13 +295,19 @@ REGISTRY = {
         streams=(2, 2),
         min_ranks=4,
         topology=_biclique,
-        roles=_roles("mpi_join.biclique.roles", driver="Shuffler", dispatcher="Dispatcher", unit="Unit",
-                     merger="Merger"),
+        roles={**_roles("mpi_join.biclique.roles", driver="Shuffler", dispatcher="Dispatcher", unit="Unit"),
+               "merger": "mpi_join.biclique.merger:Merger"},
         workload="equi",
         check="mpi_join.biclique.checks:check_job",
         cases={"fig6a": ("mpi_join.biclique.bench_memory:run_case",
                           "state per join unit against the processing volume (full history) for biclique and "
-                          "matrix with the same number of units (-n: units, default 4), the paper's Figure 6a")},
+                          "matrix with the same number of units (-n: units, default 4), the paper's Figure 6a"),
+               "fig8": ("mpi_join.biclique.bench_figures:run_fig8",
+                        "throughput of random routing against ContRand (and matrix) on TPC-H q5 and q7 from "
+                        "tpchgen-cli (-n: units, default 4), the paper's Figure 8"),
+               "fig12": ("mpi_join.biclique.bench_figures:run_fig12",
+                         "an elasticity trace: 2PS adding and removing units as a rising and falling input rate "
+                         "fills and empties the windows (-n: units, default 8), the paper's Figure 12")},
         params={
             "dispatchers": Param(1, _int_range(1, 64), "dispatcher ranks (1 to 64) after the shuffler; with more "
                                  "than one, units merge their flows in the shuffler's stamp order (the "

@@ -48,6 +48,16 @@ def test_routings_dispatchers_and_windows_equal_oracle(tmp_path, ranks, kind, pr
     assert sum(r["tuples_probed"] for r in units) > 0
 
 
+def _run_checked(tmp_path, ranks, text, arrays):
+    """Write the job and its input, run it on `ranks` ranks, check the results equal the oracle;
+    returns (job path, job, the summary's rank records)."""
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(ranks, "run", path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    _check(job, arrays)
+    return path, job, json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
+
+
 AGG = 'aggregate = "sum(S.w), count(*), avg(R.v), min(S.w), max(R.k2) by R.k"'
 
 
@@ -67,13 +77,9 @@ def test_online_aggregation_snapshots_end_in_the_oracles_aggregate(tmp_path):
                          extra_strategy=f"dispatchers = 2\n{AGG}\nupdate_ms = 5",
                          run='batch_size = 20\nrate = 20000\nflush_interval = "5ms"')
     arrays = random_streams(np.random.default_rng(9), 6000, key_range=8, ts_step=1)
-    path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(7, "run", path)
-    assert p.returncode == 0, p.stderr + p.stdout
-    _check(job, arrays)
+    path, job, ranks = _run_checked(tmp_path, 7, text, arrays)
     _verify_aggregate(path, job, snapshots_at_least=5)
-    merger = next(r for r in json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
-                  if r["role"] == "merger")
+    merger = next(r for r in ranks if r["role"] == "merger")
     assert merger["views_merged"] > 5
 
 
@@ -120,11 +126,6 @@ def _phased_streams(rng, n, steps):
     return arrays
 
 
-def _driver_stats(job):
-    summary = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
-    return next(r for r in summary["ranks"] if r["role"] == "driver")
-
-
 def test_2ps_scales_out_and_down_with_the_window_load_without_losing_a_result(tmp_path):
     """Dense, sparse, dense input: a subgroup's windows fill past T_h, spare units join; they
     empty below T_l, units drain and leave; they fill again. Results equal the oracle."""
@@ -133,11 +134,8 @@ def test_2ps_scales_out_and_down_with_the_window_load_without_losing_a_result(tm
                                         "scale_every_ms = 15\nconfirmations = 2",
                          run='batch_size = 25\nrate = 4000\nflush_interval = "5ms"')
     arrays = _phased_streams(np.random.default_rng(11), 15000, (1, 60, 1))
-    path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(7, "run", path)
-    assert p.returncode == 0, p.stderr + p.stdout
-    _check(job, arrays)
-    events = _driver_stats(job)["scaling_events"]
+    _, _, ranks = _run_checked(tmp_path, 7, text, arrays)
+    events = next(r for r in ranks if r["role"] == "driver")["scaling_events"]
     assert {e["decision"] for e in events} == {"out", "down"}, events
 
 
@@ -150,13 +148,24 @@ def test_2ps_full_history_moves_a_leaving_units_state_with_the_runtime(tmp_path)
                                         "confirmations = 2",
                          run='batch_size = 20\nrate = 2500\nflush_interval = "5ms"')
     arrays = random_streams(np.random.default_rng(12), 5000, key_range=40, ts_step=1)
-    path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(7, "run", path)
-    assert p.returncode == 0, p.stderr + p.stdout
-    _check(job, arrays)
-    events = _driver_stats(job)["scaling_events"]
+    _, _, ranks = _run_checked(tmp_path, 7, text, arrays)
+    events = next(r for r in ranks if r["role"] == "driver")["scaling_events"]
     assert {e["decision"] for e in events} == {"out", "down"}, events
-    ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
     units = [r for r in ranks if r["role"] == "unit"]
     moved = sum(r["tuples_moved_out"] for r in units)
     assert moved > 100 and sum(r["tuples_moved_in"] for r in units) == moved
+
+
+def test_bench_fig8_and_fig12_run_and_show_their_figures(tmp_path, capsys):
+    """Small sizes: fig8's table has random, ContRand and matrix for q5, every run checked against
+    the oracle; fig12's trace scales out and back down and writes its plot."""
+    from mpi_join import tpch
+    from mpi_join.biclique.bench_figures import fig8, fig12
+    tables = tpch.generate_tables(0.01, str(tmp_path / "tpch"))
+    rows = fig8(units=4, workdir=str(tmp_path / "f8"), queries=("q5",), tables=tables, limit=4000)
+    assert [r[1] for r in rows] == ["biclique random", "biclique ContRand 2", "matrix"] and rows[0][3] == "1.00"
+    rows, events = fig12(workdir=str(tmp_path / "f12"), tuples=14000, replay=2800.0, capacity_mb=0.1)
+    assert {e["decision"] for e in events} == {"out", "down"}, events
+    assert os.path.getsize(tmp_path / "f12" / "fig12.png") > 10000
+    out = capsys.readouterr().out
+    assert "throughput by routing" in out and "the 2PS trace" in out

@@ -75,3 +75,17 @@ def test_generate_picks_or_names_a_strategy_that_runs_the_workload(tmp_path):
         assert ("cannot run this workload" in p.stderr) != runs, p.stderr
         if not runs:       # the note names strategies that can
             assert "use --strategy psp (or: psp, handshake" in p.stderr, p.stderr
+
+def test_bench_job_edits_replace_a_key_in_its_own_table_only(tmp_path):
+    from mpi_join.bench import set_option, set_param
+    p = tmp_path / "job.toml"
+    p.write_text('[strategy]\nname = "hash"\nrate = 3\n[run]\nrate = 10\nbatch_size = 7\n')
+    set_option(str(p), "run", "rate", '"max"')
+    set_param(str(p), "ordered", False)
+    set_param(str(p), "local_join", "scan")
+    set_option(str(p), "checkpoint", "every_tuples", "5")
+    import tomllib
+    d = tomllib.loads(p.read_text())
+    assert d["run"] == {"rate": "max", "batch_size": 7}
+    assert d["strategy"] == {"name": "hash", "rate": 3, "ordered": False, "local_join": "scan"}
+    assert d["checkpoint"] == {"every_tuples": 5}

@@ -9,7 +9,7 @@ any one unit."""
 import os
 import tempfile
 
-from ..bench import _oracle_rate, _one, _set_param, print_table
+from ..bench import _oracle_rate, _one, set_param, print_table
 from ..config import load_job
 from ..workloads import make
 from .matrix import grid
@@ -33,7 +33,7 @@ def run(units=4, volumes=VOLUMES, workdir=None, keys=1_000_000):
             d = os.path.join(workdir, f"{s}-{v}")
             jp = make("equi", d, tuples=v, window="unbounded", strategy=s, uniform_keys=keys)
             if s == "biclique":
-                _set_param(jp, "r_units", units // 2)
+                set_param(jp, "r_units", units // 2)
             job = load_job(jp)
             _, _, expect_n = _oracle_rate(job)
             print(f"bench: {s}, {v:,} tuples on {n} ranks", flush=True)

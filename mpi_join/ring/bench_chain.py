@@ -11,7 +11,7 @@ tuple is compared with every tuple of the other stream its window holds (window.
 import os
 import tempfile
 
-from ..bench import _oracle_rate, _one, _set_param, print_table
+from ..bench import _oracle_rate, _one, print_table, set_option, set_param
 from ..config import load_job
 from ..staged import read_staged
 from ..strategies import check_strategy
@@ -26,16 +26,6 @@ def comparisons(job, arrays):
         lo, hi = index_ranges(job.streams[j].window, arrays[i], arrays[j])
         total += int((hi - lo).sum())
     return total
-
-
-def _set_line(path, section, line):
-    with open(path) as f:
-        text = f.read()
-    key = line.split("=")[0].strip()
-    import re
-    text = re.sub(rf"(?m)^{key} = .*\n", "", text)
-    with open(path, "w") as f:
-        f.write(text.replace(f"[{section}]\n", f"[{section}]\n{line}\n", 1))
 
 
 def max_rate(strategy, ranks=(2, 3, 4), seconds=3.0, window="1s", lo=500.0, hi=80000.0, steps=7, workdir=None,
@@ -90,11 +80,11 @@ def max_rate(strategy, ranks=(2, 3, 4), seconds=3.0, window="1s", lo=500.0, hi=8
 def _probe(strategy, ranks, rate, seconds, window, d, params):
     n = max(2, int(2 * rate * seconds))
     path = make("band", d, tuples=n, rate=rate, window=window, strategy=strategy)
-    _set_line(path, "run", 'batch_size = 64')
-    _set_line(path, "run", 'flush_interval = "5ms"')
-    _set_line(path, "run", 'overload_after = "0.5s"')
+    set_option(path, "run", "batch_size", "64")
+    set_option(path, "run", "flush_interval", '"5ms"')
+    set_option(path, "run", "overload_after", '"0.5s"')
     for k, v in (params or {}).items():
-        _set_param(path, k, v)
+        set_param(path, k, v)
     job = check_strategy(load_job(path))
     s = _one(path, d, job, ranks, rate, None)
     return s, comparisons(job, read_staged(job))

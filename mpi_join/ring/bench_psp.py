@@ -14,7 +14,7 @@ through the runtime's transport between two idle ranks (measure_hop).
 import os
 import tempfile
 
-from ..bench import _one, _set_param, print_table
+from ..bench import _one, set_param, print_table
 from ..config import load_job
 from ..errors import JobError
 from ..strategies import check_strategy
@@ -47,7 +47,7 @@ def fig8a(ranks=(2, 3, 4), seconds=30.0, rate=10.0, window="5s", selectivities=(
             text = f.read()
         with open(path, "w") as f:
             f.write(text.replace("[run]\n", '[run]\nbatch_size = 1\nflush_interval = "1ms"\n', 1))
-        _set_param(path, "interleave", interleave)
+        set_param(path, "interleave", interleave)
         job = check_strategy(load_job(path))
         meas = measure(job)
         md = model(meas, Tn)
@@ -97,7 +97,7 @@ def interleave(ranks=(3, 4), tuples=1800, rate=50.0, window="2s", sel=0.1, limit
             text = re.sub(r"(?m)^interleave = .*\n", "", text)
             with open(path, "w") as f:
                 f.write(text)
-            _set_param(path, "interleave", lim)
+            set_param(path, "interleave", lim)
             job = check_strategy(load_job(path))
             s = _one(path, os.path.join(workdir, f"i{lim}"), job, r, None, None)
             base.setdefault(r, s["tuples_per_s"])

@@ -32,9 +32,9 @@ predicts both curves, on this machine (P cores shared by all ranks) and on dedic
 import os
 import tempfile
 
-from ..bench import _oracle_rate, _one, _set_param, print_table
+from ..bench import _oracle_rate, _one, print_table, set_option, set_param
 from ..config import load_job
-from ..ring.bench_chain import _set_line, comparisons
+from ..ring.bench_chain import comparisons
 from ..staged import read_staged
 from ..workloads import make
 
@@ -118,9 +118,9 @@ def run(cores=(1, 2, 3, 4), workdir=None, tuples=100000, event_rate=4000.0, wind
         for s in STRATEGIES:
             d = os.path.join(workdir, f"{s}-{k}")
             jp = make("band", d, tuples=tuples, rate=event_rate, window=window, strategy=s)
-            _set_param(jp, "local_join", "scan")
+            set_param(jp, "local_join", "scan")
             if s == "splitjoin":
-                _set_param(jp, "fanout", fanout)
+                set_param(jp, "fanout", fanout)
             j = jobs[s, k] = load_job(jp)
             print(f"bench: {s} on {k} core{'s' if k > 1 else ''} ({ranks_for(s, k)} ranks), as fast as it goes",
                   flush=True)
@@ -129,7 +129,7 @@ def run(cores=(1, 2, 3, 4), workdir=None, tuples=100000, event_rate=4000.0, wind
         pace = 0.5 * min(thr[s, k] for s in STRATEGIES) / 2
         for s in STRATEGIES:
             j = jobs[s, k]
-            _set_line(j.path, "run", f'flush_interval = "{FLUSH_MS}ms"')
+            set_option(j.path, "run", "flush_interval", f'"{FLUSH_MS}ms"')
             print(f"bench: {s} on {k} core{'s' if k > 1 else ''} at {pace:,.0f} tuples/s per stream", flush=True)
             summary = _one(j.path, os.path.dirname(j.path), j, ranks_for(s, k), pace, o_n)
             lat[s, k] = summary["latency_ms"]["mean"] / 1e3
