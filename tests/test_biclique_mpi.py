@@ -169,3 +169,16 @@ def test_bench_fig8_and_fig12_run_and_show_their_figures(tmp_path, capsys):
     assert os.path.getsize(tmp_path / "f12" / "fig12.png") > 10000
     out = capsys.readouterr().out
     assert "throughput by routing" in out and "the 2PS trace" in out
+
+
+def test_sigkill_while_scaling_then_resume_is_exactly_once(tmp_path):
+    """2PS on, with spare units: the shuffler's Members table and drains are in its checkpoint;
+    a unit killed mid-run, then --resume from the last checkpoint: every result once."""
+    path, job, arrays = paced_checkpointed_job(
+        tmp_path, "biclique", PRED["equi"],
+        extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.001\nscale_every_ms = 20\n"
+                       "confirmations = 2")
+    kill_then_resume(path, job, ranks=7, victim=4, total=16000)
+    _check(job, arrays)
+    ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
+    assert next(r for r in ranks if r["role"] == "driver")["active_units"] == [2, 3]   # the spares joined
