@@ -572,6 +572,43 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
     click.echo(f"plots: {os.path.join(out, 'figures.png')}, {os.path.join(out, 'imbalance.png')}")
 
 
+@main.command("bench-suite")
+@click.option("--out", default="bench-suite", show_default=True, type=click.Path(file_okay=False),
+              help="Results directory: results.json, results.md, <workload>-rate.png, <workload>-p99.png, work/.")
+@click.option("--strategy", "names", multiple=True, type=_StrategyChoice(),
+              help="A strategy to run (repeatable; default: every strategy).")
+@click.option("--workload", "workloads", multiple=True, type=click.Choice(["band", "equi"]),
+              help="A workload (repeatable; default: band and equi).")
+@click.option("-n", "--workers", "workers", multiple=True, type=click.IntRange(1, 64),
+              help="Worker ranks (ranks other than rank 0; repeatable; default 1 2 3 4).")
+@click.option("--seconds", default=2.0, show_default=True, type=click.FloatRange(0.1, 600),
+              help="Input per probe, in seconds at the rate under test.")
+@click.option("--steps", default=2, show_default=True, type=click.IntRange(0, 20),
+              help="Bisection steps after the rate is bracketed.")
+def bench_suite(out, names, workloads, workers, seconds, steps):
+    """Every strategy on the shared band and equi workloads, side by side in one run.
+
+    For each strategy, workload and worker count: the maximum sustainable rate per stream (by
+    bracketing and bisection; each probe checked against the oracle), production-delay p50 and
+    p99 and peak memory per rank at 80% of it. Beside them, on the same input: the single-core
+    oracle and DuckDB at rest (its result set compared with the oracle's). Figures past the
+    machine's cores are marked oversubscribed.
+
+    \b
+    Examples:
+      mpi-join bench-suite                                   # everything (about 20 minutes here)
+      mpi-join bench-suite --strategy hash --workload equi -n 1 -n 2 --seconds 1
+    """
+    from .bench_suite import run
+    try:
+        run(out, list(names) or None, tuple(workloads) or ("band", "equi"), tuple(workers) or (1, 2, 3, 4),
+            seconds, steps, progress=lambda m: click.echo(m, err=True))
+    except JobError as e:
+        _fail(e)
+    with open(os.path.join(out, "results.md")) as f:
+        click.echo(f.read())
+
+
 @main.command("strategies")
 def strategies_cmd():
     """List the strategies: what each joins, on which topology, and its parameters."""

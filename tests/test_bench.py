@@ -25,3 +25,21 @@ def test_bench_adaptive_writes_tables_and_plots(tmp_path):
     assert p.stdout.count("| tuned |") == 2 and p.stdout.count("| untuned |") == 2
     for f in ("figures.md", "figures.json", "figures.png", "imbalance.png"):
         assert os.path.getsize(out / f) > 0
+
+
+def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
+    out = tmp_path / "suite"
+    p = run_cli("bench-suite", "--out", str(out), "--strategy", "hash", "--strategy", "handshake", "--workload", "equi",
+                "-n", "1", "-n", "2", "--seconds", "1", "--steps", "0", timeout=900)
+    assert p.returncode == 0, p.stderr
+    import json
+    r = json.loads((out / "results.json").read_text())
+    cases = {(c["strategy"], c["workers"]): c for c in r["cases"]}
+    assert set(cases) == {("hash", 1), ("hash", 2), ("handshake", 1), ("handshake", 2)}
+    assert all(c["max_rate"] > 0 and c["p99_ms"] >= c["p50_ms"] > 0 for c in cases.values())
+    assert cases[("hash", 2)]["oversubscribed"] == (3 > (os.cpu_count() or 1))
+    b = r["baselines"]["equi"]
+    assert b["duckdb_equals_oracle"] and b["oracle_tuples_per_s"] > 0
+    assert "| hash | 1 |" in p.stdout and "DuckDB at rest" in p.stdout
+    for png in ("equi-rate.png", "equi-p99.png"):
+        assert (out / png).stat().st_size > 5000

@@ -1,0 +1,242 @@
+"""`mpi-join bench-suite`: every strategy on the shared workloads, side by side in one run.
+
+For each strategy, each workload it can run (`band`: |x - a| < 10 and |y - b| < 10; `equi`:
+uniform keys; time windows of `window`) and each worker count (ranks other than rank 0):
+- the maximum sustainable rate per stream, found by bracketing and geometric bisection: a rate
+  is sustained when the replay at it never falls 0.25 s behind schedule (run.overload_after,
+  master/driver.py), each probe replaying `seconds` of input and checked against the oracle;
+- production delay p50 and p99, and the peak memory of every rank, at 80% of that rate;
+- the result count (equal to the oracle's in every probe, or the suite stops).
+Beside them, on each workload's input at its highest rate found: the single-core oracle (the
+baseline of every ratio) and DuckDB computing the same result set at rest (peers.py), its set
+compared with the oracle's. Where the ranks outnumber this machine's cores the figures are
+marked oversubscribed.
+
+Writes RESULTS/results.json (everything, every probe), RESULTS/results.md (the tables) and
+RESULTS/<workload>-rate.png, <workload>-p99.png."""
+import json
+import os
+import time
+
+from .bench import _oracle_rate, _one, set_option, set_param
+from .config import load_job
+from .errors import JobError
+from .strategies import check_strategy
+
+WORKLOADS = {"band": {"window": "1s"}, "equi": {"window": "1s", "uniform_keys": 20000}}
+CORES = os.cpu_count() or 1
+
+
+def plan(strategies_, workloads, workers):
+    """[(strategy, workload, workers, ranks)] the suite runs: a workload when the strategy can
+    evaluate its predicate, a worker count when the strategy can run on that many ranks."""
+    from . import strategies
+    out = []
+    for name in strategies_:
+        info = strategies.get(name)
+        for w in workloads:
+            if w not in info.predicates or info.requires - {w} or not (info.streams[0] <= 2 <= info.streams[1]):
+                continue
+            for k in workers:
+                if k + 1 >= info.min_ranks:
+                    out.append((name, w, k, k + 1))
+    return out
+
+
+def _job(strategy, workload, rate, seconds, d, params=None):
+    from .workloads import make
+    spec = WORKLOADS[workload]
+    n = max(200, int(2 * rate * seconds))
+    path = make(workload, d, tuples=n, rate=rate, window=spec["window"], strategy=strategy,
+                uniform_keys=spec.get("uniform_keys"))
+    set_option(path, "run", "batch_size", "4096")          # a batch is what arrives in 5 ms (at most 4096)
+    set_option(path, "run", "flush_interval", '"5ms"')
+    set_option(path, "run", "overload_after", '"0.25s"')
+    for k, v in (params or {}).items():
+        set_param(path, k, v)
+    return path, check_strategy(load_job(path))
+
+
+def probe(strategy, workload, ranks, rate, seconds, d, params=None):
+    """One paced run at `rate` per stream, checked against the oracle: (sustained, summary)."""
+    path, job = _job(strategy, workload, rate, seconds, d, params)
+    s = _one(path, d, job, ranks, rate, None)
+    return s["ranks"][0].get("overloaded") is None, s
+
+
+def max_rate(try_rate, start, lo, hi, steps):
+    """The largest rate `try_rate(rate)` sustains: double (or halve) from `start` until the
+    outcome flips, then `steps` geometric bisections. Returns (rate, [(rate, ok)])."""
+    seen = []
+
+    def t(r):
+        ok = try_rate(r)
+        seen.append((r, ok))
+        return ok
+    r = min(max(start, lo), hi)
+    if t(r):
+        good, bad = r, None
+        while bad is None and good < hi:
+            r = min(good * 2, hi)
+            if t(r):
+                good = r
+            else:
+                bad = r
+        if bad is None:
+            return good, seen
+    else:
+        good, bad = None, r
+        while good is None and bad > lo:
+            r = max(bad / 2, lo)
+            if t(r):
+                good = r
+            else:
+                bad = r
+        if good is None:
+            return 0.0, seen
+    for _ in range(steps):
+        r = (good * bad) ** 0.5
+        if t(r):
+            good = r
+        else:
+            bad = r
+    return good, seen
+
+
+def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4), seconds=2.0, steps=2,
+        lo=200.0, hi=400000.0, progress=print):
+    from . import strategies
+    names = list(strategies_ or strategies.names())
+    cases = plan(names, workloads, workers)
+    if not cases:
+        raise JobError("bench-suite: no strategy can run these workloads on these worker counts")
+    os.makedirs(out, exist_ok=True)
+    work = os.path.join(out, "work")
+    t_start = time.perf_counter()
+    progress(f"bench-suite: {len(cases)} cases ({', '.join(names)} on {', '.join(workloads)}, "
+             f"{', '.join(map(str, workers))} worker ranks), {seconds:g} s of input per probe; this machine has "
+             f"{CORES} cores")
+    records, best_rate = [], {}
+    start = {}
+    for i, (name, w, k, ranks) in enumerate(cases, 1):
+        t0 = time.perf_counter()
+        d = os.path.join(work, f"{name}-{w}-{k}")
+        last = {}
+
+        def try_rate(rate):
+            ok, s = probe(name, w, ranks, rate, seconds, os.path.join(d, f"r{rate:.0f}"))
+            last[rate] = s
+            progress(f"  [{i}/{len(cases)}] {name}, {w}, {k} worker{'s' if k > 1 else ''}: {rate:,.0f}/s per stream "
+                     f"{'sustained' if ok else 'overloaded'}")
+            return ok
+        rate, seen = max_rate(try_rate, start.get((name, w), 2000.0), lo, hi, steps)
+        start[(name, w)] = max(rate, lo)
+        rec = {"strategy": name, "workload": w, "workers": k, "ranks": ranks, "oversubscribed": ranks > CORES,
+               "max_rate": round(rate), "probes": [[round(r), ok] for r, ok in seen]}
+        if rate > 0:
+            _, s = probe(name, w, ranks, 0.8 * rate, seconds, os.path.join(d, "at80"))
+            lat = s["latency_ms"]
+            rec.update(p50_ms=lat["p50"], p99_ms=lat["p99"], results=s["results"],
+                       peak_rss_mb=max(r.get("peak_rss_mb", 0) for r in s["ranks"]),
+                       rss_by_rank=[round(r.get("peak_rss_mb", 0), 1) for r in s["ranks"]],
+                       window_tuples_peak=max((r.get("peak_window_tuples", 0) for r in s["ranks"]), default=0))
+            best_rate[w] = max(best_rate.get(w, 0), rate)
+        rec["seconds"] = round(time.perf_counter() - t0, 1)
+        records.append(rec)
+        progress(f"  [{i}/{len(cases)}] {name}, {w}, {k} worker{'s' if k > 1 else ''}: max {rate:,.0f}/s per stream"
+                 + (f", at 80%: p50 {rec['p50_ms']:.1f} ms, p99 {rec['p99_ms']:.1f} ms" if rate else "")
+                 + f" ({rec['seconds']:.0f} s)")
+    baselines = {w: _baselines(w, best_rate[w], seconds, os.path.join(work, f"baseline-{w}"), progress)
+                 for w in workloads if w in best_rate}
+    result = {"machine": _machine(), "seconds_per_probe": seconds, "cases": records, "baselines": baselines,
+              "wall_s": round(time.perf_counter() - t_start, 1)}
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    md = markdown(result)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(md)
+    plots(result, out)
+    progress(f"bench-suite: {result['wall_s']:.0f} s; wrote {os.path.join(out, 'results.json')}, results.md and plots")
+    return result
+
+
+def _baselines(workload, rate, seconds, d, progress):
+    """The oracle and DuckDB on the input of the workload's highest sustained rate."""
+    from .oracle import run_oracle
+    from .peers import duckdb_join
+    from .results import compare
+    from .staged import read_staged
+    path, job = _job("hash", workload, rate, seconds, d)
+    o_rate, o_s, _ = _oracle_rate(job)
+    expect = run_oracle(job, read_staged(job))
+    n = sum(len(a) for a in read_staged(job))
+    out = {"input_rate": round(rate), "tuples": n, "oracle_tuples_per_s": round(o_rate), "oracle_s": round(o_s, 3),
+           "results": int(len(expect))}
+    try:
+        got, d_s = duckdb_join(job)
+    except ImportError:
+        progress("  DuckDB is not installed (pip install duckdb): its figures are left out")
+        return out
+    missing, extra, (dups, _) = compare(expect, got)
+    out.update(duckdb_s=round(d_s, 3), duckdb_tuples_per_s=round(n / max(d_s, 1e-9)),
+               duckdb_equals_oracle=not (len(missing) or len(extra) or len(dups)))
+    progress(f"  {workload}: oracle {o_rate:,.0f} tuples/s; DuckDB at rest {out['duckdb_tuples_per_s']:,} tuples/s, "
+             f"{'equal to' if out['duckdb_equals_oracle'] else 'DIFFERENT from'} the oracle's result set")
+    return out
+
+
+def _machine():
+    import platform
+    return {"host": platform.node(), "cores": CORES, "python": platform.python_version(),
+            "machine": platform.machine(), "date": time.strftime("%Y-%m-%d")}
+
+
+def markdown(result):
+    m = result["machine"]
+    lines = [f"Machine: {m['cores']} cores ({m['machine']}), Python {m['python']}, {m['date']}; "
+             f"{result['seconds_per_probe']:g} s of input per probe; suite {result['wall_s']:.0f} s.", ""]
+    for w, b in result["baselines"].items():
+        duck = (f"; DuckDB at rest {b['duckdb_tuples_per_s']:,} tuples/s, result set "
+                f"{'equal to' if b['duckdb_equals_oracle'] else 'DIFFERENT from'} the oracle's" if "duckdb_s" in b
+                else "; DuckDB not installed")
+        lines += [f"### {w}", "",
+                  f"Baselines on the input at {b['input_rate']:,} tuples/s per stream ({b['tuples']:,} tuples, "
+                  f"{b['results']:,} results): single-core oracle {b['oracle_tuples_per_s']:,} tuples/s{duck}.", "",
+                  "| strategy | workers | max rate /stream | vs oracle | p50 ms at 80% | p99 ms at 80% | peak RSS MB "
+                  "| probes |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in (x for x in result["cases"] if x["workload"] == w):
+            o = b["oracle_tuples_per_s"] / 2
+            star = " (oversubscribed)" if r["oversubscribed"] else ""
+            lines.append(f"| {r['strategy']} | {r['workers']}{star} | {r['max_rate']:,} | {r['max_rate'] / o:.2f} | "
+                         + (f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['peak_rss_mb']:.0f} |" if r["max_rate"] else
+                            "- | - | - |") + f" {len(r['probes'])} |")
+        lines.append("")
+    lines.append("vs oracle: the strategy's sustained tuples/s per stream over the single-core oracle's tuples/s "
+                 "per stream (as fast as it goes, on the same input). Every probe's results equal the oracle's.")
+    return "\n".join(lines) + "\n"
+
+
+def plots(result, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for w in result["baselines"]:
+        rows = [r for r in result["cases"] if r["workload"] == w and r["max_rate"]]
+        for key, label, fname in (("max_rate", "max sustainable tuples/s per stream", "rate"),
+                                  ("p99_ms", "p99 production delay at 80% (ms)", "p99")):
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for name in dict.fromkeys(r["strategy"] for r in rows):
+                pts = [(r["workers"], r[key]) for r in rows if r["strategy"] == name]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+            if key == "max_rate":
+                ax.axhline(result["baselines"][w]["oracle_tuples_per_s"] / 2, ls="--", c="gray", label="oracle (1 core)")
+            ax.axvspan(CORES - 0.5, max([r["workers"] for r in rows] + [CORES]) + 0.5, color="0.9",
+                       label="oversubscribed")
+            ax.set_xlabel("worker ranks")
+            ax.set_ylabel(label)
+            ax.set_yscale("log")
+            ax.set_title(f"{w} workload")
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(os.path.join(out, f"{w}-{fname}.png"), dpi=100)
+            plt.close(fig)

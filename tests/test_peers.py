@@ -1,0 +1,42 @@
+"""The bench suite's pieces without MPI: DuckDB's window join at rest equals the oracle on the
+band and equi workloads (time windows of different sizes on the two streams); the rate search
+brackets and bisects to the largest sustained rate; the suite's plan skips what a strategy
+cannot run."""
+import pytest
+
+from mpi_join.bench_suite import max_rate, plan
+from mpi_join.config import load_job
+from mpi_join.oracle import run_oracle
+from mpi_join.peers import duckdb_join, window_join_sql
+from mpi_join.results import compare
+from mpi_join.staged import read_staged
+from mpi_join.workloads import make
+
+
+@pytest.mark.parametrize("workload,window", [("band", "2s"), ("equi", "500ms")])
+def test_duckdb_at_rest_equals_the_oracle(tmp_path, workload, window):
+    path = make(workload, str(tmp_path), tuples=8000, rate=1500, window=window, uniform_keys=300)
+    job = load_job(path)
+    text = open(path).read().replace(f'window = "{window}"', 'window = "300ms"', 1)   # unequal windows
+    open(path, "w").write(text)
+    job = load_job(path)
+    got, _ = duckdb_join(job)
+    expect = run_oracle(job, read_staged(job))
+    missing, extra, (dups, _) = compare(expect, got)
+    assert len(expect) > 20 and not len(missing) and not len(extra) and not len(dups)
+    assert "s.ts - r.ts < 300" in window_join_sql(job)
+
+
+@pytest.mark.parametrize("limit,start", [(37000, 2000), (900, 2000), (150000, 1000), (10 ** 9, 1000)])
+def test_rate_search_finds_the_largest_sustained_rate(limit, start):
+    rate, seen = max_rate(lambda r: r <= limit, start, 200, 400000, steps=6)
+    assert rate <= limit and (rate >= limit * 0.9 or rate == 400000)
+    assert all(ok == (r <= limit) for r, ok in seen)
+    assert max_rate(lambda r: False, 2000, 200, 400000, 3)[0] == 0.0
+
+
+def test_the_plan_runs_what_each_strategy_can():
+    cases = plan(["hash", "biclique", "handshake"], ["band", "equi"], [1, 2, 3])
+    assert ("hash", "band", 1, 2) not in cases                        # hash needs an equi condition
+    assert ("hash", "equi", 1, 2) in cases and ("handshake", "band", 3, 4) in cases
+    assert ("biclique", "equi", 2, 3) not in cases and ("biclique", "equi", 3, 4) in cases   # at least 4 ranks
