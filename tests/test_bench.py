@@ -29,13 +29,13 @@ def test_bench_adaptive_writes_tables_and_plots(tmp_path):
 
 def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
     out = tmp_path / "suite"
-    p = run_cli("bench-suite", "--out", str(out), "--strategy", "hash", "--strategy", "handshake", "--workload", "equi",
-                "-n", "1", "-n", "2", "--seconds", "1", "--steps", "0", timeout=900)
+    p = run_cli("bench-suite", "--out", str(out), "--strategy", "hash", "--workload", "equi",
+                "-n", "1", "-n", "2", "--seconds", "0.5", "--steps", "0", timeout=900)
     assert p.returncode == 0, p.stderr
     import json
     r = json.loads((out / "results.json").read_text())
     cases = {(c["strategy"], c["workers"]): c for c in r["cases"]}
-    assert set(cases) == {("hash", 1), ("hash", 2), ("handshake", 1), ("handshake", 2)}
+    assert set(cases) == {("hash", 1), ("hash", 2)}
     assert all(c["max_rate"] > 0 and c["p99_ms"] >= c["p50_ms"] > 0 for c in cases.values())
     assert cases[("hash", 2)]["oversubscribed"] == (3 > (os.cpu_count() or 1))
     b = r["baselines"]["equi"]
