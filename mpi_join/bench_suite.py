@@ -12,7 +12,8 @@ baseline of every ratio) and DuckDB computing the same result set at rest (peers
 compared with the oracle's. Where the ranks outnumber this machine's cores the figures are
 marked oversubscribed.
 
-Writes RESULTS/results.json (everything, every probe), RESULTS/results.md (the tables) and
+Writes RESULTS/results.json (everything, every probe; cases.json grows case by case while it
+runs), RESULTS/results.md (the tables) and
 RESULTS/<workload>-rate.png, <workload>-p99.png."""
 import json
 import os
@@ -57,10 +58,19 @@ def _job(strategy, workload, rate, seconds, d, params=None):
     return path, check_strategy(load_job(path))
 
 
-def probe(strategy, workload, ranks, rate, seconds, d, params=None):
-    """One paced run at `rate` per stream, checked against the oracle: (sustained, summary)."""
+def probe(strategy, workload, ranks, rate, seconds, d, params=None, stop=True):
+    """One paced run at `rate` per stream, checked against the oracle: (sustained, summary).
+    With `stop`, an overloaded run stops there (run.stop_when_overloaded) instead of working
+    through input it cannot keep up with: (False, None)."""
     path, job = _job(strategy, workload, rate, seconds, d, params)
-    s = _one(path, d, job, ranks, rate, None)
+    if stop:
+        set_option(path, "run", "stop_when_overloaded", "true")
+    try:
+        s = _one(path, d, job, ranks, rate, None)
+    except JobError as e:
+        if stop and "overloaded" in str(e):
+            return False, None
+        raise
     return s["ranks"][0].get("overloaded") is None, s
 
 
@@ -134,7 +144,7 @@ def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4),
         rec = {"strategy": name, "workload": w, "workers": k, "ranks": ranks, "oversubscribed": ranks > CORES,
                "max_rate": round(rate), "probes": [[round(r), ok] for r, ok in seen]}
         if rate > 0:
-            _, s = probe(name, w, ranks, 0.8 * rate, seconds, os.path.join(d, "at80"))
+            _, s = probe(name, w, ranks, 0.8 * rate, seconds, os.path.join(d, "at80"), stop=False)
             lat = s["latency_ms"]
             rec.update(p50_ms=lat["p50"], p99_ms=lat["p99"], results=s["results"],
                        peak_rss_mb=max(r.get("peak_rss_mb", 0) for r in s["ranks"]),
@@ -143,6 +153,8 @@ def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4),
             best_rate[w] = max(best_rate.get(w, 0), rate)
         rec["seconds"] = round(time.perf_counter() - t0, 1)
         records.append(rec)
+        with open(os.path.join(out, "cases.json"), "w") as f:      # so far, should the suite be stopped
+            json.dump(records, f, indent=1)
         progress(f"  [{i}/{len(cases)}] {name}, {w}, {k} worker{'s' if k > 1 else ''}: max {rate:,.0f}/s per stream"
                  + (f", at 80%: p50 {rec['p50_ms']:.1f} ms, p99 {rec['p99_ms']:.1f} ms" if rate else "")
                  + f" ({rec['seconds']:.0f} s)")

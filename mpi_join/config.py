@@ -134,6 +134,7 @@ class Run:
     progress: bool
     liveness_timeout_s: float = 30.0   # a rank or link silent this long aborts the job; 0: off
     overload_after_s: float = 2.0      # replay behind schedule this long: the run is overloaded
+    stop_when_overloaded: bool = False  # an overloaded run stops with an error (a rate search's probe)
 
 
 @dataclass(frozen=True)
@@ -561,7 +562,7 @@ def _strategy(raw, path, overrides):
 def _run(raw, path):
     r = _table(raw, "run", path, required=False)
     _no_unknown(r, {"batch_size", "flush_interval", "rate", "max_inflight", "progress", "liveness_timeout",
-                    "overload_after"},
+                    "overload_after", "stop_when_overloaded"},
                 "run.", path)
     bs = _int_in(r.get("batch_size", 8192), 1, MAX_BATCH, "run.batch_size", path)
     fi = _duration(r.get("flush_interval", "50ms"), "run.flush_interval", path)
@@ -580,7 +581,10 @@ def _run(raw, path):
     if lt_ns and lt_ns < 1_000_000_000:
         raise ConfigError(f"{path}: run.liveness_timeout: at least 1s (or \"off\"), got {lt!r}")
     ov = _duration(r.get("overload_after", "2s"), "run.overload_after", path)
-    return Run(bs, fi, None if rate is None else float(rate), mi, prog, lt_ns / 1e9, ov / 1e9)
+    stop = r.get("stop_when_overloaded", False)
+    if not isinstance(stop, bool):
+        raise ConfigError(f"{path}: run.stop_when_overloaded: expected true or false, got {stop!r}")
+    return Run(bs, fi, None if rate is None else float(rate), mi, prog, lt_ns / 1e9, ov / 1e9, stop)
 
 
 def _table(raw, key, path, required=True):

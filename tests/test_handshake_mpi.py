@@ -58,3 +58,19 @@ def test_a_rate_the_chain_cannot_keep_up_with_is_reported_as_overloaded(tmp_path
     s = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
     assert s["ranks"][0]["overloaded"]["rate_per_stream"] == 2000
     _check(job, arrays)            # late, not wrong
+
+
+def test_stop_when_overloaded_ends_the_run_there_with_one_line(tmp_path):
+    """The same slow chain with run.stop_when_overloaded: it stops at the overload, exit 2, the
+    error naming the rate, no _SUCCESS; a rate search (bench-suite) learns it at once."""
+    text = equi_job_text(('"40ms"', '"25ms"'), strategy="handshake", predicate=BAND,
+                         extra_strategy="slow_rank = 1\nslow_delay = 0.02",
+                         run='batch_size = 10\nmax_inflight = 2\nrate = 2000\noverload_after = "0.3s"\n'
+                             'stop_when_overloaded = true')
+    arrays = random_streams(np.random.default_rng(2), 6000, key_range=8, ts_step=1)
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(3, "run", path)
+    assert p.returncode == 2, p.stderr + p.stdout
+    line = next(x for x in p.stderr.splitlines() if "stop_when_overloaded" in x)
+    assert "stopped, overloaded at 2000 tuples/s per stream" in line, line
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))

@@ -187,7 +187,7 @@ class Shuffler(Router):
         return {}, attrs
 
     def restore(self, arrays, attrs):
-        self.next, self.version = int(attrs["next"]), int(attrs["version"])
+        self.next, self.version = int(attrs["next"]), int(attrs.get("version", 0))
         if self.members is not None:
             self.members = routing.Membership.of(self.members.units, self.members.groups,
                                                  [int(x) for x in attrs["members"]])

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import checkpoint as ck
+from ..errors import JobError
 from ..checkpoint import Checkpointed
 from ..headers import Ack, Ready
 from ..protocol import (DataHeader, Eos, Fin, Install, LoadReport, LoadRequest, MarkerDone, Moved, MoveOut,
@@ -304,6 +305,9 @@ class Driver:
             sys.stderr.write(f"mpi-join: overloaded: at {run.rate:g} tuples/s per stream the replay fell "
                              f"{lag:.1f} s behind schedule {at:.1f} s into the run (after {src.released:,} "
                              f"tuples); the workers do not keep up with this rate\n")
+            if run.stop_when_overloaded:
+                raise JobError(f"run.stop_when_overloaded: stopped, overloaded at {run.rate:g} tuples/s per stream "
+                               f"(the replay {lag:.1f} s behind schedule after {src.released:,} tuples)")
 
     def _cut(self):
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving."""
