@@ -78,6 +78,7 @@ class Shuffler(Router):
             self.scaler = scaling.Scaler(scaling.Policy.of(p))
             self.period = float(p["scale_every_ms"]) / 1e3
         self.version = 0
+        self.body = None                        # the Members header of the current version
         self.full = [s.window.kind == "unbounded" for s in job.streams]
         self.delay = int(p["max_delay"])
         self.last_coord = [NEG_INF, NEG_INF]     # of the last tuple of each side routed
@@ -96,7 +97,9 @@ class Shuffler(Router):
             for s, b in enumerate(batches):
                 if len(b):
                     self.last_coord[s] = int(b["_coord"][-1])
-            body = Members(self.version, self.members.flat())
+            if self.body is None or self.body.version != self.version:
+                self.body = Members(self.version, self.members.flat())     # rebuilt only when the table changed
+            body = self.body
         self.driver.send(d[self.next % len(d)], batches, body=body, order=self.next)
         self.next += 1
 
