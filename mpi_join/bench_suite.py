@@ -74,6 +74,14 @@ def probe(strategy, workload, ranks, rate, seconds, d, params=None, stop=True):
     return s["ranks"][0].get("overloaded") is None, s
 
 
+def state_memory(ranks):
+    """Window state at its peak, summed over the ranks (MB), and its ratio to the raw bytes of the
+    tuples held then (the memory target: at most 1.5)."""
+    held = sum(r.get("peak_state_bytes", 0) for r in ranks)
+    raw = sum(r.get("raw_bytes_at_peak", 0) for r in ranks)
+    return {"state_mb": round(held / 2**20, 2), "state_over_raw": round(held / raw, 2) if raw else None}
+
+
 def max_rate(try_rate, start, lo, hi, steps):
     """The largest rate `try_rate(rate)` sustains: double (or halve) from `start` until the
     outcome flips, then `steps` geometric bisections. Returns (rate, [(rate, ok)])."""
@@ -149,7 +157,8 @@ def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4),
             rec.update(p50_ms=lat["p50"], p99_ms=lat["p99"], results=s["results"],
                        peak_rss_mb=max(r.get("peak_rss_mb", 0) for r in s["ranks"]),
                        rss_by_rank=[round(r.get("peak_rss_mb", 0), 1) for r in s["ranks"]],
-                       window_tuples_peak=max((r.get("peak_window_tuples", 0) for r in s["ranks"]), default=0))
+                       window_tuples_peak=max((r.get("peak_window_tuples", 0) for r in s["ranks"]), default=0),
+                       **state_memory(s["ranks"]))
             best_rate[w] = max(best_rate.get(w, 0), rate)
         rec["seconds"] = round(time.perf_counter() - t0, 1)
         records.append(rec)
@@ -215,17 +224,25 @@ def markdown(result):
                   f"Baselines on the input at {b['input_rate']:,} tuples/s per stream ({b['tuples']:,} tuples, "
                   f"{b['results']:,} results): single-core oracle {b['oracle_tuples_per_s']:,} tuples/s{duck}.", "",
                   "| strategy | workers | max rate /stream | vs oracle | p50 ms at 80% | p99 ms at 80% | peak RSS MB "
-                  "| probes |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| state MB | state / raw | probes |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in (x for x in result["cases"] if x["workload"] == w):
             o = b["oracle_tuples_per_s"] / 2
             star = " (oversubscribed)" if r["oversubscribed"] else ""
             lines.append(f"| {r['strategy']} | {r['workers']}{star} | {r['max_rate']:,} | {r['max_rate'] / o:.2f} | "
-                         + (f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['peak_rss_mb']:.0f} |" if r["max_rate"] else
-                            "- | - | - |") + f" {len(r['probes'])} |")
+                         + (f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['peak_rss_mb']:.0f} | {r['state_mb']:.1f} | "
+                            f"{_num(r['state_over_raw'])} |" if r["max_rate"] else "- | - | - | - | - |")
+                         + f" {len(r['probes'])} |")
         lines.append("")
+    lines.append("state: the window state at its peak, summed over the ranks, spare capacity and indexes "
+                 "included; state / raw: its ratio to the staged bytes of the tuples it held then.")
+    lines.append("")
     lines.append("vs oracle: the strategy's sustained tuples/s per stream over the single-core oracle's tuples/s "
                  "per stream (as fast as it goes, on the same input). Every probe's results equal the oracle's.")
     return "\n".join(lines) + "\n"
+
+
+def _num(x):
+    return "-" if x is None else f"{x:.2f}"
 
 
 def plots(result, out):

@@ -49,6 +49,21 @@ def index_ranges(window_j, arr_i, arr_j):
     return np.clip(lo, 0, hi), hi
 
 
+def raw_itemsize(dtype):
+    """Bytes of a row's staged columns: what the tuple is worth before the runtime adds its
+    internal and derived columns (their names begin with "_")."""
+    return sum(dtype.fields[n][0].itemsize for n in dtype.names if not n.startswith("_"))
+
+
+def footprint(*parts):
+    """(bytes held, raw bytes) summed over windows and stores that have a `footprint()`."""
+    held = raw = 0
+    for p in parts:
+        h, r = p.footprint()
+        held, raw = held + h, raw + r
+    return held, raw
+
+
 def runtime_dtype(stream_dtype, M=2):
     """Staged columns plus internal ones: _coord, _lo (over the opposite stream of a binary join),
     _tin (release time, ns, for production delay) and _h (a strategy's routing hash, e.g. of the
@@ -68,6 +83,7 @@ class Window:
         self._start = 0
         self._end = 0
         self.base = 0          # absolute number of view()[0]: rows keep their absolute numbers
+        self._raw = raw_itemsize(self._buf.dtype)
 
     @property
     def dtype(self):
@@ -126,3 +142,8 @@ class Window:
     @property
     def nbytes(self):
         return len(self) * self._buf.dtype.itemsize
+
+    def footprint(self):
+        """(bytes allocated, spare capacity included; raw bytes of the tuples held): the memory
+        target compares the two."""
+        return self._buf.nbytes, len(self) * self._raw

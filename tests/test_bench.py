@@ -38,6 +38,8 @@ def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
     assert set(cases) == {("hash", 1), ("hash", 2)}
     assert all(c["max_rate"] > 0 and c["p99_ms"] >= c["p50_ms"] > 0 for c in cases.values())
     assert cases[("hash", 2)]["oversubscribed"] == (3 > (os.cpu_count() or 1))
+    # window state is measured: more than the raw tuples (derived columns, spare capacity, index)
+    assert all(c["state_mb"] > 0 and c["state_over_raw"] > 1 for c in cases.values())
     b = r["baselines"]["equi"]
     assert b["duckdb_equals_oracle"] and b["oracle_tuples_per_s"] > 0
     assert "| hash | 1 |" in p.stdout and "DuckDB at rest" in p.stdout

@@ -72,3 +72,6 @@ class Cell(JoinModule):
 
     def stats(self):
         return {"window_tuples": len(self.join), "peak_window_tuples": self.peak}
+
+    def footprint(self):
+        return self.join.footprint()

@@ -332,6 +332,9 @@ class Unit(JoinModule):
     def state_dtype(self, name):
         return self.views.state_dtype(name) or self.join.state_dtype(name)
 
+    def footprint(self):
+        return self.join.footprint()
+
     def stats(self):
         return {"window_tuples": len(self.join), "peak_window_tuples": self.peak, "tuples_probed": self.probed,
                 "state_bytes": self.join.nbytes, "tuples_moved_in": self.moved_in, "tuples_moved_out": self.moved_out,

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..predicate import mix64
 from .hashing import group_rows
-from ..window import Window
+from ..window import Window, footprint
 
 _SALT = np.uint64(0x5851F42D4C957F2D)
 
@@ -42,6 +42,9 @@ class _Windows:
 
     def __init__(self, dtypes):
         self.windows = [Window(dt) for dt in dtypes]
+
+    def footprint(self):
+        return footprint(*self.windows)
 
     def load(self, *rows):
         for w, r in zip(self.windows, rows):

@@ -221,6 +221,9 @@ class HandshakeModule(JoinModule):
     def state_dtype(self, name):
         return self.dtypes[int(name.split("/")[1])] if name.startswith("window/") else None
 
+    def footprint(self):
+        return self.seg.join.footprint()
+
     def stats(self):
         r, s = self.seg.held()
         return {"window_tuples": r + s, **self.counts}

@@ -205,6 +205,9 @@ class LowLatencyModule(JoinModule):
             return self.dtypes[int(parts[-1])]
         return None
 
+    def footprint(self):
+        return self.seg.join.footprint()
+
     def stats(self):
         r, s = self.seg.held()
         return {"window_tuples": r + s, "replicas": len(self.replicas), **self.counts}

@@ -44,7 +44,7 @@ from ..range_join import extend, pair_mask
 from ..slaves.module import JoinModule, Output
 from ..strategies import numbers
 from ..topology import DRIVER, Ring
-from ..window import POS_INF, Window
+from ..window import POS_INF, Window, footprint
 from .adapt import rebalance
 from .slicing import Slicer
 
@@ -408,6 +408,9 @@ class SlicedJoin(JoinModule):
                 batches.append(b)
             cuts = np.full((M, 1), -(1 << 40), np.int64)
             op.on_data(DRIVER, DataHeader(0, (0,) * M, batch_header(Entering, seq0, -1, orderings, cuts)), batches)
+
+    def footprint(self):
+        return footprint(*self.windows)
 
     def stats(self):
         held = sum(len(self.held(j)) for j in range(self.M))

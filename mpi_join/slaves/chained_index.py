@@ -19,6 +19,7 @@ from collections import deque
 import numpy as np
 
 from .local_join import BinaryJoin, pair_rows, runtime_rows
+from ..window import footprint
 
 _E = np.zeros(0, np.int64)
 
@@ -111,6 +112,9 @@ class ChainedIndex:
     @property
     def nbytes(self):
         return sum(s.join.nbytes for s in self.subs)
+
+    def footprint(self):
+        return footprint(*(s.join for s in self.subs))
 
     # -- state: the stored rows in order; the chain is rebuilt from them -----------------------
     def snapshot(self, prefix="window"):

@@ -23,6 +23,7 @@ from ..partitioning import Partitioner, group_rows
 from ..partitioning.extendible import ExtendibleGroup
 from .local_join import BinaryJoin, warm_up
 from .module import JoinModule, Output
+from ..window import footprint
 
 _NONE = np.zeros(0, np.int64)
 
@@ -42,6 +43,9 @@ class CoreModule(JoinModule):
 
     def state_dtype(self, name):
         return self.core.state_dtype(name)
+
+    def footprint(self):
+        return self.core.footprint()
 
     def stats(self):
         w0, w1 = self.core.window_tuples()
@@ -147,6 +151,9 @@ class HashJoinCore:
 
     def buckets(self):
         return sum(len(g.buckets()) for g in self.groups.values())
+
+    def footprint(self):
+        return footprint(*(b.store for g in self.groups.values() for b in g.buckets()))
 
     # -- moving a partition group (state migration) ------------------------------------
     def take_group(self, p):

@@ -22,7 +22,7 @@ from numba import njit
 from .. import kernels as K
 from ..config import Band, Equi
 from ..predicate import band_matrix, binary_parts, key_hash, key_matrix, key_widths
-from ..window import Window
+from ..window import Window, footprint
 
 _E = np.zeros(0, np.int64)
 
@@ -208,6 +208,11 @@ class BinaryJoin:
         """Bytes of window rows held (derived columns included, spare capacity not)."""
         return self.windows[0].nbytes + self.windows[1].nbytes
 
+    def footprint(self):
+        """(bytes held: windows with spare capacity and their sorted-run indexes; raw bytes)."""
+        held, raw = footprint(*self.windows)
+        return held + sum(r.nbytes for r in self.runs), raw
+
     # -- state: the windows' rows; indexes are rebuilt from them on restore -----------------
     def load(self, rows0, rows1):
         """Append rows (in seq order) without joining them: installing moved or restored state."""
@@ -265,6 +270,10 @@ class SortedRuns:
 
     def runs(self):
         return (self.big, self.small)
+
+    @property
+    def nbytes(self):
+        return sum(k.nbytes + p.nbytes for k, p in (self.big, self.small))
 
     def add(self, keys, first, live_from):
         """Entries for rows first, first+1, ... with these keys; entries below `live_from` are

@@ -127,6 +127,11 @@ class JoinModule(Checkpointed):
     def stats(self):
         return {"window_tuples": 0}
 
+    def footprint(self):
+        """(bytes the window state holds, spare capacity and indexes included; raw bytes of the
+        tuples in it): sampled by the worker for the memory figures of the benchmarks."""
+        return 0, 0
+
     def link_dtypes(self, kind):
         """dtypes of the arrays on a link that carries the strategy's own kind of rows
         (topology.carries returned `kind`)."""

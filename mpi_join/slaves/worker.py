@@ -101,6 +101,7 @@ class Worker:
         self.series = {k: [] for k in ("src", "tuples", "results", "delay_ms", "cpu_s", "idle_s", "comm_s",
                                        "window_tuples", "occupancy")}
         self._last = (time.process_time(), tx.idle_s, tx.comm_s)
+        self.memory = StateMemory(module)
         if resume:
             self._restore(*resume)
 
@@ -128,7 +129,8 @@ class Worker:
         files = self.writer.close()
         self.metrics.extra.update(result_files=len(files), result_parts=self.writer.file_records(), compiled_during_replay=Compiles.count - compiled,
                                   **GcPauses.stats(),
-                                  series=self.series, role=self.topo.role(self.rank), **self.module.stats())
+                                  series=self.series, role=self.topo.role(self.rank), **self.module.stats(),
+                                  **self.memory.summary())
         self.metrics.role = self.topo.role(self.rank)
         self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
         self.tx.flush()
@@ -478,4 +480,30 @@ class Worker:
                      ("cpu_s", cpu - c0), ("idle_s", idle - i0), ("comm_s", comm - k0),
                      ("window_tuples", self.module.stats()["window_tuples"]), ("occupancy", occ)):
             self.series[k].append(v)
+        self.memory.sample()
 
+
+class StateMemory:
+    """The peak of the module's window state in bytes (spare capacity and indexes included), and
+    the raw bytes of the tuples it held at that moment: their ratio is the memory overhead the
+    benchmarks report. Sampled at most every `every_s` (a footprint walks every bucket)."""
+
+    def __init__(self, module, every_s=0.02):
+        self.module, self.every_s = module, every_s
+        self.t = 0.0
+        self.peak = (0, 0)
+
+    def sample(self):
+        now = time.perf_counter()
+        if now - self.t < self.every_s:
+            return
+        self.t = now
+        held, raw = self.module.footprint()
+        if held > self.peak[0]:
+            self.peak = (int(held), int(raw))
+
+    def summary(self):
+        self.t = 0.0
+        self.sample()
+        held, raw = self.peak
+        return {"peak_state_bytes": held, "raw_bytes_at_peak": raw}

@@ -123,6 +123,9 @@ class JoinCore(JoinModule):
     def stats(self):
         return {"window_tuples": len(self.join)}
 
+    def footprint(self):
+        return self.join.footprint()
+
 
 class Gather:
     """Flows waiting at a merger, one queue per input; a batch's set is merged once every input
