@@ -149,7 +149,7 @@ def _steady_rate(summary):
     return average, min(stretches, default=average)
 
 
-def _one(job_path, workdir, job, n, replay_rate, expect_n):
+def _one(job_path, workdir, job, n, replay_rate, expect_n, expected=None):
     from .verify import verify
     output = os.path.join(workdir, f"out-{n}" + (f"-{replay_rate:.0f}" if replay_rate else ""))
     if replay_rate:
@@ -157,7 +157,7 @@ def _one(job_path, workdir, job, n, replay_rate, expect_n):
     s = _run_mpi(n, job_path, output)
     if replay_rate:
         set_option(job_path, "run", "rate", '"max"')
-    rep = verify(output, job)
+    rep = verify(output, job, expected=expected)
     if not rep["ok"]:
         raise JobError(f"bench: results on {n} ranks differ from the oracle: missing {rep['missing']}, "
                        f"extra {rep['extra']}, duplicated {rep['duplicated']}")

@@ -585,14 +585,18 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
               help="Input per probe, in seconds at the rate under test.")
 @click.option("--steps", default=2, show_default=True, type=click.IntRange(0, 20),
               help="Bisection steps after the rate is bracketed.")
-def bench_suite(out, names, workloads, workers, seconds, steps):
+@click.option("--spark/--no-spark", default=True, show_default=True,
+              help="Run Spark Structured Streaming's stream-stream join on the equi input as a peer (a JVM "
+                   "in local mode on 2 cores; about a minute on the default input).")
+def bench_suite(out, names, workloads, workers, seconds, steps, spark):
     """Every strategy on the shared band and equi workloads, side by side in one run.
 
     For each strategy, workload and worker count: the maximum sustainable rate per stream (by
     bracketing and bisection; each probe checked against the oracle), production-delay p50 and
-    p99 and peak memory per rank at 80% of it. Beside them, on the same input: the single-core
-    oracle and DuckDB at rest (its result set compared with the oracle's). Figures past the
-    machine's cores are marked oversubscribed.
+    p99, peak memory per rank and window state against the raw bytes it holds, at 80% of it.
+    Beside them, on the same input: the single-core oracle, DuckDB at rest, and on equi Spark
+    Structured Streaming's stream-stream join (each peer's result set compared with the
+    oracle's). Figures past the machine's cores are marked oversubscribed.
 
     \b
     Examples:
@@ -602,7 +606,7 @@ def bench_suite(out, names, workloads, workers, seconds, steps):
     from .bench_suite import run
     try:
         run(out, list(names) or None, tuple(workloads) or ("band", "equi"), tuple(workers) or (1, 2, 3, 4),
-            seconds, steps, progress=lambda m: click.echo(m, err=True))
+            seconds, steps, progress=lambda m: click.echo(m, err=True), spark=spark)
     except JobError as e:
         _fail(e)
     with open(os.path.join(out, "results.md")) as f:

@@ -26,7 +26,7 @@ def pytest_configure(config):
                                        "`pytest -m 'not slow'` is the fast tier)")
 
 
-_LAUNCHES = ("run_mpi(", "MPIEXEC", "_expect_run_error(", "spark_session", "slurm")
+_LAUNCHES = ("run_mpi(", "MPIEXEC", "_expect_run_error(", "spark_session", "spark_stream_join", "slurm")
 
 
 def pytest_collection_modifyitems(items):

@@ -7,7 +7,8 @@ import pytest
 from mpi_join.bench_suite import max_rate, plan
 from mpi_join.config import load_job
 from mpi_join.oracle import run_oracle
-from mpi_join.peers import duckdb_join, window_join_sql
+from mpi_join.errors import JobError
+from mpi_join.peers import duckdb_join, spark_stream_join, stream_join_condition, window_join_sql
 from mpi_join.results import compare
 from mpi_join.staged import read_staged
 from mpi_join.workloads import make
@@ -40,3 +41,23 @@ def test_the_plan_runs_what_each_strategy_can():
     assert ("hash", "band", 1, 2) not in cases                        # hash needs an equi condition
     assert ("hash", "equi", 1, 2) in cases and ("handshake", "band", 3, 4) in cases
     assert ("biclique", "equi", 2, 3) not in cases and ("biclique", "equi", 3, 4) in cases   # at least 4 ranks
+
+
+def test_spark_structured_streaming_equals_the_oracle(tmp_path):
+    """The Spark peer: a stream-stream join with watermarks over the staged equi input, in
+    micro-batches of one chunk per stream, finds exactly the oracle's pairs."""
+    path = make("equi", str(tmp_path), tuples=6000, rate=1500, window="500ms", uniform_keys=200)
+    job = load_job(path)
+    got, st = spark_stream_join(job, str(tmp_path / "spark"), chunks=4)
+    expect = run_oracle(job, read_staged(job))
+    missing, extra, (dups, _) = compare(expect, got)
+    assert len(expect) > 20 and not len(missing) and not len(extra) and not len(dups)
+    assert st["batches"] == 4 and st["tuples_per_s"] > 0 and st["batch_ms_p99"] >= st["batch_ms_p50"] > 0
+
+
+def test_spark_peer_refuses_what_its_range_condition_cannot_express(tmp_path):
+    path = make("equi", str(tmp_path), tuples=500, rate=1500, window="500ms", uniform_keys=200)
+    text = open(path).read().replace('window = "500ms"', 'window = "300ms"', 1)
+    open(path, "w").write(text)
+    with pytest.raises(JobError, match="equal time windows"):
+        stream_join_condition(load_job(path))

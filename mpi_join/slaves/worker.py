@@ -484,9 +484,10 @@ class Worker:
 
 
 class StateMemory:
-    """The peak of the module's window state in bytes (spare capacity and indexes included), and
-    the raw bytes of the tuples it held at that moment: their ratio is the memory overhead the
-    benchmarks report. Sampled at most every `every_s` (a footprint walks every bucket)."""
+    """The module's window state in bytes (spare capacity and indexes included) when the raw
+    bytes of the tuples it held were at their peak (the windows at their fullest): the ratio of
+    the two is the memory overhead the benchmarks report. Sampled at most every `every_s` (a
+    footprint walks every bucket)."""
 
     def __init__(self, module, every_s=0.02):
         self.module, self.every_s = module, every_s
@@ -499,7 +500,7 @@ class StateMemory:
             return
         self.t = now
         held, raw = self.module.footprint()
-        if held > self.peak[0]:
+        if raw > self.peak[1]:
             self.peak = (int(held), int(raw))
 
     def summary(self):
