@@ -613,6 +613,31 @@ def bench_suite(out, names, workloads, workers, seconds, steps, spark):
         click.echo(f.read())
 
 
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="HTML file to write (default: RUN_DIR/report.html).")
+def report(run_dir, out):
+    """One self-contained HTML page of a run's metrics (or of a bench-suite directory).
+
+    For a run's output directory: the summary table; rate and production delay over time;
+    per-rank load, window tuples over time and window state against the raw bytes held; and
+    what the strategy did (its notes, and every figure a rank reports beyond the common ones:
+    reorganisations, migrations, relocations, scaling events, overload). For a bench-suite
+    directory: its plots and tables. Plots are inlined, so the page is one file to mail or open.
+
+    \b
+    Examples:
+      mpi-join report out/                  # writes out/report.html
+      mpi-join report bench-suite --out suite.html
+    """
+    from .report import write_report
+    try:
+        click.echo(write_report(run_dir, out))
+    except (JobError, OSError) as e:
+        _fail(e)
+
+
 @main.command("strategies")
 def strategies_cmd():
     """List the strategies: what each joins, on which topology, and its parameters."""

@@ -98,7 +98,7 @@ class Worker:
         self.moved_out = {}                         # unit -> routing epoch it left this rank at
         self.fin = False
         self.fault = injected_fault(self.rank)
-        self.series = {k: [] for k in ("src", "tuples", "results", "delay_ms", "cpu_s", "idle_s", "comm_s",
+        self.series = {k: [] for k in ("t", "src", "tuples", "results", "delay_ms", "cpu_s", "idle_s", "comm_s",
                                        "window_tuples", "occupancy")}
         self._last = (time.process_time(), tx.idle_s, tx.comm_s)
         self.memory = StateMemory(module)
@@ -476,7 +476,7 @@ class Worker:
         c0, i0, k0 = self._last
         self._last = (cpu, idle, comm)
         occ = self.occupancy[-1] if src == DRIVER and self.occupancy else None
-        for k, v in (("src", src), ("tuples", n), ("results", results), ("delay_ms", delay),
+        for k, v in (("t", round(time.perf_counter() - self.metrics._wall0, 4)), ("src", src), ("tuples", n), ("results", results), ("delay_ms", delay),
                      ("cpu_s", cpu - c0), ("idle_s", idle - i0), ("comm_s", comm - k0),
                      ("window_tuples", self.module.stats()["window_tuples"]), ("occupancy", occ)):
             self.series[k].append(v)
