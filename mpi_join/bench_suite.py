@@ -25,6 +25,7 @@ from .errors import JobError
 from .strategies import check_strategy
 
 WORKLOADS = {"band": {"window": "1s"}, "equi": {"window": "1s", "uniform_keys": 20000}}
+WINDOWS_S = {"band": 1.0, "equi": 1.0}                   # the windows above, in seconds (scaling_model)
 CORES = os.cpu_count() or 1
 
 
@@ -100,6 +101,13 @@ def probe(strategy, workload, ranks, rate, seconds, d, params=None, stop=True):
             return False, None
         raise
     return s["ranks"][0].get("overloaded") is None, s
+
+
+def rank_costs(summary):
+    """What the scaling model calibrates on: each rank's role, input tuples and CPU seconds over
+    the run's wall time (cpu_s / wall_s is its utilisation)."""
+    return [{"role": r.get("role"), "tuples_in": r.get("tuples_in", 0), "cpu_s": round(r.get("cpu_s", 0.0), 4),
+             "wall_s": round(r.get("wall_s", 0.0), 4)} for r in summary["ranks"]]
 
 
 def state_memory(ranks):
@@ -188,7 +196,7 @@ def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4),
                        peak_rss_mb=max(r.get("peak_rss_mb", 0) for r in s["ranks"]),
                        rss_by_rank=[round(r.get("peak_rss_mb", 0), 1) for r in s["ranks"]],
                        window_tuples_peak=max((r.get("peak_window_tuples", 0) for r in s["ranks"]), default=0),
-                       **state_memory(s["ranks"]))
+                       **state_memory(s["ranks"]), ranks_at80=rank_costs(s))
             best_rate[w] = max(best_rate.get(w, (0, name)), (rate, name))
         rec["seconds"] = round(time.perf_counter() - t0, 1)
         records.append(rec)
@@ -201,18 +209,52 @@ def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4),
                                progress, spark) for w in workloads if w in best_rate}
     result = {"machine": _machine(), "seconds_per_probe": seconds, "cases": records, "baselines": baselines,
               "wall_s": round(time.perf_counter() - t_start, 1)}
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    md = markdown(result)
-    with open(os.path.join(out, "results.md"), "w") as f:
-        f.write(md)
-    plots(result, out)
+    write_outputs(result, out)
     progress(f"bench-suite: {result['wall_s']:.0f} s; wrote {os.path.join(out, 'results.json')}, results.md and plots")
     return result
 
 
 DUCKDB_MAX_TUPLES = {"band": 60000}     # DuckDB's band join (IEJoin under the window's OR) grows as
                                         # the square of the input: 40 s on 120,000 tuples here
+
+
+def _shape(name):
+    from . import strategies
+    try:
+        return strategies.get(name).shape
+    except JobError:
+        return ""
+
+
+def write_outputs(result, out):
+    """results.json (with the scaling model fitted to the cases), results.md and the plots."""
+    from . import scaling_model
+    result["model"] = scaling_model.fit(result, _shape)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(markdown(result))
+    plots(result, out)
+
+
+def rerender(out):
+    """Fit the model and write results.md and the plots again from OUT/results.json; cases run
+    before the suite kept each rank's costs take them from the run's metrics under OUT/work."""
+    from .report import load_run
+    p = os.path.join(out, "results.json")
+    try:
+        with open(p) as f:
+            result = json.load(f)
+    except (OSError, ValueError) as e:
+        raise JobError(f"{p}: cannot read the suite's results: {e}") from None
+    for c in result["cases"]:
+        if c.get("max_rate") and not c.get("ranks_at80"):
+            d = os.path.join(out, "work", f"{c['strategy']}-{c['workload']}-{c['workers']}", "at80")
+            runs = sorted(x for x in os.listdir(d) if x.startswith("out-")) if os.path.isdir(d) else []
+            if runs:
+                c["ranks_at80"] = rank_costs({"ranks": load_run(os.path.join(d, runs[-1]))[1]})
+    write_outputs(result, out)
+    return result
 
 
 def _baselines(workload, rate, strategy, seconds, d, progress, spark=True):
@@ -325,8 +367,9 @@ def markdown(result):
               "stream (as fast as it goes, on the same input); vs Spark: the same over Spark's. comparisons /s "
               "/core: the pairs a nested-loop join compares on the input at the sustained rate, per second of "
               "input and per core used (an indexed join compares fewer). Every probe's results equal the "
-              "oracle's."]
-    return "\n".join(lines) + "\n"
+              "oracle's.", ""]
+    from .scaling_model import markdown as model_md
+    return "\n".join(lines) + "\n" + model_md(result.get("model") or [])
 
 
 def _num(x):

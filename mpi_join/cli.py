@@ -160,32 +160,51 @@ def _warn(job, man):
 @click.argument("job_path", metavar="JOB", type=click.Path(exists=True, dir_okay=False))
 @click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=8, show_default=True,
               help="Largest rank count to consider (the driver and up to n-1 operators).")
-@click.option("--tn", default=50.0, show_default=True, help="One network hop's latency, microseconds.")
+@click.option("--tn", default=50.0, show_default=True, help="One network hop's latency, microseconds (psp's own model).")
 @click.option("--ts", default=None, type=float, help="Send + receive time per tuple, microseconds "
                                                       "(default: measured pack + unpack, a lower bound).")
-def plan(job_path, nprocs, tn, ts):
-    """Predict, from JOB's strategy's cost model, latency and output rate for each number of ranks.
+@click.option("--calibration", default=None, type=click.Path(exists=True),
+              help="A bench-suite directory (or its results.json) whose fitted scaling model to use "
+                   "(default: the one shipped with mpi-join, fitted on BENCHMARKS.md's run).")
+@click.option("--cores", type=click.IntRange(1, MAX_RANKS), default=None,
+              help="Cores the ranks share (default: one per rank).")
+def plan(job_path, nprocs, tn, ts, calibration, cores):
+    """Recommend a strategy and a rank count for JOB on up to N ranks, from the scaling model.
 
-    Measures what the model needs on a sample of the staged input (join time per pair,
-    selectivities, send time per tuple, rates and windows), then prints, for 1 .. n-1 workers, the
-    predicted response latency and output rate, the recommended count, and the bandwidth the
-    links need. Strategies with a cost model: those whose registry entry names a planner (psp).
+    The model (README "Scaling model") is calibrated on a bench suite's measured costs; for
+    every strategy that can run JOB it gives the sustainable rate per stream and the p50 delay on
+    N ranks at JOB's staged rate and window, and the fewest ranks that keep up with a quarter to
+    spare. The recommendation: of the strategies that keep up, the lowest delay. A strategy
+    with a cost model of its own (psp: ring length, latency, output rate, bandwidth) then prints
+    that too when it is JOB's strategy.
 
     \b
-    Example:
+    Examples:
+      mpi-join plan job.toml -n 16
+      mpi-join plan job.toml -n 256 --calibration bench-suite    # costs measured on your machine
       mpi-join generate images --out img --streams 3 --predicate costly --selectivity 0.1
-      mpi-join plan img/job.toml -n 8
+      mpi-join plan img/job.toml -n 8                            # psp's own model follows
     """
     from . import strategies
     from .config import load_job
+    from .ring.planner import rates_and_windows
+    from .scaling_model import load_models, recommend
     try:
         job = strategies.check_strategy(load_job(job_path))
         info = strategies.get(job.strategy.name)
-        if not info.planner:
-            raise JobError(f"{job_path}: strategy {info.name!r} has no cost model (strategies with one: "
-                           f"{', '.join(n for n in strategies.names() if strategies.get(n).planner) or 'none'}); "
-                           f"`mpi-join explain JOB` prints its plan")
-        lines, _ = info.load("planner")(job, max(1, nprocs - 1), Tn=tn * 1e-6, Ts=None if ts is None else ts * 1e-6)
+        lines = []
+        if len(job.streams) == 2:
+            models, machine = load_models(calibration)
+            lam, W = rates_and_windows(job)
+            said, _ = recommend(job, nprocs, models, max(lam), max(W), cores)
+            lines += [f"calibration: {calibration or 'shipped'} ({machine.get('cores', '?')} cores, "
+                      f"{machine.get('date', '?')})"] + said
+        if info.planner:
+            more, _ = info.load("planner")(job, max(1, nprocs - 1), Tn=tn * 1e-6, Ts=None if ts is None else ts * 1e-6)
+            lines += ([""] if lines else []) + more
+        if not lines:
+            raise JobError(f"{job_path}: the scaling model covers two-stream jobs, and strategy {info.name!r} has no "
+                           f"cost model of its own; `mpi-join explain JOB` prints its plan")
     except JobError as e:
         _fail(e)
     for line in lines:

@@ -42,6 +42,7 @@ class StrategyInfo:
     check: str = ""            # "module:function" (job, nranks) -> error text or None: the strategy's own checks
     planner: str = ""          # "module:function" (job, n_max, Tn, Ts) -> (lines, details): `mpi-join plan`
     cases: dict = field(default_factory=dict)   # bench case -> ("module:function", help): `bench --case`
+    shape: str = ""            # its shape in the scaling model (scaling_model.SHAPES); "" for none
 
     def load(self, what):
         return _load(getattr(self, what))
@@ -119,7 +120,7 @@ def _chain_strategy(name, summary, topology, module, classes, case, params):
     return StrategyInfo(
         name=name, summary=summary, predicates=frozenset({"equi", "band", "theta"}), streams=(2, 2), min_ranks=2,
         topology=topology, roles=_roles(module, **dict(zip(("driver", "left", "middle", "right", "solo"), classes))),
-        workload="band", check="mpi_join.ring.handshake:check_job", params={**_CHAIN_PARAMS, **params},
+        workload="band", check="mpi_join.ring.handshake:check_job", params={**_CHAIN_PARAMS, **params}, shape="chain",
         cases={"max-rate": (f"mpi_join.ring.bench_chain:{case}",
                             "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
                             "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")})
@@ -191,7 +192,7 @@ def _star(n, params):
 
 REGISTRY = {
     "hash": StrategyInfo(
-        name="hash",
+        name="hash", shape="partition",
         summary="master + slaves; epoch-synchronised distribution of hash-partitioned windows",
         predicates=frozenset({"equi", "band", "theta"}),
         requires=frozenset({"equi"}),
@@ -229,7 +230,7 @@ REGISTRY = {
         },
     ),
     "psp": StrategyInfo(
-        name="psp",
+        name="psp", shape="chain",
         summary="a ring of time-sliced multi-way joins (pipelined state partitioning): no state duplicated, "
                 "every predicate",
         predicates=frozenset({"equi", "band", "theta"}),
@@ -288,7 +289,7 @@ REGISTRY = {
         _chain_fed, "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
         "run_case_llhj", {}),
     "biclique": StrategyInfo(
-        name="biclique",
+        name="biclique", shape="biclique",
         summary="BiStream's join-biclique: dispatchers store each tuple at one unit of its side and send it to "
                 "be joined at units of the other side (random or ContRand routing); no state replicated",
         predicates=frozenset({"equi", "band", "theta"}),
@@ -350,7 +351,7 @@ REGISTRY = {
         },
     ),
     "matrix": StrategyInfo(
-        name="matrix",
+        name="matrix", shape="matrix",
         summary="join-matrix (the baseline of BiStream): a grid of cells, each R tuple stored along a row and each "
                 "S tuple down a column, so every pair meets in one cell",
         predicates=frozenset({"equi", "band", "theta"}),
@@ -370,7 +371,7 @@ REGISTRY = {
         },
     ),
     "splitjoin": StrategyInfo(
-        name="splitjoin",
+        name="splitjoin", shape="tree",
         summary="SplitJoin: a distribution tree feeds every join core, each stores 1/k and processes all; "
                 "results merge back up in order (relaxed adjustable punctuation)",
         predicates=frozenset({"equi", "band", "theta"}),

@@ -26,11 +26,9 @@ from . import cost_model as cm
 from .psp import auto_orderings, measure_selectivity, parse_ordering
 
 
-def measure(job, sample=2000, pairs=2000):
-    """Everything the model needs that the job and this machine can tell (see the docstring)."""
-    M = len(job.streams)
-    src = Source(replace(job, run=replace(job.run, batch_size=sample, rate=None)))
-    batches = src.next_epoch()
+def rates_and_windows(job):
+    """Each stream's arrival rate (tuples per event-time second, from the staged manifest) and
+    window in seconds (a count window: its tuples over the stream's rate)."""
     man = staged_manifest(job)
     unit_s = ts_unit_ns(job.ts_unit) / 1e9
     lam, W = [], []
@@ -41,6 +39,15 @@ def measure(job, sample=2000, pairs=2000):
         lam.append(rate)
         w = s.window
         W.append(w.size * unit_s if w.kind == "time" else (w.size / rate if w.kind == "count" else float("inf")))
+    return lam, W
+
+
+def measure(job, sample=2000, pairs=2000):
+    """Everything the model needs that the job and this machine can tell (see the docstring)."""
+    M = len(job.streams)
+    src = Source(replace(job, run=replace(job.run, batch_size=sample, rate=None)))
+    batches = src.next_epoch()
+    lam, W = rates_and_windows(job)
     sel = measure_selectivity(job.predicate, batches, sample=48)
     Tj = np.zeros((M, M))
     rng = np.random.default_rng(0)

@@ -1,0 +1,73 @@
+"""The scaling model without MPI: fitted on rank costs that a known machine would produce, it
+finds that machine's costs again and predicts its rates; `plan` recommends only strategies that
+can run the job and keep up with it, and refuses a calibration that holds no model."""
+import json
+
+import pytest
+
+from mpi_join import scaling_model as sm
+from mpi_join.config import load_job
+from mpi_join.errors import InputError
+from mpi_join.workloads import make
+from conftest import run_cli
+
+
+def _cases(name, shape, t, c, d, cores=2, workload="band", W=1.0, kappa=1.0):
+    """The suite's cases as a machine with costs (t, c, d) and the given shape would measure them."""
+    costs = {"shape": shape, "t_us": t * 1e6, "c_ns": c * 1e9, "d_us": d * 1e6, "window_s": W, "kappa": kappa}
+    share, scope, hops = sm.SHAPES[shape]
+    out = []
+    for k in (1, 2, 3, 4):
+        lam = sm.rate(costs, k, cores)
+        n = int(2 * 0.8 * lam * 2)                                 # 2 s of input at 80%
+        per = t + c * 0.8 * lam * W * scope(k)
+        ranks = [{"role": "driver", "tuples_in": n, "cpu_s": n * d, "wall_s": 2.0}]
+        ranks += [{"role": "worker", "tuples_in": int(n * share(k)), "cpu_s": n * share(k) * per, "wall_s": 2.0}
+                  for _ in range(k)]
+        out.append({"strategy": name, "workload": workload, "workers": k, "max_rate": round(lam),
+                    "p50_ms": 5.0 + 2.0 * hops(k), "ranks_at80": ranks})
+    return out
+
+
+@pytest.mark.parametrize("name,shape", [("handshake", "chain"), ("hash", "partition"), ("biclique", "biclique")])
+def test_the_fit_recovers_the_costs_and_predicts_the_rates(name, shape):
+    cases = _cases(name, shape, t=4e-6, c=1.5e-9, d=0.5e-6)
+    result = {"machine": {"cores": 2}, "cases": cases}
+    [m] = sm.fit(result, lambda s: shape)
+    assert m["t_us"] == pytest.approx(4.0, rel=0.02) and m["c_ns"] == pytest.approx(1.5, rel=0.02)
+    assert m["d_us"] == pytest.approx(0.5, rel=0.02) and m["kappa"] == pytest.approx(1.0, rel=0.02)
+    assert m["mean_error"] < 0.02 and len(m["check"]) == 4
+    assert m["p50_per_hop_ms"] == pytest.approx(2.0, rel=0.02) or shape in ("partition", "biclique")
+    assert [p["cores"] for p in m["predicted"]] == list(sm.EXTRAPOLATE)
+    assert all(p["rate"] > 0 for p in m["predicted"])
+
+
+def test_a_machine_that_misses_the_model_shows_as_error():
+    cases = _cases("hash", "partition", t=4e-6, c=0.0, d=0.2e-6)
+    for c in cases[1:]:
+        c["max_rate"] = cases[0]["max_rate"]                       # flat: something the model does not have
+    [m] = sm.fit({"machine": {"cores": 2}, "cases": cases}, lambda s: "partition")
+    assert m["mean_error"] > 0.2
+
+
+def test_plan_recommends_what_keeps_up_and_can_run_the_job(tmp_path):
+    path = make("band", str(tmp_path / "w"), tuples=4000, rate=20000, window="1s", strategy="handshake")
+    job = load_job(path)
+    models = sm.fit({"machine": {"cores": 2}, "cases": _cases("handshake", "chain", 4e-6, 1.5e-9, 0.5e-6)
+                     + _cases("psp", "chain", 40e-6, 15e-9, 5e-6) + _cases("hash", "partition", 4e-6, 0, 0.5e-6)},
+                    lambda s: {"hash": "partition"}.get(s, "chain"))
+    lines, best = sm.recommend(job, 8, models, 20000, 1.0)
+    text = "\n".join(lines)
+    assert "hash" not in text                                          # hash needs an equi condition
+    assert best[0] == "handshake" and "recommended: handshake" in text
+    lines, best = sm.recommend(job, 8, models, 10 ** 7, 1.0)           # nobody keeps up: the closest
+    assert "no strategy keeps up" in lines[-1] and best[0] == "handshake"
+    (tmp_path / "results.json").write_text(json.dumps({"machine": {"cores": 2}, "model": models}))
+    p = run_cli("plan", path, "-n", "8", "--calibration", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert "recommended: handshake" in p.stdout
+    (tmp_path / "results.json").write_text(json.dumps({"cases": []}))
+    p = run_cli("plan", path, "-n", "8", "--calibration", str(tmp_path / "results.json"))
+    assert p.returncode == 2 and "no fitted scaling model" in p.stderr and p.stderr.count("\n") == 1
+    with pytest.raises(InputError):
+        sm.load_models(str(tmp_path / "results.json"))
