@@ -607,7 +607,10 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
 @click.option("--spark/--no-spark", default=True, show_default=True,
               help="Run Spark Structured Streaming's stream-stream join on the equi input as a peer (a JVM "
                    "in local mode on 2 cores; about a minute on the default input).")
-def bench_suite(out, names, workloads, workers, seconds, steps, spark):
+@click.option("--rerender", is_flag=True,
+              help="Run nothing: fit the scaling model and write results.md and the plots again from OUT's "
+                   "results.json.")
+def bench_suite(out, names, workloads, workers, seconds, steps, spark, rerender):
     """Every strategy on the shared band and equi workloads, side by side in one run.
 
     For each strategy, workload and worker count: the maximum sustainable rate per stream (by
@@ -615,17 +618,24 @@ def bench_suite(out, names, workloads, workers, seconds, steps, spark):
     p99, peak memory per rank and window state against the raw bytes it holds, at 80% of it.
     Beside them, on the same input: the single-core oracle, DuckDB at rest, and on equi Spark
     Structured Streaming's stream-stream join (each peer's result set compared with the
-    oracle's). Figures past the machine's cores are marked oversubscribed.
+    oracle's). Figures past the machine's cores are marked oversubscribed. Last, the scaling
+    model is fitted on the runs, checked against them and extrapolated to 256 cores (`mpi-join
+    plan JOB -n N --calibration OUT` then uses it).
 
     \b
     Examples:
-      mpi-join bench-suite                                   # everything (about 20 minutes here)
+      mpi-join bench-suite                                   # everything (about 30 minutes on 2 cores)
       mpi-join bench-suite --strategy hash --workload equi -n 1 -n 2 --seconds 1
+      mpi-join bench-suite --out bench-suite --rerender      # tables, plots and model again
+      mpi-join report bench-suite                            # the whole run as one HTML page
     """
-    from .bench_suite import run
+    from .bench_suite import rerender as rerender_, run
     try:
-        run(out, list(names) or None, tuple(workloads) or ("band", "equi"), tuple(workers) or (1, 2, 3, 4),
-            seconds, steps, progress=lambda m: click.echo(m, err=True), spark=spark)
+        if rerender:
+            rerender_(out)
+        else:
+            run(out, list(names) or None, tuple(workloads) or ("band", "equi"), tuple(workers) or (1, 2, 3, 4),
+                seconds, steps, progress=lambda m: click.echo(m, err=True), spark=spark)
     except JobError as e:
         _fail(e)
     with open(os.path.join(out, "results.md")) as f:
