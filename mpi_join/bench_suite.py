@@ -29,19 +29,37 @@ WINDOWS_S = {"band": 1.0, "equi": 1.0}                   # the windows above, in
 CORES = os.cpu_count() or 1
 
 
+# a strategy's variants the suite runs beside it: handshake with an indexed local join is the
+# indexed counterpart of its nested loop on band (the target: 10 times the nested loop's rate)
+VARIANTS = {"handshake": [("band", {"local_join": "index"})]}
+
+
+def label(name, params):
+    """A case's name: the strategy, then its parameters in brackets, e.g. handshake[local_join=index]."""
+    return name + "".join(f"[{k}={v}]" for k, v in sorted(params.items()))
+
+
+def parse_label(text):
+    """(strategy, params) of a case's name (label)."""
+    name, _, rest = text.partition("[")
+    return name, dict(x.split("=", 1) for x in rest[:-1].split("][")) if rest else {}
+
+
 def plan(strategies_, workloads, workers):
-    """[(strategy, workload, workers, ranks)] the suite runs: a workload when the strategy can
-    evaluate its predicate, a worker count when the strategy can run on that many ranks."""
+    """[(case name, workload, workers, ranks)] the suite runs: a workload when the strategy can
+    evaluate its predicate, a worker count when the strategy can run on that many ranks; a
+    strategy's VARIANTS follow it."""
     from . import strategies
     out = []
     for name in strategies_:
         info = strategies.get(name)
-        for w in workloads:
+        runs = [(w, {}) for w in workloads] + [(w, p) for w, p in VARIANTS.get(name, ()) if w in workloads]
+        for w, params in runs:
             if w not in info.predicates or info.requires - {w} or not (info.streams[0] <= 2 <= info.streams[1]):
                 continue
             for k in workers:
                 if k + 1 >= info.min_ranks:
-                    out.append((name, w, k, k + 1))
+                    out.append((label(name, params), w, k, k + 1))
     return out
 
 
@@ -174,11 +192,12 @@ def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4),
     start = {}
     for i, (name, w, k, ranks) in enumerate(cases, 1):
         t0 = time.perf_counter()
-        d = os.path.join(work, f"{name}-{w}-{k}")
+        strategy, params = parse_label(name)
+        d = os.path.join(work, _dirname(name, w, k))
         last = {}
 
         def try_rate(rate):
-            ok, s = probe(name, w, ranks, rate, seconds, os.path.join(d, f"r{rate:.0f}"))
+            ok, s = probe(strategy, w, ranks, rate, seconds, os.path.join(d, f"r{rate:.0f}"), params)
             last[rate] = s
             progress(f"  [{i}/{len(cases)}] {name}, {w}, {k} worker{'s' if k > 1 else ''}: {rate:,.0f}/s per stream "
                      f"{'sustained' if ok else 'overloaded'}")
@@ -190,14 +209,14 @@ def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4),
         if rate > 0 and w == "band":            # the nested-loop work the sustained rate stands for
             rec["comparisons_per_s_core"] = _comparisons(os.path.join(d, f"r{rate:.0f}")) / seconds / min(k, CORES)
         if rate > 0:
-            _, s = probe(name, w, ranks, 0.8 * rate, seconds, os.path.join(d, "at80"), stop=False)
+            _, s = probe(strategy, w, ranks, 0.8 * rate, seconds, os.path.join(d, "at80"), params, stop=False)
             lat = s["latency_ms"]
             rec.update(p50_ms=lat["p50"], p99_ms=lat["p99"], results=s["results"],
                        peak_rss_mb=max(r.get("peak_rss_mb", 0) for r in s["ranks"]),
                        rss_by_rank=[round(r.get("peak_rss_mb", 0), 1) for r in s["ranks"]],
                        window_tuples_peak=max((r.get("peak_window_tuples", 0) for r in s["ranks"]), default=0),
                        **state_memory(s["ranks"]), ranks_at80=rank_costs(s))
-            best_rate[w] = max(best_rate.get(w, (0, name)), (rate, name))
+            best_rate[w] = max(best_rate.get(w, (0, strategy)), (rate, strategy))
         rec["seconds"] = round(time.perf_counter() - t0, 1)
         records.append(rec)
         with open(os.path.join(out, "cases.json"), "w") as f:      # so far, should the suite be stopped
@@ -218,10 +237,14 @@ DUCKDB_MAX_TUPLES = {"band": 60000}     # DuckDB's band join (IEJoin under the w
                                         # the square of the input: 40 s on 120,000 tuples here
 
 
+def _dirname(name, w, k):
+    return f"{name.replace('[', '-').replace(']', '').replace('=', '-')}-{w}-{k}"
+
+
 def _shape(name):
     from . import strategies
     try:
-        return strategies.get(name).shape
+        return strategies.get(parse_label(name)[0]).shape
     except JobError:
         return ""
 
@@ -249,7 +272,7 @@ def rerender(out):
         raise JobError(f"{p}: cannot read the suite's results: {e}") from None
     for c in result["cases"]:
         if c.get("max_rate") and not c.get("ranks_at80"):
-            d = os.path.join(out, "work", f"{c['strategy']}-{c['workload']}-{c['workers']}", "at80")
+            d = os.path.join(out, "work", _dirname(c["strategy"], c["workload"], c["workers"]), "at80")
             runs = sorted(x for x in os.listdir(d) if x.startswith("out-")) if os.path.isdir(d) else []
             if runs:
                 c["ranks_at80"] = rank_costs({"ranks": load_run(os.path.join(d, runs[-1]))[1]})

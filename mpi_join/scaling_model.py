@@ -211,8 +211,9 @@ def recommend(job, n, models, lam, W, cores=None):
     for m in models:
         if m["workload"] != w:
             continue
+        from .bench_suite import parse_label
         try:
-            info = strategies.get(m["strategy"])
+            info = strategies.get(parse_label(m["strategy"])[0])
         except JobError:
             continue
         need = job_kinds(job)
@@ -237,12 +238,18 @@ def recommend(job, n, models, lam, W, cores=None):
     for name, r, p, fewest in sorted(rows, key=lambda x: -x[1]):
         out.append(f"  {name:<10} {r:>14,.0f} {p:>8.1f}  {fewest if fewest else '-'}")
     if keep:
-        out.append(f"recommended: {best[0]} on {best[3]} ranks (mpi-join run JOB -n {best[3]} with strategy "
-                   f"{best[0]}): it keeps up with the lowest modelled delay")
+        out.append(f"recommended: {best[0]} on {best[3]} ranks: it keeps up with the lowest modelled delay "
+                   f"(job file: {_strategy_toml(best[0])}; mpi-join run JOB -n {best[3]})")
     else:
         out.append(f"recommended: {best[0]} on {n} ranks: no strategy keeps up with {lam:,.0f} tuples/s per "
                    f"stream on {n} ranks here; it comes closest ({best[1]:,.0f})")
     return out, best
+
+
+def _strategy_toml(case):
+    from .bench_suite import parse_label
+    name, params = parse_label(case)
+    return "[strategy] " + ", ".join([f'name = "{name}"'] + [f'{k} = "{v}"' for k, v in params.items()])
 
 
 def job_kinds(job):

@@ -4,7 +4,7 @@ brackets and bisects to the largest sustained rate; the suite's plan skips what 
 cannot run."""
 import pytest
 
-from mpi_join.bench_suite import max_rate, plan
+from mpi_join.bench_suite import label, max_rate, parse_label, plan
 from mpi_join.config import load_job
 from mpi_join.oracle import run_oracle
 from mpi_join.errors import JobError
@@ -41,6 +41,11 @@ def test_the_plan_runs_what_each_strategy_can():
     assert ("hash", "band", 1, 2) not in cases                        # hash needs an equi condition
     assert ("hash", "equi", 1, 2) in cases and ("handshake", "band", 3, 4) in cases
     assert ("biclique", "equi", 2, 3) not in cases and ("biclique", "equi", 3, 4) in cases   # at least 4 ranks
+    # handshake's indexed local join runs beside its nested loop, on band only
+    assert ("handshake[local_join=index]", "band", 2, 3) in cases
+    assert not any(c[0].startswith("handshake[") and c[1] == "equi" for c in cases)
+    assert parse_label("handshake[local_join=index]") == ("handshake", {"local_join": "index"})
+    assert parse_label(label("a", {"x": "1", "y": "2"})) == ("a", {"x": "1", "y": "2"})
 
 
 def test_spark_structured_streaming_equals_the_oracle(tmp_path):
