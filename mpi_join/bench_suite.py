@@ -264,12 +264,8 @@ def rerender(out):
     """Fit the model and write results.md and the plots again from OUT/results.json; cases run
     before the suite kept each rank's costs take them from the run's metrics under OUT/work."""
     from .report import load_run
-    p = os.path.join(out, "results.json")
-    try:
-        with open(p) as f:
-            result = json.load(f)
-    except (OSError, ValueError) as e:
-        raise JobError(f"{p}: cannot read the suite's results: {e}") from None
+    from .metrics import read_json
+    result = read_json(os.path.join(out, "results.json"), "the suite's results")
     for c in result["cases"]:
         if c.get("max_rate") and not c.get("ranks_at80"):
             d = os.path.join(out, "work", _dirname(c["strategy"], c["workload"], c["workers"]), "at80")

@@ -91,6 +91,16 @@ class RankMetrics:
         return d
 
 
+def read_json(path, what="metrics"):
+    """A JSON file the tool wrote, or InputError naming the file and what it was read for."""
+    from .errors import InputError
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read {what}: {e}") from None
+
+
 def write_json(path, obj):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"

@@ -19,6 +19,7 @@ import json
 import os
 
 from .errors import InputError
+from .metrics import read_json
 
 # the figures every rank reports (metrics.py, slaves/worker.py, master/driver.py); anything else a
 # rank reports is the strategy's own and is listed under "what the strategy did"
@@ -29,14 +30,6 @@ COMMON = {"rank", "role", "tuples_in", "tuples_out", "results", "epochs", "wall_
           "peak_buffer_bytes", "max_lag_s"}
 
 
-def _load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read metrics: {e}") from None
-
-
 def load_run(run_dir):
     """(summary, [rank dicts]) of a run directory, or InputError naming what is missing."""
     m = os.path.join(run_dir, "metrics")
@@ -44,8 +37,8 @@ def load_run(run_dir):
     if not os.path.isfile(summary):
         raise InputError(f"{run_dir}: no metrics/summary.json: not a finished run's output directory (nor a "
                          f"bench-suite directory with results.json)")
-    ranks = [_load(p) for p in sorted(glob.glob(os.path.join(m, "rank-*.json")))]
-    s = _load(summary)
+    ranks = [read_json(p) for p in sorted(glob.glob(os.path.join(m, "rank-*.json")))]
+    s = read_json(summary)
     if not ranks:
         ranks = s.get("ranks") or []
     if not ranks:
@@ -202,7 +195,7 @@ def run_page(run_dir):
 
 
 def suite_page(suite_dir):
-    res = _load(os.path.join(suite_dir, "results.json"))
+    res = read_json(os.path.join(suite_dir, "results.json"), "the suite's results")
     from .bench_suite import markdown, plots
     plots(res, suite_dir)
     imgs = ""

@@ -29,7 +29,6 @@ other worker counts are the check. Latency at 80%: p50 = a + b hops(k), a and b 
 the per-hop cost, queueing included. The error reported is |model - measured| / measured at
 each measured worker count; beyond the machine, each rank is given a core of its own.
 Not modelled: network bandwidth (messages are batches; see `mpi-join plan` for psp's bound)."""
-import json
 import math
 import os
 
@@ -182,11 +181,8 @@ def load_models(path=None):
     p = path or CALIBRATION
     if os.path.isdir(p):
         p = os.path.join(p, "results.json")
-    try:
-        with open(p) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise InputError(f"{p}: cannot read a calibration: {e}") from None
+    from .metrics import read_json
+    data = read_json(p, "a calibration")
     models = data.get("model") if isinstance(data, dict) else None
     if not isinstance(models, list) or not models:
         raise InputError(f"{p}: no fitted scaling model in it (a bench-suite results.json has one under \"model\")")
