@@ -150,6 +150,8 @@ def _steady_rate(summary):
 
 
 def _one(job_path, workdir, job, n, replay_rate, expect_n, expected=None):
+    """Run and verify; `expected`: the oracle's result, or a function giving it (called only once
+    the run has finished, so a run that fails costs no oracle)."""
     from .verify import verify
     output = os.path.join(workdir, f"out-{n}" + (f"-{replay_rate:.0f}" if replay_rate else ""))
     if replay_rate:
@@ -157,7 +159,7 @@ def _one(job_path, workdir, job, n, replay_rate, expect_n, expected=None):
     s = _run_mpi(n, job_path, output)
     if replay_rate:
         set_option(job_path, "run", "rate", '"max"')
-    rep = verify(output, job, expected=expected)
+    rep = verify(output, job, expected=expected() if callable(expected) else expected)
     if not rep["ok"]:
         raise JobError(f"bench: results on {n} ranks differ from the oracle: missing {rep['missing']}, "
                        f"extra {rep['extra']}, duplicated {rep['duplicated']}")

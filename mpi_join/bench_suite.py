@@ -4,7 +4,8 @@ For each strategy, each workload it can run (`band`: |x - a| < 10 and |y - b| < 
 uniform keys; time windows of `window`) and each worker count (ranks other than rank 0):
 - the maximum sustainable rate per stream, found by bracketing and geometric bisection: a rate
   is sustained when the replay at it never falls 0.25 s behind schedule (run.overload_after,
-  master/driver.py), each probe replaying `seconds` of input and checked against the oracle;
+  master/driver.py) and the p99 production delay stays under 1 s (MAX_DELAY_MS), each probe
+  replaying `seconds` of input and checked against the oracle;
 - production delay p50 and p99, and the peak memory of every rank, at 80% of that rate;
 - the result count (equal to the oracle's in every probe, or the suite stops).
 Beside them, on each workload's input at its highest rate found: the single-core oracle (the
@@ -22,7 +23,7 @@ import time
 from .bench import _one, set_option, set_param
 from .config import load_job
 from .errors import JobError
-from .strategies import check_strategy
+from .strategies import check_strategy, label as case_name, parse_label
 
 WORKLOADS = {"band": {"window": "1s"}, "equi": {"window": "1s", "uniform_keys": 20000}}
 WINDOWS_S = {"band": 1.0, "equi": 1.0}                   # the windows above, in seconds (scaling_model)
@@ -32,17 +33,6 @@ CORES = os.cpu_count() or 1
 # a strategy's variants the suite runs beside it: handshake with an indexed local join is the
 # indexed counterpart of its nested loop on band (the target: 10 times the nested loop's rate)
 VARIANTS = {"handshake": [("band", {"local_join": "index"})]}
-
-
-def label(name, params):
-    """A case's name: the strategy, then its parameters in brackets, e.g. handshake[local_join=index]."""
-    return name + "".join(f"[{k}={v}]" for k, v in sorted(params.items()))
-
-
-def parse_label(text):
-    """(strategy, params) of a case's name (label)."""
-    name, _, rest = text.partition("[")
-    return name, dict(x.split("=", 1) for x in rest[:-1].split("][")) if rest else {}
 
 
 def plan(strategies_, workloads, workers):
@@ -59,7 +49,7 @@ def plan(strategies_, workloads, workers):
                 continue
             for k in workers:
                 if k + 1 >= info.min_ranks:
-                    out.append((label(name, params), w, k, k + 1))
+                    out.append((case_name(name, params), w, k, k + 1))
     return out
 
 
@@ -105,20 +95,26 @@ class OracleCache:
 ORACLE = OracleCache()
 
 
-def probe(strategy, workload, ranks, rate, seconds, d, params=None, stop=True):
+MAX_DELAY_MS = 1000.0
+
+
+def probe(strategy, workload, ranks, rate, seconds, d, params=None, stop=True, max_delay_ms=MAX_DELAY_MS):
     """One paced run at `rate` per stream, checked against the oracle: (sustained, summary).
-    With `stop`, an overloaded run stops there (run.stop_when_overloaded) instead of working
-    through input it cannot keep up with: (False, None)."""
+    Sustained: the replay kept its schedule and the p99 production delay stayed under
+    `max_delay_ms` (a chain can keep the schedule for seconds by queueing inside it; a delay
+    that grows to seconds is overload too). With `stop`, an overloaded run stops there
+    (run.stop_when_overloaded) instead of working through input it cannot keep up with:
+    (False, None)."""
     path, job = _job(strategy, workload, rate, seconds, d, params)
     if stop:
         set_option(path, "run", "stop_when_overloaded", "true")
     try:
-        s = _one(path, d, job, ranks, rate, None, expected=ORACLE.get(job))
+        s = _one(path, d, job, ranks, rate, None, expected=lambda: ORACLE.get(job))
     except JobError as e:
         if stop and "overloaded" in str(e):
             return False, None
         raise
-    return s["ranks"][0].get("overloaded") is None, s
+    return s["ranks"][0].get("overloaded") is None and s["latency_ms"]["p99"] <= max_delay_ms, s
 
 
 def rank_costs(summary):
@@ -252,7 +248,7 @@ def _shape(name):
 def write_outputs(result, out):
     """results.json (with the scaling model fitted to the cases), results.md and the plots."""
     from . import scaling_model
-    result["model"] = scaling_model.fit(result, _shape)
+    result["model"] = scaling_model.fit(result, _shape, WINDOWS_S)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(result, f, indent=1)
     with open(os.path.join(out, "results.md"), "w") as f:
@@ -263,8 +259,7 @@ def write_outputs(result, out):
 def rerender(out):
     """Fit the model and write results.md and the plots again from OUT/results.json; cases run
     before the suite kept each rank's costs take them from the run's metrics under OUT/work."""
-    from .report import load_run
-    from .metrics import read_json
+    from .metrics import load_run, read_json
     result = read_json(os.path.join(out, "results.json"), "the suite's results")
     for c in result["cases"]:
         if c.get("max_rate") and not c.get("ranks_at80"):

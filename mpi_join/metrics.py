@@ -3,12 +3,15 @@
 Production delay (latency) is kept as a log-scale histogram (100 bins per decade, 2.3% wide)
 from 1 us to 10^4 s, so ranks merge exactly by adding counts and memory stays fixed.
 """
+import glob
 import json
 import os
 import resource
 import time
 
 import numpy as np
+
+from .errors import InputError
 
 _DECADES = (3, 13)             # 10^3 ns .. 10^13 ns
 _PER_DECADE = 100
@@ -93,12 +96,27 @@ class RankMetrics:
 
 def read_json(path, what="metrics"):
     """A JSON file the tool wrote, or InputError naming the file and what it was read for."""
-    from .errors import InputError
     try:
         with open(path) as f:
             return json.load(f)
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot read {what}: {e}") from None
+
+
+def load_run(run_dir):
+    """(summary, [rank dicts]) of a run directory, or InputError naming what is missing."""
+    m = os.path.join(run_dir, "metrics")
+    summary = os.path.join(m, "summary.json")
+    if not os.path.isfile(summary):
+        raise InputError(f"{run_dir}: no metrics/summary.json: not a finished run's output directory (nor a "
+                         f"bench-suite directory with results.json)")
+    ranks = [read_json(p) for p in sorted(glob.glob(os.path.join(m, "rank-*.json")))]
+    s = read_json(summary)
+    if not ranks:
+        ranks = s.get("ranks") or []
+    if not ranks:
+        raise InputError(f"{m}: no rank-*.json files")
+    return s, ranks
 
 
 def write_json(path, obj):

@@ -12,14 +12,13 @@ A run directory holds metrics/summary.json and metrics/rank-NNNN.json (metrics.p
 A bench-suite directory (results.json) gets its tables and its rate and p99 plots.
 Plots are PNGs inlined as data: URIs, so the page is one file that opens anywhere."""
 import base64
-import glob
 import html
 import io
 import json
 import os
 
 from .errors import InputError
-from .metrics import read_json
+from .metrics import load_run, read_json
 
 # the figures every rank reports (metrics.py, slaves/worker.py, master/driver.py); anything else a
 # rank reports is the strategy's own and is listed under "what the strategy did"
@@ -28,22 +27,6 @@ COMMON = {"rank", "role", "tuples_in", "tuples_out", "results", "epochs", "wall_
           "compiled_during_replay", "gc_collections", "gc_pause_ms", "gc_pause_max_ms", "series", "window_tuples",
           "peak_state_bytes", "raw_bytes_at_peak", "host", "topology", "released_at", "peak_inflight",
           "peak_buffer_bytes", "max_lag_s"}
-
-
-def load_run(run_dir):
-    """(summary, [rank dicts]) of a run directory, or InputError naming what is missing."""
-    m = os.path.join(run_dir, "metrics")
-    summary = os.path.join(m, "summary.json")
-    if not os.path.isfile(summary):
-        raise InputError(f"{run_dir}: no metrics/summary.json: not a finished run's output directory (nor a "
-                         f"bench-suite directory with results.json)")
-    ranks = [read_json(p) for p in sorted(glob.glob(os.path.join(m, "rank-*.json")))]
-    s = read_json(summary)
-    if not ranks:
-        ranks = s.get("ranks") or []
-    if not ranks:
-        raise InputError(f"{m}: no rank-*.json files")
-    return s, ranks
 
 
 def _png(fig):

@@ -128,12 +128,11 @@ def check(costs, cases, name, w, cores):
     return out
 
 
-def fit(result, shape_of):
+def fit(result, shape_of, window_s):
     """The model of a suite's result: costs, its check against the measured points, and its
     predictions with one core per rank up to 256."""
-    from .bench_suite import WINDOWS_S
     cores = result["machine"]["cores"]
-    cal = calibrate(result["cases"], shape_of, WINDOWS_S, cores)
+    cal = calibrate(result["cases"], shape_of, window_s, cores)
     out = []
     for (name, w), costs in sorted(cal.items()):
         pts = check(costs, result["cases"], name, w, cores)
@@ -207,9 +206,8 @@ def recommend(job, n, models, lam, W, cores=None):
     for m in models:
         if m["workload"] != w:
             continue
-        from .bench_suite import parse_label
         try:
-            info = strategies.get(parse_label(m["strategy"])[0])
+            info = strategies.get(strategies.parse_label(m["strategy"])[0])
         except JobError:
             continue
         need = job_kinds(job)
@@ -243,7 +241,7 @@ def recommend(job, n, models, lam, W, cores=None):
 
 
 def _strategy_toml(case):
-    from .bench_suite import parse_label
+    from .strategies import parse_label
     name, params = parse_label(case)
     return "[strategy] " + ", ".join([f'name = "{name}"'] + [f'{k} = "{v}"' for k, v in params.items()])
 

@@ -399,6 +399,18 @@ REGISTRY = {
 }
 
 
+def label(name, params):
+    """A strategy with parameters as one name, e.g. handshake[local_join=index] (bench-suite's
+    cases, the scaling model's rows)."""
+    return name + "".join(f"[{k}={v}]" for k, v in sorted(params.items()))
+
+
+def parse_label(text):
+    """(strategy, params) of such a name."""
+    name, _, rest = text.partition("[")
+    return name, dict(x.split("=", 1) for x in rest[:-1].split("][")) if rest else {}
+
+
 def register(info):
     """Add a strategy (from a plugin module, or a test). Names are unique."""
     if info.name in REGISTRY and REGISTRY[info.name] is not info:

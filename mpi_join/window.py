@@ -75,8 +75,11 @@ def runtime_dtype(stream_dtype, M=2):
 class Window:
     """A growable window of tuples in arrival order; expires a prefix at a time.
 
-    Appends are amortised O(1) per tuple (capacity doubles, expired space is reclaimed by
-    compaction); `view()` is a zero-copy slice kernels read directly."""
+    Appends are amortised O(1) per tuple: when the rows no longer fit, they move to the front
+    (compaction) if they fill at most 3/4 of the buffer, else to a new buffer of 1.5 times their
+    number (a quarter-full large buffer shrinks the same way). A sliding window thus holds 1.33
+    to 1.5 times its rows, and each row is copied about twice in its life. `view()` is a
+    zero-copy slice kernels read directly."""
 
     def __init__(self, dtype, capacity=256):
         self._buf = np.empty(capacity, dtype)
@@ -101,9 +104,9 @@ class Window:
             return
         if self._end + n > len(self._buf):
             live = len(self)
-            cap = len(self._buf)
-            while live + n > cap // 2 and live + n > cap - cap // 4 or live + n > cap:
-                cap *= 2
+            need, cap = live + n, len(self._buf)
+            if need > cap - cap // 4 or (cap > 4096 and need < cap // 4):
+                cap = max(256, need + need // 2)       # 1.5x: a full window holds 1.33-1.5x its rows
             new = np.empty(cap, self._buf.dtype) if cap != len(self._buf) else self._buf
             new[:live] = self._buf[self._start:self._end]
             self._buf, self._start, self._end = new, 0, live

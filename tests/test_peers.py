@@ -4,7 +4,8 @@ brackets and bisects to the largest sustained rate; the suite's plan skips what 
 cannot run."""
 import pytest
 
-from mpi_join.bench_suite import label, max_rate, parse_label, plan
+from mpi_join.bench_suite import max_rate, plan
+from mpi_join.strategies import label, parse_label
 from mpi_join.config import load_job
 from mpi_join.oracle import run_oracle
 from mpi_join.errors import JobError

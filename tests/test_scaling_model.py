@@ -33,7 +33,7 @@ def _cases(name, shape, t, c, d, cores=2, workload="band", W=1.0, kappa=1.0):
 def test_the_fit_recovers_the_costs_and_predicts_the_rates(name, shape):
     cases = _cases(name, shape, t=4e-6, c=1.5e-9, d=0.5e-6)
     result = {"machine": {"cores": 2}, "cases": cases}
-    [m] = sm.fit(result, lambda s: shape)
+    [m] = sm.fit(result, lambda s: shape, {"band": 1.0, "equi": 1.0})
     assert m["t_us"] == pytest.approx(4.0, rel=0.02) and m["c_ns"] == pytest.approx(1.5, rel=0.02)
     assert m["d_us"] == pytest.approx(0.5, rel=0.02) and m["kappa"] == pytest.approx(1.0, rel=0.02)
     assert m["mean_error"] < 0.02 and len(m["check"]) == 4
@@ -46,7 +46,7 @@ def test_a_machine_that_misses_the_model_shows_as_error():
     cases = _cases("hash", "partition", t=4e-6, c=0.0, d=0.2e-6)
     for c in cases[1:]:
         c["max_rate"] = cases[0]["max_rate"]                       # flat: something the model does not have
-    [m] = sm.fit({"machine": {"cores": 2}, "cases": cases}, lambda s: "partition")
+    [m] = sm.fit({"machine": {"cores": 2}, "cases": cases}, lambda s: "partition", {"band": 1.0, "equi": 1.0})
     assert m["mean_error"] > 0.2
 
 
@@ -55,7 +55,7 @@ def test_plan_recommends_what_keeps_up_and_can_run_the_job(tmp_path):
     job = load_job(path)
     models = sm.fit({"machine": {"cores": 2}, "cases": _cases("handshake", "chain", 4e-6, 1.5e-9, 0.5e-6)
                      + _cases("psp", "chain", 40e-6, 15e-9, 5e-6) + _cases("hash", "partition", 4e-6, 0, 0.5e-6)},
-                    lambda s: {"hash": "partition"}.get(s, "chain"))
+                    lambda s: {"hash": "partition"}.get(s, "chain"), {"band": 1.0, "equi": 1.0})
     lines, best = sm.recommend(job, 8, models, 20000, 1.0)
     text = "\n".join(lines)
     assert "hash" not in text                                          # hash needs an equi condition
