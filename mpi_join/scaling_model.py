@@ -228,9 +228,9 @@ def recommend(job, n, models, lam, W, cores=None):
     best = min(keep, key=lambda r: (p50_ms_at(models, r, w), r[0])) if keep else max(rows, key=lambda r: r[1])
     out = [f"scaling model ({w} costs; mpi_join/scaling_model.py), job rate {lam:,.0f} tuples/s per stream, "
            f"window {W:g} s, {n} ranks on {cores or n} cores:",
-           f"  {'strategy':<10} {'rate /stream':>14} {'p50 ms':>8}  fewest ranks that keep up (rate x 1.25)"]
+           f"  {'strategy':<28} {'rate /stream':>14} {'p50 ms':>8}  fewest ranks that keep up (rate x 1.25)"]
     for name, r, p, fewest in sorted(rows, key=lambda x: -x[1]):
-        out.append(f"  {name:<10} {r:>14,.0f} {p:>8.1f}  {fewest if fewest else '-'}")
+        out.append(f"  {name:<28} {r:>14,.0f} {p:>8.1f}  {fewest if fewest else '-'}")
     if keep:
         out.append(f"recommended: {best[0]} on {best[3]} ranks: it keeps up with the lowest modelled delay "
                    f"(job file: {_strategy_toml(best[0])}; mpi-join run JOB -n {best[3]})")
