@@ -86,7 +86,7 @@ def spark_stream_join(job, work, chunks=20, master="local[2]", progress=None):
     unit_us = {"s": 1_000_000, "ms": 1000, "us": 1}[job.ts_unit]
     arrays = read_staged(job)
     bounds = np.quantile(np.concatenate([a["ts"] for a in arrays]), np.linspace(0, 1, chunks + 1)[1:-1])
-    srcs = []
+    srcs, t_files = [], time.time() - chunks - 60
     for side, (st, a) in enumerate(zip(job.streams, arrays)):   # chunk k of both streams: the same event time
         d = os.path.join(work, "input", st.name)
         os.makedirs(d, exist_ok=True)
@@ -96,7 +96,12 @@ def spark_stream_join(job, work, chunks=20, master="local[2]", progress=None):
             for x in keys:
                 c = x[side]
                 cols[c] = a[c][part]
-            pq.write_table(pa.table(cols), os.path.join(d, f"chunk-{k:05d}.parquet"))
+            f = os.path.join(d, f"chunk-{k:05d}.parquet")
+            pq.write_table(pa.table(cols), f)
+            # Spark's file source takes files in modification-time order, and files written in
+            # the same instant come in any order: a later chunk first would move the watermark
+            # past an earlier one, whose rows Spark then drops as late
+            os.utime(f, (t_files + k, t_files + k))
         srcs.append(d)
     spark = spark_session(master, app="mpi-join-peer", conf=("spark.sql.shuffle.partitions=2",
                                                               "spark.sql.streaming.noDataMicroBatches.enabled=false"))

@@ -59,6 +59,12 @@ def test_spark_structured_streaming_equals_the_oracle(tmp_path):
     missing, extra, (dups, _) = compare(expect, got)
     assert len(expect) > 20 and not len(missing) and not len(extra) and not len(dups)
     assert st["batches"] == 4 and st["tuples_per_s"] > 0 and st["batch_ms_p99"] >= st["batch_ms_p50"] > 0
+    # Spark takes files oldest first: the chunks' modification times must follow their event time
+    # (equal times come in any order, and a later chunk first drops an earlier one's rows as late)
+    for stream in ("R", "S"):
+        chunks = sorted((tmp_path / "spark" / "input" / stream).glob("chunk-*.parquet"))
+        times = [c.stat().st_mtime for c in chunks]
+        assert len(chunks) == 4 and all(a < b for a, b in zip(times, times[1:]))
 
 
 def test_spark_peer_refuses_what_its_range_condition_cannot_express(tmp_path):
