@@ -72,7 +72,7 @@ def stream_join_condition(job):
     return [(c.left[1], c.right[1]) for c in job.predicate.between(0, 1)], int(r.window.size)
 
 
-def spark_stream_join(job, work, chunks=20, master="local[2]", progress=None):
+def spark_stream_join(job, work, chunks=20, master="local[2]"):
     """The equi job as a Spark Structured Streaming stream-stream join over the staged input.
     Returns (pairs as an (n, 2) seq array, {"seconds", "tuples_per_s", "batches", "batch_ms_p50",
     "batch_ms_p99"}): seconds from the query's start to its last micro-batch; a micro-batch's time

@@ -95,10 +95,15 @@ def calibrate(cases, shape_of, window_s, cores):
     return out
 
 
+def _seconds(costs):
+    """(t, c, d, W) in seconds."""
+    return costs["t_us"] * 1e-6, costs["c_ns"] * 1e-9, costs["d_us"] * 1e-6, costs["window_s"]
+
+
 def cpu_needed(costs, k, lam):
     """The CPU (in cores) the busiest rank needs at rate `lam` per stream."""
     share, scope, _ = SHAPES[costs["shape"]]
-    t, c, d, W = costs["t_us"] * 1e-6, costs["c_ns"] * 1e-9, costs["d_us"] * 1e-6, costs["window_s"]
+    t, c, d, W = _seconds(costs)
     return max(2 * lam * share(k) * (t + c * lam * W * scope(k)), 2 * lam * d, 1e-12)
 
 
@@ -106,7 +111,7 @@ def rate(costs, k, cores):
     """Modelled sustainable rate per stream at k workers on `cores` cores."""
     share, scope, _ = SHAPES[costs["shape"]]
     cpu = costs["kappa"] * min(1.0, cores / (k + 1))
-    t, c, d, W = costs["t_us"] * 1e-6, costs["c_ns"] * 1e-9, costs["d_us"] * 1e-6, costs["window_s"]
+    t, c, d, W = _seconds(costs)
     qa, qb = 2 * share(k) * c * W * scope(k), 2 * share(k) * t
     worker = (cpu / qb if qb > 0 else math.inf) if qa <= 0 else (-qb + math.sqrt(qb * qb + 4 * qa * cpu)) / (2 * qa)
     driver = cpu / (2 * d) if d > 0 else math.inf
@@ -191,45 +196,48 @@ def load_models(path=None):
 def job_workload(job):
     """The suite workload whose costs stand for this job: equi when it has an equality condition
     (an index finds the pairs), else band (a band index, or a scan)."""
-    kinds = {c.kind for c in job.predicate.between(0, 1)} if len(job.streams) == 2 else set()
-    return "equi" if "equi" in kinds else "band"
+    return "equi" if "equi" in job.predicate.kinds else "band"
+
+
+def _as(job, case):
+    """`job` run by the case's strategy with its parameters (defaults filled in)."""
+    from dataclasses import replace
+    from .config import Strategy
+    from .strategies import check_strategy, parse_label
+    name, params = parse_label(case)
+    return check_strategy(replace(job, strategy=Strategy(name, params)))
 
 
 def recommend(job, n, models, lam, W, cores=None):
-    """Lines: for each strategy that can run `job`, its modelled sustainable rate and p50 delay on
-    n ranks (one core each unless `cores`), the fewest ranks that keep up with the job's rate
-    with a quarter to spare, and the recommendation: of those that keep up, the lowest delay;
-    if none does, the highest rate. (lam: the job's rate per stream; W: its window, s.)"""
+    """Lines: for each strategy that can run `job` on n ranks (strategies.check_runnable, its own
+    checks included), its modelled sustainable rate and p50 delay on n ranks (one core each
+    unless `cores`), the fewest ranks that keep up with the job's rate with a quarter to spare,
+    and the recommendation: of those that keep up, the lowest delay at that count; if none does,
+    the highest rate. (lam: the job's rate per stream; W: its window, s.)"""
     from . import strategies
     w = job_workload(job)
-    rows = []
+    rows = []                       # (case, rate on n ranks, p50 on n ranks, fewest ranks, costs)
     for m in models:
         if m["workload"] != w:
             continue
         try:
-            info = strategies.get(strategies.parse_label(m["strategy"])[0])
+            strategies.check_runnable(_as(job, m["strategy"]), n)
         except JobError:
             continue
-        need = job_kinds(job)
-        if not need <= set(info.predicates) or info.requires - need or not (info.streams[0] <= len(job.streams)
-                                                                             <= info.streams[1]):
-            continue
-        if n < info.min_ranks:
-            continue
         costs = dict(m, window_s=W)
-        c = cores or n
-        r = rate(costs, n - 1, c)
+        info = strategies.get(strategies.parse_label(m["strategy"])[0])
         fewest = next((k + 1 for k in range(max(1, info.min_ranks - 1), n) if rate(costs, k, cores or k + 1)
                        >= 1.25 * lam), None)
-        rows.append((m["strategy"], r, p50_ms(costs, n - 1), fewest))
+        rows.append((m["strategy"], rate(costs, n - 1, cores or n), p50_ms(costs, n - 1), fewest, costs))
     if not rows:
         raise JobError(f"{job.path}: no calibrated strategy can run this job on {n} ranks")
     keep = [r for r in rows if r[1] >= 1.25 * lam]
-    best = min(keep, key=lambda r: (p50_ms_at(models, r, w), r[0])) if keep else max(rows, key=lambda r: r[1])
+    best = (min(keep, key=lambda r: (p50_ms(r[4], (r[3] or 2) - 1), r[0])) if keep
+            else max(rows, key=lambda r: r[1]))
     out = [f"scaling model ({w} costs; mpi_join/scaling_model.py), job rate {lam:,.0f} tuples/s per stream, "
            f"window {W:g} s, {n} ranks on {cores or n} cores:",
            f"  {'strategy':<28} {'rate /stream':>14} {'p50 ms':>8}  fewest ranks that keep up (rate x 1.25)"]
-    for name, r, p, fewest in sorted(rows, key=lambda x: -x[1]):
+    for name, r, p, fewest, _ in sorted(rows, key=lambda x: -x[1]):
         out.append(f"  {name:<28} {r:>14,.0f} {p:>8.1f}  {fewest if fewest else '-'}")
     if keep:
         out.append(f"recommended: {best[0]} on {best[3]} ranks: it keeps up with the lowest modelled delay "
@@ -244,13 +252,3 @@ def _strategy_toml(case):
     from .strategies import parse_label
     name, params = parse_label(case)
     return "[strategy] " + ", ".join([f'name = "{name}"'] + [f'{k} = "{v}"' for k, v in params.items()])
-
-
-def job_kinds(job):
-    p = job.predicate
-    return {k for k in ("equi", "band", "theta") if getattr(p, k)}
-
-
-def p50_ms_at(models, row, w):
-    m = next(x for x in models if x["strategy"] == row[0] and x["workload"] == w)
-    return p50_ms(m, (row[3] or 2) - 1)
