@@ -32,15 +32,21 @@ def print_table(head, rows, label=True):
         print("  ".join(str(c).ljust(w[k]) if (label and k == 0) else str(c).rjust(w[k]) for k, c in enumerate(r)))
 
 
-def _oracle_rate(job):
-    """Single-core oracle tuples/s on the job's input (after compiling on a small prefix)."""
+def oracle_timed(job, arrays):
+    """(the oracle's result on `arrays`, its seconds), compiled on a small prefix first so that the
+    time is the join's."""
     from .oracle import run_oracle
-    from .staged import read_staged
-    arrays = read_staged(job)
     run_oracle(job, [a[:100] for a in arrays])   # compile the kernels outside the timing
     t0 = time.perf_counter()
     res = run_oracle(job, arrays)
-    el = time.perf_counter() - t0
+    return res, time.perf_counter() - t0
+
+
+def _oracle_rate(job):
+    """Single-core oracle tuples/s on the job's input (after compiling on a small prefix)."""
+    from .staged import read_staged
+    arrays = read_staged(job)
+    res, el = oracle_timed(job, arrays)
     n = sum(len(a) for a in arrays)
     return n / el, el, len(res)
 
@@ -150,8 +156,8 @@ def _steady_rate(summary):
 
 
 def _one(job_path, workdir, job, n, replay_rate, expect_n, expected=None):
-    """Run and verify; `expected`: the oracle's result, or a function giving it (called only once
-    the run has finished, so a run that fails costs no oracle)."""
+    """Run and verify; `expected`: the oracle's result, or a function of the staged arrays giving
+    it (verify calls it only once the run has finished, so a run that fails costs no oracle)."""
     from .verify import verify
     output = os.path.join(workdir, f"out-{n}" + (f"-{replay_rate:.0f}" if replay_rate else ""))
     if replay_rate:
@@ -159,7 +165,7 @@ def _one(job_path, workdir, job, n, replay_rate, expect_n, expected=None):
     s = _run_mpi(n, job_path, output)
     if replay_rate:
         set_option(job_path, "run", "rate", '"max"')
-    rep = verify(output, job, expected=expected() if callable(expected) else expected)
+    rep = verify(output, job, expected=expected)
     if not rep["ok"]:
         raise JobError(f"bench: results on {n} ranks differ from the oracle: missing {rep['missing']}, "
                        f"extra {rep['extra']}, duplicated {rep['duplicated']}")

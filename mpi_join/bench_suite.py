@@ -20,7 +20,7 @@ import json
 import os
 import time
 
-from .bench import _one, set_option, set_param
+from .bench import _one, oracle_timed, set_option, set_param
 from .config import load_job
 from .errors import JobError
 from .strategies import check_strategy, label as case_name, parse_label
@@ -75,11 +75,10 @@ class OracleCache:
     def __init__(self, keep=6):
         self.keep, self.items = keep, {}
 
-    def get(self, job):
+    def get(self, job, arrays):
+        """The oracle's result of `job` on `arrays` (its staged input)."""
         import hashlib
         from .oracle import run_oracle
-        from .staged import read_staged
-        arrays = read_staged(job)
         h = hashlib.sha256(repr((job.predicate, [(s.name, s.window) for s in job.streams])).encode())
         for a in arrays:
             h.update(a.dtype.str.encode() + repr(a.dtype.descr).encode())
@@ -109,7 +108,7 @@ def probe(strategy, workload, ranks, rate, seconds, d, params=None, stop=True, m
     if stop:
         set_option(path, "run", "stop_when_overloaded", "true")
     try:
-        s = _one(path, d, job, ranks, rate, None, expected=lambda: ORACLE.get(job))
+        s = _one(path, d, job, ranks, rate, None, expected=lambda arrays: ORACLE.get(job, arrays))
     except JobError as e:
         if stop and "overloaded" in str(e):
             return False, None
@@ -276,31 +275,30 @@ def _baselines(workload, rate, strategy, seconds, d, progress, spark=True):
     (timed once; its result is the reference), DuckDB at rest (band: on a smaller input at a lower
     rate when the full one is beyond DUCKDB_MAX_TUPLES), and on equi Spark Structured Streaming."""
     from .oracle import run_oracle
+    from .ring.bench_chain import comparisons
     from .staged import read_staged
-    path, job = _job(strategy, workload, rate, seconds, d)
+    _, job = _job(strategy, workload, rate, seconds, d)
     arrays = read_staged(job)
-    run_oracle(job, [a[:100] for a in arrays])          # compile outside the timing
-    t0 = time.perf_counter()
-    expect = run_oracle(job, arrays)
-    o_s = time.perf_counter() - t0
+    expect, o_s = oracle_timed(job, arrays)
     n = sum(len(a) for a in arrays)
     out = {"input_rate": round(rate), "tuples": n, "oracle_tuples_per_s": round(n / o_s), "oracle_s": round(o_s, 3),
-           "results": int(len(expect)), "oracle_comparisons_per_s": _comparisons(os.path.dirname(path)) / o_s}
+           "results": int(len(expect)), "oracle_comparisons_per_s": comparisons(job, arrays) / o_s}
     progress(f"  {workload}: single-core oracle {out['oracle_tuples_per_s']:,} tuples/s on {n:,} tuples")
     cap = DUCKDB_MAX_TUPLES.get(workload)
     if cap and n > cap:
         small = cap / (2 * seconds)
         _, job_d = _job(strategy, workload, small, seconds, d + "-duckdb")
-        expect_d, rate_d = run_oracle(job_d, read_staged(job_d)), small
+        arrays_d = read_staged(job_d)
+        expect_d, rate_d = run_oracle(job_d, arrays_d), small
     else:
-        job_d, expect_d, rate_d = job, expect, rate
+        job_d, arrays_d, expect_d, rate_d = job, arrays, expect, rate
     try:
         from .peers import duckdb_join
         got, d_s = duckdb_join(job_d)
     except ImportError:
         progress("  DuckDB is not installed (pip install duckdb): its figures are left out")
     else:
-        out.update(duckdb=_peer(got, expect_d, d_s, sum(len(a) for a in read_staged(job_d)), rate_d))
+        out.update(duckdb=_peer(got, expect_d, d_s, sum(len(a) for a in arrays_d), rate_d))
         progress(f"  {workload}: DuckDB at rest {out['duckdb']['tuples_per_s']:,} tuples/s on "
                  f"{out['duckdb']['tuples']:,} tuples, {_equal(out['duckdb'])} the oracle's result set")
     if spark and workload == "equi":

@@ -40,11 +40,14 @@ def writers(results_path):
 def verify(results_path, job, examples=5, ordered=None, expected=None):
     """Returns a report dict; report["ok"] is True only when the result sets are equal (and, with
     `ordered` = "outer" or "inner", the results were written in that order). `expected`: the
-    oracle's result on this job's staged input, when the caller has it already."""
+    oracle's result on this job's staged input when the caller has it already, or a function of
+    the staged arrays that gives it (a cache)."""
     arrays = read_staged(job)
     t0 = time.perf_counter()
     if expected is None:
         expected = run_oracle(job, arrays)
+    elif callable(expected):
+        expected = expected(arrays)
     oracle_s = time.perf_counter() - t0
     got = read_results(results_path, job.stream_names)
     missing, extra, (dups, counts) = compare(expected, got)
