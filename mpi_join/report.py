@@ -179,15 +179,17 @@ def run_page(run_dir):
 
 def suite_page(suite_dir):
     res = read_json(os.path.join(suite_dir, "results.json"), "the suite's results")
-    from .bench_suite import markdown, plots
-    plots(res, suite_dir)
+    from .bench_suite import markdown
     imgs = ""
-    for w in res.get("baselines", {}):
+    for w in res.get("baselines", {}):            # the plots the suite wrote beside results.json
         for kind in ("rate", "p99"):
             p = os.path.join(suite_dir, f"{w}-{kind}.png")
             if os.path.isfile(p):
                 with open(p, "rb") as f:
                     imgs += f'<img alt="{w} {kind}" src="data:image/png;base64,{base64.b64encode(f.read()).decode()}">'
+            else:
+                imgs += (f"<p>{html.escape(p)} is missing: `mpi-join bench-suite --out DIR --rerender` "
+                         f"draws it again</p>")
     md = markdown(res)
     return _page("mpi-join bench-suite", [("Plots", imgs), ("Tables", _markdown_html(md))])
 
