@@ -76,12 +76,16 @@ class RankMetrics:
         self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
         transport.idle_s = transport.comm_s = 0.0
 
+    def wall_s(self):
+        """Seconds since the clock started (the replay's, after start_clock)."""
+        return time.perf_counter() - self._wall0
+
     def to_dict(self, transport=None):
         d = {
             "rank": self.rank, "role": self.role,
             "tuples_in": self.tuples_in, "tuples_out": self.tuples_out, "results": self.results,
             "epochs": self.epochs,
-            "wall_s": time.perf_counter() - self._wall0,
+            "wall_s": self.wall_s(),
             "cpu_s": time.process_time() - self._cpu0,
             "latency_ms": self.latency.summary(),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -476,7 +476,8 @@ class Worker:
         c0, i0, k0 = self._last
         self._last = (cpu, idle, comm)
         occ = self.occupancy[-1] if src == DRIVER and self.occupancy else None
-        for k, v in (("t", round(time.perf_counter() - self.metrics._wall0, 4)), ("src", src), ("tuples", n), ("results", results), ("delay_ms", delay),
+        for k, v in (("t", round(self.metrics.wall_s(), 4)), ("src", src), ("tuples", n), ("results", results),
+                     ("delay_ms", delay),
                      ("cpu_s", cpu - c0), ("idle_s", idle - i0), ("comm_s", comm - k0),
                      ("window_tuples", self.module.stats()["window_tuples"]), ("occupancy", occ)):
             self.series[k].append(v)
