@@ -30,20 +30,15 @@ WINDOWS_S = {"band": 1.0, "equi": 1.0}                   # the windows above, in
 CORES = os.cpu_count() or 1
 
 
-# a strategy's variants the suite runs beside it: handshake with an indexed local join is the
-# indexed counterpart of its nested loop on band (the target: 10 times the nested loop's rate)
-VARIANTS = {"handshake": [("band", {"local_join": "index"})]}
-
-
 def plan(strategies_, workloads, workers):
     """[(case name, workload, workers, ranks)] the suite runs: a workload when the strategy can
-    evaluate its predicate, a worker count when the strategy can run on that many ranks; a
-    strategy's VARIANTS follow it."""
+    evaluate its predicate, a worker count when the strategy can run on that many ranks; the
+    variants a strategy's registry entry names follow it."""
     from . import strategies
     out = []
     for name in strategies_:
         info = strategies.get(name)
-        runs = [(w, {}) for w in workloads] + [(w, p) for w, p in VARIANTS.get(name, ()) if w in workloads]
+        runs = [(w, {}) for w in workloads] + [(w, p) for w, p in info.variants if w in workloads]
         for w, params in runs:
             if w not in info.predicates or info.requires - {w} or not (info.streams[0] <= 2 <= info.streams[1]):
                 continue

@@ -43,6 +43,7 @@ class StrategyInfo:
     planner: str = ""          # "module:function" (job, n_max, Tn, Ts) -> (lines, details): `mpi-join plan`
     cases: dict = field(default_factory=dict)   # bench case -> ("module:function", help): `bench --case`
     shape: str = ""            # its shape in the scaling model (scaling_model.SHAPES); "" for none
+    variants: tuple = ()       # (workload, params): cases bench-suite runs beside the strategy's own
 
     def load(self, what):
         return _load(getattr(self, what))
@@ -114,13 +115,14 @@ def _roles(module, **classes):
     return {role: f"{module}:{cls}" for role, cls in classes.items()}
 
 
-def _chain_strategy(name, summary, topology, module, classes, case, params):
+def _chain_strategy(name, summary, topology, module, classes, case, params, variants=()):
     """`handshake` and `llhj`: a chain of workers, one class per role (driver, left, middle, right,
     solo) in `module`, their shared checks and parameters, and a `max-rate` bench case."""
     return StrategyInfo(
         name=name, summary=summary, predicates=frozenset({"equi", "band", "theta"}), streams=(2, 2), min_ranks=2,
         topology=topology, roles=_roles(module, **dict(zip(("driver", "left", "middle", "right", "solo"), classes))),
         workload="band", check="mpi_join.ring.handshake:check_job", params={**_CHAIN_PARAMS, **params}, shape="chain",
+        variants=variants,
         cases={"max-rate": (f"mpi_join.ring.bench_chain:{case}",
                             "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
                             "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")})
@@ -283,7 +285,9 @@ REGISTRY = {
             "slow_rank": Param(-1, _rank_or_none, "make this worker slow: it sleeps slow_delay per batch",
                                testing=True),
             "slow_delay": Param(0.0, _non_neg, "seconds the slow worker sleeps per batch", testing=True),
-        }),
+        },
+        # its indexed local join beside its nested loop on band (the target: 10 times the rate)
+        variants=(("band", {"local_join": "index"}),)),
     "llhj": _chain_strategy(
         "llhj", "low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
         _chain_fed, "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
