@@ -23,6 +23,7 @@ import time
 from .bench import _one, oracle_timed, set_option, set_param
 from .config import load_job
 from .errors import JobError
+from .integrity import dtype_text
 from .strategies import check_strategy, label as case_name, parse_label
 
 WORKLOADS = {"band": {"window": "1s"}, "equi": {"window": "1s", "uniform_keys": 20000}}
@@ -76,7 +77,7 @@ class OracleCache:
         from .oracle import run_oracle
         h = hashlib.sha256(repr((job.predicate, [(s.name, s.window) for s in job.streams])).encode())
         for a in arrays:
-            h.update(a.dtype.str.encode() + repr(a.dtype.descr).encode())
+            h.update(dtype_text(a.dtype).encode())
             h.update(memoryview(a).cast("B"))
         key = h.hexdigest()
         if key not in self.items:

@@ -64,8 +64,16 @@ def rank_file(root, cid, rank):
     return os.path.join(ckpt_path(root, cid), f"rank-{rank:04d}.h5")
 
 
-def write_rank(root, cid, rank, arrays, attrs):
-    """Write one rank's state: `arrays` {name: ndarray} and JSON-able `attrs`. Atomic rename."""
+def _binding(cid, rank, cut):
+    """What ties a rank file to its place: checkpoint id, rank and the cut's identity (a nonce
+    the driver draws per cut), under the file's checksums."""
+    return hashlib.sha256(f"{FORMAT}|{int(cid)}|{int(rank)}|{cut}".encode()).hexdigest()
+
+
+def write_rank(root, cid, rank, arrays, attrs, cut=""):
+    """Write one rank's state: `arrays` {name: ndarray} and JSON-able `attrs`, bound to checkpoint
+    `cid`, `rank` and the cut `cut`. Atomic rename. Returns the file's digest (the SHA-256 of its
+    checksums), which the manifest records."""
     import h5py
     path = rank_file(root, cid, rank)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -74,33 +82,44 @@ def write_rank(root, cid, rank, arrays, attrs):
         f.attrs["format"] = FORMAT
         f.attrs["rank"] = rank
         f.attrs["checkpoint"] = cid
+        f.attrs["cut"] = cut
         state = json.dumps(attrs)
         f.attrs["state"] = state
         g = f.create_group("arrays")
-        sums = {"state": hashlib.sha256(state.encode()).hexdigest()}
+        sums = {"state": hashlib.sha256(state.encode()).hexdigest(), "binding": _binding(cid, rank, cut)}
         for name, a in arrays.items():
             a = np.ascontiguousarray(a)
             g.create_dataset(name, data=a)
-            sums[name] = array_sha256(a)
-        f.attrs["sha256"] = json.dumps(sums)
+            sums["arrays/" + name] = array_sha256(a)
+        text = json.dumps(sums, sort_keys=True)
+        f.attrs["sha256"] = text
     os.replace(tmp, path)
-    return path
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
-def read_rank(root, cid, rank, expected=None):
+def read_rank(root, cid, rank, expected=None, manifest=None):
     """Read one rank's state, validating it. `expected(name, attrs)` gives the dtype the array
-    `name` must have (None: the array should not be there). Returns (arrays, attrs)."""
+    `name` must have (None: the array should not be there). The file must belong where it lies:
+    its checkpoint id, rank and cut are checked, under its checksums, and with `manifest` (the
+    checkpoint's, read here if "auto") its digest must be the one the manifest recorded, so a
+    rank file of another checkpoint or another run is refused. Returns (arrays, attrs)."""
     import h5py
     path = rank_file(root, cid, rank)
     if not os.path.exists(path):
         raise InputError(f"{path}: checkpoint file of rank {rank} is missing")
+    if manifest == "auto":
+        manifest, why = manifest_of(root, cid)
+        if manifest is None:
+            raise InputError(f"{ckpt_path(root, cid)}: checkpoint {cid} is {why}")
     arrays = {}
     try:
         with h5py.File(path, "r") as f:
             if f.attrs.get("format") != FORMAT or int(f.attrs.get("rank", -1)) != rank:
                 raise InputError(f"{path}: not a checkpoint file of rank {rank} ({FORMAT})")
+            written_in, cut = int(f.attrs.get("checkpoint", -1)), str(f.attrs.get("cut", ""))
             state = f.attrs["state"]
-            sums = json.loads(f.attrs["sha256"]) if "sha256" in f.attrs else None
+            sums_text = f.attrs["sha256"] if "sha256" in f.attrs else None
+            sums = json.loads(sums_text) if sums_text is not None else None
             attrs = json.loads(state)
 
             def visit(name, obj):
@@ -114,13 +133,23 @@ def read_rank(root, cid, rank, expected=None):
     if sums is None:
         raise InputError(f"{path}: checkpoint file carries no checksums (written by an older mpi-join); "
                          f"it cannot be verified")
+    if written_in != cid:
+        raise InputError(f"{path}: rank file of checkpoint {written_in}, not of checkpoint {cid}; it was moved or copied here")
+    if sums.get("binding") != _binding(cid, rank, cut):
+        raise InputError(f"{path}: its checkpoint id, rank or cut fails its checksum; the file was changed")
+    if manifest is not None:
+        want = (manifest.get("rank_files") or {}).get(str(rank))
+        if cut != manifest.get("cut") or want != hashlib.sha256(sums_text.encode()).hexdigest():
+            raise InputError(f"{path}: not the rank file checkpoint {cid}'s manifest recorded (written for another "
+                             f"cut); it was replaced")
     if hashlib.sha256(state.encode()).hexdigest() != sums.get("state"):
         raise InputError(f"{path}: checkpoint state attributes fail their checksum; the file was changed")
-    if set(sums) - {"state"} != set(arrays):
-        extra = sorted(set(arrays) ^ (set(sums) - {"state"}))
+    summed = {k[7:] for k in sums if k.startswith("arrays/")}
+    if summed != set(arrays):
+        extra = sorted(set(arrays) ^ summed)
         raise InputError(f"{path}: array '{extra[0]}' is not what was written; the file was changed")
     for name, a in arrays.items():
-        if array_sha256(a) != sums[name]:
+        if array_sha256(a) != sums["arrays/" + name]:
             raise InputError(f"{path}: array '{name}' fails its checksum; the file was changed")
     for name, a in arrays.items():
         if expected is None:
@@ -221,7 +250,7 @@ def latest_complete(root, job, nranks, say=None, results_dir=None):
             _same_input(job, recorded, current)
             try:
                 for r in range(nranks):
-                    read_rank(root, cid, r)        # present, readable and unchanged before anyone starts
+                    read_rank(root, cid, r, manifest=man)   # present, unchanged, of this cut, before anyone starts
                 committed = man.get("committed") or {}
                 if set(committed) != set(man.get("committed_files", [])):
                     raise InputError(f"{ckpt_path(root, cid)}: the manifest's committed files disagree with their records")

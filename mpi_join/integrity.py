@@ -19,9 +19,22 @@ def file_sha256(path):
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def dtype_text(dt):
+    """What a dtype is (fields, their types, offsets and shapes), without the metadata a library
+    may attach: h5py reads a fixed-width bytes field back as `('|S36', {'h5py_encoding': ...})`,
+    and a checksum over that description would never match the one written."""
+    if dt.fields is not None:
+        inner = ",".join(f"{n}:{dtype_text(dt.fields[n][0])}@{dt.fields[n][1]}" for n in dt.names)
+        return f"{{{inner}}}#{dt.itemsize}"
+    if dt.subdtype is not None:
+        base, shape = dt.subdtype
+        return f"{dtype_text(base)}{list(shape)}"
+    return dt.str
+
+
 def array_sha256(a):
     """SHA-256 of an array's bytes, its dtype and shape (so a reinterpreted array differs)."""
-    h = hashlib.sha256(f"{a.dtype.str}|{a.dtype.descr}|{a.shape}|".encode())
+    h = hashlib.sha256(f"{dtype_text(a.dtype)}|{a.shape}|".encode())
     h.update(np.ascontiguousarray(a).view(np.uint8).reshape(-1).data if a.size else b"")
     return h.hexdigest()
 

@@ -101,14 +101,17 @@ class Marker(Control):
     id: int = 0
     epoch: int = 0
     dir: str = ""
+    cut: str = ""          # the cut's identity, bound into every rank file of it (checkpoint.py)
 
 
 @dataclass(frozen=True)
 class MarkerDone(Control):
     """A rank's part of checkpoint `id` is written; `files`: [[name, rows, bytes, sha256]] of
-    the result files it commits (the results up to the cut are their rows)."""
+    the result files it commits (the results up to the cut are their rows); `digest`: its rank
+    file's, which the manifest records."""
     id: int = 0
     files: tuple = ()
+    digest: str = ""
 
 
 @dataclass(frozen=True)

@@ -214,8 +214,9 @@ class Transport:
             time.sleep(sleep)
             sleep = min(sleep * 2, _MAX_SLEEP)
 
-    def recv(self, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG):
-        """Wait for a message without spinning a core (poll, then sleep with backoff)."""
+    def recv(self, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, timeout=None):
+        """Wait for a message without spinning a core (poll, then sleep with backoff); None
+        after `timeout` seconds with nothing (heartbeats do not count)."""
         msg = self.poll(source, tag)
         if msg is not None:
             return msg
@@ -224,7 +225,7 @@ class Transport:
         while True:
             time.sleep(sleep)
             msg = self.poll(source, tag)
-            if msg is not None:
+            if msg is not None or (timeout is not None and time.perf_counter() - t0 > timeout):
                 self.idle_s += time.perf_counter() - t0
                 return msg
             sleep = min(sleep * 2, _MAX_SLEEP)

@@ -179,6 +179,27 @@ def random_streams(rng, n, key_range=6, ts_step=3, k2_range=2):
     return [R, S]
 
 
+def text_columns(arrays, rng, cols):
+    """`arrays` with one more text column each: cols[i] = (name, width) for arrays[i], random
+    lowercase bytes of 0 to `width` characters."""
+    out = []
+    for a, (col, width) in zip(arrays, cols):
+        b = np.zeros(len(a), a.dtype.descr + [(col, f"S{width}")])
+        for n in a.dtype.names:
+            b[n] = a[n]
+        b[col] = [bytes(rng.integers(97, 123, rng.integers(0, width + 1), dtype=np.uint8)) for _ in range(len(a))]
+        out.append(b)
+    return out
+
+
+def with_text_columns(text, arrays, rng):
+    """The job text and arrays of `equi_job_text`/`random_streams` with a text column on each
+    stream (R.tag char6, S.name char12)."""
+    text = text.replace('v = "float32" }', 'v = "float32", tag = "char6" }').replace(
+        'w = "float64" }', 'w = "float64", name = "char12" }')
+    return text, text_columns(arrays, rng, [("tag", 6), ("name", 12)])
+
+
 def write_job(tmp, text, arrays=None):
     """Write job.toml (and staged data for `arrays`) under tmp; returns (path, loaded job)."""
     os.makedirs(tmp, exist_ok=True)

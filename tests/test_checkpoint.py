@@ -17,7 +17,7 @@ from mpi_join.partitioning import PartitionMap, Partitioner
 from mpi_join.results import read_results
 from mpi_join.slaves.hash_join import HashJoinCore
 from mpi_join.window import runtime_dtype
-from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, mpi_join_pids, random_streams, run_cli, run_mpi, write_job
+from conftest import MPIEXEC, equi_job_text, with_text_columns, mpi_join_cmd, mpi_join_pids, random_streams, run_cli, run_mpi, write_job
 from reference import as_set
 
 STRATEGY = "hash"   # whose time budget this file's tests count against (conftest.py)
@@ -75,6 +75,64 @@ def test_read_rank_refuses_wrong_dtype_and_damage(tmp_path):
         ck.read_rank(root, 3, 2)
 
 
+# every column type a job file accepts (schema.py), array columns included
+EVERY_TYPE = {"i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
+              "u32": "uint32", "u64": "uint64", "f32": "float32", "f64": "float64", "b": "bool",
+              "c": "char36", "s": "string", "a": "uint8[5,3]", "v": "float64[4]"}
+
+
+def test_every_column_type_survives_a_checkpoint_round_trip(tmp_path):
+    """Issue: h5py reads a fixed-width bytes field back with metadata in its dtype, and the
+    checksum over the dtype's description never matched: no job with a text column could be
+    resumed. Checks every column type the job file accepts, as a stream's window rows (with the
+    runtime columns), as read back through the dtype check a restore applies."""
+    from mpi_join.schema import stream_dtype
+    dt = runtime_dtype(stream_dtype(EVERY_TYPE, "streams.R", {"s": 7}))
+    rng = np.random.default_rng(3)
+    a = np.zeros(50, dt)
+    for name in dt.names:
+        raw = rng.integers(0, 256, len(a) * dt[name].itemsize, dtype=np.uint8)
+        a[name] = raw.view(dt[name].base).reshape(a[name].shape) if dt[name].kind != "S" else \
+            [bytes(rng.integers(97, 123, dt[name].itemsize, dtype=np.uint8)) for _ in a]
+    a["b"] = rng.integers(0, 2, len(a)).astype(bool)
+    a["c"][3] = b"x\xffy"          # any bytes, as staged
+    a["f64"][4] = np.nan
+    ck.write_rank(str(tmp_path), 0, 1, {"window/0": a, "empty": a[:0]}, {"k": "v"})
+    got, attrs = ck.read_rank(str(tmp_path), 0, 1, lambda n, _: dt)
+    assert attrs == {"k": "v"}
+    assert got["window/0"].dtype == dt and len(got["empty"]) == 0
+    assert got["window/0"].tobytes() == a.tobytes()
+
+
+def _two_checkpoints(root):
+    """Checkpoints 0 and 1 of two ranks, each complete with a manifest, as a run writes them."""
+    for cid in (0, 1):
+        cut = f"cut{cid}"
+        digests = {str(r): ck.write_rank(root, cid, r, {"w": np.arange(cid + 3)}, {"c": cid}, cut) for r in (0, 1)}
+        ck.write_manifest(root, cid, {"cut": cut, "rank_files": digests})
+
+
+def test_a_rank_file_belongs_to_its_checkpoint(tmp_path):
+    """Issue: rank-0001.h5 copied from checkpoint 0 into checkpoint 1 was accepted (the resume
+    then hung), and an edited `checkpoint` attribute went unnoticed. Checks the copy, the edit,
+    and a file written for another cut with the right id, each refused naming the file."""
+    import h5py
+    import shutil
+    root = str(tmp_path)
+    _two_checkpoints(root)
+    assert ck.read_rank(root, 1, 1, manifest="auto")[1] == {"c": 1}
+    shutil.copy(ck.rank_file(root, 0, 1), ck.rank_file(root, 1, 1))
+    with pytest.raises(InputError, match=r"ckpt-000001/rank-0001.h5: rank file of checkpoint 0, not of checkpoint 1"):
+        ck.read_rank(root, 1, 1, manifest="auto")
+    with h5py.File(ck.rank_file(root, 1, 1), "r+") as f:
+        f.attrs["checkpoint"] = 1
+    with pytest.raises(InputError, match=r"rank-0001.h5: its checkpoint id, rank or cut fails its checksum"):
+        ck.read_rank(root, 1, 1, manifest="auto")
+    ck.write_rank(root, 1, 1, {"w": np.arange(4)}, {"c": 1}, "another cut")
+    with pytest.raises(InputError, match=r"rank-0001.h5: not the rank file checkpoint 1's manifest recorded"):
+        ck.read_rank(root, 1, 1, manifest="auto")
+
+
 def _slow_job(tmp_path, n=24000, every=2000, extra=""):
     text = equi_job_text(('"30ms"', "40"), run='batch_size = 400\nrate = 4000\nflush_interval = "20ms"',
                          extra_strategy=extra)
@@ -101,11 +159,13 @@ def kill_after_checkpoints(path, root, ranks, victim, checkpoints, total):
 
 def paced_checkpointed_job(tmp_path, strategy, predicate, total=16000, extra_strategy=""):
     """A job paced at 2,500 tuples/s per stream with a checkpoint every 1,500 tuples (so a kill
-    lands mid-run, with work in flight): (path, job, arrays)."""
+    lands mid-run, with work in flight), with a text column on each stream (a resume must read
+    them back): (path, job, arrays)."""
     text = equi_job_text(('"60ms"', "50"), strategy=strategy, predicate=predicate, extra_strategy=extra_strategy,
                          run='batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"')
     text += '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 3\n'
-    arrays = random_streams(np.random.default_rng(5), total, key_range=20, ts_step=2)
+    rng = np.random.default_rng(5)
+    text, arrays = with_text_columns(text, random_streams(rng, total, key_range=20, ts_step=2), rng)
     return (*write_job(str(tmp_path), text, arrays), arrays)
 
 
@@ -165,6 +225,18 @@ def test_sigkill_a_slave_then_resume_exactly_once(tmp_path, extra):
     summary = json.loads(open(os.path.join(job.output, "metrics", "summary.json")).read())
     assert summary["resumed_from"]["input_offset"] > 0
     assert before > 0
+
+
+@pytest.mark.parametrize("strategy,ranks,victim", [("hash", 3, 2), ("matrix", 5, 3)])
+def test_sigkill_then_resume_with_text_columns(tmp_path, strategy, ranks, victim):
+    """Issue: no job with a text column could be resumed (every rank file failed its checksum).
+    A text column on each stream, a rank killed after two checkpoints, --resume: exact. (The
+    other strategies: the same kill_then_resume in their own files.)"""
+    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, None)
+    kill_then_resume(path, job, ranks=ranks, victim=victim, total=16000)
+    got = read_results(job.output, job.stream_names)
+    assert len(got) == len(as_set(got)), "a result was written twice"
+    assert as_set(got) == as_set(run_oracle(job, arrays))
 
 
 def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):

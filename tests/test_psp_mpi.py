@@ -9,7 +9,7 @@ import pytest
 
 from mpi_join import checkpoint as ck
 from mpi_join.staged import write_staged
-from conftest import run_mpi, write_job
+from conftest import run_mpi, text_columns, write_job
 from reference import assert_equals_oracle
 from test_checkpoint import kill_after_checkpoints
 from test_psp_ring import MULTI, multiway_streams
@@ -19,15 +19,20 @@ STRATEGY = "psp"   # whose time budget this file's tests count against (conftest
 # budget: about 45 s of mpiexec runs in this file
 
 
-def _job(tmp, m, n=3000, strategy="", run="batch_size = 40\nmax_inflight = 2", ckpt="", windows=None):
+def _job(tmp, m, n=3000, strategy="", run="batch_size = 40\nmax_inflight = 2", ckpt="", windows=None, text=False):
+    """With `text`, each stream has a text column `tag` (char5)."""
     windows = windows or ['"40ms"', '"25ms"', '"60ms"', '"30ms"'][:m]
-    streams = "".join(f'[streams.{s}]\nschema = {{ k = "int32", v = "float32", w = "float32" }}\nwindow = {x}\n'
+    tag = ', tag = "char5"' if text else ""
+    streams = "".join(f'[streams.{s}]\nschema = {{ k = "int32", v = "float32", w = "float32"{tag} }}\nwindow = {x}\n'
                       for s, x in zip("ABCD", windows))
     pred = MULTI[m] if m > 2 else 'equi = [["A.k", "B.k"]]'
     text = (f'[job]\nname = "m{m}"\nts_unit = "ms"\n[input]\nstaged = "staged"\n[output]\ndir = "out"\n{streams}'
             f'[predicate]\n{pred}\n'
             f'[strategy]\nname = "psp"\n{strategy}\n[run]\n{run}\n{ckpt}')
-    arrays = multiway_streams(np.random.default_rng(m * 7 + n), m, n, key_range=5)
+    rng = np.random.default_rng(m * 7 + n)
+    arrays = multiway_streams(rng, m, n, key_range=5)
+    if text:
+        arrays = text_columns(arrays, rng, [("tag", 5)] * m)
     path, job = write_job(str(tmp), text)
     write_staged(job.staged, job.streams, arrays, job.ts_unit)
     return path, job, arrays
@@ -69,10 +74,11 @@ def _held(root, cid, ranks, M):
 
 
 def test_checkpoints_hold_each_tuple_once_and_sigkill_resume_is_exact(tmp_path):
+    """With a text column on every stream (a resume reads them back from HDF5)."""
     run = 'batch_size = 60\nmax_inflight = 2\nrate = 3000\nflush_interval = "10ms"'
     ckpt = '[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 10'
     path, job, arrays = _job(tmp_path, 3, n=15000, strategy="interleave = 3", run=run, ckpt=ckpt,
-                             windows=['"80ms"', '"60ms"', '"100ms"'])
+                             windows=['"80ms"', '"60ms"', '"100ms"'], text=True)
     root = job.checkpoint.dir
     p = kill_after_checkpoints(path, root, ranks=4, victim=2, checkpoints=2, total=15000)
     assert p.returncode != 0

@@ -137,6 +137,49 @@ def test_truncated_committed_part_file(copy):
         assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
 
 
+def test_a_rank_file_copied_from_an_older_checkpoint_skips_that_checkpoint(copy):
+    """Issue: rank-0001.h5 copied from an older checkpoint into the newest was accepted, and the
+    resume hung. Checks: the newest is skipped with one line naming the file, the resume is
+    exact from the one before."""
+    path, job, arrays = copy
+    done = sorted(c for c, m in ck.list_checkpoints(job.checkpoint.dir) if m)
+    shutil.copy(ck.rank_file(job.checkpoint.dir, done[-2], 1), ck.rank_file(job.checkpoint.dir, done[-1], 1))
+    p = _resume(path, job)
+    assert p.returncode == 0, p.stderr
+    assert f"skipping checkpoint {done[-1]}" in p.stderr, p.stderr
+    assert f"rank-0001.h5: rank file of checkpoint {done[-2]}, not of checkpoint {done[-1]}" in p.stderr, p.stderr
+    assert f"resuming from checkpoint {done[-2]}" in p.stderr, p.stderr
+    assert _exact(job, arrays)
+
+
+def test_a_forged_checkpoint_stops_instead_of_waiting_forever(copy):
+    """Someone who rewrites a rank file of the newest checkpoint with an older one's state and
+    recomputes every checksum (which checksums cannot catch, README "Safety") gets a resume
+    whose ranks disagree. Checks: the job does not wait forever; it ends, non-zero, with one line
+    from rank 0 saying why, and no _SUCCESS; or it ends exact."""
+    path, job, arrays = copy
+    root = job.checkpoint.dir
+    done = sorted(c for c, m in ck.list_checkpoints(root) if m)
+    old, new = done[-2], done[-1]
+    man, _ = ck.manifest_of(root, new)
+    arrays_old, attrs_old = ck.read_rank(root, old, 1)
+    man["rank_files"]["1"] = ck.write_rank(root, new, 1, arrays_old, attrs_old, man["cut"])
+    man = {k: v for k, v in man.items() if k not in ("sha256", "format", "checkpoint", "created")}
+    ck.write_manifest(root, new, man)
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("[run]\n", '[run]\nliveness_timeout = "3s"\n'))
+    p = _resume(path, job)
+    assert f"resuming from checkpoint {new}" in p.stderr, p.stderr
+    if p.returncode == 0:
+        assert _exact(job, arrays)
+    else:
+        assert "Traceback" not in p.stderr, p.stderr
+        assert "the job cannot" in p.stderr, p.stderr
+        assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
 def test_damaged_newest_manifest_is_announced(copy):
     path, job, arrays = copy
     newest = _newest(job)

@@ -1,4 +1,5 @@
 """The driver's side of checkpoints: when to cut, the markers, and the manifest (checkpoint.py)."""
+import secrets
 import time
 
 from .. import checkpoint as ck
@@ -40,10 +41,12 @@ class Checkpointer:
         cut (`arrays`, `attrs`) is written when every worker has saved its part."""
         cid = self.next_id
         self.next_id += 1
-        msg = Marker(cid, epoch, self.cfg.dir).encode()
+        cut = secrets.token_hex(8)
+        msg = Marker(cid, epoch, self.cfg.dir, cut).encode()
         for p in self.entries:
             self.tx.send(p, Tag.CTRL, msg)
-        self.pending[cid] = {"epoch": epoch, "offset": offset, "arrays": arrays, "attrs": attrs, "acks": {}}
+        self.pending[cid] = {"epoch": epoch, "offset": offset, "arrays": arrays, "attrs": attrs, "acks": {},
+                             "cut": cut}
         self.start_clock(offset)
 
     def on_ack(self, src, msg):
@@ -53,10 +56,13 @@ class Checkpointer:
             self._finish(msg.id, self.pending.pop(msg.id))
 
     def _finish(self, cid, p):
-        ck.write_rank(self.cfg.dir, cid, 0, p["arrays"], dict(p["attrs"], epoch=p["epoch"], input_offset=p["offset"]))
+        digest = ck.write_rank(self.cfg.dir, cid, 0, p["arrays"],
+                               dict(p["attrs"], epoch=p["epoch"], input_offset=p["offset"]), p["cut"])
         recs = {n: {"rows": r, "bytes": b, "sha256": h} for a in p["acks"].values() for n, r, b, h in a.files}
+        digests = {"0": digest, **{str(src): a.digest for src, a in p["acks"].items()}}
         ck.write_manifest(self.cfg.dir, cid, {
             "epoch": p["epoch"], "input_offset": p["offset"], "ranks": self.nranks, "fingerprint": self.fp,
+            "cut": p["cut"], "rank_files": digests,
             "committed_files": sorted(recs), "committed": recs,
             "results": sum(r["rows"] for r in recs.values()), "input": self.input,
         })

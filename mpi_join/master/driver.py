@@ -209,9 +209,17 @@ class Driver:
             self.router.on_moved(u, m["src"], m["dst"], held)
 
     def wait(self, ready):
-        """Handle incoming messages until `ready()` holds."""
+        """Handle incoming messages until `ready()` holds. Every rank alive yet nothing arriving
+        for run.liveness_timeout means the job can never go on (a lost message, or restored
+        state that does not belong to this run): it stops with one line instead of waiting
+        forever."""
+        bound = self.job.run.liveness_timeout_s or None
         while not ready():
-            self._handle(*self.tx.recv())
+            msg = self.tx.recv(timeout=bound)
+            if msg is None:
+                raise JobError(f"rank 0: every rank is alive but nothing arrived for {bound:g} s while the run "
+                               f"waited for its workers; the job cannot go on (run.liveness_timeout)")
+            self._handle(*msg)
 
     def drain(self):
         while (msg := self.tx.poll()) is not None:
@@ -324,8 +332,11 @@ class Driver:
         self.router.flush()
 
     def _terminate(self):
-        """Probe waves until two in a row see the same counts and every DATA sent was handled."""
+        """Probe waves until two in a row see the same counts and every DATA sent was handled.
+        Counts that disagree and stay the same for run.liveness_timeout stop the job: a DATA
+        message was lost, or a rank restored counts of another run."""
         wave, prev, sleep = 0, None, 0.0001
+        bound, since = self.job.run.liveness_timeout_s or None, time.perf_counter()
         while True:
             wave += 1
             self._probe = {}
@@ -336,12 +347,19 @@ class Driver:
             got = sum(r.received for r in self._probe.values())
             if sent == got and prev == (sent, got):
                 return
+            if prev != (sent, got):
+                since = time.perf_counter()
+            elif bound is not None and time.perf_counter() - since > bound:
+                raise JobError(f"rank 0: the workers report {sent:,} DATA messages sent and {got:,} handled, unchanged "
+                               f"for {bound:g} s; the job cannot end (a lost message, or a rank's restored state that "
+                               f"does not belong to this run)")
             prev = (sent, got)
             time.sleep(sleep)
             sleep = min(2 * sleep, 0.005)
 
     def _restore(self, root, cid):
-        arrays, attrs = ck.read_rank(root, cid, 0, lambda n, _: self.router.state_dtype(n[7:]) if n.startswith("router/") else None)
+        arrays, attrs = ck.read_rank(root, cid, 0, lambda n, _: self.router.state_dtype(n[7:]) if n.startswith("router/") else None,
+                                     manifest="auto")
         self.router.restore({k[7:]: v for k, v in arrays.items()}, attrs["router"])
         self.source.seek(attrs["input_offset"])
         self.sent = attrs["sent"]

@@ -434,8 +434,8 @@ class Worker:
             for s, b in enumerate(batches):
                 arrays[f"channel/{k}/{s}"] = b
             chan.append(src)
-        ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan))
-        self.tx.send(DRIVER, Tag.CTRL, MarkerDone(c.marker.id, tuple(c.attrs["file_records"])).encode())
+        digest = ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan), c.marker.cut)
+        self.tx.send(DRIVER, Tag.CTRL, MarkerDone(c.marker.id, tuple(c.attrs["file_records"]), digest).encode())
 
     def _state_dtype(self, name, attrs):
         parts = name.split("/")
@@ -449,7 +449,7 @@ class Worker:
         return None
 
     def _restore(self, root, cid):
-        arrays, attrs = ck.read_rank(root, cid, self.rank, self._state_dtype)
+        arrays, attrs = ck.read_rank(root, cid, self.rank, self._state_dtype, manifest="auto")
         self.module.restore({k[7:]: v for k, v in arrays.items() if k.startswith("module/")}, attrs["module"])
         m = self.metrics
         m.results, m.tuples_in = attrs["results"], attrs["tuples_in"]
