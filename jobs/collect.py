@@ -6,7 +6,7 @@ import sys
 
 from mpi_join.config import load_job
 from mpi_join.errors import JobError
-from mpi_join.spark.collect import collect
+from mpi_join.spark.collect import collect, collecting
 from mpi_join.spark.session import spark_session
 
 if __name__ == "__main__":
@@ -20,8 +20,9 @@ if __name__ == "__main__":
     a = ap.parse_args()
     try:
         job = load_job(a.job)
-        s = collect(spark_session(None, "mpi-join collect"), job, a.run_dir, a.out, a.with_payload,
-                    partial=a.partial, overwrite=a.overwrite)
+        with collecting(job, a.run_dir, a.out, a.partial, a.overwrite) as parts:
+            s = collect(spark_session(None, "mpi-join collect"), job, a.run_dir, a.out, a.with_payload,
+                        partial=a.partial, overwrite=a.overwrite, parts=parts)
     except JobError as e:
         print(f"mpi-join: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -399,15 +399,18 @@ def collect(run_dir, job_path, out, with_payload, files, partial, overwrite, mas
     Writes OUT/_summary.json: result count, latency percentiles and per-rank figures. With
     --with-payload, each result carries <stream>_<column> for every input column. OUT must not
     overlap RUN_DIR or the staged input. A run without _SUCCESS (interrupted, failed) is refused
-    unless --partial. Also runnable as `spark-submit jobs/collect.py RUN_DIR --job JOB --out OUT`."""
+    unless --partial. Only the part files the run recorded in _SUCCESS are read, each checked
+    against its rows, size and SHA-256 first; a missing, added or changed one is refused. One
+    collect at a time writes OUT (a lock beside it). Also runnable as `spark-submit jobs/collect.py RUN_DIR --job JOB --out OUT`."""
     from .config import load_job
-    from .spark.collect import collect as do_collect, check_collect
+    from .spark.collect import collect as do_collect, collecting
     from .spark.session import spark_session
     try:
         job = load_job(job_path)
-        check_collect(job, run_dir, out)                # before any JVM starts
-        s = do_collect(spark_session(master, "mpi-join collect", conf), job, run_dir, out, with_payload, files,
-                       progress=lambda m: click.echo(m, err=True), partial=partial, overwrite=overwrite)
+        with collecting(job, run_dir, out, partial, overwrite) as parts:     # before any JVM starts
+            s = do_collect(spark_session(master, "mpi-join collect", conf), job, run_dir, out, with_payload, files,
+                           progress=lambda m: click.echo(m, err=True), partial=partial, overwrite=overwrite,
+                           parts=parts)
     except JobError as e:
         _fail(e)
     lat = s["latency_ms"]

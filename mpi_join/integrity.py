@@ -4,9 +4,15 @@
 - Result part files: each writer records its rows, size and SHA-256; a checkpoint's manifest
   lists those of the files it commits, and `_SUCCESS` is written only after every part file of
   the run has been checked against its record (`verify_part`).
+  `_SUCCESS` keeps those records, and `collect` reads only the files they name, each checked
+  against its record (`check_recorded_parts`).
 - Checkpoint arrays carry their SHA-256 (`array_sha256`), checked on restore.
+
+These protect against accidents: a disk, a copy or an edit that changes what a file holds. They
+are not signatures: someone who rewrites a file and its record alike is not detected.
 """
 import hashlib
+import json
 import os
 
 import numpy as np
@@ -75,3 +81,39 @@ def verify_part(path, rec, full=True):
         raise InputError(f"{path}: result part file holds {rows:,} rows, its writer wrote {rec['rows']:,}")
     if full:
         check_file(path, rec, "result part file")
+
+
+def check_recorded_parts(run_dir, partial=False):
+    """The result part files of the finished run in `run_dir` (local), checked against what the
+    run recorded in `_SUCCESS`: none missing, none added (a copy under a new name included),
+    each with its rows, size and SHA-256. Returns their paths. With `partial` (a run without
+    _SUCCESS), the part files present, each readable. Raises InputError naming the file."""
+    rdir = os.path.join(run_dir, "results")
+    present = sorted(f for f in os.listdir(rdir) if f.endswith(".parquet") and not f.startswith((".", "_"))) \
+        if os.path.isdir(rdir) else []
+    done = os.path.join(run_dir, "_SUCCESS")
+    if partial and not os.path.exists(done):
+        for f in present:
+            part_rows(os.path.join(rdir, f))
+        return [os.path.join(rdir, f) for f in present]
+    if not os.path.isfile(done):
+        raise InputError(f"{run_dir}: no _SUCCESS: the run did not finish, so its results are partial; resume "
+                         f"it with --resume, or collect what there is with --partial")
+    try:
+        with open(done, "rb") as f:
+            rec = json.loads(f.read(64 << 20).decode("utf-8"))
+        parts = rec["parts"]
+        if not isinstance(parts, dict):
+            raise TypeError
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"{done}: does not record the run's part files (damaged, or written by an older "
+                         f"mpi-join); check the run with `mpi-join verify`, or collect with --partial") from None
+    missing, added = sorted(set(parts) - set(present)), sorted(set(present) - set(parts))
+    if missing:
+        raise InputError(f"{os.path.join(rdir, missing[0])}: result part file the run recorded is missing")
+    if added:
+        raise InputError(f"{os.path.join(rdir, added[0])}: result part file the run did not record (added or "
+                         f"copied after it ended); remove it")
+    for name, r in sorted(parts.items()):
+        verify_part(os.path.join(rdir, name), r)
+    return [os.path.join(rdir, n) for n in sorted(parts)]

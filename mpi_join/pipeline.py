@@ -14,7 +14,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     input, and by stage itself when the staged input is up to date (unless `force`)."""
     from .launch import mpiexec_cmd
     from .config import load_job
-    from .spark.collect import collect, default_out
+    from .spark.collect import collect, collecting, default_out
     from .spark.stage import stage
     job = load_job(job_path)
     out = collect_out or default_out(job.output)
@@ -43,8 +43,10 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
         return rc
     took["run"] = time.perf_counter() - t0 - sum(took.values())
     say(f"3/{steps} collect with Spark -> {out}")
-    spark = spark or _session(master, conf, say)
-    s = collect(spark, job, job.output, out, with_payload=with_payload, progress=lambda m: say("    " + m))
+    with collecting(job, job.output, out) as parts:
+        spark = spark or _session(master, conf, say)
+        s = collect(spark, job, job.output, out, with_payload=with_payload, progress=lambda m: say("    " + m),
+                    parts=parts)
     lat = s["latency_ms"]
     say(f"    {s['results']:,} results" + (" with payloads" if with_payload else "")
         + f"; latency ms p50 {lat['p50']:.2f} p99 {lat['p99']:.2f}")

@@ -152,7 +152,7 @@ def _driver(job_path, overrides, tx, ctx):
     for r in ranks:
         r["host"] = tx.host(r["rank"])
     summary = summarize(ranks, report.wall_s, total)
-    summary["results"] = _verify_parts(job.output, ctx["kept"], worker_metrics, summary["results"])
+    summary["results"], part_records = _verify_parts(job.output, ctx["kept"], worker_metrics, summary["results"])
     summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=report.resumed_from,
                    hosts=list(tx.hosts), liveness_timeout_s=job.run.liveness_timeout_s,
                    checkpoints=report.checkpoints, topology=topo.name,
@@ -165,7 +165,7 @@ def _driver(job_path, overrides, tx, ctx):
     for r in ranks:
         write_json(os.path.join(mdir, f"rank-{r['rank']:04d}.json"), r)
     write_json(os.path.join(mdir, "summary.json"), summary)
-    write_json(os.path.join(job.output, "_SUCCESS"), {"results": summary["results"], "tuples": total})
+    write_json(os.path.join(job.output, "_SUCCESS"), {"results": summary["results"], "tuples": total, "parts": part_records})
     _release(ctx)
     if not os.environ.get("MPI_JOIN_QUIET"):
         print(summary_table(summary), flush=True)
@@ -200,8 +200,9 @@ def _lock_dirs(job, overrides):
 def _verify_parts(out, kept, workers, counted):
     """Every result part file of the run must be readable with the rows its writer wrote (the
     files a resumed checkpoint committed were verified before the start); no other part file may
-    be there. Returns the number of results in the files, which is what the summary reports; it
-    must equal what the workers counted."""
+    be there. Returns the number of results in the files, which is what the summary reports (it
+    must equal what the workers counted), and the files' records, which _SUCCESS keeps for
+    `collect` to check."""
     from .errors import InputError
     from .integrity import verify_part
     rdir = os.path.join(out, "results")
@@ -220,7 +221,7 @@ def _verify_parts(out, kept, workers, counted):
     if total != counted:
         raise InputError(f"{rdir}: the part files hold {total:,} results, the ranks counted {counted:,}; "
                          f"no _SUCCESS written")
-    return total
+    return total, records
 
 
 def _worker(job_path, overrides, tx, ctx):

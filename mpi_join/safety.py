@@ -177,9 +177,9 @@ class DirLock:
     another host that died). A stale lock is taken over with one line saying so; a live one
     refuses the second run with one line naming the holder."""
 
-    def __init__(self, directory, what, refresh=10.0, stale_after=120.0, say=None):
+    def __init__(self, directory, what, refresh=10.0, stale_after=120.0, say=None, name=LOCK):
         self.dir, self.what = directory, what
-        self.path = os.path.join(directory, LOCK)
+        self.path = os.path.join(directory, name)
         self.refresh, self.stale_after = refresh, stale_after
         self.say = say or (lambda m: None)
         self._stop = threading.Event()

@@ -1,7 +1,9 @@
 """Shared helpers: build jobs from arrays, launch real mpiexec runs with a hang guard."""
+import json
 import os
 import subprocess
 import sys
+import time
 import textwrap
 
 import numpy as np
@@ -106,6 +108,25 @@ def mpi_join_pids(candidates, rank=None, marker=""):
 
 def mpi_join_cmd(*args):
     return [sys.executable, "-m", "mpi_join", *args]
+
+
+_NO_SPARK = ("import atexit, json, sys\n"
+             "flag = sys.argv.pop(1)\n"
+             "atexit.register(lambda: open(flag, 'w').write(json.dumps(sorted(m for m in sys.modules if m == 'pyspark' "
+             "or m.startswith('pyspark.')))))\n"
+             "from mpi_join.cli import main\n"
+             "main(prog_name='mpi-join')\n")
+
+
+def run_cli_no_spark(tmp, *args, timeout=120):
+    """`mpi-join ARGS` as run_cli, also telling whether it imported pyspark (so whether it could
+    have started a JVM): (completed process, the pyspark modules it imported)."""
+    flag = os.path.join(str(tmp), f".imports-{os.getpid()}-{time.monotonic_ns()}")
+    p = subprocess.run([sys.executable, "-c", _NO_SPARK, flag, *args], capture_output=True, text=True, timeout=timeout)
+    with open(flag) as f:
+        mods = json.load(f)
+    os.remove(flag)
+    return p, mods
 
 
 def run_mpi(n, *args, timeout=RUN_TIMEOUT, env=None):

@@ -1,7 +1,9 @@
 """Collection: a run's result part files -> one Parquet dataset, optionally with payloads, plus a
 summary (result count, latency percentiles, per-rank figures)."""
+import contextlib
 import json
 import os
+import sys
 import time
 
 from ..errors import InputError
@@ -18,11 +20,15 @@ def default_out(run_dir):
     return run_dir.rstrip("/") + "-collected"
 
 
-def check_collect(job, run_dir, out):
-    """What collect can refuse without Spark: a run folder that does not exist, and an `out` that
+def check_collect(job, run_dir, out, partial=False, overwrite=False):
+    """What collect can refuse without Spark: a run folder that does not exist; an `out` that
     equals, contains or lies inside the run, the staged or raw input, or the checkpoints
-    (symlinks resolved)."""
+    (symlinks resolved); for a local run, a run without _SUCCESS (unless `partial`) and any
+    part file that is not what the run recorded; a local `out` that is not empty and was not
+    written by collect (unless `overwrite`). Returns the part files to read (local run), or None
+    (a run on another filesystem: `collect` checks it through Spark)."""
     from ..errors import ConfigError
+    from ..integrity import check_recorded_parts
     from ..safety import check_layout, job_dirs, local, real
     if local(run_dir) and not os.path.isdir(real(run_dir)):
         raise InputError(f"{run_dir}: no such run output directory")
@@ -31,17 +37,67 @@ def check_collect(job, run_dir, out):
         check_layout([("RUN_DIR", run_dir), ("--out", out)])
     except ConfigError as e:
         raise InputError(str(e)) from None
+    if local(out) and os.path.isdir(real(out)) and not overwrite and not os.path.exists(os.path.join(real(out), MARKER)) \
+            and any(not n.startswith(".") for n in os.listdir(real(out))):
+        raise InputError(f"--out {out}: exists, is not empty and was not written by mpi-join collect; "
+                         f"choose another directory or pass --overwrite to replace it")
+    return check_recorded_parts(real(run_dir), partial) if local(run_dir) else None
 
 
-def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=print, partial=False, overwrite=False):
+@contextlib.contextmanager
+def collecting(job, run_dir, out, partial=False, overwrite=False):
+    """check_collect, then hold `out` for this collect (a lock beside it, as a run locks its
+    directories: Spark replaces `out` itself when it writes), all before any JVM starts.
+    Yields the part files to read (check_collect)."""
+    from ..safety import DirLock, local, real
+    parts = check_collect(job, run_dir, out, partial, overwrite)
+    lock = None
+    if local(out):
+        target = real(out)
+        lock = DirLock(os.path.dirname(target), "--out", name=f".{os.path.basename(target)}.mpi-join-collect.lock",
+                       say=lambda m: sys.stderr.write(m + "\n")).acquire()
+    try:
+        yield parts
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _recorded_parts_remote(spark, run_dir):
+    """A run's part files on another filesystem (hdfs://...), checked by name and size against
+    what the run recorded in _SUCCESS (the checksums are checked for local runs only)."""
+    rdir = f"{run_dir}/results"
+    text = fs.read_text(spark, f"{run_dir}/_SUCCESS")
+    try:
+        parts = json.loads(text)["parts"]
+        if not isinstance(parts, dict):
+            raise TypeError
+    except (TypeError, ValueError, KeyError):
+        raise InputError(f"{run_dir}/_SUCCESS: does not record the run's part files (damaged, or written by an "
+                         f"older mpi-join); collect with --partial") from None
+    present = {u.rsplit("/", 1)[-1]: u for u in fs.list_files(spark, rdir) if u.endswith(".parquet")}
+    for name in sorted(set(parts) ^ set(present)):
+        what = "the run recorded is missing" if name in parts else "the run did not record (added or copied after it ended)"
+        raise InputError(f"{rdir}/{name}: result part file {what}")
+    for u, size, _ in fs.file_stats(spark, [present[n] for n in sorted(parts)]):
+        rec = parts[u.rsplit("/", 1)[-1]]
+        if size != rec.get("bytes"):
+            raise InputError(f"{u}: result part file has {size:,} bytes, {rec.get('bytes')!r} were recorded; it changed")
+    return [present[n] for n in sorted(parts)]
+
+
+def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=print, partial=False, overwrite=False,
+            parts=None):
     """Collect the results of the run in `run_dir` into the dataset `out`.
 
     Refuses what would lose data or pass off a partial answer as whole: a run without _SUCCESS
     (unless `partial`; the summary then says so, and up to which input offset the run's last
-    checkpoint is complete), an `out` that overlaps the run's or the staged directory, and an
-    existing non-empty `out` that an earlier collect did not write (unless `overwrite`)."""
+    checkpoint is complete), part files that are not the ones the run recorded, an `out` that
+    overlaps the run's or the staged directory, and an existing non-empty `out` that an earlier
+    collect did not write (unless `overwrite`). `parts`: the part files `collecting` checked."""
     from pyspark.sql import functions as F
-    check_collect(job, run_dir, out)
+    if parts is None:
+        parts = check_collect(job, run_dir, out, partial, overwrite)
     run_dir, out = fs.qualify(run_dir), fs.qualify(out)
     for name, d in (("the run's output directory", run_dir), ("the staged input", fs.qualify(job.staged))):
         if fs.overlap(out, d):
@@ -53,12 +109,14 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     if fs.exists(spark, out) and fs.list_files(spark, out) and not fs.exists(spark, f"{out}/{MARKER}") and not overwrite:
         raise InputError(f"--out {out}: exists, is not empty and was not written by mpi-join collect; "
                          f"choose another directory or pass --overwrite to replace it")
+    if parts is None:
+        parts = _recorded_parts_remote(spark, run_dir) if succeeded else \
+            [f for f in fs.list_files(spark, f"{run_dir}/results") if f.endswith(".parquet")]
     if with_payload:
         from ..staged import check_manifest
         man = fs.read_text(spark, f"{fs.qualify(job.staged)}/_manifest.json")
         check_manifest(job, json.loads(man) if man else None, f"{job.staged}/_manifest.json")
     rdir = f"{run_dir}/results"
-    parts = [f for f in fs.list_files(spark, rdir) if f.endswith(".parquet")]
     if not parts:
         raise InputError(f"{rdir}: no result part files (is this a run's output directory?)")
     t0 = time.perf_counter()
