@@ -178,14 +178,19 @@ def _say(line):
 
 
 def _lock_dirs(job, overrides):
-    """Hold the output directory, and the checkpoint directory, for the life of this run."""
+    """Hold every directory this run writes or reads state from, for its life: the output
+    directory, the checkpoint directory it resumes from, and the job's own checkpoint
+    directory, where its new checkpoints go."""
     from .safety import DirLock
     locks = [DirLock(job.output, "output.dir", say=_say)]
-    ck = overrides.get("resume") or (job.checkpoint.dir if job.checkpoint else None)
-    if overrides.get("resume") and not os.path.isdir(ck):
-        raise JobError(f"{os.path.abspath(ck)}: checkpoint directory not found")
-    if ck:
-        locks.append(DirLock(os.path.abspath(ck), "checkpoint.dir", say=_say))
+    resume = overrides.get("resume")
+    if resume and not os.path.isdir(resume):
+        raise JobError(f"{os.path.abspath(resume)}: checkpoint directory not found")
+    seen = {os.path.realpath(job.output)}
+    for what, d in (("--resume", resume), ("checkpoint.dir", job.checkpoint.dir if job.checkpoint else None)):
+        if d and os.path.realpath(d) not in seen:
+            seen.add(os.path.realpath(d))
+            locks.append(DirLock(os.path.abspath(d), what, say=_say))
     held = []
     try:
         for lock in locks:

@@ -192,9 +192,14 @@ class DirLock:
                 "started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "started_unix": time.time()}
 
     def acquire(self):
+        """Create the lock, or take over a stale one. A takeover happens under a second file
+        created with O_EXCL (DIR/.mpi-join.lock.takeover), and the lock is judged stale again
+        under it, so of several runs that all find it stale exactly one wins; the others then
+        find a live lock."""
         plain_dir(self.dir, self.what)
         os.makedirs(self.dir, exist_ok=True)
-        for _ in range(3):
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
@@ -204,39 +209,86 @@ class DirLock:
                     raise JobError(f"{self.what}: {self.dir} is in use by another run (host {h.get('host', '?')}, "
                                    f"pid {h.get('pid', '?')}, started {h.get('started', '?')}; lock "
                                    f"{self.path}); wait for it to end or choose another directory")
+                if why != "being written" and self._take_over():
+                    return self._hold()
+                time.sleep(0.01)
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(self._record(), f)
+            return self._hold()
+        raise JobError(f"{self.what}: cannot lock {self.dir} ({self.path} keeps coming back)")
+
+    def _hold(self):
+        self.held = True
+        self._thread = threading.Thread(target=self._touch, name="dir-lock", daemon=True)
+        self._thread.start()
+        return self
+
+    def _take_over(self):
+        """True when this process took the stale lock over (and now holds it)."""
+        guard = self.path + ".takeover"
+        try:
+            fd = os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                if time.time() - os.stat(guard).st_mtime > 10:     # left by a contender that died in it
+                    os.unlink(guard)
+            except OSError:
+                pass
+            return False
+        try:
+            os.close(fd)
+            holder, why = self.holder()          # again, under the guard: another may have won meanwhile
+            if why is not None and why != "being written":
                 self.say(f"mpi-join: {self.what}: taking over a stale lock {self.path} ({why})")
                 try:
                     os.unlink(self.path)
                 except FileNotFoundError:
                     pass
-                continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(self._record(), f)
-            self.held = True
-            self._thread = threading.Thread(target=self._touch, name="dir-lock", daemon=True)
-            self._thread.start()
-            return self
-        raise JobError(f"{self.what}: cannot lock {self.dir} ({self.path} keeps coming back)")
+                try:                             # create ours while still holding the guard
+                    fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except FileExistsError:
+                    return False
+                with os.fdopen(fd, "w") as f:
+                    json.dump(self._record(), f)
+                return True
+            return False
+        finally:
+            os.unlink(guard)
 
     def holder(self):
-        """(record or None, why it is stale or None when it is live)."""
+        """(record or None, why it is stale or None when it is live). A lock file that cannot be
+        a lock (a symbolic link, not a regular file, not a lock record) is refused with one line
+        saying what it is; one just created and still empty is "being written"."""
         try:
-            with open(self.path) as f:
-                rec = json.load(f)
-            age = time.time() - os.stat(self.path).st_mtime
+            st = os.lstat(self.path)
         except FileNotFoundError:
             return None, "gone"
-        except (OSError, ValueError):
-            try:
-                age = time.time() - os.stat(self.path).st_mtime
-            except OSError:
-                return None, "unreadable"
-            return None, (f"unreadable, untouched for {age:.0f} s" if age > self.stale_after else None)
-        if not isinstance(rec, dict):
-            return None, "not a lock record"
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            raise JobError(f"{self.what}: {self.path} is {kind}, not a lock of mpi-join; remove it if no run "
+                           f"is using {self.dir}")
+        age = time.time() - st.st_mtime
+        try:
+            with open(self.path, "rb") as f:
+                text = f.read(1 << 16)
+        except FileNotFoundError:
+            return None, "gone"
+        except OSError as e:
+            raise JobError(f"{self.what}: {self.path} cannot be read ({e.strerror}); remove it if no run is "
+                           f"using {self.dir}") from None
+        if not text:
+            return None, ("being written" if age < 5 else f"empty, untouched for {age:.0f} s")
+        try:
+            rec = json.loads(text.decode("utf-8"))
+        except ValueError:
+            rec = None
+        if not isinstance(rec, dict) or not isinstance(rec.get("pid"), int) or not isinstance(rec.get("host"), str):
+            raise JobError(f"{self.what}: {self.path} is not a lock record of mpi-join ({len(text):,} bytes of "
+                           f"something else); remove it if no run is using {self.dir}")
         if rec.get("host") == socket.gethostname():
             pid = rec.get("pid")
-            if not isinstance(pid, int) or _proc_start(pid) is None:
+            if _proc_start(pid) is None:
                 return rec, f"pid {pid} on this host is not running"
             if rec.get("proc_start") is not None and _proc_start(pid) != rec.get("proc_start"):
                 return rec, f"pid {pid} on this host is another process now"
