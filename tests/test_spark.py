@@ -414,3 +414,34 @@ def test_a_string_holding_a_nul_is_quarantined(spark, tmp_path):
     q = pq.read_table(str(tmp_path / "staged/_quarantine/R")).to_pylist()
     assert len(q) == 1 and "name" in q[0]["reason"] and "NUL" in q[0]["reason"], q
     assert read_staged(load_job(str(tmp_path / "job.toml")))[0]["name"].tolist() == ["ok ünïcode".encode()]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_invalid_utf8_is_quarantined_with_its_byte_offset(spark, tmp_path, fmt):
+    """Issue: raw CSV keys b"x\\xff" (in R) and b"x\\xfe" (in S) were both staged as "x\\ufffd"
+    with exit 0 and nothing quarantined, so two different keys joined. Checks, on CSV and JSON
+    lines: each such row is quarantined with "not valid UTF-8" and the byte offset; valid UTF-8
+    (an é, a genuine U+FFFD) is staged unchanged; nothing joins through the bad rows."""
+    from mpi_join.spark.stage import stage
+    text = JOB.format(fmt=fmt, unit="ms").replace('name = "char4"', 'name = "char8"')
+    (tmp_path / "job.toml").write_text(text)
+    for side, bad in (("R", b"x\xff"), ("S", b"x\xfe")):
+        os.makedirs(tmp_path / "raw" / side)
+        good = ["ok\u00e9".encode(), "\ufffd".encode()]
+        if fmt == "csv":
+            body = b"event_time,k,v,name\n" + b"".join(b"%d,7,0.5,%s\n" % (i + 1, n) for i, n in enumerate(good + [bad]))
+        else:
+            body = b"".join(b'{"event_time": %d, "k": 7, "v": 0.5, "name": "%s"}\n' % (i + 1, n)
+                            for i, n in enumerate(good + [bad]))
+        (tmp_path / "raw" / side / f"a.{fmt}").write_bytes(body)
+    job = load_job(str(tmp_path / "job.toml"))
+    man = stage(spark, job, progress=lambda m: None)
+    assert man["quarantined"] == {"R": 1, "S": 1}
+    for side in "RS":
+        q = pq.read_table(str(tmp_path / "staged/_quarantine" / side)).to_pylist()
+        assert len(q) == 1 and q[0]["record"] == 3 and q[0]["file"].endswith(f"a.{fmt}"), q
+        assert "not valid UTF-8" in q[0]["reason"], q
+        assert ("name: not valid UTF-8 (byte 1 of the value, 0x" in q[0]["reason"]) if fmt == "csv" else \
+            ("the record is not valid UTF-8 (at byte " in q[0]["reason"]), q
+    R, S = read_staged(job)
+    assert R["name"].tolist() == S["name"].tolist() == ["ok\u00e9".encode(), "\ufffd".encode()]

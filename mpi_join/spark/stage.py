@@ -298,7 +298,10 @@ def _read_stream(spark, s, files):
             # with more or fewer fields than the header fills _corrupt and is quarantined. A quoted
             # empty field ("") is an empty string, an unquoted empty field or \\N a null.
             schema = StructType([StructField(c, StringType()) for c in header] + [StructField("_corrupt", StringType())])
+            # read as ISO-8859-1 (one character per byte), so that invalid UTF-8 is seen as it is
+            # (a UTF-8 read turns every bad byte into U+FFFD, and two different keys would join)
             df = (spark.read.option("header", s.raw.header).option("sep", s.raw.delimiter)
+                  .option("encoding", "ISO-8859-1")
                   .option("quote", '"').option("escape", '"').option("multiLine", True)
                   .option("nullValue", "\\N").option("emptyValue", "")
                   .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", "_corrupt")
@@ -319,11 +322,48 @@ def _read_stream(spark, s, files):
                     raise InputError(f"{f}: column '{c}' has type {types[c].simpleString()}, but {files[0]} "
                                      f"has {first_types[c].simpleString()} (files of stream '{s.name}' must agree)")
             if s.raw.format == "json":   # re-read as text so that every value is parsed the same way
-                df = spark.read.schema(StructType([StructField(c, StringType()) for c in want])).json(f)
+                df = spark.read.schema(StructType([StructField(c, StringType()) for c in want] +
+                                                  [StructField("_corrupt_record", StringType())])).json(f)
+        df = _utf8(df, want, s.raw.format)
         fields = (F.col("_corrupt").isNotNull() if s.raw.format == "csv" else F.lit(False)).alias("_bad_fields")
-        frames.append(df.select(*want, fields).withColumn("_file", F.lit(k)).withColumn("_path", F.lit(f))
+        frames.append(df.select(*want, fields, "_bad_utf8").withColumn("_file", F.lit(k))
+                      .withColumn("_path", F.lit(f))
                       .withColumn("_row", F.monotonically_increasing_id()))
     return _union(frames)
+
+
+def _utf8(df, cols, fmt):
+    """df with its text as UTF-8 strings and a column _bad_utf8 saying where a row's text is not
+    valid UTF-8 ("" when it is). CSV was read as ISO-8859-1: each value's bytes are checked, then
+    decoded. A JSON line with invalid UTF-8 is a corrupt record (its parser refuses it), whose
+    text keeps the bad bytes. Parquet text is checked as it is."""
+    from pyspark.sql import functions as F
+    bad = []
+    if fmt == "json":
+        rec = F.col("_corrupt_record")
+        at = F.octet_length(F.substring_index(F.call_function("make_valid_utf8", rec), "\ufffd", 1))
+        bad = F.when(rec.isNotNull() & ~F.call_function("is_valid_utf8", rec),
+                     F.concat(F.lit("the record is not valid UTF-8 (at byte "), at.cast("string"), F.lit(")")))
+        return df.withColumn("_bad_utf8", F.coalesce(bad, F.lit("")))
+    out = []
+    for c in cols:
+        if fmt == "csv":
+            raw = F.encode(F.col(c), "ISO-8859-1")
+            text = raw.cast("string")
+        elif dict(df.dtypes).get(c) in ("string", "binary"):
+            raw, text = F.col(c).cast("binary"), F.col(c).cast("string")
+        else:
+            out.append(F.col(c))
+            continue
+        ok = F.call_function("is_valid_utf8", text)
+        at = F.octet_length(F.substring_index(F.call_function("make_valid_utf8", text), "\ufffd", 1))
+        bad.append(F.when(text.isNotNull() & ~ok, F.concat(
+            F.lit(f"{c}: not valid UTF-8 (byte "), at.cast("string"), F.lit(" of the value, 0x"),
+            F.hex(F.substring(raw, at + 1, 1)), F.lit(")"))))
+        out.append(F.when(text.isNull() | ok, text).otherwise(F.call_function("make_valid_utf8", text))
+                   .alias(c) if fmt == "csv" else F.col(c))
+    rest = [F.col(c) for c in df.columns if c not in cols]
+    return df.select(*out, *rest, (F.concat_ws("; ", *bad) if bad else F.lit("")).alias("_bad_utf8"))
 
 
 def _csv_header(spark, s, f):
@@ -352,15 +392,19 @@ def _tag(df, s, job):
     label = {k: ("event time " + s.raw.time) if k == "_ts" else k for k in parsed}
     raw = {k: F.col(f"_raw_{s.raw.time if k == '_ts' else k}") for k in parsed}
     # _reason: what failed, by column (counted per reason); _why: the same in words, with the value
-    reason = F.concat_ws(", ", F.when(F.col("_bad_fields"), F.lit(fields)),
-                         *[F.when(F.col(f"_v_{k}").isNull(), F.lit(label[k])) for k in parsed])
-    why = F.concat_ws("; ", F.when(F.col("_bad_fields"), F.lit(fields)),
-                      *[F.when(F.col(f"_v_{k}").isNull() & raw[k].isNull(), F.lit(f"{label[k]}: missing (null)"))
-                        .when(F.col(f"_v_{k}").isNull(),
-                              F.concat(F.lit(f"{label[k]}: {_expected(s, k, job)}, got '"),
-                                       F.substring(raw[k], 1, 60), F.lit("'")))
-                        for k in parsed])
-    return (df.select("_file", "_path", "_row", "_bad_fields",
+    # invalid UTF-8 is the reason itself (a JSON line with it parses to nothing at all)
+    utf8 = F.col("_bad_utf8") != ""
+    reason = F.when(utf8, F.lit("not valid UTF-8")).otherwise(F.concat_ws(
+        ", ", F.when(F.col("_bad_fields"), F.lit(fields)),
+        *[F.when(F.col(f"_v_{k}").isNull(), F.lit(label[k])) for k in parsed]))
+    why = F.when(utf8, F.col("_bad_utf8")).otherwise(F.concat_ws(
+        "; ", F.when(F.col("_bad_fields"), F.lit(fields)),
+        *[F.when(F.col(f"_v_{k}").isNull() & raw[k].isNull(), F.lit(f"{label[k]}: missing (null)"))
+          .when(F.col(f"_v_{k}").isNull(),
+                F.concat(F.lit(f"{label[k]}: {_expected(s, k, job)}, got '"),
+                         F.substring(raw[k], 1, 60), F.lit("'")))
+          for k in parsed]))
+    return (df.select("_file", "_path", "_row", "_bad_fields", "_bad_utf8",
                       *[F.col(c).cast("string").alias(f"_raw_{c}") for c in _declared(s)],
                       *[v.alias(f"_v_{k}") for k, v in parsed.items()])
             .withColumn("_reason", reason).withColumn("_why", why))
