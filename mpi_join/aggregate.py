@@ -64,7 +64,7 @@ def parse(text, streams, where="strategy.aggregate"):
 
     aggs = []
     for item in [i.strip() for i in body.split(",") if i.strip()]:
-        m = _ITEM.match(item)
+        m = _ITEM.fullmatch(item)
         if not m:
             raise ConfigError(f"{where}: {item!r} is not one of {', '.join(f + '(STREAM.COLUMN)' for f in FUNCTIONS)} "
                               f"or count(*)")

@@ -498,7 +498,7 @@ def _predicate(raw, streams, path, base=None):
             raise ConfigError(f"{path}: {where}: expected {{udf=\"module:function\", streams=[\"R\", \"S\"]}}")
         _no_unknown(e, {"udf", "streams"}, where + ".", path)
         udf = e.get("udf")
-        if not isinstance(udf, str) or udf.count(":") != 1 or not _UDF.match(udf):
+        if not isinstance(udf, str) or udf.count(":") != 1 or not _UDF.fullmatch(udf):
             raise ConfigError(f"{path}: {where}.udf: expected \"module:function\" (dotted identifiers), got {udf!r}")
         names = [s.name for s in streams]
         ss = e.get("streams", names[:2] if len(names) == 2 else None)

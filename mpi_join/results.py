@@ -105,7 +105,7 @@ class ResultWriter:
         if final:
             from .safety import remove_file
             for f in os.listdir(d):
-                m = SNAPSHOT.match(f)
+                m = SNAPSHOT.fullmatch(f)
                 if m and int(m.group(1)) > number:
                     remove_file(d, os.path.join(d, f))
 
@@ -127,7 +127,7 @@ def read_snapshots(path):
     """[(meta, table)] of an aggregate directory's snapshots in number order."""
     out = []
     for f in sorted(os.listdir(path)):
-        if SNAPSHOT.match(f):
+        if SNAPSHOT.fullmatch(f):
             t = pq.read_table(os.path.join(path, f))
             out.append((json.loads(t.schema.metadata[b"mpi_join"]), t))
     return out

@@ -215,7 +215,7 @@ def _verify_parts(out, kept, workers, counted):
     for w in workers:
         for name, rows, size, sha in w.get("result_parts", []):
             records[name] = {"rows": rows, "bytes": size, "sha256": sha}
-    present = {f for f in os.listdir(rdir) if _OWN["results"].match(f) and not f.endswith(".tmp")}
+    present = {f for f in os.listdir(rdir) if _OWN["results"].fullmatch(f) and not f.endswith(".tmp")}
     stray = sorted(present - set(records))
     if stray:
         raise InputError(f"{os.path.join(rdir, stray[0])}: result part file that no rank of this run wrote or "
@@ -289,7 +289,7 @@ def _prepare_output(out, keep=None, overwrite=False):
             d = os.path.join(out, sub)
             for f in os.listdir(d) if os.path.isdir(d) else []:
                 # a resume keeps the committed result files and the snapshots (rewritten past the cut)
-                if own.match(f) and not (keep is not None and (sub == "aggregate" or (sub == "results" and f in keep))):
+                if own.fullmatch(f) and not (keep is not None and (sub == "aggregate" or (sub == "results" and f in keep))):
                     remove_file(out, os.path.join(d, f))
         done = os.path.join(out, "_SUCCESS")
         if os.path.lexists(done):

@@ -14,18 +14,21 @@ import re
 import socket
 import stat
 import threading
+import unicodedata
 import time
 
 from .errors import ConfigError, JobError
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# control (Cc, U+0085 among them), format (Cf) and line or paragraph separator (Zl, Zp) characters:
+# every character a shell, a script or a reader may take for the end of a line
+_BREAKS = ("Cc", "Cf", "Zl", "Zp")
 
 
 def check_name(name, where, what="name"):
     """A stream or column name: letters, digits and `_`, not starting with a digit or `_`
     (names starting with `_` are the runtime's), at most 64 characters."""
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         shown = repr(name) if isinstance(name, str) and len(name) <= 80 else (
             f"{name[:40]!r}... ({len(name)} characters)" if isinstance(name, str) else repr(name))
         raise ConfigError(f"{where}: {what} {shown} is not an identifier (letters, digits and _, not starting "
@@ -37,13 +40,13 @@ def check_name(name, where, what="name"):
 
 
 def check_text(value, where, limit=4096):
-    """A value printed into a file or a script: no newline, carriage return or other control
-    character, at most `limit` characters."""
+    """A value printed into a file or a script: no newline, carriage return, other control
+    character or Unicode line break (U+0085, U+2028, U+2029), at most `limit` characters."""
     if not isinstance(value, str):
         raise ConfigError(f"{where}: expected text, got {value!r}")
-    m = _CONTROL.search(value)
-    if m:
-        raise ConfigError(f"{where}: {value[:60]!r} holds a control character ({m.group()!r}); refused")
+    bad = next((c for c in value if unicodedata.category(c) in _BREAKS), None)
+    if bad is not None:
+        raise ConfigError(f"{where}: {value[:60]!r} holds a control character or line break (U+{ord(bad):04X}); refused")
     if len(value) > limit:
         raise ConfigError(f"{where}: longer than {limit} characters")
     return value

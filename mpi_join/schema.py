@@ -43,12 +43,12 @@ def numpy_field(name, type_name, where, width=None):
         return (name, _SIMPLE[t])
     if t == STRING:
         return (name, f"S{max(1, int(width or 1))}")
-    m = _CHAR.match(t)
+    m = _CHAR.fullmatch(t)
     if m and int(m.group(1)) > 0:
         if int(m.group(1)) > MAX_CHAR:
             raise ConfigError(f"{where}: {type_name!r}: text columns hold at most {MAX_CHAR:,} bytes (char{MAX_CHAR})")
         return (name, f"S{int(m.group(1))}")
-    m = _ARRAY.match(t)
+    m = _ARRAY.fullmatch(t)
     if m:
         shape = tuple(int(x) for x in m.group(2).split(","))
         if all(s > 0 for s in shape):

@@ -23,7 +23,7 @@ def parse_duration_ns(text, field):
     """Parse a duration such as "15min" into nanoseconds; `field` names the option in errors."""
     if isinstance(text, bool) or not isinstance(text, str):
         raise ConfigError(f"{field}: expected a duration string such as \"15min\" or \"500ms\", got {text!r}")
-    m = _DUR.match(text.lower())
+    m = _DUR.fullmatch(text.lower())
     if not m or m.group(2) not in _NS:
         raise ConfigError(
             f"{field}: cannot read duration {text!r}; write a number and a unit "

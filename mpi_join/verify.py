@@ -32,7 +32,7 @@ def writers(results_path):
     """The ranks whose part files make up a run's results (part-r<rank>-<n>.parquet)."""
     ranks = set()
     for f in result_files(results_path):
-        m = re.match(r"part-r(\d+)-\d+\.parquet$", os.path.basename(f))
+        m = re.fullmatch(r"part-r(\d+)-\d+\.parquet$", os.path.basename(f))
         ranks.add(int(m.group(1)) if m else -1)
     return ranks
 

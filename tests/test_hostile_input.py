@@ -94,7 +94,7 @@ def check_case(world, text, *fragments, cmd="check"):
 
 # -- 1. names are not paths -------------------------------------------------------------
 BAD_NAMES = ["..", "../../outside/victim", "/etc", "R/x", ".", "a b", "a-b", "1abc", "x" * 5000, "_tin",
-             "_coord", "é", "a.b", "a\nb", "a\u0000b", ""]
+             "_coord", "é", "a.b", "a\nb", "a\u0000b", "", "R\n"]   # "R\n": re.match with $ let it pass
 
 
 @pytest.mark.parametrize("name", BAD_NAMES, ids=[repr(n)[:20] for n in BAD_NAMES])
@@ -351,6 +351,10 @@ SLURM_BAD = [
     (["--collect-out", "/tmp/c\ttouch"], "--collect-out"),
     (["--spark-master", "local\x1b[2J"], "--spark-master"),
     (["--nodes", "0"], "--nodes"),
+    # Unicode line breaks (U+2028, U+0085) were accepted: every one is refused
+    (["--partition", "debug\u2028touch INJECTED"], "--partition"),
+    (["--time", "01:00:00\u0085touch INJECTED"], "--time"),
+    (["--sbatch-opt", "--account=x\u2029y"], "--sbatch-opt"),
 ]
 
 
