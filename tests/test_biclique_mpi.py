@@ -103,15 +103,23 @@ def test_bench_fig6a_matrix_cells_hold_about_twice_what_biclique_units_hold(tmp_
 
 
 @pytest.mark.parametrize("strategy,ranks", [("biclique", 5), ("matrix", 4)])
-def test_full_history_past_the_state_limit_stops_with_one_line(tmp_path, strategy, ranks):
-    text = equi_job_text(WINDOWS["full"], strategy=strategy, predicate=PRED["equi"],
+@pytest.mark.parametrize("window", ["full", "time"])
+def test_windows_past_the_state_limit_stop_with_one_line(tmp_path, strategy, ranks, window):
+    """Issue: past max_state_mb every rank printed a traceback, and a 2 s window was told that
+    "full-history windows keep every tuple" about "0.0 MB". Checks: exit 2, no traceback, each
+    line the documented one, with the size held and what bounds the windows."""
+    windows = WINDOWS["full"] if window == "full" else ('"2s"', '"2s"')
+    text = equi_job_text(windows, strategy=strategy, predicate=PRED["equi"],
                          extra_strategy="max_state_mb = 0.02", run="batch_size = 50")
     arrays = random_streams(np.random.default_rng(3), 4000, key_range=8, ts_step=1)
     path, job = write_job(str(tmp_path), text, arrays)
     p = run_mpi(ranks, "run", path, timeout=120)
-    assert p.returncode != 0
-    line = next(ln for ln in p.stderr.splitlines() if "failed:" in ln)
-    assert "MB of window state, over strategy.max_state_mb = 0.02" in line and line.startswith("mpi-join: rank "), line
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and "failed:" not in p.stderr, p.stderr[-3000:]
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("mpi-join: error:")]
+    assert lines and all("strategy.max_state_mb:" in ln and "of window state, over the limit of 20.0 kB" in ln
+                         for ln in lines), lines
+    assert ("unbounded window of R, S keeps every tuple" in lines[0]) == (window == "full"), lines[0]
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
 
 

@@ -9,7 +9,7 @@ import math
 from ..master.driver import Router
 from ..slaves.local_join import BinaryJoin, warm_up
 from ..slaves.module import JoinModule, Output
-from .roles import check_state
+from .roles import check_state, state_limit
 from .routing import spread
 
 
@@ -45,7 +45,7 @@ class Cell(JoinModule):
         super().__init__(job, rank, topology, dtypes)
         self.method = job.strategy.params["local_join"]
         self.join = BinaryJoin(job.predicate, dtypes, self.method)
-        self.limit = float(job.strategy.params["max_state_mb"])
+        self.limit = state_limit(job)
         self.peak = 0
 
     def warm_up(self):

@@ -22,22 +22,37 @@ from ..protocol import Control
 from ..slaves.chained_index import ChainedIndex
 from ..slaves.local_join import warm_up
 from ..slaves.module import JoinModule, Output
+from ..errors import JobError
 from ..topology import DRIVER
 from ..window import NEG_INF
 from . import routing, scaling
 from .merger import Views
 
 
-def check_state(join, limit_mb, who):
+def state_limit(job):
+    """(strategy.max_state_mb, what bounds the windows, for the line check_state writes)."""
+    unbounded = [s.name for s in job.streams if s.window.kind == "unbounded"]
+    hint = (f"the unbounded window of {', '.join(unbounded)} keeps every tuple: raise the limit, add units, or bound "
+            f"the window" if unbounded else
+            f"windows of {', '.join(f'{s.name} {s.window.describe()}' for s in job.streams)}: raise the limit, add "
+            f"units, or shorten the windows")
+    return float(job.strategy.params["max_state_mb"]), hint
+
+
+def check_state(join, limit, who):
     """Stop with a one-line error, not an out-of-memory kill, when a unit's windows pass the
-    job's `strategy.max_state_mb` (0: no limit); full-history windows only ever grow."""
+    job's `strategy.max_state_mb` (0: no limit). `limit`: what state_limit gives."""
+    limit_mb, hint = limit
     if not limit_mb:
         return
     held = join.nbytes
     if held > limit_mb * 1e6:
-        raise RuntimeError(f"{who} holds {held / 1e6:.1f} MB of window state, over strategy.max_state_mb = "
-                           f"{limit_mb:g} (full-history windows keep every tuple): raise the limit, add units, "
-                           f"or bound the windows")
+        raise JobError(f"strategy.max_state_mb: {who} holds {_size(held)} of window state, over the limit of "
+                       f"{_size(limit_mb * 1e6)} ({hint})")
+
+
+def _size(n):
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB" if n >= 100 else f"{n:.0f} bytes"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,7 +262,7 @@ class Unit(JoinModule):
         self.method = job.strategy.params["local_join"]
         self.join = ChainedIndex(job.predicate, dtypes, self.method, self.side,
                                  archive_period(job, self.side), job.strategy.params["max_delay"])
-        self.limit = float(job.strategy.params["max_state_mb"])
+        self.limit = state_limit(job)
         self.ordered = bool(job.strategy.params["ordered"])
         self.dispatchers = tuple(topology.dispatchers) if self.ordered else ()
         self.last = -1
