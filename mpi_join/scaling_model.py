@@ -190,7 +190,35 @@ def load_models(path=None):
     models = data.get("model") if isinstance(data, dict) else None
     if not isinstance(models, list) or not models:
         raise InputError(f"{p}: no fitted scaling model in it (a bench-suite results.json has one under \"model\")")
+    for i, m in enumerate(models):
+        _check_model(m, f"{p}: model[{i}]")
     return models, (data.get("machine") or {})
+
+
+# a model's costs: (field, must be above zero); every one a finite number, none negative
+_COSTS = (("t_us", True), ("c_ns", False), ("d_us", True), ("kappa", True), ("window_s", True),
+          ("p50_base_ms", False), ("p50_per_hop_ms", False))
+
+
+def _check_model(m, where):
+    """A fitted model as `rate` and `p50_ms` read it, or one line naming the field."""
+    from . import strategies
+    if not isinstance(m, dict):
+        raise InputError(f"{where}: expected an object, got {type(m).__name__}")
+    if m.get("shape") not in SHAPES:
+        raise InputError(f"{where}.shape: {m.get('shape')!r} is not a shape the model knows ({', '.join(SHAPES)})")
+    if m.get("workload") not in ("equi", "band"):
+        raise InputError(f"{where}.workload: {m.get('workload')!r}; expected \"equi\" or \"band\"")
+    try:
+        known = strategies.get(strategies.parse_label(m.get("strategy"))[0]) is not None
+    except (TypeError, ValueError, AttributeError):
+        known = False
+    if not known:
+        raise InputError(f"{where}.strategy: {m.get('strategy')!r} is not a strategy of this mpi-join")
+    for field, positive in _COSTS:
+        v = m.get(field)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (positive and v == 0):
+            raise InputError(f"{where}.{field}: {v!r}; expected a finite number {'above' if positive else 'at least'} 0")
 
 
 def job_workload(job):

@@ -71,3 +71,27 @@ def test_plan_recommends_what_keeps_up_and_can_run_the_job(tmp_path):
     assert p.returncode == 2 and "no fitted scaling model" in p.stderr and p.stderr.count("\n") == 1
     with pytest.raises(InputError):
         sm.load_models(str(tmp_path / "results.json"))
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("shape", "spiral", "model[0].shape: 'spiral' is not a shape"),
+    ("t_us", float("nan"), "model[0].t_us: nan; expected a finite number above 0"),
+    ("d_us", float("inf"), "model[0].d_us: inf"),
+    ("kappa", 0, "model[0].kappa: 0; expected a finite number above 0"),
+    ("c_ns", -1.0, "model[0].c_ns: -1.0; expected a finite number at least 0"),
+    ("strategy", "warp", "model[0].strategy: 'warp' is not a strategy"),
+    ("p50_base_ms", "fast", "model[0].p50_base_ms: 'fast'"),
+])
+def test_plan_refuses_a_calibration_it_cannot_use_with_one_line(tmp_path, field, value, says):
+    """Issue: an unknown shape raised a KeyError; NaN, infinite, zero and negative costs were
+    accepted and printed `nan` rates and a recommendation. Checks exit 2 and one line naming the
+    model's field."""
+    path = make("band", str(tmp_path / "w"), tuples=400, rate=20000, window="1s", strategy="handshake")
+    models = sm.fit({"machine": {"cores": 2}, "cases": _cases("handshake", "chain", 4e-6, 1.5e-9, 0.5e-6)},
+                    lambda s: "chain", {"band": 1.0, "equi": 1.0})
+    models[0][field] = value
+    (tmp_path / "results.json").write_text(json.dumps({"machine": {"cores": 2}, "model": models}))
+    p = run_cli("plan", path, "-n", "8", "--calibration", str(tmp_path / "results.json"))
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and says in lines[0], p.stderr
+    assert "recommended" not in p.stdout

@@ -192,12 +192,6 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         reasons.setdefault(r["_stream"], []).append((r["_reason"], int(r["count"])))
     for i, s in enumerate(job.streams):
         quarantined[s.name] = sum(n for _, n in reasons.get(i, []))
-        qpath = f"{out}/_quarantine/{s.name}"
-        fs.delete(spark, qpath)
-        if quarantined[s.name]:
-            quarantine[i].write.mode("overwrite").parquet(qpath)
-            progress(f"stage: stream {s.name}: {quarantined[s.name]:,} row(s) quarantined to {qpath} "
-                     f"({_by_reason(reasons[i], 5)})")
     union = _union(frames)
     keys = ("_ts", "_stream", "_file", "_row")
     # a small input is ordered in one partition: no sampling job, no shuffle, one file per stream
@@ -220,7 +214,7 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         ordered.unpersist()
         s = job.streams[empty[0]]
         q = quarantined[s.name]
-        why = (f"all {q:,} of its rows were quarantined to {out}/_quarantine/{s.name} ({_by_reason(reasons[empty[0]], 3)}"
+        why = (f"all {q:,} of its rows are unparseable ({_by_reason(reasons[empty[0]], 3)}"
                f"): is its time column {s.raw.time!r} really in {s.raw.time_unit!r}?") if q else "its raw files hold no rows"
         raise InputError(f"{s.raw.path}: stream '{s.name}': nothing staged, {why}; nothing was written to the "
                          f"stream folders; pass --allow-empty to stage an empty stream")
@@ -231,6 +225,15 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
             ordered.unpersist()
             raise InputError(f"{job.streams[i].raw.path}: stream '{job.streams[i].name}' column '{c}': a value "
                              f"of {w:,} bytes; text columns hold at most {MAX_CHAR:,} bytes; nothing was written")
+    # the quarantine is written only now, once nothing can refuse the input any more: a refused
+    # stage leaves the disk as it was
+    for i, s in enumerate(job.streams):
+        qpath = f"{out}/_quarantine/{s.name}"
+        fs.delete(spark, qpath)
+        if quarantined[s.name]:
+            quarantine[i].write.mode("overwrite").parquet(qpath)
+            progress(f"stage: stream {s.name}: {quarantined[s.name]:,} row(s) quarantined to {qpath} "
+                     f"({_by_reason(reasons[i], 5)})")
     counts = {}
     for r in stats:
         counts[r["_pid"]] = counts.get(r["_pid"], 0) + r["n"]
