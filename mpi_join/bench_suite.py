@@ -166,14 +166,33 @@ def max_rate(try_rate, start, lo, hi, steps):
     return good, seen
 
 
+MARKER = ".mpi-join-bench-suite"
+
+
+def claim(out, overwrite=False):
+    """`out` as an absolute path (a relative one is relative to where the user is), made this
+    suite's: a non-empty directory that an earlier suite did not write is refused unless
+    `overwrite`."""
+    out = os.path.abspath(out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise JobError(f"--out {out}: exists and is not a directory")
+    if os.path.isdir(out) and os.listdir(out) and not os.path.exists(os.path.join(out, MARKER)) and not overwrite:
+        raise JobError(f"--out {out}: exists, is not empty and was not written by mpi-join bench-suite; choose "
+                       f"another directory or pass --overwrite")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, MARKER), "w") as f:
+        f.write("written by mpi-join bench-suite\n")
+    return out
+
+
 def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4), seconds=2.0, steps=2,
-        lo=200.0, hi=400000.0, progress=print, spark=True):
+        lo=200.0, hi=400000.0, progress=print, spark=True, overwrite=False):
     from . import strategies
     names = list(strategies_ or strategies.names())
     cases = plan(names, workloads, workers)
     if not cases:
         raise JobError("bench-suite: no strategy can run these workloads on these worker counts")
-    os.makedirs(out, exist_ok=True)
+    out = claim(out, overwrite)
     work = os.path.join(out, "work")
     t_start = time.perf_counter()
     progress(f"bench-suite: {len(cases)} cases ({', '.join(names)} on {', '.join(workloads)}, "

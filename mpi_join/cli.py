@@ -613,7 +613,8 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
 @click.option("--rerender", is_flag=True,
               help="Run nothing: fit the scaling model and write results.md and the plots again from OUT's "
                    "results.json.")
-def bench_suite(out, names, workloads, workers, seconds, steps, spark, rerender):
+@click.option("--overwrite", is_flag=True, help="Write into a non-empty OUT that no earlier bench-suite wrote.")
+def bench_suite(out, names, workloads, workers, seconds, steps, spark, rerender, overwrite):
     """Every strategy on the shared band and equi workloads, side by side in one run.
 
     For each strategy, workload and worker count: the maximum sustainable rate per stream (by
@@ -633,12 +634,13 @@ def bench_suite(out, names, workloads, workers, seconds, steps, spark, rerender)
       mpi-join report bench-suite                            # the whole run as one HTML page
     """
     from .bench_suite import rerender as rerender_, run
+    out = os.path.abspath(out)
     try:
         if rerender:
             rerender_(out)
         else:
             run(out, list(names) or None, tuple(workloads) or ("band", "equi"), tuple(workers) or (1, 2, 3, 4),
-                seconds, steps, progress=lambda m: click.echo(m, err=True), spark=spark)
+                seconds, steps, progress=lambda m: click.echo(m, err=True), spark=spark, overwrite=overwrite)
     except JobError as e:
         _fail(e)
     with open(os.path.join(out, "results.md")) as f:

@@ -185,8 +185,14 @@ def load_job(path, overrides=None, udfs=True):
     return parse_job(raw, path, overrides or {}, udfs=udfs)
 
 
+_CLI_PATHS = ("output", "staged", "checkpoint_dir", "resume")
+
+
 def parse_job(raw, path="<job>", overrides=None, udfs=True):
-    overrides = overrides or {}
+    # a path in the job file is relative to the job file; one given on the command line, to where
+    # the user is (README "Safety")
+    overrides = {k: (os.path.abspath(v) if k in _CLI_PATHS and isinstance(v, str) and v and "://" not in v else v)
+                 for k, v in (overrides or {}).items()}
     base = os.path.dirname(os.path.abspath(path)) if path != "<job>" else os.getcwd()
     _no_unknown(raw, _TOP, "", path)
     job_t = _table(raw, "job", path, required=False)

@@ -140,8 +140,8 @@ def run_mpi(n, *args, timeout=RUN_TIMEOUT, env=None):
         pytest.fail(f"mpiexec -n {n} {' '.join(args)} did not finish within {timeout} s (a rank hangs)")
 
 
-def run_cli(*args, timeout=300, env=None):
-    return subprocess.run(mpi_join_cmd(*args), capture_output=True, text=True, timeout=timeout, env=env)
+def run_cli(*args, timeout=300, env=None, cwd=None):
+    return subprocess.run(mpi_join_cmd(*args), capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
 def job_toml(streams, predicate, strategy='name = "hash"', run="", extra="", inp='staged = "staged"',

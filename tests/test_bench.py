@@ -28,9 +28,11 @@ def test_bench_adaptive_writes_tables_and_plots(tmp_path):
 
 
 def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
+    """With a relative --out, relative to where the user is (issue: a relative --out crashed with
+    a FileNotFoundError after the first probe)."""
     out = tmp_path / "suite"
-    p = run_cli("bench-suite", "--out", str(out), "--strategy", "hash", "--workload", "equi",
-                "-n", "1", "-n", "2", "--seconds", "0.5", "--steps", "0", "--no-spark", timeout=900)
+    p = run_cli("bench-suite", "--out", "suite", "--strategy", "hash", "--workload", "equi",
+                "-n", "1", "-n", "2", "--seconds", "0.5", "--steps", "0", "--no-spark", timeout=900, cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr
     import json
     r = json.loads((out / "results.json").read_text())

@@ -158,3 +158,30 @@ def test_refusals_come_before_any_jvm(tmp_path, case):
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert p.returncode == 2 and len(lines) == 1 and frag in lines[0], p.stderr
     assert spark_modules == [], f"refused after importing Spark (so after a JVM could start): {spark_modules[:3]}"
+
+
+def test_paths_on_the_command_line_are_relative_to_where_the_user_is(tmp_path, monkeypatch):
+    """Issue: `mpi-join run job/job.toml --output myout` wrote to job/myout. Checks a command-line
+    path resolves against the current directory, a job-file path against the job file."""
+    from mpi_join.config import load_job
+    from test_spark import JOB
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "job.toml").write_text(JOB.format(fmt="csv", unit="ms"))
+    monkeypatch.chdir(tmp_path)
+    job = load_job("job/job.toml", {"output": "myout", "staged": "st"})
+    assert job.output == str(tmp_path / "myout") and job.staged == str(tmp_path / "st")
+    job = load_job("job/job.toml")
+    assert job.output == str(tmp_path / "job" / "out") and job.staged == str(tmp_path / "job" / "staged")
+
+
+def test_bench_suite_refuses_a_users_non_empty_out(tmp_path):
+    """Issue: bench-suite --out into an existing directory overwrote the user's results.json
+    without a word. Checks: exit 2, one line, the file unchanged, before any probe runs."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "results.json").write_text('{"thesis": 1}')
+    p = run_cli("bench-suite", "--out", "mine", "--strategy", "hash", "--workload", "equi", "-n", "1",
+                "--no-spark", cwd=str(tmp_path))
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and "not written by mpi-join bench-suite" in lines[0], p.stderr
+    assert str(tmp_path / "mine") in lines[0] and "--overwrite" in lines[0]
+    assert (tmp_path / "mine" / "results.json").read_text() == '{"thesis": 1}'
