@@ -76,8 +76,19 @@ def run(cmd):
     hydra = is_hydra(cmd[0])
     if hydra:
         cmd = [cmd[0], "-print-all-exitcodes", *cmd[1:]]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
-    seen = {"codes": [], "said": False}
+    # mpiexec in a session of its own: a Ctrl-C at the terminal reaches this process alone, which
+    # forwards it once (Hydra takes a second one for "force abort"), as it forwards a SIGINT or
+    # SIGTERM sent to its pid alone; mpiexec passes it on to every rank, which stop cleanly
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                            start_new_session=True)
+    seen = {"codes": [], "said": False, "signal": None}
+
+    def forward(signum, _frame):
+        if seen["signal"] is None:
+            seen["signal"] = signum
+            proc.send_signal(signum)
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def pump(src, dst):
         for line in src:        # Hydra prints its banner and the exit codes on stdout
@@ -85,6 +96,8 @@ def run(cmd):
             if codes:
                 seen["codes"] = codes
                 continue            # replaced by one line of ours when it matters
+            if hydra and line.startswith("[mpiexec@") and "Ctrl-C" in line:
+                continue            # Hydra's notes on forwarding the signal: the ranks say what happened
             if line.startswith("mpi-join: error:") or " failed: " in line:
                 seen["said"] = True
             dst.write(line)
@@ -96,14 +109,14 @@ def run(cmd):
         t.start()
     try:
         rc = proc.wait()
-    except KeyboardInterrupt:        # the ranks got it too and say what happened
-        proc.wait()
-        for t in threads:
-            t.join(5)
-        return 130
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
     for t in threads:
         t.join(5)
-    if rc not in (0, 2, 130) and not seen["said"]:
+    if seen["signal"] is not None and rc != 0:      # stopped (a run that had ended keeps its 0)
+        return 128 + int(seen["signal"])
+    if rc not in (0, 2, 130, 143) and not seen["said"]:
         line = killed_line(seen["codes"])
         if line:
             sys.stderr.write(line + "\n")

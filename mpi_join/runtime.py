@@ -30,7 +30,8 @@ def run_rank(job_path, overrides):
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     ctx = {}
-    signal.signal(signal.SIGINT, lambda *_: _interrupted(rank, ctx))
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _: _interrupted(rank, ctx, signum))
     from .kernels import Compiles
     Compiles.install()
     try:
@@ -41,7 +42,7 @@ def run_rank(job_path, overrides):
         finally:
             tx.close()
     except KeyboardInterrupt:
-        _interrupted(rank, ctx)
+        _interrupted(rank, ctx, signal.SIGINT)
     except BaseException as e:  # noqa: BLE001 - any failure must take the whole job down
         _release(ctx)
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -65,14 +66,21 @@ def run_rank(job_path, overrides):
     return code
 
 
-def _interrupted(rank, ctx):
-    """Ctrl-C reaches every rank of the launch (mpiexec and srun forward it): one line from rank
-    0, the others quiet, and every rank leaves with 130 (128 + SIGINT), without MPI_Abort and
-    without waiting in MPI_Finalize for ranks that are leaving too. Rank 0 writes its line at
-    once (mpiexec stops forwarding output soon after ranks leave) and says what is on disk:
-    results are buffered in memory up to a part file's size, so there may be none. It leaves
-    last, so that no worker sees its messages break off before its own signal arrives."""
-    if rank == 0:
+def _interrupted(rank, ctx, signum):
+    """Ctrl-C (SIGINT) or a scheduler's cancel (SIGTERM, as `scancel` sends it) reaches every
+    rank of the launch (mpiexec and srun forward both; `mpi-join run -n N` forwards what it gets):
+    one line from rank 0, the others quiet, and every rank leaves with 128 + the signal, its
+    locks released, without MPI_Abort and without waiting in MPI_Finalize for ranks that are
+    leaving too. A signal that comes again (from the launcher as well) is ignored. Rank 0 writes
+    its line at once (mpiexec stops forwarding output soon after ranks leave) and says what is on
+    disk: results are buffered in memory up to a part file's size, so there may be none. It
+    leaves last, so that no worker sees its messages break off before its own signal arrives."""
+    if ctx.get("stopping"):
+        return
+    ctx["stopping"] = True
+    if rank != 0:
+        _release(ctx)
+    else:
         output = ctx.get("output")
         where = ""
         if output:
@@ -81,12 +89,13 @@ def _interrupted(rank, ctx):
             parts = glob.glob(os.path.join(rdir, "part-r*.parquet"))
             where = (f"; {len(parts)} partial result part file(s) in {rdir} (`mpi-join collect --partial` reads "
                      f"them)" if parts else "; no result part file had been written yet")
-        sys.stderr.write(f"\nmpi-join: interrupted by the user; no _SUCCESS written{where}\n")
+        why = "interrupted by the user" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        sys.stderr.write(f"\nmpi-join: {why}; no _SUCCESS written{where}\n")
         sys.stderr.flush()
         _release(ctx)
         time.sleep(0.5)
     sys.stderr.flush()
-    os._exit(130)
+    os._exit(128 + int(signum))
 
 
 def _release(ctx):

@@ -6,6 +6,7 @@ import subprocess
 import time
 
 import numpy as np
+import pytest
 
 from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, write_job
 
@@ -37,3 +38,42 @@ def test_ctrl_c_stops_every_rank_with_one_line(tmp_path):
                      "written yet"], err       # results are buffered up to a part file's size
     assert not os.listdir(os.path.join(job.output, "results"))
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
+@pytest.mark.parametrize("how,sig", [("wrapper", signal.SIGINT), ("wrapper", signal.SIGTERM),
+                                     ("every process", signal.SIGTERM)],
+                         ids=["SIGINT-to-wrapper", "SIGTERM-to-wrapper", "SIGTERM-to-all"])
+def test_a_signal_as_a_scheduler_sends_it_stops_every_rank_with_one_line(tmp_path, how, sig):
+    """Issue: SIGINT to the `mpi-join run -n N` wrapper's pid alone let the ranks finish and write
+    _SUCCESS, then exit 130 with no line; SIGTERM to every process of a run (what scancel does)
+    exited 143 with no line and left its locks behind. Checks: exit 128 + the signal, one line
+    from rank 0 saying what stopped it, no _SUCCESS, no lock left, no traceback."""
+    text = equi_job_text(('"50ms"', '"50ms"'), run='rate = 400\nflush_interval = "10ms"')
+    text += '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 100000\n'
+    path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(1), 20000))
+    env = dict(os.environ, MPI_JOIN_QUIET="1")
+    p = subprocess.Popen(mpi_join_cmd("run", "-n", "3", path), env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(job.output, ".mpi-join-run")) and time.time() < deadline:
+            assert p.poll() is None, p.communicate()
+            time.sleep(0.1)
+        time.sleep(2.0)                               # ranks are replaying and joining
+        assert p.poll() is None, "the run ended before it could be stopped"
+        if how == "wrapper":
+            os.kill(p.pid, sig)
+        else:
+            os.killpg(p.pid, sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 128 + sig, (p.returncode, err)
+    assert not any(w in err for w in ("Traceback", "Abort", "failed", "[mpiexec@")), err
+    lines = [ln for ln in err.splitlines() if ln.startswith("mpi-join")]
+    why = "interrupted by the user" if sig == signal.SIGINT else "stopped by SIGTERM"
+    assert lines == [f"mpi-join: {why}; no _SUCCESS written; no result part file had been written yet"], err
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    for d in (job.output, job.checkpoint.dir):
+        assert not os.path.exists(os.path.join(d, ".mpi-join.lock")), f"a lock was left in {d}"
