@@ -10,6 +10,11 @@ timestamped snapshot. Merging views is associative and commutative, so the final
 not depend on how the pairs were split or batched: it equals the aggregate of the oracle's
 result set (`of_pairs`). Integer sums are exact (int64); float sums may differ from the
 oracle's in the last bits, which `compare` allows for.
+
+NaN follows the rule of SQL engines such as DuckDB and PostgreSQL: NaN equals NaN as a group
+key and sorts above every number, so min skips it (NaN only when every value is NaN) and max
+gives NaN when any value is NaN; sum and avg give NaN. The units, the merger and the oracle all
+reduce through `reduce`, so they agree on it.
 """
 import re
 from dataclasses import dataclass
@@ -85,8 +90,16 @@ def parse(text, streams, where="strategy.aggregate"):
         s, col, dt = column(ref, f"by {ref}")
         if dt.shape:
             raise ConfigError(f"{where}: by {ref}: a group column must be a scalar, got {dt}")
+        if (s, col) in groups:
+            raise ConfigError(f"{where}: by {ref}: the column is named twice")
         groups.append((s, col))
-    return Spec(text.strip(), tuple(groups), tuple(aggs), tuple(names))
+    spec = Spec(text.strip(), tuple(groups), tuple(aggs), tuple(names))
+    out = spec.out_names()
+    twice = next((n for k, n in enumerate(out) if n in out[:k]), None)
+    if twice is not None:
+        raise ConfigError(f"{where}: {twice} is asked for twice (count of a column counts the pairs, as count(*))"
+                          if twice == "count(*)" else f"{where}: {twice} is asked for twice")
+    return spec
 
 
 def _split_by(text):
@@ -127,28 +140,47 @@ def reduce(spec, rows):
         return rows
     g = [f"g{k}" for k in range(len(spec.groups))]
     if g:
-        keys = np.empty(len(rows), np.dtype([(f, dt[f]) for f in g]))
-        for f in g:
-            keys[f] = rows[f]
-        uniq, inv = np.unique(keys, return_inverse=True)
+        uniq, inv = np.unique(group_keys(rows, g), return_inverse=True)
         inv = inv.reshape(-1)
+        first = np.zeros(len(uniq), np.intp)
+        first[inv[::-1]] = np.arange(len(rows))[::-1]          # a row of each group, for its key
     else:
         uniq, inv = None, np.zeros(len(rows), np.intp)
     out = np.zeros(len(uniq) if g else 1, dt)
     for f in g:
-        out[f] = uniq[f]
+        out[f] = rows[f][first]
     np.add.at(out["n"], inv, rows["n"])
     for k, (fn, _, c) in enumerate(spec.aggs):
         a, col = out[f"a{k}"], rows[f"a{k}"]
         if fn in ("sum", "avg"):
             np.add.at(a, inv, col)
-        elif fn == "min":
-            a[:] = np.inf if a.dtype.kind == "f" else np.iinfo(a.dtype).max
-            np.minimum.at(a, inv, col)
-        elif fn == "max":
+        elif fn == "min":               # NaN above every number: skipped unless all are NaN
+            if a.dtype.kind == "f":
+                a[:] = np.nan
+                np.fmin.at(a, inv, col)
+            else:
+                a[:] = np.iinfo(a.dtype).max
+                np.minimum.at(a, inv, col)
+        elif fn == "max":               # NaN above every number: any NaN makes the max NaN
             a[:] = -np.inf if a.dtype.kind == "f" else np.iinfo(a.dtype).min
             np.maximum.at(a, inv, col)
     return out
+
+
+def group_keys(rows, fields):
+    """Sortable keys of `rows`' group columns on which NaN equals NaN and sorts above every
+    number: a float column becomes (is NaN, value with NaN as 0)."""
+    parts = []
+    for f in fields:
+        if rows.dtype[f].kind == "f":
+            nan = np.isnan(rows[f])
+            parts += [(f"{f}_nan", nan.astype(np.uint8)), (f, np.where(nan, 0, rows[f]))]
+        else:
+            parts.append((f, rows[f]))
+    keys = np.empty(len(rows), np.dtype([(n, v.dtype) for n, v in parts]))
+    for n, v in parts:
+        keys[n] = v
+    return keys
 
 
 def merge(spec, *views):
@@ -194,6 +226,15 @@ def compare(spec, expected, got, rtol=1e-9):
     names = spec.out_names()
     if len(expected) != len(got):
         return f"{len(got)} groups, expected {len(expected)}"
+    gnames = names[:len(spec.groups)]
+    if gnames:                   # by group key (NaN equal to NaN), not by row position
+        expected, got = (a[np.argsort(group_keys(a, gnames), kind="stable")] for a in (expected, got))
+        for name in gnames:
+            e, g = expected[name], got[name]
+            same = ((e == g) | (np.isnan(e) & np.isnan(g))) if e.dtype.kind == "f" else e == g
+            if not np.all(same):
+                i = int(np.flatnonzero(~same)[0])
+                return f"group {name}={g[i]} where {name}={e[i]} was expected (the groups differ)"
     for name in names:
         e, g = expected[name], got[name]
         same = np.isclose(e, g, rtol=rtol, atol=0, equal_nan=True) if e.dtype.kind == "f" else e == g

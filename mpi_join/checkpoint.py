@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from .errors import ConfigError, InputError
-from .integrity import array_sha256, verify_part
+from .integrity import array_sha256, verify_part, verify_snapshots
 
 FORMAT = "mpi-join-checkpoint/1"
 MANIFEST = "MANIFEST.json"
@@ -257,6 +257,8 @@ def latest_complete(root, job, nranks, say=None, results_dir=None):
                 if results_dir is not None:
                     for name, rec in sorted(committed.items()):
                         verify_part(os.path.join(results_dir, name), rec)
+                    verify_snapshots(os.path.join(os.path.dirname(os.path.normpath(results_dir)), "aggregate"),
+                                     man.get("snapshots") or {})
             except InputError as e:
                 why = str(e)
             else:

@@ -62,25 +62,46 @@ def check_file(path, rec, what):
         raise InputError(f"{path}: {what} has changed since it was recorded (SHA-256 differs)")
 
 
-def part_rows(path):
+def part_rows(path, what="result part file"):
     """Rows of a Parquet part file from its footer; InputError when it cannot be read."""
     import pyarrow.parquet as pq
     try:
         return pq.ParquetFile(path).metadata.num_rows
     except Exception as e:  # noqa: BLE001 - a damaged file is the user's to see
-        raise InputError(f"{path}: result part file cannot be read: {str(e).splitlines()[0]}") from None
+        raise InputError(f"{path}: {what} cannot be read: {str(e).splitlines()[0]}") from None
 
 
-def verify_part(path, rec, full=True):
-    """A result part file must be readable with the rows its writer wrote (and, with `full`,
-    the same bytes). Raises InputError naming the file."""
+def verify_part(path, rec, full=True, what="result part file"):
+    """A result part file (or an aggregate snapshot: `what`) must be readable with the rows its
+    writer wrote (and, with `full`, the same bytes). Raises InputError naming the file."""
     if not os.path.isfile(path):
-        raise InputError(f"{path}: result part file is missing")
-    rows = part_rows(path)
+        raise InputError(f"{path}: {what} is missing")
+    rows = part_rows(path, what)
     if rows != rec["rows"]:
-        raise InputError(f"{path}: result part file holds {rows:,} rows, its writer wrote {rec['rows']:,}")
+        raise InputError(f"{path}: {what} holds {rows:,} rows, its writer wrote {rec['rows']:,}")
     if full:
-        check_file(path, rec, "result part file")
+        check_file(path, rec, what)
+
+
+def verify_snapshots(directory, records, final=False):
+    """The aggregate snapshots `records` ({name: rec}) in `directory`, each as written, numbered
+    0, 1, ... without a gap (with `final`: every snapshot of a finished run, the last one
+    final). Raises InputError naming the file."""
+    from .results import SNAPSHOT
+    numbers = sorted(int(SNAPSHOT.fullmatch(n).group(1)) for n in records if SNAPSHOT.fullmatch(n))
+    if len(numbers) != len(records):
+        raise InputError(f"{directory}: a recorded aggregate snapshot has a name mpi-join does not write")
+    gap = next((k for k, n in enumerate(numbers) if n != k), None)
+    if gap is not None:
+        raise InputError(f"{os.path.join(directory, f'snapshot-{gap:06d}.parquet')}: aggregate snapshot {gap} is "
+                         f"not recorded; the snapshots must be numbered without a gap")
+    for name, rec in sorted(records.items()):
+        verify_part(os.path.join(directory, name), rec, what="aggregate snapshot")
+    if final:
+        present = sorted(f for f in os.listdir(directory) if SNAPSHOT.fullmatch(f)) if os.path.isdir(directory) else []
+        extra = sorted(set(present) - set(records))
+        if extra:
+            raise InputError(f"{os.path.join(directory, extra[0])}: aggregate snapshot the run did not record")
 
 
 def check_recorded_parts(run_dir, partial=False):

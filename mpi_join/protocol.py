@@ -112,6 +112,7 @@ class MarkerDone(Control):
     id: int = 0
     files: tuple = ()
     digest: str = ""
+    snapshots: tuple = ()  # [[name, rows, bytes, sha256]] of the aggregate snapshots it has written
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ class ResultWriter:
         self._pool = None
         self._pending = None
         self.records = {}            # file name -> {"rows", "bytes", "sha256"}: what was written
+        self.snap_records = {}       # the same of the aggregate snapshots written
         os.makedirs(directory, exist_ok=True)
 
     def add(self, seqs, emit_ns, latency_ns):
@@ -102,34 +103,50 @@ class ResultWriter:
         path = os.path.join(d, f"snapshot-{number:06d}.parquet")
         pq.write_table(table, path + ".tmp")
         os.replace(path + ".tmp", path)
+        from .integrity import file_sha256
+        self.snap_records[os.path.basename(path)] = {"rows": table.num_rows, "bytes": os.path.getsize(path),
+                                                     "sha256": file_sha256(path)}
         if final:
             from .safety import remove_file
             for f in os.listdir(d):
                 m = SNAPSHOT.fullmatch(f)
                 if m and int(m.group(1)) > number:
                     remove_file(d, os.path.join(d, f))
+                    self.snap_records.pop(f, None)
 
-    def resume(self, file_records):
-        """Continue after a checkpoint whose committed files of this rank are `file_records`
-        (what file_records() gave at the cut, verified on resume)."""
+    def resume(self, file_records, snapshot_records=()):
+        """Continue after a checkpoint whose committed files of this rank are `file_records` and
+        `snapshot_records` (what file_records() and snapshot_records() gave at the cut, verified
+        on resume)."""
         self.records = {n: {"rows": r, "bytes": b, "sha256": h} for n, r, b, h in file_records}
+        self.snap_records = {n: {"rows": r, "bytes": b, "sha256": h} for n, r, b, h in snapshot_records}
         self.files = [os.path.join(self.dir, n) for n in sorted(self.records)]
 
     def file_records(self):
         """[[name, rows, bytes, sha256]] of every file written so far (after a flush with wait)."""
         return [[n, r["rows"], r["bytes"], r["sha256"]] for n, r in sorted(self.records.items())]
 
+    def snapshot_records(self):
+        """[[name, rows, bytes, sha256]] of every aggregate snapshot written so far."""
+        return [[n, r["rows"], r["bytes"], r["sha256"]] for n, r in sorted(self.snap_records.items())]
+
 
 SNAPSHOT = re.compile(r"snapshot-(\d{6})\.parquet$")
 
 
 def read_snapshots(path):
-    """[(meta, table)] of an aggregate directory's snapshots in number order."""
+    """[(meta, table)] of an aggregate directory's snapshots in number order; InputError naming
+    a file that cannot be read as one."""
     out = []
     for f in sorted(os.listdir(path)):
         if SNAPSHOT.fullmatch(f):
-            t = pq.read_table(os.path.join(path, f))
-            out.append((json.loads(t.schema.metadata[b"mpi_join"]), t))
+            try:
+                t = pq.read_table(os.path.join(path, f))
+                meta = json.loads(t.schema.metadata[b"mpi_join"])
+            except Exception as e:  # noqa: BLE001 - a damaged file is the user's to see
+                raise InputError(f"{os.path.join(path, f)}: aggregate snapshot cannot be read: "
+                                 f"{(str(e).splitlines() or [type(e).__name__])[0]}") from None
+            out.append((meta, t))
     return out
 
 

@@ -162,6 +162,11 @@ def _driver(job_path, overrides, tx, ctx):
         r["host"] = tx.host(r["rank"])
     summary = summarize(ranks, report.wall_s, total)
     summary["results"], part_records = _verify_parts(job.output, ctx["kept"], worker_metrics, summary["results"])
+    snapshots = {n: {"rows": r, "bytes": b, "sha256": h} for w in worker_metrics
+                 for n, r, b, h in w.get("snapshot_parts", [])}
+    if snapshots:                # every one as written, numbered without a gap, none other there
+        from .integrity import verify_snapshots
+        verify_snapshots(os.path.join(job.output, "aggregate"), snapshots, final=True)
     summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=report.resumed_from,
                    hosts=list(tx.hosts), liveness_timeout_s=job.run.liveness_timeout_s,
                    checkpoints=report.checkpoints, topology=topo.name,
@@ -174,7 +179,8 @@ def _driver(job_path, overrides, tx, ctx):
     for r in ranks:
         write_json(os.path.join(mdir, f"rank-{r['rank']:04d}.json"), r)
     write_json(os.path.join(mdir, "summary.json"), summary)
-    write_json(os.path.join(job.output, "_SUCCESS"), {"results": summary["results"], "tuples": total, "parts": part_records})
+    write_json(os.path.join(job.output, "_SUCCESS"), {"results": summary["results"], "tuples": total, "parts": part_records,
+                                                          "snapshots": snapshots})
     _release(ctx)
     if not os.environ.get("MPI_JOIN_QUIET"):
         print(summary_table(summary), flush=True)

@@ -2,6 +2,7 @@
 strategy that promises an output order (splitjoin), whether the results were written in it; and
 for a run that aggregated online (an aggregate/ directory of snapshots), whether the final
 snapshot equals the aggregate of the oracle's results."""
+import json
 import os
 import re
 import time
@@ -84,9 +85,26 @@ def check_aggregate(results_path, job, arrays, expected):
     out = results_path if os.path.isdir(os.path.join(results_path, "aggregate")) else os.path.dirname(
         os.path.normpath(results_path))
     d = os.path.join(out, "aggregate")
+    done = os.path.join(out, "_SUCCESS")
+    recorded = None
+    if os.path.isfile(done):
+        try:
+            with open(done) as f:
+                recorded = json.load(f).get("snapshots")
+        except (OSError, ValueError, AttributeError):
+            raise InputError(f"{done}: cannot be read as the run's record") from None
+    if recorded:                 # the run recorded its snapshots: each as written, none missing
+        from .integrity import verify_snapshots
+        verify_snapshots(d, recorded, final=True)
     snaps = read_snapshots(d) if os.path.isdir(d) else []
     if not snaps:
         return None
+    numbers = [m.get("snapshot") for m, _ in snaps]
+    if numbers != list(range(len(snaps))):
+        gap = next(k for k, n in enumerate(numbers) if n != k)
+        return {"snapshots": len(snaps), "groups": snaps[-1][1].num_rows, "spec": snaps[-1][0].get("aggregate"),
+                "difference": f"{d}: aggregate snapshot {gap} is missing (snapshots are numbered 0 to "
+                              f"{numbers[-1]} without a gap)"}
     meta, table = snaps[-1]
     if not meta.get("final"):
         return {"snapshots": len(snaps), "groups": table.num_rows, "spec": meta.get("aggregate"),

@@ -75,8 +75,18 @@ def pytest_runtest_makereport(item, call):
         _spent[name] = _spent.get(name, 0.0) + call.duration
 
 
+def _full_suite(config):
+    """Budgets are for the whole suite: a tier (-m), a selection (-k) or some files say nothing
+    about them, and printing them there would only alarm."""
+    o = config.option
+    if o.markexpr or o.keyword:
+        return False
+    here = os.path.dirname(os.path.abspath(__file__))
+    return all(os.path.abspath(str(a)) in (here, os.path.dirname(here)) for a in config.args)
+
+
 def pytest_terminal_summary(terminalreporter):
-    if not _spent:
+    if not _spent or not _full_suite(terminalreporter.config):
         return
     terminalreporter.section("seconds per strategy (budget)")
     for name, spent in sorted(_spent.items()):

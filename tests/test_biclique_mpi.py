@@ -93,6 +93,69 @@ def test_sigkill_a_unit_then_resume_is_exactly_once(tmp_path):
     _verify_aggregate(path, job, snapshots_at_least=2)
 
 
+@pytest.fixture(scope="module")
+def crashed_aggregate(tmp_path_factory):
+    """A biclique run with an aggregate, killed (a unit) after two checkpoints: snapshots written."""
+    from test_checkpoint import kill_after_checkpoints
+    tmp = tmp_path_factory.mktemp("agg")
+    path, job, arrays = paced_checkpointed_job(tmp, "biclique", PRED["equi"], extra_strategy=f"{AGG}\nupdate_ms = 20")
+    p = kill_after_checkpoints(path, job.checkpoint.dir, ranks=6, victim=3, checkpoints=2, total=16000)
+    assert p.returncode != 0
+    return tmp, os.path.basename(path)
+
+
+def _agg_copy(crashed_aggregate, tmp_path):
+    import shutil
+    from mpi_join.config import load_job
+    src, name = crashed_aggregate
+    shutil.copytree(src, tmp_path / "j", symlinks=True)
+    path = str(tmp_path / "j" / name)
+    job = load_job(path)
+    snaps = sorted(f for f in os.listdir(os.path.join(job.output, "aggregate")) if f.startswith("snapshot-"))
+    assert len(snaps) >= 2, snaps
+    return path, job, os.path.join(job.output, "aggregate"), snaps
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted"])
+def test_damaged_snapshots_are_not_resumed_over(crashed_aggregate, tmp_path, damage):
+    """Issue: snapshots truncated before --resume: the resume exited 0 and wrote _SUCCESS with
+    them in place; every snapshot deleted: numbers 0-19 missing and verify said OK. Snapshots are
+    recorded in each checkpoint like result files. Checks: no checkpoint recording them is used
+    (one line naming a snapshot), no _SUCCESS."""
+    path, job, d, snaps = _agg_copy(crashed_aggregate, tmp_path)
+    for f in snaps:
+        if damage == "truncated":
+            with open(os.path.join(d, f), "r+b") as h:
+                h.truncate(os.path.getsize(os.path.join(d, f)) // 2)
+        else:
+            os.remove(os.path.join(d, f))
+    p = run_mpi(6, "run", path, "--resume", job.checkpoint.dir)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "no usable checkpoint" in p.stderr and "aggregate snapshot" in p.stderr and "snapshot-0000" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
+def test_a_resumed_aggregate_is_verified_and_a_gap_is_an_error(crashed_aggregate, tmp_path):
+    """After an untouched resume verify passes; then one snapshot deleted: verify refuses with
+    one line naming it (exit 2); with _SUCCESS gone too, the gap in the numbering still fails
+    verify (exit 1)."""
+    path, job, d, _ = _agg_copy(crashed_aggregate, tmp_path)
+    p = run_mpi(6, "run", path, "--resume", job.checkpoint.dir)
+    assert p.returncode == 0, p.stderr[-3000:]
+    _verify_aggregate(path, job, snapshots_at_least=2)
+    done = json.load(open(os.path.join(job.output, "_SUCCESS")))
+    assert len(done["snapshots"]) >= 2
+    victim = sorted(done["snapshots"])[1]
+    os.remove(os.path.join(d, victim))
+    v = run_cli("verify", job.output, "--job", path)
+    lines = [ln for ln in v.stderr.splitlines() if ln.strip()]
+    assert v.returncode == 2 and len(lines) == 1 and victim in lines[0] and "is missing" in lines[0], v.stderr
+    os.remove(os.path.join(job.output, "_SUCCESS"))
+    v = run_cli("verify", job.output, "--job", path)
+    assert v.returncode == 1 and "aggregate snapshot 1 is missing" in v.stdout + v.stderr, v.stdout + v.stderr
+
+
 def test_bench_fig6a_matrix_cells_hold_about_twice_what_biclique_units_hold(tmp_path, capsys):
     """4 join units: a 2 x 2 matrix cell holds half the volume, a biclique unit a quarter."""
     from mpi_join.biclique.bench_memory import run

@@ -60,10 +60,11 @@ class Checkpointer:
                                dict(p["attrs"], epoch=p["epoch"], input_offset=p["offset"]), p["cut"])
         recs = {n: {"rows": r, "bytes": b, "sha256": h} for a in p["acks"].values() for n, r, b, h in a.files}
         digests = {"0": digest, **{str(src): a.digest for src, a in p["acks"].items()}}
+        snaps = {n: {"rows": r, "bytes": b, "sha256": h} for a in p["acks"].values() for n, r, b, h in a.snapshots}
         ck.write_manifest(self.cfg.dir, cid, {
             "epoch": p["epoch"], "input_offset": p["offset"], "ranks": self.nranks, "fingerprint": self.fp,
             "cut": p["cut"], "rank_files": digests,
-            "committed_files": sorted(recs), "committed": recs,
+            "committed_files": sorted(recs), "committed": recs, "snapshots": snaps,
             "results": sum(r["rows"] for r in recs.values()), "input": self.input,
         })
         self.completed.append(cid)

@@ -127,7 +127,8 @@ class Worker:
         while any(self.credits.out.values()):     # acknowledgements of the last DATA may still be
             self._absorb_acks()                    # on their way; MPI_Finalize must not find them
         files = self.writer.close()
-        self.metrics.extra.update(result_files=len(files), result_parts=self.writer.file_records(), compiled_during_replay=Compiles.count - compiled,
+        self.metrics.extra.update(result_files=len(files), result_parts=self.writer.file_records(),
+                                  snapshot_parts=self.writer.snapshot_records(), compiled_during_replay=Compiles.count - compiled,
                                   **GcPauses.stats(),
                                   series=self.series, role=self.topo.role(self.rank), **self.module.stats(),
                                   **self.memory.summary())
@@ -415,7 +416,8 @@ class Worker:
             cut.arrays = {f"module/{k}": np.array(v, copy=True) for k, v in arrays.items()}
             cut.attrs = {"module": attrs, "epoch": m.epoch, "results": self.metrics.results,
                          "tuples_in": self.metrics.tuples_in, "sent": self.sent, "received": self.received,
-                         "file_records": self.writer.file_records()}
+                         "file_records": self.writer.file_records(),
+                         "snapshot_records": self.writer.snapshot_records()}
             self.cut = cut
             for d in self.down:
                 self.outbox[d].append(("ctrl", m))
@@ -435,7 +437,8 @@ class Worker:
                 arrays[f"channel/{k}/{s}"] = b
             chan.append(src)
         digest = ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan), c.marker.cut)
-        self.tx.send(DRIVER, Tag.CTRL, MarkerDone(c.marker.id, tuple(c.attrs["file_records"]), digest).encode())
+        self.tx.send(DRIVER, Tag.CTRL, MarkerDone(c.marker.id, tuple(c.attrs["file_records"]), digest,
+                                                          tuple(c.attrs["snapshot_records"])).encode())
 
     def _state_dtype(self, name, attrs):
         parts = name.split("/")
@@ -454,7 +457,7 @@ class Worker:
         m = self.metrics
         m.results, m.tuples_in = attrs["results"], attrs["tuples_in"]
         self.sent, self.received = attrs["sent"], attrs["received"]
-        self.writer.resume(attrs["file_records"])
+        self.writer.resume(attrs["file_records"], attrs["snapshot_records"])
         for k, src in enumerate(attrs.get("channel", [])):   # replay the recorded channel state, unacknowledged
             header = DataHeader.decode(arrays[f"channel/{k}/header"])
             batches = [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.link_dtypes[src])]
