@@ -14,6 +14,7 @@ are not signatures: someone who rewrites a file and its record alike is not dete
 import hashlib
 import json
 import os
+import re
 
 import numpy as np
 
@@ -83,11 +84,13 @@ def verify_part(path, rec, full=True, what="result part file"):
         check_file(path, rec, what)
 
 
+SNAPSHOT = re.compile(r"snapshot-(\d{6})\.parquet$")   # an aggregate snapshot's file name
+
+
 def verify_snapshots(directory, records, final=False):
     """The aggregate snapshots `records` ({name: rec}) in `directory`, each as written, numbered
     0, 1, ... without a gap (with `final`: every snapshot of a finished run, the last one
     final). Raises InputError naming the file."""
-    from .results import SNAPSHOT
     numbers = sorted(int(SNAPSHOT.fullmatch(n).group(1)) for n in records if SNAPSHOT.fullmatch(n))
     if len(numbers) != len(records):
         raise InputError(f"{directory}: a recorded aggregate snapshot has a name mpi-join does not write")

@@ -2,7 +2,6 @@
 import glob
 import json
 import os
-import re
 import time
 
 import numpy as np
@@ -10,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import InputError
+from .integrity import SNAPSHOT, file_sha256
 
 
 def result_dtype(stream_names):
@@ -103,7 +103,6 @@ class ResultWriter:
         path = os.path.join(d, f"snapshot-{number:06d}.parquet")
         pq.write_table(table, path + ".tmp")
         os.replace(path + ".tmp", path)
-        from .integrity import file_sha256
         self.snap_records[os.path.basename(path)] = {"rows": table.num_rows, "bytes": os.path.getsize(path),
                                                      "sha256": file_sha256(path)}
         if final:
@@ -131,7 +130,6 @@ class ResultWriter:
         return [[n, r["rows"], r["bytes"], r["sha256"]] for n, r in sorted(self.snap_records.items())]
 
 
-SNAPSHOT = re.compile(r"snapshot-(\d{6})\.parquet$")
 
 
 def read_snapshots(path):
@@ -168,7 +166,6 @@ def _write(chunks, names, path):
     tmp = path + ".tmp"
     pq.write_table(table, tmp, use_dictionary=False)
     os.replace(tmp, path)
-    from .integrity import file_sha256
     return os.path.basename(path), {"rows": table.num_rows, "bytes": os.path.getsize(path),
                                     "sha256": file_sha256(path)}
 
