@@ -180,8 +180,9 @@ class DirLock:
     another host that died). A stale lock is taken over with one line saying so; a live one
     refuses the second run with one line naming the holder."""
 
-    def __init__(self, directory, what, refresh=10.0, stale_after=120.0, say=None, name=LOCK):
+    def __init__(self, directory, what, refresh=10.0, stale_after=120.0, say=None, name=LOCK, subject=None):
         self.dir, self.what = directory, what
+        self.subject = subject or directory      # what the lock holds, as errors name it
         self.path = os.path.join(directory, name)
         self.refresh, self.stale_after = refresh, stale_after
         self.say = say or (lambda m: None)
@@ -209,7 +210,7 @@ class DirLock:
                 holder, why = self.holder()
                 if why is None:
                     h = holder or {}
-                    raise JobError(f"{self.what}: {self.dir} is in use by another run (host {h.get('host', '?')}, "
+                    raise JobError(f"{self.what}: {self.subject} is in use by another run (host {h.get('host', '?')}, "
                                    f"pid {h.get('pid', '?')}, started {h.get('started', '?')}; lock "
                                    f"{self.path}); wait for it to end or choose another directory")
                 if why != "being written" and self._take_over():

@@ -22,8 +22,7 @@ from .protocol import Tag
 
 _MAX_SLEEP = 0.002
 _MIN_SLEEP = 0.00002
-_ALIVE_OUT = np.zeros(8, np.uint8)
-_ALIVE_IN = np.zeros(8, np.uint8)
+_ALIVE_IN = np.zeros(8, np.uint8)      # a heartbeat: int64 1 when its sender was idle in recv, else 0
 _HEARD = {Tag.DATA: "a data batch", Tag.ACK: "an acknowledgement", Tag.CTRL: "a control record",
           Tag.STATE: "moved state", Tag.READY: "READY", Tag.DONE: "its final metrics", Tag.ALIVE: "a heartbeat"}
 
@@ -86,6 +85,8 @@ class Transport:
         self.hosts = None           # host of each rank (runtime.py gathers them at start)
         self.live = None
         self._next_tick = 0.0
+        self._idle = False          # in recv, waiting for a message: what heartbeats tell
+        self.busy_at = {}           # peer -> when a heartbeat last said it was at work
 
     # -- liveness -------------------------------------------------------------------------
     def enable_liveness(self, timeout_s):
@@ -104,10 +105,26 @@ class Transport:
     def _beat(self):
         reqs = []
         while not self._beat_stop.wait(self.live.beat_every):
+            beat = np.array([1 if self._idle else 0], np.int64).view(np.uint8)
             with self._beat_lock:
                 for p in sorted(self.live.beating):
-                    reqs.append(self.comm.Isend([_ALIVE_OUT, MPI.BYTE], dest=p, tag=Tag.ALIVE))
-            reqs = [r for r in reqs if not r.Test()]
+                    reqs.append((self.comm.Isend([beat, MPI.BYTE], dest=p, tag=Tag.ALIVE), beat))
+            reqs = [(r, b) for r, b in reqs if not r.Test()]
+
+    def _heard(self, src, tag, buf, now):
+        """A message or heartbeat from `src`: it is alive; a heartbeat also says whether it was
+        at work or idle in its message loop (answering a probe now and then is idle)."""
+        self.live.on_heard(src, _HEARD.get(tag, "a message"), now)
+        if tag == Tag.ALIVE and not buf[:8].view(np.int64)[0]:
+            self.busy_at[src] = now
+
+    def idle_for(self, peers):
+        """Seconds for which every heartbeat of every one of `peers` said it was idle, waiting in
+        its message loop (None without liveness)."""
+        if self.live is None or not peers:
+            return None
+        now = time.monotonic()
+        return min(now - self.busy_at.get(p, now) for p in peers)
 
     def close(self):
         """Stop the heartbeat thread (before MPI finalises)."""
@@ -119,6 +136,7 @@ class Transport:
         if self.live is not None:
             with self._beat_lock:
                 self.live.watch(peer, time.monotonic())
+            self.busy_at[peer] = time.monotonic()
 
     def stop_beating(self, peer):
         """No heartbeat reaches `peer` after this returns (call it before the message that lets
@@ -144,7 +162,7 @@ class Transport:
         while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=Tag.ALIVE, status=self._status):
             src = self._status.Get_source()
             self.comm.Recv([_ALIVE_IN, MPI.BYTE], source=src, tag=Tag.ALIVE)
-            live.on_heard(src, "a heartbeat", now)
+            self._heard(src, Tag.ALIVE, _ALIVE_IN, now)
         live.tick(now)
         quiet = live.silent(now)
         if quiet is None:
@@ -191,7 +209,7 @@ class Transport:
             self.bytes_in += n
             self.comm_s += time.perf_counter() - t
             if self.live is not None:
-                self.live.on_heard(src, _HEARD.get(tg, "a message"), time.monotonic())
+                self._heard(src, tg, buf, time.monotonic())
             if tg != Tag.ALIVE:
                 return src, Tag(tg), buf
 
@@ -222,13 +240,17 @@ class Transport:
             return msg
         t0 = time.perf_counter()
         sleep = _MIN_SLEEP
-        while True:
-            time.sleep(sleep)
-            msg = self.poll(source, tag)
-            if msg is not None or (timeout is not None and time.perf_counter() - t0 > timeout):
-                self.idle_s += time.perf_counter() - t0
-                return msg
-            sleep = min(sleep * 2, _MAX_SLEEP)
+        self._idle = True
+        try:
+            while True:
+                time.sleep(sleep)
+                msg = self.poll(source, tag)
+                if msg is not None or (timeout is not None and time.perf_counter() - t0 > timeout):
+                    self.idle_s += time.perf_counter() - t0
+                    return msg
+                sleep = min(sleep * 2, _MAX_SLEEP)
+        finally:
+            self._idle = False
 
     def flush(self):
         """Wait until every send has completed (before exiting or reusing buffers)."""

@@ -109,7 +109,7 @@ def test_two_collects_into_one_out_one_is_refused(run, tmp_path):
         assert lock.exists(), first.communicate()[1][-2000:]
         p, spark_modules = run_cli_no_spark(tmp_path, "collect", job.output, "--job", path, "--out", str(out))
         lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-        assert p.returncode == 2 and len(lines) == 1 and "in use by another" in lines[0], p.stderr
+        assert p.returncode == 2 and len(lines) == 1 and f"--out: {out} is in use by another run" in lines[0], p.stderr
         assert str(lock) in lines[0] and spark_modules == []
         o, e = first.communicate(timeout=300)
     finally:

@@ -13,24 +13,32 @@ from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, write
 SLOW = True
 
 
-def test_ctrl_c_stops_every_rank_with_one_line(tmp_path):
-    text = equi_job_text(('"50ms"', '"50ms"'), run='rate = 400\nflush_interval = "10ms"')
-    path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(1), 20000))
+def signal_while_running(cmd, job, send):
+    """Start `cmd` in a session of its own, call send(its pid) once its ranks have replayed for
+    2 s, and return (the finished process, its stderr)."""
     env = dict(os.environ, MPI_JOIN_QUIET="1")
-    p = subprocess.Popen([MPIEXEC, "-n", "3", *mpi_join_cmd("run", path)], env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    p = subprocess.Popen(cmd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
     try:
         deadline = time.time() + 60
         while not os.path.exists(os.path.join(job.output, ".mpi-join-run")) and time.time() < deadline:
             assert p.poll() is None, p.communicate()
             time.sleep(0.1)
         time.sleep(2.0)                               # ranks are replaying and joining
-        assert p.poll() is None, "the run ended before it could be interrupted"
-        os.killpg(p.pid, signal.SIGINT)               # what a terminal sends on Ctrl-C
-        out, err = p.communicate(timeout=30)
+        assert p.poll() is None, "the run ended before it could be stopped"
+        send(p.pid)
+        err = p.communicate(timeout=60)[1]
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
+    return p, err
+
+
+def test_ctrl_c_stops_every_rank_with_one_line(tmp_path):
+    text = equi_job_text(('"50ms"', '"50ms"'), run='rate = 400\nflush_interval = "10ms"')
+    path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(1), 20000))
+    p, err = signal_while_running([MPIEXEC, "-n", "3", *mpi_join_cmd("run", path)], job,
+                                  lambda pid: os.killpg(pid, signal.SIGINT))     # what a terminal sends on Ctrl-C
     assert p.returncode == 130, err
     assert not any(w in err for w in ("Traceback", "Abort", "failed")), err
     lines = [l for l in err.splitlines() if l.startswith("mpi-join")]
@@ -51,24 +59,8 @@ def test_a_signal_as_a_scheduler_sends_it_stops_every_rank_with_one_line(tmp_pat
     text = equi_job_text(('"50ms"', '"50ms"'), run='rate = 400\nflush_interval = "10ms"')
     text += '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 100000\n'
     path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(1), 20000))
-    env = dict(os.environ, MPI_JOIN_QUIET="1")
-    p = subprocess.Popen(mpi_join_cmd("run", "-n", "3", path), env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.time() + 60
-        while not os.path.exists(os.path.join(job.output, ".mpi-join-run")) and time.time() < deadline:
-            assert p.poll() is None, p.communicate()
-            time.sleep(0.1)
-        time.sleep(2.0)                               # ranks are replaying and joining
-        assert p.poll() is None, "the run ended before it could be stopped"
-        if how == "wrapper":
-            os.kill(p.pid, sig)
-        else:
-            os.killpg(p.pid, sig)
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    p, err = signal_while_running(mpi_join_cmd("run", "-n", "3", path), job,
+                                  lambda pid: os.kill(pid, sig) if how == "wrapper" else os.killpg(pid, sig))
     assert p.returncode == 128 + sig, (p.returncode, err)
     assert not any(w in err for w in ("Traceback", "Abort", "failed", "[mpiexec@")), err
     lines = [ln for ln in err.splitlines() if ln.startswith("mpi-join")]

@@ -151,7 +151,7 @@ class Driver:
         n = sum(len(x) for x in batches)
         for dest in dests:
             while self.credits.full(dest):
-                self._handle(*self.tx.recv())
+                self._handle(*self._recv())
             self.tx.send(dest, Tag.DATA, buf)
             self.sent += 1
             self.metrics.tuples_out += n
@@ -213,13 +213,27 @@ class Driver:
         for run.liveness_timeout means the job can never go on (a lost message, or restored
         state that does not belong to this run): it stops with one line instead of waiting
         forever."""
-        bound = self.job.run.liveness_timeout_s or None
         while not ready():
+            self._handle(*self._recv())
+
+    def _recv(self):
+        """The next message; a stall (see _stalled) stops the job with one line."""
+        bound = self.job.run.liveness_timeout_s or None
+        while True:
             msg = self.tx.recv(timeout=bound)
-            if msg is None:
-                raise JobError(f"rank 0: every rank is alive but nothing arrived for {bound:g} s while the run "
-                               f"waited for its workers; the job cannot go on (run.liveness_timeout)")
-            self._handle(*msg)
+            if msg is not None:
+                return msg
+            if self._stalled(bound):
+                raise JobError(f"rank 0: every rank is alive, but every worker has been idle, waiting for messages "
+                               f"that do not come, for {bound:g} s while the run waited for them; the job cannot go "
+                               f"on (run.liveness_timeout)")
+
+    def _stalled(self, bound):
+        """Every worker idle in its message loop for `bound` seconds (their heartbeats say so),
+        while this rank gets nothing it waits for: nothing can ever happen again. A worker busy
+        for a long time is not a stall."""
+        idle = self.tx.idle_for(self.workers)
+        return bound is not None and idle is not None and idle > bound
 
     def drain(self):
         while (msg := self.tx.poll()) is not None:
@@ -349,7 +363,7 @@ class Driver:
                 return
             if prev != (sent, got):
                 since = time.perf_counter()
-            elif bound is not None and time.perf_counter() - since > bound:
+            elif bound is not None and time.perf_counter() - since > bound and self._stalled(bound):
                 raise JobError(f"rank 0: the workers report {sent:,} DATA messages sent and {got:,} handled, unchanged "
                                f"for {bound:g} s; the job cannot end (a lost message, or a rank's restored state that "
                                f"does not belong to this run)")

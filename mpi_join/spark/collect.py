@@ -55,7 +55,7 @@ def collecting(job, run_dir, out, partial=False, overwrite=False):
     if local(out):
         target = real(out)
         lock = DirLock(os.path.dirname(target), "--out", name=f".{os.path.basename(target)}.mpi-join-collect.lock",
-                       say=lambda m: sys.stderr.write(m + "\n")).acquire()
+                       say=lambda m: sys.stderr.write(m + "\n"), subject=target).acquire()
     try:
         yield parts
     finally:
