@@ -46,6 +46,53 @@ def array_sha256(a):
     return h.hexdigest()
 
 
+def as_records(rows):
+    """{name: {"rows", "bytes", "sha256"}} of [[name, rows, bytes, sha256], ...], the form in
+    which ranks report and checkpoint the files they wrote."""
+    return {n: {"rows": r, "bytes": b, "sha256": h} for n, r, b, h in rows}
+
+
+def as_rows(records):
+    """The inverse of as_records, sorted by name."""
+    return [[n, r["rows"], r["bytes"], r["sha256"]] for n, r in sorted(records.items())]
+
+
+def no_success(run_dir):
+    """The error for a run without _SUCCESS, where a finished one is needed."""
+    return InputError(f"{run_dir}: no _SUCCESS: the run did not finish, so its results are partial; resume "
+                      f"it with --resume, or collect what there is with --partial")
+
+
+def success_record(text, where):
+    """A finished run's _SUCCESS (`text`, its content) as a dict; InputError naming `where`."""
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        rec = None
+    if not isinstance(rec, dict):
+        raise InputError(f"{where}: cannot be read as the run's record")
+    return rec
+
+
+def recorded_parts(rec, where):
+    """The part files a _SUCCESS record (success_record) lists: {name: {"rows", "bytes", "sha256"}}."""
+    parts = rec.get("parts")
+    if not isinstance(parts, dict):
+        raise InputError(f"{where}: does not record the run's part files (damaged, or written by an older "
+                         f"mpi-join); check the run with `mpi-join verify`, or collect with --partial")
+    return parts
+
+
+def check_names(recorded, present, rdir):
+    """The part files present in `rdir` must be those recorded: none missing, none added."""
+    missing, added = sorted(set(recorded) - set(present)), sorted(set(present) - set(recorded))
+    if missing:
+        raise InputError(f"{os.path.join(rdir, missing[0])}: result part file the run recorded is missing")
+    if added:
+        raise InputError(f"{os.path.join(rdir, added[0])}: result part file the run did not record (added or "
+                         f"copied after it ended); remove it")
+
+
 def file_records(directory, names):
     """{name: {"bytes", "sha256"}} of the files `names` in `directory`."""
     return {n: {"bytes": os.path.getsize(os.path.join(directory, n)),
@@ -107,6 +154,16 @@ def verify_snapshots(directory, records, final=False):
             raise InputError(f"{os.path.join(directory, extra[0])}: aggregate snapshot the run did not record")
 
 
+def read_success(path):
+    """The _SUCCESS file at `path` as a dict (success_record)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(64 << 20).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        raise InputError(f"{path}: cannot be read as the run's record") from None
+    return success_record(text, path)
+
+
 def check_recorded_parts(run_dir, partial=False):
     """The result part files of the finished run in `run_dir` (local), checked against what the
     run recorded in `_SUCCESS`: none missing, none added (a copy under a new name included),
@@ -121,23 +178,9 @@ def check_recorded_parts(run_dir, partial=False):
             part_rows(os.path.join(rdir, f))
         return [os.path.join(rdir, f) for f in present]
     if not os.path.isfile(done):
-        raise InputError(f"{run_dir}: no _SUCCESS: the run did not finish, so its results are partial; resume "
-                         f"it with --resume, or collect what there is with --partial")
-    try:
-        with open(done, "rb") as f:
-            rec = json.loads(f.read(64 << 20).decode("utf-8"))
-        parts = rec["parts"]
-        if not isinstance(parts, dict):
-            raise TypeError
-    except (OSError, ValueError, KeyError, TypeError):
-        raise InputError(f"{done}: does not record the run's part files (damaged, or written by an older "
-                         f"mpi-join); check the run with `mpi-join verify`, or collect with --partial") from None
-    missing, added = sorted(set(parts) - set(present)), sorted(set(present) - set(parts))
-    if missing:
-        raise InputError(f"{os.path.join(rdir, missing[0])}: result part file the run recorded is missing")
-    if added:
-        raise InputError(f"{os.path.join(rdir, added[0])}: result part file the run did not record (added or "
-                         f"copied after it ended); remove it")
+        raise no_success(run_dir)
+    parts = recorded_parts(read_success(done), done)
+    check_names(parts, present, rdir)
     for name, r in sorted(parts.items()):
         verify_part(os.path.join(rdir, name), r)
     return [os.path.join(rdir, n) for n in sorted(parts)]

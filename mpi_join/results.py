@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import InputError
-from .integrity import SNAPSHOT, file_sha256
+from .integrity import SNAPSHOT, as_records, as_rows, file_sha256
 
 
 def result_dtype(stream_names):
@@ -117,17 +117,16 @@ class ResultWriter:
         """Continue after a checkpoint whose committed files of this rank are `file_records` and
         `snapshot_records` (what file_records() and snapshot_records() gave at the cut, verified
         on resume)."""
-        self.records = {n: {"rows": r, "bytes": b, "sha256": h} for n, r, b, h in file_records}
-        self.snap_records = {n: {"rows": r, "bytes": b, "sha256": h} for n, r, b, h in snapshot_records}
+        self.records, self.snap_records = as_records(file_records), as_records(snapshot_records)
         self.files = [os.path.join(self.dir, n) for n in sorted(self.records)]
 
     def file_records(self):
         """[[name, rows, bytes, sha256]] of every file written so far (after a flush with wait)."""
-        return [[n, r["rows"], r["bytes"], r["sha256"]] for n, r in sorted(self.records.items())]
+        return as_rows(self.records)
 
     def snapshot_records(self):
         """[[name, rows, bytes, sha256]] of every aggregate snapshot written so far."""
-        return [[n, r["rows"], r["bytes"], r["sha256"]] for n, r in sorted(self.snap_records.items())]
+        return as_rows(self.snap_records)
 
 
 

@@ -78,9 +78,7 @@ def _interrupted(rank, ctx, signum):
     if ctx.get("stopping"):
         return
     ctx["stopping"] = True
-    if rank != 0:
-        _release(ctx)
-    else:
+    if rank == 0:
         output = ctx.get("output")
         where = ""
         if output:
@@ -162,10 +160,9 @@ def _driver(job_path, overrides, tx, ctx):
         r["host"] = tx.host(r["rank"])
     summary = summarize(ranks, report.wall_s, total)
     summary["results"], part_records = _verify_parts(job.output, ctx["kept"], worker_metrics, summary["results"])
-    snapshots = {n: {"rows": r, "bytes": b, "sha256": h} for w in worker_metrics
-                 for n, r, b, h in w.get("snapshot_parts", [])}
+    from .integrity import as_records, verify_snapshots
+    snapshots = as_records(row for w in worker_metrics for row in w.get("snapshot_parts", []))
     if snapshots:                # every one as written, numbered without a gap, none other there
-        from .integrity import verify_snapshots
         verify_snapshots(os.path.join(job.output, "aggregate"), snapshots, final=True)
     summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=report.resumed_from,
                    hosts=list(tx.hosts), liveness_timeout_s=job.run.liveness_timeout_s,
@@ -224,12 +221,9 @@ def _verify_parts(out, kept, workers, counted):
     must equal what the workers counted), and the files' records, which _SUCCESS keeps for
     `collect` to check."""
     from .errors import InputError
-    from .integrity import verify_part
+    from .integrity import as_records, verify_part
     rdir = os.path.join(out, "results")
-    records = dict(kept)
-    for w in workers:
-        for name, rows, size, sha in w.get("result_parts", []):
-            records[name] = {"rows": rows, "bytes": size, "sha256": sha}
+    records = dict(kept, **as_records(row for w in workers for row in w.get("result_parts", [])))
     present = {f for f in os.listdir(rdir) if _OWN["results"].fullmatch(f) and not f.endswith(".tmp")}
     stray = sorted(present - set(records))
     if stray:

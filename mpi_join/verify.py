@@ -2,7 +2,6 @@
 strategy that promises an output order (splitjoin), whether the results were written in it; and
 for a run that aggregated online (an aggregate/ directory of snapshots), whether the final
 snapshot equals the aggregate of the oracle's results."""
-import json
 import os
 import re
 import time
@@ -11,6 +10,7 @@ import numpy as np
 
 from .oracle import run_oracle
 from .errors import InputError
+from .integrity import read_success, verify_snapshots
 from .results import compare, read_results, read_snapshots, result_files
 from .staged import read_staged
 
@@ -86,15 +86,8 @@ def check_aggregate(results_path, job, arrays, expected):
         os.path.normpath(results_path))
     d = os.path.join(out, "aggregate")
     done = os.path.join(out, "_SUCCESS")
-    recorded = None
-    if os.path.isfile(done):
-        try:
-            with open(done) as f:
-                recorded = json.load(f).get("snapshots")
-        except (OSError, ValueError, AttributeError):
-            raise InputError(f"{done}: cannot be read as the run's record") from None
+    recorded = read_success(done).get("snapshots") if os.path.isfile(done) else None
     if recorded:                 # the run recorded its snapshots: each as written, none missing
-        from .integrity import verify_snapshots
         verify_snapshots(d, recorded, final=True)
     snaps = read_snapshots(d) if os.path.isdir(d) else []
     if not snaps:

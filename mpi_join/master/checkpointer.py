@@ -3,6 +3,7 @@ import secrets
 import time
 
 from .. import checkpoint as ck
+from ..integrity import as_records
 from ..protocol import Marker, Tag
 
 
@@ -58,9 +59,9 @@ class Checkpointer:
     def _finish(self, cid, p):
         digest = ck.write_rank(self.cfg.dir, cid, 0, p["arrays"],
                                dict(p["attrs"], epoch=p["epoch"], input_offset=p["offset"]), p["cut"])
-        recs = {n: {"rows": r, "bytes": b, "sha256": h} for a in p["acks"].values() for n, r, b, h in a.files}
+        recs = as_records(row for a in p["acks"].values() for row in a.files)
         digests = {"0": digest, **{str(src): a.digest for src, a in p["acks"].items()}}
-        snaps = {n: {"rows": r, "bytes": b, "sha256": h} for a in p["acks"].values() for n, r, b, h in a.snapshots}
+        snaps = as_records(row for a in p["acks"].values() for row in a.snapshots)
         ck.write_manifest(self.cfg.dir, cid, {
             "epoch": p["epoch"], "input_offset": p["offset"], "ranks": self.nranks, "fingerprint": self.fp,
             "cut": p["cut"], "rank_files": digests,

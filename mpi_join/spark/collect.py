@@ -7,6 +7,7 @@ import sys
 import time
 
 from ..errors import InputError
+from ..integrity import check_names, no_success, recorded_parts, success_record
 from . import fs
 
 PCTS = (0.5, 0.9, 0.99, 0.999)
@@ -63,22 +64,14 @@ def collecting(job, run_dir, out, partial=False, overwrite=False):
             lock.release()
 
 
-def _recorded_parts_remote(spark, run_dir):
+def _recorded_parts_remote(spark, run_dir, success):
     """A run's part files on another filesystem (hdfs://...), checked by name and size against
-    what the run recorded in _SUCCESS (the checksums are checked for local runs only)."""
+    what the run recorded in _SUCCESS (its text: `success`; the checksums are checked for local
+    runs only)."""
     rdir = f"{run_dir}/results"
-    text = fs.read_text(spark, f"{run_dir}/_SUCCESS")
-    try:
-        parts = json.loads(text)["parts"]
-        if not isinstance(parts, dict):
-            raise TypeError
-    except (TypeError, ValueError, KeyError):
-        raise InputError(f"{run_dir}/_SUCCESS: does not record the run's part files (damaged, or written by an "
-                         f"older mpi-join); collect with --partial") from None
+    parts = recorded_parts(success_record(success, f"{run_dir}/_SUCCESS"), f"{run_dir}/_SUCCESS")
     present = {u.rsplit("/", 1)[-1]: u for u in fs.list_files(spark, rdir) if u.endswith(".parquet")}
-    for name in sorted(set(parts) ^ set(present)):
-        what = "the run recorded is missing" if name in parts else "the run did not record (added or copied after it ended)"
-        raise InputError(f"{rdir}/{name}: result part file {what}")
+    check_names(parts, present, rdir)
     for u, size, _ in fs.file_stats(spark, [present[n] for n in sorted(parts)]):
         rec = parts[u.rsplit("/", 1)[-1]]
         if size != rec.get("bytes"):
@@ -102,15 +95,15 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     for name, d in (("the run's output directory", run_dir), ("the staged input", fs.qualify(job.staged))):
         if fs.overlap(out, d):
             raise InputError(f"--out {out}: overlaps {name} {d}; collect into a directory of its own")
-    succeeded = fs.read_text(spark, f"{run_dir}/_SUCCESS") is not None
+    success = fs.read_text(spark, f"{run_dir}/_SUCCESS")
+    succeeded = success is not None
     if not succeeded and not partial:
-        raise InputError(f"{run_dir}: no _SUCCESS: the run did not finish, so its results are partial; resume "
-                         f"it with --resume, or collect what there is with --partial")
+        raise no_success(run_dir)
     if fs.exists(spark, out) and fs.list_files(spark, out) and not fs.exists(spark, f"{out}/{MARKER}") and not overwrite:
         raise InputError(f"--out {out}: exists, is not empty and was not written by mpi-join collect; "
                          f"choose another directory or pass --overwrite to replace it")
     if parts is None:
-        parts = _recorded_parts_remote(spark, run_dir) if succeeded else \
+        parts = _recorded_parts_remote(spark, run_dir, success) if succeeded else \
             [f for f in fs.list_files(spark, f"{run_dir}/results") if f.endswith(".parquet")]
     if with_payload:
         from ..staged import check_manifest
