@@ -272,7 +272,10 @@ def latest_complete(root, job, nranks, say=None, results_dir=None):
 
 
 def _same_input(job, recorded, current):
-    """The staged input must be the one the checkpointed run read (names, sizes, SHA-256)."""
+    """The staged input must be the one the checkpointed run read (names, sizes, SHA-256); a
+    staged log may have grown since (batches are only ever appended)."""
+    from .staged import is_log, read_manifest
+    grows = is_log(read_manifest(job.staged))
     for s in job.streams:
         want, have = recorded.get(s.name, {}), current.get(s.name, {})
         d = os.path.join(job.staged, s.name)
@@ -280,6 +283,8 @@ def _same_input(job, recorded, current):
             if n not in have:
                 raise InputError(f"{os.path.join(d, n)}: the staged part file the checkpointed run read is gone; "
                                  f"the input changed since the checkpoint, so it cannot be resumed exactly once")
+            if n not in want and grows:
+                continue
             if n not in want:
                 raise InputError(f"{os.path.join(d, n)}: staged part file was not there when the checkpointed run "
                                  f"read its input; the input changed, so it cannot be resumed exactly once")

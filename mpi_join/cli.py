@@ -56,7 +56,9 @@ def main():
                    "committed are kept, later ones discarded and recomputed (exactly once).")
 @click.option("--overwrite", is_flag=True, help="Write into an existing non-empty output directory that no "
               "mpi-join run has used; only mpi-join's own files there are ever replaced.")
-def run(job, nprocs, output, staged, strategy, resume, overwrite):
+@click.option("--follow", is_flag=True, help="Tail a staged log (written by `stage --follow`): join its batches as "
+              "they are committed, until its end marker (README \"Live streams\").")
+def run(job, nprocs, output, staged, strategy, resume, overwrite, follow):
     """Run JOB (a TOML job file) on the MPI ranks of this launch.
 
     Rank 0 drives: it reads the staged input, replays the merged stream in seq order and sends it
@@ -99,7 +101,7 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
     overrides = {"output": output, "staged": staged, "strategy": strategy, "resume": resume}
     if nprocs is not None and not _under_mpi():
         args = ["run", job] + sum([[f"--{k}", v] for k, v in overrides.items() if v], []) + (
-            ["--overwrite"] if overwrite else [])
+            ["--overwrite"] if overwrite else []) + (["--follow"] if follow else [])
         from .launch import mpiexec_cmd, run as launch
         try:
             cmd = mpiexec_cmd(nprocs, args)
@@ -107,7 +109,28 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite):
             _fail(e)
         sys.exit(launch(cmd))
     from .runtime import run_rank
-    sys.exit(run_rank(job, dict(overrides, overwrite=overwrite)))
+    sys.exit(run_rank(job, dict(overrides, overwrite=overwrite, follow=follow)))
+
+
+def _stage_follow(job, out, master, conf, force, until, trigger):
+    from .spark.follow import follow, landing_dir
+    from .spark.session import spark_session
+    from .staged_log import until_ts
+    from .units import parse_duration_ns
+    every = parse_duration_ns(trigger, "--trigger") / 1e9
+    if until not in (None, "end"):
+        until_ts(until, job)
+    for s in job.streams:                           # before any JVM starts
+        if s.raw is None:
+            raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
+        landing_dir(s)
+    man = follow(spark_session(master, "mpi-join stage --follow", conf), job, out or job.staged, until=until,
+                 trigger=f"{max(every, 0.05):g} seconds", say=lambda m: click.echo(m, err=True), force=force)
+    q = man["quarantined"]
+    late = man["log"]["late"]
+    per = ", ".join(f"{k} {v['count']:,}" for k, v in man["streams"].items())
+    click.echo(f"staged {man['total']:,} tuples in {man['log']['batches']} batch(es) ({per}); quarantined "
+               f"{sum(q.values()):,}, of them late {sum(late.values()):,}; the log has ended")
 
 
 @main.command()
@@ -321,9 +344,16 @@ _CONF = click.option("--conf", multiple=True, metavar="KEY=VALUE", help="Extra S
               "settings, raw files unchanged).")
 @click.option("--allow-empty", is_flag=True, help="Stage a stream that ends up with no rows (all quarantined, or "
               "empty raw files) instead of refusing it.")
+@click.option("--follow", is_flag=True, help="Stage live: keep reading the files that land in each stream's "
+              "raw directory into an append-only staged log (README \"Live streams\").")
+@click.option("--until", default=None, metavar="end|TIME", help="With --follow: stop once the files present now "
+              "are staged ('end'), or once the watermark passes an event time (a number in the job's ts_unit, or "
+              "ISO-8601 text); then end the log. Default: run until Ctrl-C or SIGTERM.")
+@click.option("--trigger", "trigger", default="500ms", show_default=True, help="With --follow: how often Spark "
+              "looks for new files (a micro-batch at most this often).")
 @_MASTER
 @_CONF
-def stage(job_path, out, master, conf, overwrite, force, allow_empty):
+def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, until, trigger):
     """Stage the raw input of JOB with Spark into the staged layout.
 
     Each stream's `raw = { path, format, time, time_unit }` names its files (CSV, JSON lines or
@@ -336,9 +366,13 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty):
     from .safety import check_layout, job_dirs
     from .spark.session import spark_session
     from .spark.stage import precheck, small_input, stage as do_stage
+    if (until or trigger != "500ms") and not follow:
+        _fail(JobError("--until and --trigger go with --follow (live staging)"))
     try:
         job = load_job(job_path)
         check_layout(job_dirs(job, stage_out=out))     # before any JVM starts
+        if follow:
+            return _stage_follow(job, out, master, conf, force, until, trigger)
         man = precheck(job, out, force=force, overwrite=overwrite)
         if man is not None:
             click.echo(f"stage: {out or job.staged} is up to date (same settings, raw files unchanged); --force "

@@ -150,6 +150,7 @@ class Job:
     run: Run
     checkpoint: Checkpoint | None = None
     raw: dict = field(repr=False, compare=False, default=None)
+    allowed_lateness: int = 0     # ts units a live stream's row may arrive behind the newest (staged_log.py)
 
     @property
     def stream_names(self):
@@ -206,8 +207,10 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
         raise ConfigError(f"{path}: job.ts_unit: must be one of {', '.join(TS_UNITS)}, got {ts_unit!r}")
 
     inp = _table(raw, "input", path)
-    _no_unknown(inp, {"staged"}, "input.", path)
+    _no_unknown(inp, {"staged", "allowed_lateness"}, "input.", path)
     staged = overrides.get("staged") or _str(inp, "staged", "input.", path)
+    lateness = ns_to_ts(_duration(inp.get("allowed_lateness", "1s"), "input.allowed_lateness", path, lo_ns=0),
+                        ts_unit)
     out = _table(raw, "output", path)
     _no_unknown(out, {"dir"}, "output.", path)
     output = overrides.get("output") or _str(out, "dir", "output.", path)
@@ -220,7 +223,8 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     strategy = _strategy(raw, path, overrides)
     run = _run(raw, path)
     ckpt = _checkpoint(raw, path, base, overrides)
-    job = _staged_widths(Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, ckpt, raw))
+    job = _staged_widths(Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, ckpt, raw,
+                             lateness))
     from .strategies import check_strategy
     job = check_strategy(job)
     try:

@@ -125,7 +125,8 @@ def _driver(job_path, overrides, tx, ctx):
             resume = (root, cid)
         progress = Progress(0, enabled=job.run.progress)
         tx.enable_liveness(job.run.liveness_timeout_s)
-        driver = Driver(job, tx, topo, info.load_role("driver"), metrics, progress, resume)
+        driver = Driver(job, tx, topo, info.load_role("driver"), metrics, progress, resume,
+                        follow=bool(overrides.get("follow")))
         if job.checkpoint is not None:
             from .staged import hash_input, staged_files
             driver.ckpt.input = staged_files(job, driver.manifest) or hash_input(job)
@@ -143,17 +144,21 @@ def _driver(job_path, overrides, tx, ctx):
         sys.stderr.write(f"mpi-join: error: {err}\n")
         return 2
     from .sanity import warnings
-    for w in warnings(job, driver.manifest):
+    from .staged import is_log
+    growing = is_log(driver.manifest) and not driver.manifest["log"].get("ended")
+    for w in ([] if growing and overrides.get("follow") else warnings(job, driver.manifest)):
         sys.stderr.write(f"mpi-join: warning: {w}\n")
+    if growing and not overrides.get("follow"):
+        sys.stderr.write(f"mpi-join: warning: the staged log {job.staged} has not ended: this run joins the "
+                         f"{driver.total:,} tuples committed so far; `run --follow` follows it to its end\n")
     for r in range(1, tx.size):
         tx.watch(r)                      # every worker must be heard from (liveness.py)
-    total = driver.total
     if resume:
         sys.stderr.write(f"mpi-join: resuming from checkpoint {resume[1]} in {resume[0]} "
                          f"at input offset {driver.resumed_from['input_offset']:,}\n")
-        total -= driver.resumed_from["input_offset"]
     progress.total = driver.total      # the progress line counts released tuples from seq 0, resumed or not
     report = driver.run()
+    total = driver.total - (driver.resumed_from["input_offset"] if resume else 0)   # a followed log grew
     worker_metrics = report.workers
     ranks = [metrics.to_dict(tx)] + worker_metrics
     for r in ranks:

@@ -75,17 +75,34 @@ def with_string_widths(job, man):
     return dataclasses.replace(job, streams=tuple(streams))
 
 
-def stream_files(staged, stream):
+def stream_files(staged, stream, man=None):
+    """The part files of one stream: those on disk, or for a staged log (`man`: its manifest, read
+    once by the caller so that every stream is read at the same commit) the committed ones."""
     d = os.path.join(staged, stream)
     if not os.path.isdir(staged):
         raise InputError(f"{staged}: staged input directory not found; stage the raw input with "
                          f"`mpi-join stage JOB` first")
     if not os.path.isdir(d):
         raise InputError(f"{d}: no staged data for stream '{stream}' (expected {d}/part-*.parquet)")
-    files = [os.path.join(d, n) for n in part_names(d)]
-    if not files:
+    if man is None:
+        man = read_manifest(staged)
+    files = [os.path.join(d, n) for n in committed_names(man, stream, d)]
+    if not files and not is_log(man):
         raise InputError(f"{d}: no Parquet part files for stream '{stream}'")
     return files
+
+
+def is_log(man):
+    """Is this manifest a staged log's (staged_log.py), grown batch by batch?"""
+    return isinstance(man, dict) and isinstance(man.get("log"), dict)
+
+
+def committed_names(man, stream, d):
+    """A stream's part file names: the manifest's for a log (a batch being written is not yet
+    listed), else every part file in its folder `d`."""
+    if is_log(man):
+        return sorted((man.get("files") or {}).get(stream, {}))
+    return part_names(d)
 
 
 def part_names(d):
@@ -99,23 +116,31 @@ class StreamReader:
     Parquet statistics); rows must be in seq order within the stream, checked as they are read.
     `seek(seq)` skips whole row groups before `seq` using their statistics, without reading them."""
 
-    def __init__(self, staged, stream, chunk_rows=65536):
+    def __init__(self, staged, stream, chunk_rows=65536, man=None):
         self.stream, self.chunk_rows = stream, chunk_rows
         self.parts = []                  # (file, ParquetFile, [(row group, rows, seq min, seq max)])
-        for f in stream_files(staged, stream.name):
-            try:
-                pf = pq.ParquetFile(f, buffer_size=1 << 20, pre_buffer=False)
-            except Exception as e:  # noqa: BLE001 - a damaged file is the user's to see
-                raise InputError(f"{f}: cannot read Parquet: {e}") from None
-            _check_schema(f, pf.schema_arrow, stream)
-            self.parts.append((f, pf, _row_groups(f, pf)))
-        self.parts.sort(key=lambda p: (p[2][0][2] if p[2] and p[2][0][2] is not None else 2 ** 62, p[0]))
-        self.count = sum(rg[1] for p in self.parts for rg in p[2])
+        self.count = 0
+        self.add(stream_files(staged, stream.name, man))
         self._it = None
         self._pos = (0, 0)               # next (part, row group) to open
         self._skip = -1                  # drop rows with seq below this (after a seek)
         self._last = (-1, None, 0)       # last seq read, its file and row (order checks)
         self._row = 0                    # rows read from the current file so far
+
+    def add(self, files):
+        """Read these part files too (a log's newly committed batches: their seqs follow every
+        file's already added, so they go at the end)."""
+        new = []
+        for f in files:
+            try:
+                pf = pq.ParquetFile(f, buffer_size=1 << 20, pre_buffer=False)
+            except Exception as e:  # noqa: BLE001 - a damaged file is the user's to see
+                raise InputError(f"{f}: cannot read Parquet: {e}") from None
+            _check_schema(f, pf.schema_arrow, self.stream)
+            new.append((f, pf, _row_groups(f, pf)))
+        new.sort(key=lambda p: (p[2][0][2] if p[2] and p[2][0][2] is not None else 2 ** 62, p[0]))
+        self.parts += new
+        self.count += sum(rg[1] for p in new for rg in p[2])
 
     def seek(self, seq):
         """Continue at the first row with seq >= `seq`; row groups wholly before it are skipped."""
@@ -219,6 +244,16 @@ class Prefetched:
         self._settle()
         self.reader.seek(seq)
 
+    def add(self, files):
+        """More part files (a log's new commits): the read in flight, if any, is kept, unless it
+        found the end, which is now further on."""
+        if self._ahead is not None:
+            self._ahead.exception()
+            if self._ahead.result() is None:
+                self._ahead = None
+        self.reader.add(files)
+        self.count = self.reader.count
+
     def count_before(self, offset):
         self._settle()
         return self.reader.count_before(offset)
@@ -228,6 +263,57 @@ class Prefetched:
         if self._ahead is not None:
             a, self._ahead = self._ahead, None
             a.exception()
+
+
+class LogTail:
+    """Rank 0's view of a staged log it follows: which committed part files it has not read yet,
+    the event-time frontier (no later tuple is older) and whether the log has ended. A look
+    costs a stat of the manifest; it is read again only when it changed."""
+
+    interval = 0.02
+
+    def __init__(self, staged, man, names):
+        if not is_log(man):
+            raise InputError(f"{os.path.join(staged, MANIFEST)}: not a staged log; --follow tails a log written by "
+                             f"`mpi-join stage --follow JOB` (this input was staged at rest: run it without --follow)")
+        self.staged = staged
+        self.known = {n: set(man["files"].get(n, {})) for n in names}
+        self.records = {n: dict(man["files"].get(n, {})) for n in names}   # {stream: {part: {bytes, sha256}}}
+        self.ended = bool(man["log"].get("ended"))
+        self.frontier = self._frontier(man)
+        self._stat = None
+
+    @staticmethod
+    def _frontier(man):
+        ts = [st["ts_max"] for st in man["streams"].values() if st.get("ts_max") is not None]
+        return max(ts) if ts else int(NEG_TS)
+
+    def poll(self):
+        """[new part files per stream, in the manifest's stream order], or None when nothing changed."""
+        p = os.path.join(self.staged, MANIFEST)
+        try:
+            st = os.stat(p)
+        except OSError:
+            return None
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if key == self._stat:
+            return None
+        self._stat = key
+        man = check_structure(read_manifest(self.staged), p)
+        if not is_log(man):
+            raise InputError(f"{p}: the staged log was replaced by input staged at rest while it was followed")
+        new = []
+        for n in self.known:
+            names = sorted(set(man["files"].get(n, {})) - self.known[n])
+            self.known[n].update(names)
+            self.records[n].update({x: man["files"][n][x] for x in names})
+            new.append([os.path.join(self.staged, n, x) for x in names])
+        self.frontier = max(self.frontier, self._frontier(man))
+        self.ended = bool(man["log"].get("ended"))
+        return new
+
+
+NEG_TS = -(2 ** 62)
 
 
 class ArrayReader:
@@ -268,9 +354,9 @@ def _row_groups(f, pf):
     return out
 
 
-def read_stream(staged, stream):
+def read_stream(staged, stream, man=None):
     """Read one stream's staged rows as a structured array sorted by seq (validated)."""
-    r = StreamReader(staged, stream)
+    r = StreamReader(staged, stream, man=man)
     parts = []
     while (c := r.next_chunk()) is not None:
         parts.append(c)
@@ -312,8 +398,8 @@ def _check_schema(f, schema, stream):
 def read_staged(job):
     """Read and validate every stream of a job; returns arrays in job stream order (all in memory:
     for single-process tools; a run's driver reads incrementally through master/source.py)."""
-    staged_manifest(job)
-    arrays = [read_stream(job.staged, s) for s in job.streams]
+    man = staged_manifest(job)
+    arrays = [read_stream(job.staged, s, man) for s in job.streams]
     OrderCheck(job).check(arrays)
     return arrays
 
@@ -434,7 +520,7 @@ def staged_files(job, man):
     for s in job.streams:
         d = os.path.join(job.staged, s.name)
         want = files.get(s.name, {})
-        have = set(part_names(d))
+        have = set(part_names(d)) if not is_log(man) else set(part_names(d)) & set(want)
         for n in sorted(set(want) - have):
             raise InputError(f"{os.path.join(d, n)}: staged part file listed in the manifest is missing; stage again")
         for n in sorted(have - set(want)):
@@ -452,7 +538,9 @@ def hash_input(job, staged=None):
     the job's staged input) now."""
     from .integrity import file_records
     staged = staged or job.staged
-    return {s.name: file_records(os.path.join(staged, s.name), part_names(os.path.join(staged, s.name)))
+    man = read_manifest(staged) if os.path.isdir(staged) else None
+    return {s.name: file_records(os.path.join(staged, s.name),
+                                 committed_names(man, s.name, os.path.join(staged, s.name)))
             for s in job.streams}
 
 

@@ -99,14 +99,15 @@ class RunReport:
 
 
 class Driver:
-    def __init__(self, job, tx, topology, router_cls, metrics, progress, resume=None):
+    def __init__(self, job, tx, topology, router_cls, metrics, progress, resume=None, follow=False):
         self.job, self.tx, self.topo, self.metrics, self.progress = job, tx, topology, metrics, progress
         self.workers = topology.workers
         self.entries = topology.entries()
         self.router = router_cls(job, topology, self)
         man = self.manifest = staged_manifest(job)
         counts = [man["streams"][s.name]["count"] for s in job.streams]
-        self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts)
+        self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts, man=man,
+                             follow=follow)
         self.credits = Credits(self.entries, job.run.max_inflight)
         self.msg_no = 0                    # DATA messages made (a fan-out is one)
         self.route_epoch = 0               # one more per state move begun (DataHeader.epoch)
@@ -235,6 +236,13 @@ class Driver:
         idle = self.tx.idle_for(self.workers)
         return bound is not None and idle is not None and idle > bound
 
+    def _idle(self):
+        """While a followed log has nothing new: handle messages, finish moves, show progress."""
+        self.drain()
+        self._finish_moves()
+        self.progress.total = self.source.total
+        self.progress.update(self.source.released, sum(self.results.values()))
+
     def drain(self):
         while (msg := self.tx.poll()) is not None:
             self._handle(*msg)
@@ -272,8 +280,12 @@ class Driver:
         self.t_replay = time.perf_counter()
         self.metrics.start_clock(self.tx)
         slots, slot = self.router.slots, 0
-        released_at, step = [], max(1, self.source.total // 20)   # (tuples released, s): 20 samples
+        # (tuples released, s): 20 samples; a followed log's length is not known in advance
+        released_at, step = [], max(1, self.source.total // 20) if self.source.tail is None else 1 << 16
         while not self.source.done:
+            if not self.source.wait_for_input(self._idle):
+                continue
+            self.progress.total = self.source.total
             batches = self.source.next_epoch()
             self._watch_overload()
             self.metrics.tuples_in += sum(len(b) for b in batches)
@@ -334,6 +346,8 @@ class Driver:
     def _cut(self):
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving."""
         self._settle()
+        if self.source.tail is not None:      # a followed log: the part files read so far, as committed
+            self.ckpt.input = self.source.tail.records
         arrays, attrs = self.router.snapshot()
         self.ckpt.cut(self.epoch - 1, self.source.released, {f"router/{k}": v for k, v in arrays.items()},
                       {"router": attrs, "tuples_out": self.metrics.tuples_out, "sent": self.sent})

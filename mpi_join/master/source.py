@@ -13,17 +13,21 @@ import numpy as np
 
 from ..errors import InputError
 from ..schema import SEQ, TS
-from ..staged import ArrayReader, OrderCheck, Prefetched, StreamReader
+from ..staged import ArrayReader, LogTail, OrderCheck, Prefetched, StreamReader
 from ..window import NEG_INF, POS_INF, runtime_dtype
 
 
 class Source:
-    def __init__(self, job, annotate=None, slots=1, chunk_rows=65536, counts=None, arrays=None):
-        """`arrays`: replay these in-memory streams instead of the staged files (tests, tools)."""
+    def __init__(self, job, annotate=None, slots=1, chunk_rows=65536, counts=None, arrays=None, man=None,
+                 follow=False):
+        """`arrays`: replay these in-memory streams instead of the staged files (tests, tools).
+        `man`: the staged manifest the run read (a log is read at that commit); `follow`: tail the
+        staged log, releasing batches as they are committed, until its end marker."""
         self.job = job
         self.M = len(job.streams)
-        self.readers = ([Prefetched(StreamReader(job.staged, s, chunk_rows)) for s in job.streams] if arrays is None else
-                        [ArrayReader(a, chunk_rows) for a in arrays])
+        self.readers = ([Prefetched(StreamReader(job.staged, s, chunk_rows, man)) for s in job.streams]
+                        if arrays is None else [ArrayReader(a, chunk_rows) for a in arrays])
+        self.tail = LogTail(job.staged, man, [s.name for s in job.streams]) if follow else None
         self.windows = [s.window for s in job.streams]
         self.dtypes = [runtime_dtype(s.dtype, self.M) for s in job.streams]
         self.annotate = annotate                 # annotate(batch, stream) fills strategy columns
@@ -46,7 +50,27 @@ class Source:
 
     @property
     def done(self):
-        return self.released >= self.total
+        return self.released >= self.total and (self.tail is None or self.tail.ended)
+
+    def wait_for_input(self, idle):
+        """Following a log: block until tuples beyond those released are committed (True) or the
+        log has ended (False), calling `idle()` between looks (the driver handles its messages);
+        the look is a stat of the manifest every few ms, so a waiting rank 0 uses no core."""
+        if self.tail is None or self.released < self.total:
+            return True
+        while True:
+            files = self.tail.poll()
+            if files is not None:
+                for r, f in zip(self.readers, files):
+                    r.add(f)
+                self.total = sum(r.count for r in self.readers)
+                self._eof = [False] * self.M
+                if self.released < self.total:
+                    return True
+            if self.tail.ended:
+                return False
+            idle()
+            time.sleep(self.tail.interval)
 
     # -- reading ----------------------------------------------------------------------------
     def _fill(self, k, end):
@@ -154,7 +178,8 @@ class Source:
         for k in range(self.M):
             self._fill(k, self.released)
             b = self._buf[k]
-            nxt.append(int(b[TS][0]) if len(b) else None)
+            # a log still growing: a tuple not committed yet has ts >= every committed ts
+            nxt.append(int(b[TS][0]) if len(b) else self.tail.frontier if self.tail and not self.tail.ended else None)
         out = []
         for j, w in enumerate(self.windows):
             others = [t for k, t in enumerate(nxt) if k != j and t is not None]

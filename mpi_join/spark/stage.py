@@ -303,12 +303,7 @@ def _read_stream(spark, s, files):
             schema = StructType([StructField(c, StringType()) for c in header] + [StructField("_corrupt", StringType())])
             # read as ISO-8859-1 (one character per byte), so that invalid UTF-8 is seen as it is
             # (a UTF-8 read turns every bad byte into U+FFFD, and two different keys would join)
-            df = (spark.read.option("header", s.raw.header).option("sep", s.raw.delimiter)
-                  .option("encoding", "ISO-8859-1")
-                  .option("quote", '"').option("escape", '"').option("multiLine", True)
-                  .option("nullValue", "\\N").option("emptyValue", "")
-                  .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", "_corrupt")
-                  .schema(schema).csv(f))
+            df = csv_options(spark.read, s).schema(schema).csv(f)
         elif s.raw.format == "json":
             df = spark.read.json(f)
         else:
@@ -367,6 +362,16 @@ def _utf8(df, cols, fmt):
                    .alias(c) if fmt == "csv" else F.col(c))
     rest = [F.col(c) for c in df.columns if c not in cols]
     return df.select(*out, *rest, (F.concat_ws("; ", *bad) if bad else F.lit("")).alias("_bad_utf8"))
+
+
+def csv_options(reader, s):
+    """A CSV reader (batch or streaming) as staging reads: RFC 4180 quoting, ISO-8859-1 bytes,
+    bad rows into _corrupt."""
+    return (reader.option("header", s.raw.header).option("sep", s.raw.delimiter)
+            .option("encoding", "ISO-8859-1")
+            .option("quote", '"').option("escape", '"').option("multiLine", True)
+            .option("nullValue", "\\N").option("emptyValue", "")
+            .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", "_corrupt"))
 
 
 def _csv_header(spark, s, f):

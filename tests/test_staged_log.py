@@ -1,0 +1,161 @@
+"""The staged log without Spark: the watermark step, atomic commits, restarts and what readers see."""
+import json
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from mpi_join.config import load_job
+from mpi_join.errors import JobError
+from mpi_join.oracle import run_oracle
+from mpi_join.staged import LogTail, read_staged
+from mpi_join.staged_log import LOG, LogWriter, advance, order, waiting_dtype
+
+JOB = """
+[job]
+ts_unit = "ms"
+[input]
+staged = "staged"
+allowed_lateness = "{lateness}"
+[output]
+dir = "out"
+[streams.R]
+schema = {{ k = "int32", v = "float64" }}
+window = "50ms"
+[streams.S]
+schema = {{ k = "int32", v = "float64" }}
+window = "50ms"
+[predicate]
+equi = [["R.k", "S.k"]]
+[strategy]
+name = "hash"
+"""
+
+
+def _job(tmp_path, lateness="10ms"):
+    p = tmp_path / "job.toml"
+    p.write_text(JOB.format(lateness=lateness))
+    return load_job(str(p))
+
+
+def _rows(job, k, ts, src=0, rec0=1):
+    w = np.zeros(len(ts), waiting_dtype(job.streams[k]))
+    w["ts"] = ts
+    w["k"] = np.arange(len(ts)) % 3
+    w["v"] = np.arange(len(ts), dtype=float)
+    w["_src"] = src
+    w["_rec"] = np.arange(rec0, rec0 + len(ts))
+    return w
+
+
+def test_advance_holds_rows_until_every_streams_watermark_passes_them(tmp_path):
+    job = _job(tmp_path)
+    empty = [np.zeros(0, waiting_dtype(s)) for s in job.streams]
+    # only R has spoken: S may still send anything, so nothing is released
+    rel, late, keep, seen, front, bound = advance(empty, [_rows(job, 0, [5, 30, 12]), empty[1]], [None, None],
+                                                  None, 10)
+    assert [len(r) for r in rel] == [0, 0] and len(keep[0]) == 3 and seen == [30, None] and front is None
+    # S up to 25: the watermark is min(30, 25) - 10 = 15
+    rel, late, keep, seen, front, bound = advance(keep, [empty[0], _rows(job, 1, [25, 8])], seen, front, 10)
+    assert bound == 15 and sorted(rel[0]["ts"]) == [5, 12] and rel[1]["ts"].tolist() == [8] and front == 12
+    assert keep[0]["ts"].tolist() == [30] and keep[1]["ts"].tolist() == [25]
+    # a row older than the frontier is late; one at the frontier is not
+    rel, late, keep, seen, front, bound = advance(keep, [_rows(job, 0, [11, 12, 40]), empty[1]], seen, front, 10)
+    assert late[0]["ts"].tolist() == [11] and rel[0]["ts"].tolist() == [12]   # bound min(40, 25) - 10 = 15
+    assert sorted(keep[0]["ts"]) == [30, 40] and front == 12
+    # `until` caps the release; flush releases everything
+    rel, late, keep, seen, front, bound = advance(keep, [empty[0], _rows(job, 1, [90])], seen, front, 10, until=28)
+    assert bound == 28 and rel[0]["ts"].tolist() == [] and rel[1]["ts"].tolist() == [25]   # not min(40, 90) - 10
+    rel, late, keep, seen, front, bound = advance(keep, empty, seen, front, 0, flush=True)
+    assert sorted(np.concatenate([rel[0]["ts"], rel[1]["ts"]]).tolist()) == [30, 40, 90] and not any(map(len, keep))
+
+
+def test_order_numbers_by_event_time_stream_file_record(tmp_path):
+    job = _job(tmp_path)
+    r = _rows(job, 0, [5, 5, 3])
+    r["_src"] = [1, 0, 0]
+    r["_rec"] = [1, 9, 2]
+    s = _rows(job, 1, [5, 3])
+    out = order([r, s], ["b.csv", "a.csv"], 100)
+    # ts 3: R (b.csv rec 2) then S; ts 5: R a.csv rec 1 (v 0; a.csv < b.csv), R b.csv rec 9 (v 1), then S
+    assert out[0]["seq"].tolist() == [100, 102, 103] and out[0]["ts"].tolist() == [3, 5, 5]
+    assert out[0]["v"].tolist() == [2.0, 0.0, 1.0]
+    assert out[1]["seq"].tolist() == [101, 104]
+    assert "_src" not in out[0].dtype.names
+
+
+def _commit(w, job, b, r_ts, s_ts, src="f.csv"):
+    return w.commit(b, [_rows(job, 0, r_ts), _rows(job, 1, s_ts)], [src])
+
+
+def test_log_commits_a_valid_prefix_each_batch_and_quarantines_late_rows(tmp_path):
+    job = _job(tmp_path)
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    rng = np.random.default_rng(3)
+    sent = {0: [], 1: []}
+    for b in range(6):
+        r = (b * 40 + rng.integers(0, 40, 30)).tolist()
+        s = (b * 40 + rng.integers(0, 40, 25)).tolist()
+        if b == 3:
+            r.append(5)                            # far behind what was written: late
+        sent[0] += r
+        sent[1] += s
+        _commit(w, job, b, r, s)
+        R, S = read_staged(job)                    # every committed prefix passes the staged checks
+        man = json.loads((tmp_path / "staged/_manifest.json").read_text())
+        assert len(R) + len(S) == man["total"]
+    w.end("test")
+    R, S = read_staged(job)
+    man = json.loads((tmp_path / "staged/_manifest.json").read_text())
+    late = pq.read_table(str(tmp_path / "staged/_quarantine/R")).to_pylist()
+    assert man["log"]["late"] == {"R": len(late), "S": 0} and len(late) >= 1
+    assert any(x["ts"] == 5 and x["reason"].startswith("late by ") and x["file"] == "f.csv" for x in late)
+    # nothing lost, nothing twice: staged + late = sent
+    assert sorted(R["ts"].tolist() + [x["ts"] for x in late]) == sorted(sent[0])
+    assert sorted(S["ts"].tolist()) == sorted(sent[1])
+    assert man["log"]["ended"]["reason"] == "test" and os.path.exists(tmp_path / "staged" / LOG / "end.json")
+    # the oracle reads it as it reads a staged directory
+    assert len(run_oracle(job, [R, S])) > 0
+
+
+def test_restart_continues_skips_a_replayed_batch_and_sweeps_a_half_written_one(tmp_path):
+    job = _job(tmp_path)
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    _commit(w, job, 0, [1, 2, 30], [3, 40])
+    waiting = sum(len(p) for p in w.pending)
+    assert waiting == 2                             # 30 and 40 are above the watermark min(30, 40) - 10
+    # a batch killed before its commit: its part file is on disk, not in the manifest
+    stray = tmp_path / "staged/R/part-b000001.parquet"
+    stray.write_bytes(b"half")
+    assert len(read_staged(job)[0]) == 2            # readers do not see it
+    w2 = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    assert not stray.exists() and sum(len(p) for p in w2.pending) == waiting
+    assert _commit(w2, job, 0, [1, 2, 30], [3, 40]) is None      # Spark replays batch 0: already in the log
+    _commit(w2, job, 1, [50], [60])
+    w2.end("done")
+    R, S = read_staged(job)
+    assert sorted(R["ts"].tolist()) == [1, 2, 30, 50] and sorted(S["ts"].tolist()) == [3, 40, 60]
+    with pytest.raises(JobError, match="the log has ended"):
+        LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    with pytest.raises(JobError, match="other settings"):
+        (tmp_path / "staged/_manifest.json").write_text(
+            (tmp_path / "staged/_manifest.json").read_text().replace('"ended": {', '"ended_": {'))
+        LogWriter(job, job.staged, job.allowed_lateness, {"x": 2})
+
+
+def test_tail_sees_new_commits_and_the_end(tmp_path):
+    job = _job(tmp_path)
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    _commit(w, job, 0, [1, 2], [3])
+    man = json.loads((tmp_path / "staged/_manifest.json").read_text())
+    tail = LogTail(job.staged, man, ["R", "S"])
+    assert tail.poll() is not None or True          # the first look reads the manifest
+    assert tail.poll() is None                      # unchanged: no read
+    _commit(w, job, 1, [30, 40], [35])
+    new = tail.poll()
+    assert new is not None and not tail.ended
+    w.end("done")
+    new2 = tail.poll()
+    assert tail.ended and sum(len(x) for x in new + new2) >= 2
+    assert tail.frontier == 40
