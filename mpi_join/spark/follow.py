@@ -214,27 +214,38 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
     say(f"stage --follow: watching {', '.join(landing_dir(s) for s in job.streams)} -> {out}"
         + (" (until the files present are staged)" if until == "end" else
            f" (until event time {cap})" if cap is not None else " (Ctrl-C or SIGTERM ends the log)"))
+    failed = None
     try:
-        while q.isActive:
-            q.awaitTermination(0.25)
+        while True:
+            try:
+                if not q.isActive:
+                    break
+                q.awaitTermination(0.25)
+            except Exception:  # noqa: BLE001 - the JVM is gone (a SIGTERM to the whole group)
+                if state["signal"] is None:
+                    raise
+                break
             if state["signal"] is not None or state["error"] is not None:
                 break
             wm = writer.log.get("watermark")
             if cap is not None and wm is not None and wm >= cap:
                 break
     finally:
-        with lock:
+        with lock:                       # a micro-batch in flight commits first; none starts after
             state["stopping"] = True
         try:
+            failed = q.exception() if state["signal"] is None else None
             q.stop()
-        finally:
-            for sig, h in old.items():
-                signal.signal(sig, h)
+        except Exception:  # noqa: BLE001 - stopping a query whose JVM was signalled too
+            pass
+        for sig, h in old.items():
+            signal.signal(sig, h)
     if state["error"] is not None:
         e = state["error"]
         raise e if isinstance(e, JobError) else InputError(f"{out}: a micro-batch failed: {_first_line(e)}")
-    if q.exception() is not None and state["signal"] is None and until == "end":
-        raise InputError(f"{out}: the streaming query failed: {_first_line(q.exception())}")
+    if failed is not None:
+        raise InputError(f"{out}: the streaming query failed: {_first_line(failed)}; the log stays open (a restart "
+                         f"continues it)")
     reason = (f"stopped by {signal.Signals(state['signal']).name}" if state["signal"] is not None else
               "the files present were staged" if until == "end" else f"event time {cap} reached")
     e = writer.end(reason, until=cap)

@@ -1,0 +1,275 @@
+"""Live streams end to end: Spark stages landing directories continuously (stage --follow), a run
+follows the staged log (run --follow) under mpiexec, parts are killed and restarted, and the
+results equal the oracle's on the final log, late rows excluded."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from mpi_join import checkpoint as ck
+from mpi_join.config import load_job
+from mpi_join.staged import read_staged
+from mpi_join.staged_log import LogWriter, waiting_dtype
+from conftest import MPIEXEC, mpi_join_cmd, mpi_join_pids, run_cli
+
+SLOW = True
+
+JOB = """
+[job]
+ts_unit = "ms"
+[input]
+staged = "staged"
+allowed_lateness = "300ms"
+[output]
+dir = "out"
+[streams.R]
+schema = {{ k = "int32", v = "float64" }}
+window = "{window}"
+raw = {{ path = "raw/R", format = "csv", time = "t", time_unit = "ms" }}
+[streams.S]
+schema = {{ k = "int32", v = "float64" }}
+window = "{window}"
+raw = {{ path = "raw/S", format = "csv", time = "t", time_unit = "ms" }}
+[predicate]
+{predicate}
+[strategy]
+name = "{strategy}"
+[run]
+batch_size = 64
+flush_interval = "10ms"
+{extra}
+"""
+
+EQUI = 'equi = [["R.k", "S.k"]]'
+BAND = 'band = [{ left = "R.v", right = "S.v", eps = 0.02 }]'
+
+
+class Landing:
+    """Writes CSV files into the landing directories as a source system would (write, then
+    rename, so Spark never sees half a file), rows out of order within a file, and late rows
+    on request; counts what it wrote."""
+
+    def __init__(self, root, seed=7):
+        self.root, self.rng, self.t, self.n, self.rows = root, np.random.default_rng(seed), 0, 0, {"R": [], "S": []}
+        for s in "RS":
+            os.makedirs(os.path.join(root, "raw", s), exist_ok=True)
+
+    def count(self):
+        return sum(len(v) for v in self.rows.values())
+
+    def round(self, rows=150, late=0):
+        for s in "RS":
+            ts = self.t + np.sort(self.rng.integers(0, 400, rows))
+            ts = ts + self.rng.integers(-150, 1, rows)                  # out of order, within the lateness
+            ts = np.concatenate([ts, np.full(late, 1)])                  # far behind everything: late
+            lines = [f"{int(t)},{int(self.rng.integers(0, 12))},{self.rng.random():.4f}" for t in ts]
+            self.rows[s] += [int(t) for t in ts]
+            p = os.path.join(self.root, "raw", s, f".f{self.n:04d}.tmp")
+            with open(p, "w") as f:
+                f.write("t,k,v\n" + "\n".join(lines) + "\n")
+            os.rename(p, os.path.join(self.root, "raw", s, f"f{self.n:04d}.csv"))
+        self.t += 400
+        self.n += 1
+
+
+def _env():
+    return dict(os.environ, MPI_JOIN_QUIET="1")
+
+
+def _stager(tmp_path):
+    return subprocess.Popen(mpi_join_cmd("stage", "--follow", "--trigger", "200ms", str(tmp_path / "job.toml")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=_env())
+
+
+def _runner(tmp_path, *extra):
+    return subprocess.Popen([MPIEXEC, "-n", "3", *mpi_join_cmd("run", "--follow", *extra, str(tmp_path / "job.toml"))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=_env())
+
+
+def _manifest(tmp_path):
+    p = tmp_path / "staged" / "_manifest.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def _wait(cond, what, timeout=120):
+    t = time.time() + timeout
+    while not cond():
+        assert time.time() < t, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _accounted(tmp_path):
+    """Rows the log has taken in: staged, late, or waiting for the watermark."""
+    m = _manifest(tmp_path)
+    if not m:
+        return 0
+    return m["total"] + sum(m["log"]["late"].values()) + ((m["log"].get("pending") or {}).get("rows") or 0)
+
+
+def _batches(tmp_path):
+    m = _manifest(tmp_path)
+    return m["log"]["batches"] if m else 0
+
+
+def _finish(p, what, timeout=180):
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError(f"{what} did not finish: {err[-2000:]}")
+    return p.returncode, out, err
+
+
+def _check_final(tmp_path, land):
+    """The log is complete (staged + late = written, nothing twice), late rows are quarantined
+    with their lateness, and the run's results equal the oracle's on the final log."""
+    job = load_job(str(tmp_path / "job.toml"))
+    R, S = read_staged(job)
+    man = _manifest(tmp_path)
+    assert man["log"]["ended"]
+    for name, arr in (("R", R), ("S", S)):
+        qdir = tmp_path / "staged" / "_quarantine" / name
+        late = pq.read_table(str(qdir)).to_pylist() if any(qdir.iterdir()) else []
+        assert all(x["reason"].startswith("late by ") for x in late)
+        assert man["log"]["late"][name] == len(late)
+        assert sorted(arr["ts"].tolist() + [x["ts"] for x in late]) == sorted(land.rows[name])
+    v = run_cli("verify", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"))
+    assert v.returncode == 0 and "OK: results equal the oracle" in v.stdout, v.stdout + v.stderr
+    return man
+
+
+def test_live_equi_join_exactly_once_through_a_stager_kill_and_a_rank_kill(tmp_path):
+    """The stager is SIGKILLed mid-stream and started again; a join rank is SIGKILLed and the run
+    resumed from its checkpoint while the stager keeps going; late rows arrive; SIGTERM ends the
+    log. The results equal the oracle's on the final log."""
+    (tmp_path / "job.toml").write_text(JOB.format(window="600ms", predicate=EQUI, strategy="hash", extra="")
+                                       + '[checkpoint]\ndir = "ckpt"\nevery_tuples = 400\nkeep = 3\n')
+    land = Landing(str(tmp_path))
+    land.round()
+    stager = _stager(tmp_path)
+    _wait(lambda: _batches(tmp_path) >= 1, "the first batch")
+    run = _runner(tmp_path)
+    for _ in range(2):
+        land.round()
+    b = _batches(tmp_path)
+    _wait(lambda: _batches(tmp_path) > b, "a batch of the new files")
+    os.killpg(stager.pid, signal.SIGKILL)                  # the stager dies: no end marker
+    stager.communicate()
+    assert not _manifest(tmp_path)["log"]["ended"]
+    land.round(late=3)
+    stager = _stager(tmp_path)                            # ... and continues the log
+    land.round()
+    _wait(lambda: any(m for _, m in ck.list_checkpoints(str(tmp_path / "ckpt"))) if (tmp_path / "ckpt").is_dir()
+          else False, "a checkpoint")
+    pids = mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 1, str(tmp_path / "job.toml"))
+    assert pids, "rank 1 not found"
+    os.kill(pids[0], signal.SIGKILL)                      # a join rank dies; the stager goes on
+    code, _, err = _finish(run, "the killed run")
+    assert code != 0 and not (tmp_path / "out" / "_SUCCESS").exists()
+    land.round()
+    run = _runner(tmp_path, "--resume", str(tmp_path / "ckpt"))
+    land.round(late=2)
+    _wait(lambda: _accounted(tmp_path) == land.count(), "every file taken in")
+    os.killpg(stager.pid, signal.SIGTERM)                 # ends the log: everything waiting is committed
+    code, out, err = _finish(stager, "the stager")
+    assert code == 0, err[-2000:]
+    assert "stopped by SIGTERM" in err and "the log has ended" in out
+    code, out, err = _finish(run, "the resumed run")
+    assert code == 0, err[-3000:]
+    assert "resuming from checkpoint" in err
+    man = _check_final(tmp_path, land)
+    assert sum(man["log"]["late"].values()) >= 5 - 1     # the rows at t=1, written after the frontier passed them
+    assert man["log"]["ended"]["reason"] == "stopped by SIGTERM"
+
+
+def test_live_band_join_ctrl_c_of_the_stager(tmp_path):
+    (tmp_path / "job.toml").write_text(JOB.format(window="500ms", predicate=BAND, strategy="handshake", extra=""))
+    land = Landing(str(tmp_path), seed=3)
+    land.round()
+    stager = _stager(tmp_path)
+    _wait(lambda: _batches(tmp_path) >= 1, "the first batch")
+    run = _runner(tmp_path)
+    for k in range(3):
+        land.round(late=2 if k == 1 else 0)
+        time.sleep(0.5)
+    _wait(lambda: _accounted(tmp_path) == land.count(), "every file taken in")
+    os.killpg(stager.pid, signal.SIGINT)
+    code, out, err = _finish(stager, "the stager")
+    assert code == 0 and "stopped by SIGINT" in err, err[-2000:]
+    code, out, err = _finish(run, "the run")
+    assert code == 0, err[-3000:]
+    _check_final(tmp_path, land)
+
+
+def _cpu_ticks(pids):
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass
+    return total
+
+
+def test_a_run_waiting_on_the_log_uses_no_cpu_and_ends_with_it(tmp_path):
+    """No Spark: the log is written with LogWriter. While no batch comes, the three ranks of a
+    following run use next to no CPU; a batch committed then is joined, the end marker ends the
+    run, and the results equal the oracle's."""
+    (tmp_path / "job.toml").write_text(JOB.format(window="50ms", predicate=EQUI, strategy="hash", extra=""))
+    job = load_job(str(tmp_path / "job.toml"))
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"test": 1})
+    rng = np.random.default_rng(1)
+
+    def rows(k, t0, n=300):
+        a = np.zeros(n, waiting_dtype(job.streams[k]))
+        a["ts"] = t0 + np.sort(rng.integers(0, 1000, n))
+        a["k"] = rng.integers(0, 10, n)
+        a["v"] = rng.random(n)
+        a["_rec"] = np.arange(1, n + 1)
+        return a
+
+    w.commit(0, [rows(0, 0), rows(1, 0)], ["a.csv"])
+    run = _runner(tmp_path)
+    marker = str(tmp_path / "job.toml")
+    _wait(lambda: len(mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], None, marker)) >= 3, "the ranks")
+    time.sleep(8)                                          # started, compiled, the first batch joined
+    pids = [p for p in mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], None, marker)]
+    hz = os.sysconf("SC_CLK_TCK")
+    before, t0 = _cpu_ticks(pids), time.time()
+    time.sleep(3)
+    used = (_cpu_ticks(pids) - before) / hz
+    wall = time.time() - t0
+    assert run.poll() is None, run.communicate()[1][-2000:]
+    # three ranks waiting: their heartbeats and looks at the manifest, not a core spinning
+    assert used < 0.15 * wall, f"the waiting ranks used {used:.2f} s of CPU in {wall:.1f} s"
+    w.commit(1, [rows(0, 1000), rows(1, 1000)], ["b.csv"])
+    w.end("test")
+    code, out, err = _finish(run, "the run")
+    assert code == 0, err[-3000:]
+    v = run_cli("verify", str(tmp_path / "out"), "--job", marker)
+    assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
+
+
+def test_ctrl_c_of_a_following_run(tmp_path):
+    (tmp_path / "job.toml").write_text(JOB.format(window="50ms", predicate=EQUI, strategy="hash", extra=""))
+    job = load_job(str(tmp_path / "job.toml"))
+    LogWriter(job, job.staged, job.allowed_lateness, {"test": 1})
+    launcher = subprocess.Popen([sys.executable, "-m", "mpi_join", "run", "-n", "3", "--follow", str(tmp_path / "job.toml")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    marker = str(tmp_path / "job.toml")
+    _wait(lambda: len(mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], None, marker)) >= 4, "the ranks")
+    time.sleep(4)
+    launcher.send_signal(signal.SIGINT)
+    code, out, err = _finish(launcher, "the interrupted run", timeout=60)
+    assert code == 130, err[-2000:]
+    assert "interrupted" in err.lower() and not (tmp_path / "out" / "_SUCCESS").exists()
