@@ -70,6 +70,8 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow):
       [job]       name, ts_unit ("ns" | "us" | "ms" | "s", unit of the ts column; default "ms")
       [input]     staged = "dir"                      staged layout: dir/<stream>/part-*.parquet
                   (written by `mpi-join stage JOB` from each stream's raw input, below)
+                  allowed_lateness = "1s"  live staging: how far behind a stream's newest
+                  event time a row may arrive (0 to 1 day; README "Live streams")
       [output]    dir = "dir"
       [streams.R] schema = { x = "int32", name = "string", z = "char20", pix = "uint8[5000,3]" }
                   (names: identifiers; string: UTF-8 text; charN: at most N bytes; text up to
@@ -361,7 +363,12 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
     timestamp, or a number in ns/us/ms/s). The union is ordered by (event time, stream, file,
     row) and numbered with a dense seq. Rows whose event time or columns are null or cannot be
     parsed go to <staged>/_quarantine/<stream>/ with the reason; the counts are printed and kept
-    in the manifest. Also runnable as `spark-submit jobs/stage.py JOB`."""
+    in the manifest. Also runnable as `spark-submit jobs/stage.py JOB`.
+
+    \b
+    Live: `stage --follow JOB` keeps staging the files that land in each raw directory into an
+    append-only staged log (atomic batch commits, an event-time watermark, late rows
+    quarantined), until --until or Ctrl-C/SIGTERM; `run --follow JOB` joins it as it grows."""
     from .config import load_job
     from .safety import check_layout, job_dirs
     from .spark.session import spark_session
