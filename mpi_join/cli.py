@@ -114,6 +114,42 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow):
     sys.exit(run_rank(job, dict(overrides, overwrite=overwrite, follow=follow)))
 
 
+@main.command()
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--counts", is_flag=True, help="One line per commit (results so far, input covered) instead of "
+              "the result rows.")
+@click.option("--no-follow", is_flag=True, help="Print what is committed now and stop.")
+def tail(out, counts, no_follow):
+    """Print the results of the run in OUT as they are committed.
+
+    A followed run (`run --follow`) commits its results at least every output.commit_every;
+    each commit's new part files are checked against their records and printed as CSV
+    (<stream>_seq..., emit_ns, latency_ns), each result once, until the run's last commit.
+    Ctrl-C stops. On a finished replay run it prints its results once."""
+    import pyarrow.parquet as pq
+    from .tail import follow
+    if not os.path.isdir(out):
+        _fail(JobError(f"{out}: no such run output directory"))
+    header = False
+    try:
+        for rec, files in follow(out, once=no_follow):
+            if counts:
+                click.echo(f"commit {rec['commits'] - 1}: {rec['results']:,} results, input seq "
+                           f"{rec.get('input_offset') or 0:,}{' (final)' if rec.get('final') else ''}")
+                continue
+            for f in files:
+                t = pq.read_table(f)
+                if not header:
+                    click.echo(",".join(t.column_names))
+                    header = True
+                cols = [t.column(i).to_pylist() for i in range(t.num_columns)]
+                click.echo("\n".join(",".join(map(str, row)) for row in zip(*cols)) if t.num_rows else "", nl=bool(t.num_rows))
+    except JobError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
 def _stage_follow(job, out, master, conf, force, until, trigger):
     from .spark.follow import follow, landing_dir
     from .spark.session import spark_session

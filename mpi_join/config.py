@@ -151,6 +151,8 @@ class Job:
     checkpoint: Checkpoint | None = None
     raw: dict = field(repr=False, compare=False, default=None)
     allowed_lateness: int = 0     # ts units a live stream's row may arrive behind the newest (staged_log.py)
+    commit_every_ns: int = 1_000_000_000   # a followed run commits its results at least this often (commits.py)
+    commit_rows: int = 1_000_000           # ... and after this many results
 
     @property
     def stream_names(self):
@@ -212,8 +214,10 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     lateness = ns_to_ts(_duration(inp.get("allowed_lateness", "1s"), "input.allowed_lateness", path, lo_ns=0),
                         ts_unit)
     out = _table(raw, "output", path)
-    _no_unknown(out, {"dir"}, "output.", path)
+    _no_unknown(out, {"dir", "commit_every", "commit_rows"}, "output.", path)
     output = overrides.get("output") or _str(out, "dir", "output.", path)
+    commit_every = _duration(out.get("commit_every", "1s"), "output.commit_every", path, lo_ns=10_000_000)
+    commit_rows = _int_in(out.get("commit_rows", 1_000_000), 1, 1 << 40, "output.commit_rows", path)
     check_text(staged, f"{path}: input.staged")
     check_text(output, f"{path}: output.dir")
     staged, output = (p if "://" in p else os.path.join(base, p) for p in (staged, output))
@@ -224,7 +228,7 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     run = _run(raw, path)
     ckpt = _checkpoint(raw, path, base, overrides)
     job = _staged_widths(Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, ckpt, raw,
-                             lateness))
+                             lateness, commit_every, commit_rows))
     from .strategies import check_strategy
     job = check_strategy(job)
     try:
@@ -553,7 +557,8 @@ def _duration(v, field, path, lo_ns=1, hi_ns=MAX_INTERVAL_NS, hi_text="1 day"):
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     if ns < lo_ns:
-        raise ConfigError(f"{path}: {field}: must be longer than zero, got {v!r}")
+        least = "longer than zero" if lo_ns <= 1 else f"at least {lo_ns / 1e6:g}ms"
+        raise ConfigError(f"{path}: {field}: must be {least}, got {v!r}")
     if ns > hi_ns:
         raise ConfigError(f"{path}: {field}: at most {hi_text}, got {v!r}")
     return ns

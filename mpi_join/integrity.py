@@ -14,6 +14,7 @@ are not signatures: someone who rewrites a file and its record alike is not dete
 import hashlib
 import json
 import os
+import sys
 import re
 
 import numpy as np
@@ -178,7 +179,17 @@ def check_recorded_parts(run_dir, partial=False):
             part_rows(os.path.join(rdir, f))
         return [os.path.join(rdir, f) for f in present]
     if not os.path.isfile(done):
-        raise no_success(run_dir)
+        from .commits import read_committed
+        committed = read_committed(run_dir)
+        if committed is None:
+            raise no_success(run_dir)
+        # a followed run still going or stopped: its committed prefix; later files are not yet
+        sys.stderr.write(f"mpi-join: {run_dir} has not finished: collecting its committed results, "
+                         f"{committed['results']:,} in {committed['commits']} commit(s), up to input seq "
+                         f"{committed.get('input_offset', 0):,}\n")
+        for name, r in sorted(committed["files"].items()):
+            verify_part(os.path.join(rdir, name), r)
+        return [os.path.join(rdir, n) for n in sorted(committed["files"])]
     parts = recorded_parts(read_success(done), done)
     check_names(parts, present, rdir)
     for name, r in sorted(parts.items()):

@@ -110,6 +110,8 @@ def _driver(job_path, overrides, tx, ctx):
     metrics = RankMetrics(0, "driver")
     try:
         job = load_job(job_path, overrides)
+        if overrides.get("follow"):
+            job = _live_job(job)              # results are committed at checkpoints (commits.py)
         ctx["output"] = job.output
         check_runnable(job, tx.size)
         from .slaves.worker import fault_spec
@@ -133,6 +135,8 @@ def _driver(job_path, overrides, tx, ctx):
         ctx["kept"] = man["committed"] if resume else {}
         _prepare_output(job.output, keep=set(ctx["kept"]) if resume else None,
                         overwrite=bool(overrides.get("overwrite")))
+        if overrides.get("follow"):
+            driver.commits = _commits(job, resume, ctx["kept"])
     except JobError as e:
         err = str(e)
         _release(ctx)
@@ -183,10 +187,42 @@ def _driver(job_path, overrides, tx, ctx):
     write_json(os.path.join(mdir, "summary.json"), summary)
     write_json(os.path.join(job.output, "_SUCCESS"), {"results": summary["results"], "tuples": total, "parts": part_records,
                                                           "snapshots": snapshots})
+    if driver.commits is not None:           # the last commit: every result, the whole log
+        driver.commits.commit(None, driver.total, part_records, summary["results"], final=True)
     _release(ctx)
     if not os.environ.get("MPI_JOIN_QUIET"):
         print(summary_table(summary), flush=True)
     return 0
+
+
+def _live_job(job):
+    """`job` as a followed run runs it: checkpoints at least every output.commit_every (in
+    OUTPUT/_checkpoints when the job configures none), since its results commit at checkpoints."""
+    import dataclasses
+    from .commits import IMPLICIT
+    from .config import Checkpoint
+    c = job.checkpoint
+    if c is None:
+        c = Checkpoint(os.path.join(job.output, IMPLICIT), None, job.commit_every_ns, 2)
+    else:
+        c = dataclasses.replace(c, every_ns=min(c.every_ns or job.commit_every_ns, job.commit_every_ns))
+    return dataclasses.replace(job, checkpoint=c)
+
+
+def _commits(job, resume, kept):
+    """A followed run's results log (commits.py): a fresh run starts it, a resumed one goes back
+    to its checkpoint's commit; a fresh run also drops the implicit checkpoints of a run before."""
+    from .commits import IMPLICIT, Commits
+    if resume is None and job.checkpoint.dir == os.path.join(job.output, IMPLICIT):
+        import shutil
+        from .safety import inside
+        for d in os.listdir(job.checkpoint.dir):
+            if re.fullmatch(r"ckpt-\d{6}", d):
+                shutil.rmtree(inside(job.checkpoint.dir, os.path.join(job.checkpoint.dir, d)))
+    c = Commits(job.output, resumed=resume)
+    if resume is not None:
+        c.resumed(kept, resume[1], _say)
+    return c
 
 
 def _say(line):
@@ -268,7 +304,8 @@ def _worker(job_path, overrides, tx, ctx):
 
 
 MARKER = ".mpi-join-run"
-_OWN = {"results": re.compile(r"part-r\d{4}-\d{5}\.parquet(\.tmp)?$"),
+_OWN = {"commits": re.compile(r"commit-\d{6}\.json(\.tmp)?$"),
+        "results": re.compile(r"part-r\d{4}-\d{5}\.parquet(\.tmp)?$"),
         "metrics": re.compile(r"(rank-\d{4}|summary)\.json(\.tmp)?$"),
         "aggregate": re.compile(r"snapshot-\d{6}\.parquet(\.tmp)?$")}
 
@@ -287,7 +324,7 @@ def _prepare_output(out, keep=None, overwrite=False):
     try:
         plain_dir(out, "output.dir")
         marked = os.path.isfile(os.path.join(out, MARKER))
-        mine = {MARKER, LOCK}
+        mine = {MARKER, LOCK, "_checkpoints"}
         if os.path.isdir(out) and set(os.listdir(out)) - mine and not marked and not overwrite:
             raise JobError(f"output.dir: {out} exists, is not empty and holds no mpi-join run; choose another "
                            "directory, or pass --overwrite to write into it (only mpi-join's own files are replaced)")
@@ -303,11 +340,12 @@ def _prepare_output(out, keep=None, overwrite=False):
             d = os.path.join(out, sub)
             for f in os.listdir(d) if os.path.isdir(d) else []:
                 # a resume keeps the committed result files and the snapshots (rewritten past the cut)
-                if own.fullmatch(f) and not (keep is not None and (sub == "aggregate" or (sub == "results" and f in keep))):
+                if own.fullmatch(f) and not (keep is not None and (sub in ("aggregate", "commits") or
+                                                                  (sub == "results" and f in keep))):
                     remove_file(out, os.path.join(d, f))
-        done = os.path.join(out, "_SUCCESS")
-        if os.path.lexists(done):
-            remove_file(out, done)
+        for name in ("_SUCCESS",) + (("_COMMITTED",) if keep is None else ()):
+            if os.path.lexists(os.path.join(out, name)):
+                remove_file(out, os.path.join(out, name))
         os.makedirs(rdir, exist_ok=True)
         if not marked:
             with open(os.path.join(out, MARKER), "w") as f:

@@ -157,6 +157,9 @@ def test_live_equi_join_exactly_once_through_a_stager_kill_and_a_rank_kill(tmp_p
     stager = _stager(tmp_path)
     _wait(lambda: _batches(tmp_path) >= 1, "the first batch")
     run = _runner(tmp_path)
+    os.makedirs(tmp_path / "out", exist_ok=True)
+    reader = subprocess.Popen(mpi_join_cmd("tail", str(tmp_path / "out")), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env())   # follows the commits throughout
     for _ in range(2):
         land.round()
     b = _batches(tmp_path)
@@ -188,6 +191,15 @@ def test_live_equi_join_exactly_once_through_a_stager_kill_and_a_rank_kill(tmp_p
     man = _check_final(tmp_path, land)
     assert sum(man["log"]["late"].values()) >= 5 - 1     # the rows at t=1, written after the frontier passed them
     assert man["log"]["ended"]["reason"] == "stopped by SIGTERM"
+    # the reader saw every result exactly once, across the rank kill and the resume
+    code, out, err = _finish(reader, "the results reader", timeout=60)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "R_seq,S_seq,emit_ns,latency_ns"
+    seen = [tuple(x.split(",")[:2]) for x in lines[1:]]
+    assert len(seen) == len(set(seen))
+    got = pq.read_table(str(tmp_path / "out" / "results"), columns=["R_seq", "S_seq"]).to_pylist()
+    assert sorted(seen) == sorted((str(r["R_seq"]), str(r["S_seq"])) for r in got) and len(got) > 0
 
 
 def test_live_band_join_ctrl_c_of_the_stager(tmp_path):
@@ -229,16 +241,7 @@ def test_a_run_waiting_on_the_log_uses_no_cpu_and_ends_with_it(tmp_path):
     job = load_job(str(tmp_path / "job.toml"))
     w = LogWriter(job, job.staged, job.allowed_lateness, {"test": 1})
     rng = np.random.default_rng(1)
-
-    def rows(k, t0, n=300):
-        a = np.zeros(n, waiting_dtype(job.streams[k]))
-        a["ts"] = t0 + np.sort(rng.integers(0, 1000, n))
-        a["k"] = rng.integers(0, 10, n)
-        a["v"] = rng.random(n)
-        a["_rec"] = np.arange(1, n + 1)
-        return a
-
-    w.commit(0, [rows(0, 0), rows(1, 0)], ["a.csv"])
+    w.commit(0, [_random_rows(job, 0, 0, rng), _random_rows(job, 1, 0, rng)], ["a.csv"])
     run = _runner(tmp_path)
     marker = str(tmp_path / "job.toml")
     _wait(lambda: len(mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], None, marker)) >= 3, "the ranks")
@@ -252,7 +255,7 @@ def test_a_run_waiting_on_the_log_uses_no_cpu_and_ends_with_it(tmp_path):
     assert run.poll() is None, run.communicate()[1][-2000:]
     # three ranks waiting: their heartbeats and looks at the manifest, not a core spinning
     assert used < 0.15 * wall, f"the waiting ranks used {used:.2f} s of CPU in {wall:.1f} s"
-    w.commit(1, [rows(0, 1000), rows(1, 1000)], ["b.csv"])
+    w.commit(1, [_random_rows(job, 0, 1000, rng), _random_rows(job, 1, 1000, rng)], ["b.csv"])
     w.end("test")
     code, out, err = _finish(run, "the run")
     assert code == 0, err[-3000:]
@@ -273,3 +276,37 @@ def test_ctrl_c_of_a_following_run(tmp_path):
     code, out, err = _finish(launcher, "the interrupted run", timeout=60)
     assert code == 130, err[-2000:]
     assert "interrupted" in err.lower() and not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_collect_of_a_running_live_run_reads_its_committed_prefix(tmp_path):
+    (tmp_path / "job.toml").write_text(JOB.format(window="50ms", predicate=EQUI, strategy="hash", extra="")
+                                       .replace('dir = "out"', 'dir = "out"\ncommit_every = "200ms"'))
+    job = load_job(str(tmp_path / "job.toml"))
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"test": 1})
+    rng = np.random.default_rng(2)
+    for b in range(2):
+        w.commit(b, [_random_rows(job, 0, b * 1000, rng), _random_rows(job, 1, b * 1000, rng)], ["a.csv"])
+    run = _runner(tmp_path)
+    committed = tmp_path / "out" / "_COMMITTED"
+    _wait(lambda: committed.exists() and json.loads(committed.read_text())["results"] > 0, "a commit")
+    rec = json.loads(committed.read_text())
+    c = run_cli("collect", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"), "--out", str(tmp_path / "coll"))
+    assert c.returncode == 0, c.stderr
+    assert "has not finished: collecting its committed results" in c.stderr
+    # exactly the prefix committed when collect read it (the run goes on committing meanwhile)
+    summary = json.loads((tmp_path / "coll" / "_summary.json").read_text())
+    n = pq.read_table(str(tmp_path / "coll")).num_rows
+    assert n == summary["committed_prefix"]["results"] >= rec["results"] and not summary["partial"]
+    w.end("test")
+    code, out, err = _finish(run, "the run")
+    assert code == 0, err[-3000:]
+    assert json.loads(committed.read_text())["final"]
+
+
+def _random_rows(job, k, t0, rng, n=300):
+    a = np.zeros(n, waiting_dtype(job.streams[k]))
+    a["ts"] = t0 + np.sort(rng.integers(0, 1000, n))
+    a["k"] = rng.integers(0, 10, n)
+    a["v"] = rng.random(n)
+    a["_rec"] = np.arange(1, n + 1)
+    return a

@@ -19,6 +19,7 @@ class Checkpointer:
         self.pending = {}
         self.completed = []
         self.input = None                  # the staged input's file records (set by the driver)
+        self.on_complete = None            # on_complete(id, input offset, committed result files)
         self._last_offset = None
         self._last_t = time.perf_counter()
 
@@ -70,3 +71,5 @@ class Checkpointer:
         })
         self.completed.append(cid)
         ck.prune(self.cfg.dir, self.cfg.keep)
+        if self.on_complete is not None:
+            self.on_complete(cid, p["offset"], recs)

@@ -120,6 +120,9 @@ class Driver:
         self.loads = {}
         self._probe = {}
         self.ckpt = Checkpointer(job, tx, self.entries, self.workers, tx.size)
+        self.commits = None                # a followed run's results log (commits.py), set by runtime
+        self.ckpt.on_complete = self._committed
+        self._cut_at = (0, 0)              # (input offset, results) at the last cut
         self.resumed_from = None
         self.overloaded = None
         if resume:
@@ -236,10 +239,25 @@ class Driver:
         idle = self.tx.idle_for(self.workers)
         return bound is not None and idle is not None and idle > bound
 
+    def _cut_due(self):
+        """A checkpoint is due by its schedule, or (a followed run) by the results not yet committed."""
+        if self.ckpt.due(self.source.released):
+            return True
+        return (self.commits is not None and not self.ckpt.pending and
+                sum(self.results.values()) - self._cut_at[1] >= self.job.commit_rows)
+
+    def _committed(self, cid, offset, records):
+        if self.commits is not None:
+            self.commits.commit(cid, offset, records, sum(r["rows"] for r in records.values()))
+
     def _idle(self):
-        """While a followed log has nothing new: handle messages, finish moves, show progress."""
+        """While a followed log has nothing new: handle messages, finish moves, show progress,
+        and commit what was joined since the last cut once a commit is due."""
         self.drain()
         self._finish_moves()
+        if self.commits is not None and self._cut_due() and self._cut_at != (
+                self.source.released, sum(self.results.values())) and not self.moves:
+            self._cut()
         self.progress.total = self.source.total
         self.progress.update(self.source.released, sum(self.results.values()))
 
@@ -295,7 +313,7 @@ class Driver:
             slot += 1
             if slot % slots == 0:
                 self.epoch += 1
-                if self.ckpt.due(self.source.released) and not self.source.done:
+                if self._cut_due() and not self.source.done:
                     self._cut()
                 self.router.end_of_epoch(self.epoch)
             self.drain()
@@ -349,6 +367,7 @@ class Driver:
         if self.source.tail is not None:      # a followed log: the part files read so far, as committed
             self.ckpt.input = self.source.tail.records
         arrays, attrs = self.router.snapshot()
+        self._cut_at = (self.source.released, sum(self.results.values()))
         self.ckpt.cut(self.epoch - 1, self.source.released, {f"router/{k}": v for k, v in arrays.items()},
                       {"router": attrs, "tuples_out": self.metrics.tuples_out, "sent": self.sent})
 

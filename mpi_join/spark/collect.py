@@ -97,8 +97,17 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
             raise InputError(f"--out {out}: overlaps {name} {d}; collect into a directory of its own")
     success = fs.read_text(spark, f"{run_dir}/_SUCCESS")
     succeeded = success is not None
-    if not succeeded and not partial:
+    from ..commits import read_committed
+    from ..safety import local, real
+    committed = read_committed(real(run_dir)) if not succeeded and local(run_dir) else None
+    if not succeeded and not partial and committed is None:
         raise no_success(run_dir)
+    if committed is not None:            # read once: the files and the summary agree on one commit
+        from ..integrity import verify_part
+        rdir_local = os.path.join(real(run_dir), "results")
+        for name, rec in sorted(committed["files"].items()):
+            verify_part(os.path.join(rdir_local, name), rec)
+        parts = [os.path.join(rdir_local, n) for n in sorted(committed["files"])]
     if fs.exists(spark, out) and fs.list_files(spark, out) and not fs.exists(spark, f"{out}/{MARKER}") and not overwrite:
         raise InputError(f"--out {out}: exists, is not empty and was not written by mpi-join collect; "
                          f"choose another directory or pass --overwrite to replace it")
@@ -154,7 +163,10 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
         "with_payload": bool(with_payload), "output": out,
         "partial": not succeeded,
     }
-    if not succeeded:
+    if committed is not None:            # a followed run's committed prefix, exactly
+        summary.update(partial=False, committed_prefix={k: committed.get(k) for k in (
+            "commits", "results", "input_offset", "final")})
+    elif not succeeded:
         summary["complete_through_input_offset"] = _checkpointed_offset(job)
     if summary["run"]:
         for r in summary["run"].get("ranks", []):
