@@ -150,6 +150,60 @@ def tail(out, counts, no_follow):
         sys.exit(130)
 
 
+def _generate_live(workload, out, rate, window, keys, seed, seconds, disorder, late, every, strategy):
+    from .live_workload import Generator, job_text
+    from .units import parse_duration_ns
+    if workload != "equi":
+        _fail(JobError(f"--live: the live workload is an equi join; got {workload!r}"))
+    try:
+        every_s = parse_duration_ns(every, "--file-every") / 1e9
+    except JobError as e:
+        _fail(e)
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "job.toml")
+    with open(path, "w") as f:
+        f.write(job_text(rate, window or "1s", "500ms", keys or 10_000, strategy or "hash"))
+    click.echo(f"wrote the job file {path}; writing {rate:,.0f} tuples/s per stream into {out}/raw/R and "
+               f"{out}/raw/S{'' if seconds else ' until Ctrl-C'}; stage them with: mpi-join stage --follow {path}",
+               err=True)
+    gen = Generator(out, rate, every_s, disorder, late, 500, keys or 10_000, seed)
+    try:
+        gen.run(seconds, say=lambda m: click.echo(m, err=True))
+    except KeyboardInterrupt:
+        pass
+    click.echo(f"wrote {sum(gen.rows.values()):,} rows in {gen.files} file(s) per stream "
+               f"({sum(gen.late_rows.values()):,} of them meant to be late)")
+
+
+@main.command("bench-live")
+@click.option("--out", default="bench-live", show_default=True, type=click.Path(file_okay=False),
+              help="Work directory: one folder per trial, and live.json.")
+@click.option("--rates", default="5000,10000,20000,40000", show_default=True,
+              help="Rates to try, tuples/s per stream, ascending; the ladder stops at the first one whose lag grows.")
+@click.option("--seconds", type=click.IntRange(5, 3600), default=20, show_default=True, help="Length of each trial.")
+@click.option("-n", "--np", "nprocs", type=click.IntRange(2, MAX_RANKS), default=3, show_default=True,
+              help="Ranks of the following run.")
+@click.option("--no-spark", is_flag=True, help="Skip Spark Structured Streaming's own stream-stream join.")
+def bench_live_cmd(out, rates, seconds, nprocs, no_spark):
+    """Live streams end to end: generator, `stage --follow` and `run --follow` together.
+
+    Reports for each rate the end-to-end latency (a row's file landing to its result's commit)
+    p50 and p99 and whether the lag grows; the highest rate sustained; the latency and its parts
+    (staging, replay, join, commit) at 80% of that rate; and Spark Structured Streaming's own
+    stream-stream join on the same input and cores, measured the same way."""
+    from .bench_live import bench_live
+    try:
+        ladder = [float(x) for x in rates.split(",") if x.strip()]
+    except ValueError:
+        _fail(JobError(f"--rates: expected numbers separated by commas, got {rates!r}"))
+    if not ladder or any(r <= 0 for r in ladder) or ladder != sorted(ladder):
+        _fail(JobError(f"--rates: expected positive rates in ascending order, got {rates!r}"))
+    try:
+        bench_live(out, ladder, seconds, nprocs, spark=not no_spark, say=lambda m: click.echo(m, err=True))
+    except JobError as e:
+        _fail(e)
+
+
 def _stage_follow(job, out, master, conf, force, until, trigger):
     from .spark.follow import follow, landing_dir
     from .spark.session import spark_session
@@ -297,8 +351,16 @@ def plan(job_path, nprocs, tn, ts, calibration, cores):
                    "else hash).")
 @click.option("--raw", type=click.Choice(["csv", "json", "parquet"]), default=None,
               help="Write raw files (out/raw/<stream>/) for `mpi-join stage` instead of staged data.")
+@click.option("--live", is_flag=True, help="equi: write CSV files into landing directories out/raw/R and out/raw/S "
+              "in real time, at --rate per stream, for `stage --follow` (README \"Live streams\").")
+@click.option("--seconds", type=float, default=None, help="--live: write for this long (default: until Ctrl-C).")
+@click.option("--disorder", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+              help="--live: share of rows behind by up to half the allowed lateness (out of order, not late).")
+@click.option("--late", type=click.FloatRange(0, 1), default=0.001, show_default=True,
+              help="--live: share of rows behind by one to two allowed latenesses (late: quarantined).")
+@click.option("--file-every", default="200ms", show_default=True, help="--live: a file per stream this often.")
 def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys, domain_bits, uniform_keys, streams,
-             pixels, predicate, selectivity, strategy, raw):
+             pixels, predicate, selectivity, strategy, raw, live, seconds, disorder, late, file_every):
     """Generate a workload as staged input plus a job file.
 
     \b
@@ -307,6 +369,9 @@ def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys
     equi    shared-nothing paper: Poisson arrivals, 64-byte tuples, b-model keys (skew b)
     images  PSP multi-way: M streams of k-pixel RGB images, similarity UDF or probabilistic predicate
     """
+    if live:
+        return _generate_live(workload, out, rate, window, uniform_keys, seed, seconds, disorder, late, file_every,
+                              strategy)
     from .workloads import make
     from . import strategies
     if strategy is None:
@@ -770,8 +835,16 @@ def strategies_cmd():
             click.echo(f"  bench case {case}: {help_}")
 
 
+class _BenchChoice(click.Choice):
+    """A strategy, or `live` (the live pipeline: `mpi-join bench-live`)."""
+
+    def __init__(self):
+        from . import strategies
+        super().__init__(strategies.names() + ["live"])
+
+
 @main.command()
-@click.argument("strategy", type=_StrategyChoice())
+@click.argument("strategy", type=_BenchChoice())
 @click.option("-n", "--np", "nprocs", multiple=True, type=click.IntRange(1, MAX_RANKS), help="MPI ranks; repeat to compare rank counts "
               "in one run (default: 4).")
 @click.option("--tuples", type=click.IntRange(1, 10**9), default=None,
@@ -808,7 +881,10 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
       mpi-join bench hash --case memory         # rank 0's peak RSS, 1 M against 8 M tuples
       mpi-join bench psp --case fig8a           # response time against ring length, and the model's
       mpi-join bench splitjoin --case cores     # splitjoin, handshake, llhj on 1..4 join cores, and a model
+      mpi-join bench live                       # live streams end to end against Spark (= bench-live)
     """
+    if strategy == "live":               # the live pipeline has a command of its own, with its options
+        return click.get_current_context().invoke(bench_live_cmd, nprocs=nprocs[0] if nprocs else 3)
     from .bench import bench as run_bench
     prm = {}
     for kv in params:

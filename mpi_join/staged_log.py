@@ -216,7 +216,7 @@ class LogWriter:
                 remove_file(self.out, os.path.join(d, f))
 
     # -- committing ----------------------------------------------------------------------
-    def commit(self, spark_batch, arrivals, paths, bad=None, flush=False, until=None, end=None):
+    def commit(self, spark_batch, arrivals, paths, bad=None, flush=False, until=None, end=None, timing=None):
         """Commit one micro-batch. `arrivals`: per stream, staged-dtype rows with `_src` as indices
         into `paths` (this batch's source files) and `_rec` their records; `bad`: per stream an
         Arrow table of unparseable rows (or None). Returns the log entry, or None when the log
@@ -238,9 +238,10 @@ class LogWriter:
             self.pending, arr, max_seen, self.log["frontier"], self.lateness, flush=flush, until=until)
         rows = order(released, srcs, self.man["total"])
         b = self.log["batches"]
-        entry = {"batch": b, "spark_batch": spark_batch, "committed_ns": time.time_ns(),
+        t_begin = time.time_ns()
+        entry = {"batch": b, "spark_batch": spark_batch, "committed_ns": t_begin,
                  "seq": [self.man["total"], self.man["total"] + sum(len(r) for r in rows)],
-                 "watermark": bound, "frontier": frontier, "streams": {}}
+                 "watermark": bound, "frontier": frontier, "streams": {}, **(timing or {})}
         for k, s in enumerate(self.job.streams):
             n = s.name
             st = self.man["streams"][n]
@@ -271,6 +272,8 @@ class LogWriter:
         waiting = sum(len(p) for p in keep)
         self.log["pending"] = self._save_pending(b, keep) if waiting else None
         entry["pending"] = waiting
+        entry["committed_ns"] = time.time_ns()          # the manifest is replaced right after
+        entry["commit_ms"] = round((entry["committed_ns"] - t_begin) / 1e6, 1)
         self.log.update(batches=b + 1, frontier=frontier, max_seen=dict(zip(self.names, max_seen)),
                         watermark=bound, last_commit_ns=entry["committed_ns"])
         if spark_batch is not None:

@@ -12,6 +12,7 @@ without losing or repeating a row.
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -89,12 +90,14 @@ def _packed(spark, job):
     tagged = [_tag(_source(spark, s), s, job) for s in job.streams]
     structs = []
     for t in tagged:
-        cols = [c for c in t.columns if c.startswith(("_v_", "_raw_"))]
-        structs.append(F.struct(*[F.col(c) for c in cols]))
+        bad = F.col("_reason") != ""
+        # the raw text travels only with rows that go to the quarantine (a good row's is not needed)
+        structs.append(F.struct(*[F.col(c) for c in t.columns if c.startswith("_v_")],
+                                *[F.when(bad, F.col(c)).alias(c) for c in t.columns if c.startswith("_raw_")]))
     types = [t.select(st.alias("x")).schema["x"].dataType for t, st in zip(tagged, structs)]
     frames = []
     for i, t in enumerate(tagged):
-        frames.append(t.select(F.lit(i).alias("_stream"), "_path", "_reason", "_why",
+        frames.append(t.select(F.lit(i).alias("_stream"), "_path", "_reason", F.when(F.col("_reason") != "", F.col("_why")).alias("_why"),
                                *[(structs[i] if j == i else F.lit(None).cast(types[j])).alias(f"_p{j}")
                                  for j in range(len(tagged))]))
     return _union(frames)
@@ -197,9 +200,13 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
             if state["stopping"]:
                 raise RuntimeError("the stager is stopping")
             try:
+                t0 = time.perf_counter()
                 t = df.withColumn("_mid", F.monotonically_increasing_id()).toArrow()
+                t1 = time.perf_counter()
                 arrivals, paths, bad = _split(t, job)
-                e = writer.commit(batch_id, arrivals, paths, bad, until=cap)
+                e = writer.commit(batch_id, arrivals, paths, bad, until=cap,
+                                  timing={"spark_ms": round((t1 - t0) * 1e3, 1),
+                                          "split_ms": round((time.perf_counter() - t1) * 1e3, 1)})
             except Exception as ex:  # noqa: BLE001 - reported by the main thread, one line
                 state["error"] = ex
                 raise
