@@ -183,8 +183,10 @@ def _generate_live(workload, out, rate, window, keys, seed, seconds, disorder, l
 @click.option("--seconds", type=click.IntRange(5, 3600), default=20, show_default=True, help="Length of each trial.")
 @click.option("-n", "--np", "nprocs", type=click.IntRange(2, MAX_RANKS), default=3, show_default=True,
               help="Ranks of the following run.")
+@click.option("--spark-rates", default="1000,2000,4000,8000,16000", show_default=True,
+              help="The rates to try for Spark's own stream-stream join, ascending.")
 @click.option("--no-spark", is_flag=True, help="Skip Spark Structured Streaming's own stream-stream join.")
-def bench_live_cmd(out, rates, seconds, nprocs, no_spark):
+def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates):
     """Live streams end to end: generator, `stage --follow` and `run --follow` together.
 
     Reports for each rate the end-to-end latency (a row's file landing to its result's commit)
@@ -192,14 +194,17 @@ def bench_live_cmd(out, rates, seconds, nprocs, no_spark):
     (staging, replay, join, commit) at 80% of that rate; and Spark Structured Streaming's own
     stream-stream join on the same input and cores, measured the same way."""
     from .bench_live import bench_live
+    ladders = {}
+    for opt, text in (("--rates", rates), ("--spark-rates", spark_rates)):
+        try:
+            ladders[opt] = [float(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            _fail(JobError(f"{opt}: expected numbers separated by commas, got {text!r}"))
+        if not ladders[opt] or any(r <= 0 for r in ladders[opt]) or ladders[opt] != sorted(ladders[opt]):
+            _fail(JobError(f"{opt}: expected positive rates in ascending order, got {text!r}"))
     try:
-        ladder = [float(x) for x in rates.split(",") if x.strip()]
-    except ValueError:
-        _fail(JobError(f"--rates: expected numbers separated by commas, got {rates!r}"))
-    if not ladder or any(r <= 0 for r in ladder) or ladder != sorted(ladder):
-        _fail(JobError(f"--rates: expected positive rates in ascending order, got {rates!r}"))
-    try:
-        bench_live(out, ladder, seconds, nprocs, spark=not no_spark, say=lambda m: click.echo(m, err=True))
+        bench_live(out, ladders["--rates"], seconds, nprocs, spark=not no_spark, say=lambda m: click.echo(m, err=True),
+                   spark_rates=ladders["--spark-rates"])
     except JobError as e:
         _fail(e)
 
@@ -884,7 +889,9 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
       mpi-join bench live                       # live streams end to end against Spark (= bench-live)
     """
     if strategy == "live":               # the live pipeline has a command of its own, with its options
-        return click.get_current_context().invoke(bench_live_cmd, nprocs=nprocs[0] if nprocs else 3)
+        return click.get_current_context().invoke(bench_live_cmd, nprocs=nprocs[0] if nprocs else 3,
+                                                  out="bench-live", rates="5000,10000,20000,40000", seconds=20,
+                                                  no_spark=False, spark_rates="1000,2000,4000,8000,16000")
     from .bench import bench as run_bench
     prm = {}
     for kv in params:

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.parquet as pq
 
 from .errors import InputError, JobError
@@ -227,12 +228,24 @@ class LogWriter:
         index = {p: i for i, p in enumerate(srcs)}
         remap = np.array([index.setdefault(p, len(index)) for p in paths] or [0], np.int32)
         srcs.extend(p for p in paths if index[p] >= len(srcs))
+        # a stream source (a socket) spans batches: its records continue from the last batch's
+        base = self.log.setdefault("records", {})
+        offset = np.array([base.get(p, 0) for p in paths] or [0], np.int64)
         arr = []
         for a in arrivals:
             a = a.copy()
             if len(a):
+                a["_rec"] += offset[a["_src"]]
                 a["_src"] = remap[a["_src"]]
             arr.append(a)
+        if bad and any(p in base or _streamed(p) for p in paths):
+            bad = [_shift_records(t, base) for t in bad]
+        for i, p in enumerate(paths):
+            if _streamed(p):
+                n = [int(a["_rec"][a["_src"] == remap[i]].max()) for a in arr if (a["_src"] == remap[i]).any()]
+                n += [int(pa.compute.max(t.column("record")).as_py()) for t in (bad or []) if t is not None
+                      and t.num_rows and p in t.column("file").to_pylist()]
+                base[p] = max([base.get(p, 0)] + n)
         max_seen = [self.log["max_seen"][n] for n in self.names]
         released, late, keep, max_seen, frontier, bound = advance(
             self.pending, arr, max_seen, self.log["frontier"], self.lateness, flush=flush, until=until)
@@ -337,6 +350,20 @@ class LogWriter:
 def _fsync(path):
     with open(path, "rb") as f:
         os.fsync(f.fileno())
+
+
+def _streamed(path):
+    """Is this source a stream (a socket) rather than a file, whose records go on across batches?"""
+    return "://" in path and not path.startswith("file:")
+
+
+def _shift_records(t, base):
+    """Quarantined rows of a streamed source: records continue from the last batch's."""
+    if t is None or not t.num_rows:
+        return t
+    files = t.column("file").to_pylist()
+    rec = t.column("record").to_numpy() + np.array([base.get(f, 0) if _streamed(f) else 0 for f in files], np.int64)
+    return t.set_column(t.schema.get_field_index("record"), "record", pa.array(rec))
 
 
 def until_ts(text, job):

@@ -150,8 +150,9 @@ def _check_final(tmp_path, land):
 
 def test_live_equi_join_exactly_once_through_a_stager_kill_and_a_rank_kill(tmp_path):
     """The stager is SIGKILLed mid-stream and started again; a join rank is SIGKILLed and the run
-    resumed from its checkpoint while the stager keeps going; late rows arrive; SIGTERM ends the
-    log. The results equal the oracle's on the final log."""
+    resumed from its checkpoint while the stager keeps going; then both die at once and both
+    start again; late rows arrive; SIGTERM ends the log. The results equal the oracle's on the
+    final log, and a reader following the commits throughout sees each result once."""
     (tmp_path / "job.toml").write_text(JOB.format(window="600ms", predicate=EQUI, strategy="hash", extra="")
                                        + '[checkpoint]\ndir = "ckpt"\nevery_tuples = 400\nkeep = 3\n')
     land = Landing(str(tmp_path))
@@ -182,6 +183,21 @@ def test_live_equi_join_exactly_once_through_a_stager_kill_and_a_rank_kill(tmp_p
     land.round()
     run = _runner(tmp_path, "--resume", str(tmp_path / "ckpt"))
     land.round(late=2)
+    # both at once: the stager and a join rank die together; both start again
+    n_ckpt = len([m for _, m in ck.list_checkpoints(str(tmp_path / "ckpt")) if m])
+    _wait(lambda: len([m for _, m in ck.list_checkpoints(str(tmp_path / "ckpt")) if m]) > n_ckpt or
+          run.poll() is not None, "a checkpoint of the resumed run")
+    pids = mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 2, str(tmp_path / "job.toml"))
+    assert pids and run.poll() is None, "rank 2 of the resumed run not found"
+    os.killpg(stager.pid, signal.SIGKILL)
+    os.kill(pids[0], signal.SIGKILL)
+    stager.communicate()
+    code, _, err = _finish(run, "the run killed with the stager")
+    assert code != 0
+    land.round()
+    stager = _stager(tmp_path)
+    run = _runner(tmp_path, "--resume", str(tmp_path / "ckpt"))
+    land.round()
     _wait(lambda: _accounted(tmp_path) == land.count(), "every file taken in")
     os.killpg(stager.pid, signal.SIGTERM)                 # ends the log: everything waiting is committed
     code, out, err = _finish(stager, "the stager")
@@ -369,3 +385,83 @@ def test_every_strategy_follows_a_growing_log(tmp_path, strategy, ranks, predica
         ranks = json.loads((tmp_path / "out" / "metrics" / "summary.json").read_text())["ranks"]
         events = next(r for r in ranks if r["role"] == "driver")["scaling_events"]
         assert "out" in {e["decision"] for e in events}, events     # spare units joined as the load grew
+
+
+def test_socket_source_stages_lines_with_records_across_batches(tmp_path):
+    """CSV lines from two sockets (Spark's socket source, for tests) are staged as the landing
+    files are; a bad line is quarantined with its line number counted across micro-batches."""
+    import socket
+    import threading
+    servers, lines = [], {"R": [], "S": []}
+    for n in ("R", "S"):
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        servers.append((n, srv))
+    text = JOB.format(window="500ms", predicate=EQUI, strategy="hash", extra="")
+    for n, srv in servers:
+        text = text.replace(f'path = "raw/{n}"', f'path = "socket://127.0.0.1:{srv.getsockname()[1]}"')
+    (tmp_path / "job.toml").write_text(text)
+    rng = np.random.default_rng(4)
+
+    def serve(n, srv):
+        conn, _ = srv.accept()
+        t = 0
+        for b in range(6):
+            rows = []
+            for i in range(100):
+                t += int(rng.integers(0, 5))
+                rows.append(f"{t},{int(rng.integers(0, 6))},{rng.random():.3f}")
+            if n == "R" and b == 4:
+                rows[10] = "oops,1,1.0"
+            lines[n] += rows
+            conn.sendall(("\n".join(rows) + "\n").encode())
+            time.sleep(0.6)
+        time.sleep(60)
+        conn.close()
+    threads = [threading.Thread(target=serve, args=s, daemon=True) for s in servers]
+    for th in threads:
+        th.start()
+    stager = _stager(tmp_path)
+    _wait(lambda: _accounted(tmp_path) + (_manifest(tmp_path) or {}).get("quarantined", {}).get("R", 0) -
+          sum((_manifest(tmp_path) or {"log": {"late": {}}})["log"]["late"].values()) >= 1200, "every line taken in")
+    os.killpg(stager.pid, signal.SIGINT)
+    code, out, err = _finish(stager, "the stager")
+    assert code == 0, err[-2000:]
+    man = _manifest(tmp_path)
+    assert man["log"]["batches"] >= 3 and man["quarantined"]["R"] >= 1
+    bad = [r for r in pq.read_table(str(tmp_path / "staged" / "_quarantine" / "R")).to_pylist()
+           if not r["reason"].startswith("late")]
+    assert [(r["file"].startswith("socket://"), r["record"], r["t"]) for r in bad] == [(True, 411, "oops")]
+    job = load_job(str(tmp_path / "job.toml"))
+    R, S = read_staged(job)
+    late = sum(man["log"]["late"].values())
+    assert len(R) + len(S) + late == 1199
+    r = run_cli("check", str(tmp_path / "job.toml"))
+    assert r.returncode == 0, r.stderr
+
+
+def test_until_end_and_until_an_event_time_end_the_log(tmp_path):
+    (tmp_path / "job.toml").write_text(JOB.format(window="500ms", predicate=EQUI, strategy="hash", extra=""))
+    land = Landing(str(tmp_path), seed=9)
+    for _ in range(3):
+        land.round()                                      # event times 0 .. 1200 ms
+    r = run_cli("stage", "--follow", "--until", "800", str(tmp_path / "job.toml"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    man = _manifest(tmp_path)
+    ended = man["log"]["ended"]
+    assert ended["reason"] == "event time 800 reached" and ended["beyond_until"] > 0
+    job = load_job(str(tmp_path / "job.toml"))
+    R, S = read_staged(job)
+    assert max(R["ts"].max(), S["ts"].max()) <= 800
+    assert len(R) + len(S) + ended["beyond_until"] + sum(man["log"]["late"].values()) == land.count()
+    assert "after event time 800 not staged" in r.stderr
+    r = run_cli("stage", "--follow", "--until", "end", str(tmp_path / "job.toml"))
+    assert r.returncode == 2 and "the log has ended" in r.stderr
+    r = run_cli("stage", "--follow", "--until", "end", "--force", str(tmp_path / "job.toml"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    man = _manifest(tmp_path)
+    assert man["log"]["ended"]["reason"] == "the files present were staged"
+    assert man["total"] + sum(man["log"]["late"].values()) == land.count()
+    r = run_cli("stage", "--follow", "--until", "soon", str(tmp_path / "job.toml"))
+    assert r.returncode == 2 and "--until: 'soon' is neither 'end'" in r.stderr

@@ -25,6 +25,7 @@ from .. import safety
 from .stage import _declared, _settings, _tag, _union, _utf8, csv_options
 
 SPARK_DIR = "_spark"
+SOCKET = "socket://"
 
 
 def settings(job):
@@ -32,8 +33,24 @@ def settings(job):
     return {"stage": _settings(job), "allowed_lateness": job.allowed_lateness}
 
 
+def socket_address(s):
+    """(host, port) of a socket source (raw.path "socket://HOST:PORT"), or None."""
+    if not s.raw.path.startswith(SOCKET):
+        return None
+    host, _, port = s.raw.path[len(SOCKET):].rstrip("/").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise JobError(f"streams.{s.name}.raw.path: {s.raw.path}: expected socket://HOST:PORT")
+    if s.raw.format != "csv":
+        raise JobError(f"streams.{s.name}.raw.format: a socket source carries CSV lines (no header), got "
+                       f"{s.raw.format!r}")
+    return host, int(port)
+
+
 def landing_dir(s):
-    """Stream `s`'s landing directory (its raw path), which must be a local directory."""
+    """Stream `s`'s landing directory (its raw path), which must be a local directory; a socket
+    source has none (None)."""
+    if socket_address(s) is not None:
+        return None
     p = s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path
     if "://" in p:
         raise JobError(f"streams.{s.name}.raw.path: {s.raw.path}: live staging reads a local landing directory here "
@@ -54,7 +71,19 @@ def _source(spark, s):
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
     d, want = landing_dir(s), _declared(s)
-    files = _present(d)
+    files = _present(d) if d else []
+    if d is None:           # a socket: CSV lines in the declared order (event time, then the schema)
+        host, port = socket_address(s)
+        ddl = ", ".join(f"`{c}` STRING" for c in want) + ", `_corrupt` STRING"
+        # one partition: the lines stay in the order they came (the default deals them round robin),
+        # so a line's record is its number on the socket
+        lines = (spark.readStream.format("socket").option("host", host).option("port", port)
+                 .option("numPartitions", 1).load())
+        df = lines.select(F.from_csv("value", ddl, {"sep": s.raw.delimiter, "mode": "PERMISSIVE",
+                                                     "columnNameOfCorruptRecord": "_corrupt"}).alias("r")).select("r.*")
+        df = _utf8(df, want, "csv-text")
+        return df.select(*want, F.col("_corrupt").isNotNull().alias("_bad_fields"), "_bad_utf8", F.lit(0).alias("_file"),
+                         F.lit(s.raw.path).alias("_path"), F.lit(0).cast("long").alias("_row"))
     if s.raw.format == "csv":
         header = want
         if files and s.raw.header:
@@ -181,7 +210,8 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
     for s in job.streams:
         if s.raw is None:
             raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
-        if safety.contains(out, landing_dir(s)) or safety.contains(landing_dir(s), out):
+        d = landing_dir(s)
+        if d and (safety.contains(out, d) or safety.contains(d, out)):
             raise InputError(f"{out}: the staged log overlaps the landing directory of stream '{s.name}'; "
                              f"stage into a directory of its own")
     os.makedirs(out, exist_ok=True)
@@ -218,7 +248,7 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
     w = w.trigger(availableNow=True) if until == "end" else w.trigger(processingTime=trigger)
     old = {sig: signal.signal(sig, lambda n, f: state.__setitem__("signal", n)) for sig in (signal.SIGINT, signal.SIGTERM)}
     q = w.start()
-    say(f"stage --follow: watching {', '.join(landing_dir(s) for s in job.streams)} -> {out}"
+    say(f"stage --follow: watching {', '.join(landing_dir(s) or s.raw.path for s in job.streams)} -> {out}"
         + (" (until the files present are staged)" if until == "end" else
            f" (until event time {cap})" if cap is not None else " (Ctrl-C or SIGTERM ends the log)"))
     failed = None

@@ -43,6 +43,7 @@ def precheck(job, out=None, force=False, overwrite=False):
     for s in job.streams:
         if s.raw is None:
             raise _no_raw(job, s)
+        _not_a_socket(job, s)
         files = _local_files(s)
         if files is None:
             return None
@@ -118,6 +119,12 @@ def _no_raw(job, s):
     return JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
 
 
+def _not_a_socket(job, s):
+    if s.raw.path.startswith("socket://"):
+        raise JobError(f"{job.path}: streams.{s.name}.raw.path: {s.raw.path} is a live source; stage it with "
+                       f"`mpi-join stage --follow JOB`")
+
+
 def _no_files(s):
     return InputError(f"{s.raw.path}: no input files for stream '{s.name}'")
 
@@ -161,6 +168,7 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
     for s in job.streams:
         if s.raw is None:
             raise _no_raw(job, s)
+        _not_a_socket(job, s)
         files = fs.list_files(spark, s.raw.path)
         if not files:
             raise _no_files(s)
