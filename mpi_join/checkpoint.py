@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from .durable import write_json
 from .errors import ConfigError, InputError
 from .integrity import array_sha256, verify_part, verify_snapshots
 
@@ -170,13 +171,7 @@ def write_manifest(root, cid, info):
     """Mark checkpoint `cid` complete (written last, atomically)."""
     man = dict(info, format=FORMAT, checkpoint=cid, created=time.time())
     man["sha256"] = _manifest_sum(man)
-    path = os.path.join(ckpt_path(root, cid), MANIFEST)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(man, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_json(os.path.join(ckpt_path(root, cid), MANIFEST), man)
     return man
 
 

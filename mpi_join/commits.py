@@ -15,6 +15,7 @@ import json
 import os
 import re
 
+from .durable import write_json
 from .errors import InputError
 
 COMMITTED = "_COMMITTED"
@@ -83,18 +84,10 @@ class Commits:
     def _write(self, meta, final, new):
         import time
         entry = dict(meta, commit=self.n, committed_ns=time.time_ns(), files=new)
-        self._atomic(os.path.join(self.d, f"commit-{self.n:06d}.json"), entry)
+        write_json(os.path.join(self.d, f"commit-{self.n:06d}.json"), entry)
         self.n += 1
-        self._atomic(os.path.join(self.out, COMMITTED), dict(
+        write_json(os.path.join(self.out, COMMITTED), dict(
             meta, format=FORMAT, commits=self.n, final=final, committed_ns=entry["committed_ns"],
             results=sum(r["rows"] for r in self.files.values()), files=self.files))
 
-    @staticmethod
-    def _atomic(path, obj):
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
 

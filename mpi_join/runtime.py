@@ -87,6 +87,15 @@ def _interrupted(rank, ctx, signum):
             parts = glob.glob(os.path.join(rdir, "part-r*.parquet"))
             where = (f"; {len(parts)} partial result part file(s) in {rdir} (`mpi-join collect --partial` reads "
                      f"them)" if parts else "; no result part file had been written yet")
+            from .commits import read_committed
+            try:
+                done = read_committed(output)
+            except JobError:
+                done = None
+            if done is not None:         # a followed run: what it committed stands
+                where = (f"; {done['results']:,} results committed up to input seq {done.get('input_offset') or 0:,} "
+                         f"stand ({os.path.join(output, '_COMMITTED')}; `mpi-join collect` reads them, `--resume "
+                         f"{ctx.get('checkpoint_dir')}` continues)")
         why = "interrupted by the user" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
         sys.stderr.write(f"\nmpi-join: {why}; no _SUCCESS written{where}\n")
         sys.stderr.flush()
@@ -113,6 +122,7 @@ def _driver(job_path, overrides, tx, ctx):
         if overrides.get("follow"):
             job = _live_job(job)              # results are committed at checkpoints (commits.py)
         ctx["output"] = job.output
+        ctx["checkpoint_dir"] = job.checkpoint.dir if job.checkpoint else None
         check_runnable(job, tx.size)
         from .slaves.worker import fault_spec
         fault_spec(tx.size)

@@ -17,7 +17,6 @@ Layout added to the staged layout:
     _log/pending-NNNNNN.npz     the rows waiting for the watermark after batch NNNNNN
     _log/end.json               the end marker (also in the manifest's log.ended)
 """
-import json
 import os
 import time
 
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.parquet as pq
 
+from .durable import write_json
 from .errors import InputError, JobError
 from .integrity import file_records, file_sha256
 from .schema import SEQ, TS, to_arrow
@@ -336,12 +336,7 @@ class LogWriter:
         os.replace(tmp, os.path.join(d, name))
 
     def _atomic_json(self, d, name, obj):
-        tmp = os.path.join(d, f".{name}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(d, name))
+        write_json(os.path.join(d, name), obj, tmp=os.path.join(d, f".{name}.tmp"))
 
     def _write_manifest(self, man):
         self._atomic_json(self.out, MANIFEST, man)
