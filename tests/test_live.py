@@ -469,3 +469,25 @@ def test_until_end_and_until_an_event_time_end_the_log(tmp_path):
     assert man["total"] + sum(man["log"]["late"].values()) == land.count()
     r = run_cli("stage", "--follow", "--until", "soon", str(tmp_path / "job.toml"))
     assert r.returncode == 2 and "--until: 'soon' is neither 'end'" in r.stderr
+
+
+def test_a_wait_longer_than_the_liveness_timeout_is_not_a_failure(tmp_path):
+    """Ranks waiting on a quiet log for 3x run.liveness_timeout are alive, not stalled: the run
+    goes on and ends with the log."""
+    (tmp_path / "job.toml").write_text(JOB.format(window="50ms", predicate=EQUI, strategy="hash",
+                                                  extra='liveness_timeout = "1s"'))
+    job = load_job(str(tmp_path / "job.toml"))
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"test": 1})
+    rng = np.random.default_rng(6)
+    w.commit(0, [_random_rows(job, 0, 0, rng), _random_rows(job, 1, 0, rng)], ["a.csv"])
+    run = _runner(tmp_path)
+    committed = tmp_path / "out" / "_COMMITTED"
+    _wait(lambda: committed.exists() or run.poll() is not None, "a commit")
+    time.sleep(3)
+    assert run.poll() is None, run.communicate()[1][-2000:]
+    w.commit(1, [_random_rows(job, 0, 1000, rng), _random_rows(job, 1, 1000, rng)], ["b.csv"])
+    w.end("test")
+    code, out, err = _finish(run, "the run")
+    assert code == 0, err[-3000:]
+    v = run_cli("verify", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"))
+    assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
