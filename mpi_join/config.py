@@ -45,6 +45,8 @@ class RawSource:
     time_unit: str        # ns | us | ms | s (a number) or "timestamp"
     delimiter: str = ","
     header: bool = True
+    source: str | None = None        # live only: a Spark streaming source by name (kafka, ...)
+    options: tuple = ()              # ... and its options, passed as they are: ((key, value), ...)
 
 
 @dataclass(frozen=True)
@@ -360,7 +362,22 @@ TIME_UNITS = TS_UNITS + ("timestamp",)
 def _raw_source(r, schema, where, path, base):
     if not isinstance(r, dict):
         raise ConfigError(f"{path}: {where}: expected {{ path = ..., format = ..., time = ..., time_unit = ... }}")
-    _no_unknown(r, {"path", "format", "time", "time_unit", "delimiter", "header"}, where + ".", path)
+    _no_unknown(r, {"path", "format", "time", "time_unit", "delimiter", "header", "source", "options"},
+                where + ".", path)
+    source, options = r.get("source"), r.get("options", {})
+    if source is not None:
+        if not isinstance(source, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,99}", source):
+            raise ConfigError(f"{path}: {where}.source: expected the name of a Spark streaming source "
+                              f"(kafka, socket, ...), got {source!r}")
+        if not isinstance(options, dict) or not all(isinstance(v, (str, int, float, bool)) for v in options.values()):
+            raise ConfigError(f"{path}: {where}.options: expected a table of the source's options "
+                              f"(text, numbers or true/false)")
+        for k, v in options.items():
+            check_text(str(k), f"{path}: {where}.options")
+            check_text(str(v), f"{path}: {where}.options.{k}")
+        r = dict(r, path=r.get("path") or f"{source}://{where.split('.')[1]}")
+    elif "options" in r:
+        raise ConfigError(f"{path}: {where}.options: goes with source (a Spark streaming source)")
     p = r.get("path")
     if not isinstance(p, str) or not p:
         raise ConfigError(f"{path}: {where}.path: required, a file, directory, glob or URI")
@@ -389,7 +406,8 @@ def _raw_source(r, schema, where, path, base):
     if not isinstance(header, bool):
         raise ConfigError(f"{path}: {where}.header: expected true or false")
     full = p if "://" in p or os.path.isabs(p) else os.path.join(base, p)
-    return RawSource(full, fmt, t, unit, delim, header)
+    return RawSource(full, fmt, t, unit, delim, header, source,
+                     tuple(sorted((str(k), str(v).lower() if isinstance(v, bool) else str(v)) for k, v in options.items())))
 
 
 def _checkpoint(raw, path, base, overrides):

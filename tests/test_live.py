@@ -491,3 +491,73 @@ def test_a_wait_longer_than_the_liveness_timeout_is_not_a_failure(tmp_path):
     assert code == 0, err[-3000:]
     v = run_cli("verify", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"))
     assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
+
+
+def test_json_and_parquet_landing_files_and_a_named_spark_source(tmp_path):
+    """JSON lines land for R and Parquet for S (parsed as `stage` parses them); then a Spark
+    source named in the job file (`source = "socket"` with its options, passed as they are)
+    carries JSON objects. Both logs hold every row once."""
+    import socket
+    import threading
+    import pyarrow as pa
+    rng = np.random.default_rng(8)
+    os.makedirs(tmp_path / "raw" / "R")
+    os.makedirs(tmp_path / "raw" / "S")
+    rows = {"R": [], "S": []}
+    for f in range(3):
+        r = [(f * 100 + i, int(rng.integers(0, 5)), float(rng.random())) for i in range(100)]
+        rows["R"] += r
+        with open(tmp_path / "raw" / "R" / f"f{f}.jsonl", "w") as fh:
+            fh.write("\n".join(json.dumps({"t": t, "k": k, "v": v}) for t, k, v in r) + "\n")
+        sv = [(f * 100 + i, int(rng.integers(0, 5)), float(rng.random())) for i in range(100)]
+        rows["S"] += sv
+        pq.write_table(pa.table({"t": [x[0] for x in sv], "k": [x[1] for x in sv], "v": [x[2] for x in sv]}),
+                       str(tmp_path / "raw" / "S" / f"f{f}.parquet"))
+    text = (JOB.format(window="200ms", predicate=EQUI, strategy="hash", extra="")
+            .replace('path = "raw/R", format = "csv"', 'path = "raw/R", format = "json"')
+            .replace('path = "raw/S", format = "csv"', 'path = "raw/S", format = "parquet"'))
+    (tmp_path / "job.toml").write_text(text)
+    r = run_cli("stage", "--follow", "--until", "end", str(tmp_path / "job.toml"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    job = load_job(str(tmp_path / "job.toml"))
+    R, S = read_staged(job)
+    man = _manifest(tmp_path)
+    assert len(R) + man["log"]["late"]["R"] == 300 and len(S) + man["log"]["late"]["S"] == 300
+    assert sorted(R["v"].tolist()) == sorted(x[2] for x in rows["R"] if x[0] in set(R["ts"].tolist()))
+    # a named source: JSON objects from a socket, through `source` and `options`
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(2)
+    port = srv.getsockname()[1]
+
+    def serve():
+        for _ in range(2):
+            conn, _ = srv.accept()
+            conn.sendall(("\n".join(json.dumps({"t": i, "k": i % 3, "v": 0.5}) for i in range(50)) + "\n").encode())
+            threading.Thread(target=lambda c=conn: (time.sleep(60), c.close()), daemon=True).start()
+    threading.Thread(target=serve, daemon=True).start()
+    named = (JOB.format(window="200ms", predicate=EQUI, strategy="hash", extra="")
+             .replace('staged = "staged"', 'staged = "staged2"'))
+    for n in ("R", "S"):
+        named = named.replace(f'raw = {{ path = "raw/{n}", format = "csv", time = "t", time_unit = "ms" }}',
+                              f'raw = {{ source = "socket", options = {{ host = "127.0.0.1", port = {port}, '
+                              f'numPartitions = 1 }}, format = "json", time = "t", time_unit = "ms" }}')
+    (tmp_path / "named.toml").write_text(named)
+    stager = subprocess.Popen(mpi_join_cmd("stage", "--follow", "--trigger", "200ms", str(tmp_path / "named.toml")),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              env=_env())
+    p2 = tmp_path / "staged2" / "_manifest.json"
+
+    def taken():
+        if not p2.exists():
+            return 0
+        m = json.loads(p2.read_text())
+        return m["total"] + sum(m["log"]["late"].values()) + ((m["log"].get("pending") or {}).get("rows") or 0)
+    _wait(lambda: taken() >= 100, "the named source's records")
+    os.killpg(stager.pid, signal.SIGINT)
+    code, out, err = _finish(stager, "the stager")
+    assert code == 0, err[-2000:]
+    R2, S2 = read_staged(load_job(str(tmp_path / "named.toml")))
+    assert len(R2) == len(S2) == 50 and sorted(R2["ts"].tolist()) == list(range(50))
+    r = run_cli("stage", str(tmp_path / "named.toml"))
+    assert r.returncode == 2 and "is a live source; stage it with `mpi-join stage --follow JOB`" in r.stderr

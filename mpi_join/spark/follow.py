@@ -35,7 +35,7 @@ def settings(job):
 
 def socket_address(s):
     """(host, port) of a socket source (raw.path "socket://HOST:PORT"), or None."""
-    if not s.raw.path.startswith(SOCKET):
+    if s.raw.source is not None or not s.raw.path.startswith(SOCKET):
         return None
     host, _, port = s.raw.path[len(SOCKET):].rstrip("/").rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -49,7 +49,7 @@ def socket_address(s):
 def landing_dir(s):
     """Stream `s`'s landing directory (its raw path), which must be a local directory; a socket
     source has none (None)."""
-    if socket_address(s) is not None:
+    if socket_address(s) is not None or s.raw.source is not None:
         return None
     p = s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path
     if "://" in p:
@@ -72,15 +72,31 @@ def _source(spark, s):
     from pyspark.sql.types import StringType, StructField, StructType
     d, want = landing_dir(s), _declared(s)
     files = _present(d) if d else []
-    if d is None:           # a socket: CSV lines in the declared order (event time, then the schema)
-        host, port = socket_address(s)
-        ddl = ", ".join(f"`{c}` STRING" for c in want) + ", `_corrupt` STRING"
-        # one partition: the lines stay in the order they came (the default deals them round robin),
-        # so a line's record is its number on the socket
-        lines = (spark.readStream.format("socket").option("host", host).option("port", port)
-                 .option("numPartitions", 1).load())
-        df = lines.select(F.from_csv("value", ddl, {"sep": s.raw.delimiter, "mode": "PERMISSIVE",
-                                                     "columnNameOfCorruptRecord": "_corrupt"}).alias("r")).select("r.*")
+    if d is None:           # a stream of records: CSV lines in the declared order, or JSON objects
+        if s.raw.format == "parquet":
+            raise JobError(f"streams.{s.name}.raw.format: a stream source carries CSV lines or JSON objects "
+                           f"in its `value`, not Parquet")
+        if s.raw.source is None:
+            host, port = socket_address(s)
+            # one partition: the lines stay in the order they came (the default deals them round
+            # robin), so a line's record is its number on the socket
+            reader = (spark.readStream.format("socket").option("host", host).option("port", port)
+                      .option("numPartitions", 1))
+        else:                # any Spark streaming source, its options passed as they are
+            reader = spark.readStream.format(s.raw.source)
+            for k, v in s.raw.options:
+                reader = reader.option(k, v)
+        value = F.col("value").cast("string")
+        if s.raw.format == "json":
+            schema = StructType([StructField(c, StringType()) for c in want])
+            parsed = F.from_json(value, schema)
+            df = reader.load().select(parsed.alias("r"), F.when(parsed.isNull(), value).alias("_corrupt")).select(
+                "r.*", "_corrupt")
+        else:
+            ddl = ", ".join(f"`{c}` STRING" for c in want) + ", `_corrupt` STRING"
+            df = reader.load().select(F.from_csv(value, ddl, {"sep": s.raw.delimiter, "mode": "PERMISSIVE",
+                                                              "columnNameOfCorruptRecord": "_corrupt"}).alias("r")
+                                      ).select("r.*")
         df = _utf8(df, want, "csv-text")
         return df.select(*want, F.col("_corrupt").isNotNull().alias("_bad_fields"), "_bad_utf8", F.lit(0).alias("_file"),
                          F.lit(s.raw.path).alias("_path"), F.lit(0).cast("long").alias("_row"))

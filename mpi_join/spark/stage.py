@@ -120,7 +120,7 @@ def _no_raw(job, s):
 
 
 def _not_a_socket(job, s):
-    if s.raw.path.startswith("socket://"):
+    if s.raw.path.startswith("socket://") or s.raw.source is not None:
         raise JobError(f"{job.path}: streams.{s.name}.raw.path: {s.raw.path} is a live source; stage it with "
                        f"`mpi-join stage --follow JOB`")
 
