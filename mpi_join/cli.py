@@ -38,6 +38,13 @@ def main():
       mpi-join generate equi --out work/equi          # staged input + job.toml
       mpiexec -n 4 mpi-join run work/equi/job.toml    # or: mpi-join run -n 4 work/equi/job.toml
       mpi-join verify work/equi/out --job work/equi/job.toml
+
+    \b
+    Live streams (README "Live streams"):
+      mpi-join generate equi --live --out work/live --rate 5000   # files land in real time
+      mpi-join stage --follow work/live/job.toml                 # Spark stages them into a log
+      mpi-join run -n 4 --follow work/live/job.toml              # joins the log as it grows
+      mpi-join tail work/live/out                                # each committed result once
     """
 
 
