@@ -159,3 +159,23 @@ def test_tail_sees_new_commits_and_the_end(tmp_path):
     new2 = tail.poll()
     assert tail.ended and sum(len(x) for x in new + new2) >= 2
     assert tail.frontier == 40
+
+
+def test_one_stager_per_log(tmp_path):
+    """A second `stage --follow` on a log another one holds is refused before Spark is used."""
+    from mpi_join.safety import DirLock
+    from mpi_join.spark.follow import follow
+    text = JOB.format(lateness="10ms")
+    for n in ("R", "S"):
+        text = text.replace(f'[streams.{n}]\n', f'[streams.{n}]\nraw = {{ path = "raw/{n}", format = "csv", time = "t", '
+                                                 f'time_unit = "ms" }}\n')
+        os.makedirs(tmp_path / "raw" / n)
+    (tmp_path / "job.toml").write_text(text)
+    job = load_job(str(tmp_path / "job.toml"))
+    os.makedirs(job.staged)
+    held = DirLock(job.staged, "the staged log").acquire()
+    try:
+        with pytest.raises(JobError, match=r"the staged log: .* is in use by another run"):
+            follow(None, job, job.staged, until="end", say=lambda m: None)
+    finally:
+        held.release()

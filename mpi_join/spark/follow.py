@@ -218,7 +218,6 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
     """Stage the landing directories of `job` into the staged log at `out` until `until` ("end":
     the files present now; an event time in the job's unit; None: until Ctrl-C or SIGTERM), then
     write the end marker. Returns the log's manifest."""
-    from ..staged_log import until_ts
     if not safety.local(out):
         raise JobError(f"{out}: a staged log is written on a local or mounted filesystem (its commits are atomic "
                        f"renames)")
@@ -231,6 +230,15 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
             raise InputError(f"{out}: the staged log overlaps the landing directory of stream '{s.name}'; "
                              f"stage into a directory of its own")
     os.makedirs(out, exist_ok=True)
+    lock = safety.DirLock(out, "the staged log", say=say).acquire()     # one stager per log
+    try:
+        return _follow(spark, job, out, until, trigger, say, force)
+    finally:
+        lock.release()
+
+
+def _follow(spark, job, out, until, trigger, say, force):
+    from ..staged_log import until_ts
     if force:
         clear(job, out)
     cap = None if until in (None, "end") else until_ts(until, job)
