@@ -17,6 +17,7 @@ Layout added to the staged layout:
     _log/pending-NNNNNN.npz     the rows waiting for the watermark after batch NNNNNN
     _log/end.json               the end marker (also in the manifest's log.ended)
 """
+import json
 import os
 import time
 
@@ -143,16 +144,17 @@ class LogWriter:
         if man is not None and not is_log(man):
             raise JobError(f"{out}: holds input staged at rest, not a log; stage the live input into a directory "
                            f"of its own, or pass --force to replace it")
+        settings = json.loads(json.dumps(settings))      # as the manifest holds them (lists, not tuples)
         if man is None:
             man = self._fresh(settings)
         else:
             check_structure(man, os.path.join(out, MANIFEST))
-            if man["log"].get("settings") != settings:
-                raise JobError(f"{os.path.join(out, MANIFEST)}: the log was started with other settings (streams, "
-                               f"schemas, raw sources, allowed_lateness); pass --force to start a new log")
             if man["log"].get("ended"):
                 raise JobError(f"{os.path.join(out, LOG, 'end.json')}: the log has ended "
                                f"({man['log']['ended']['reason']}); pass --force to start a new log")
+            if man["log"].get("settings") != settings:
+                raise JobError(f"{os.path.join(out, MANIFEST)}: the log was started with other settings (streams, "
+                               f"schemas, raw sources, allowed_lateness); pass --force to start a new log")
         self.man = man
         self.pending = self._load_pending()
         self._sweep()
