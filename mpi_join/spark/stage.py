@@ -135,8 +135,10 @@ def _by_reason(reasons, most):
 
 
 def _settings(job):
-    return {"ts_unit": job.ts_unit,
-            "streams": [[s.name, dict(s.schema), dataclasses.asdict(s.raw)] for s in job.streams]}
+    """The staging settings as the manifest holds them (a JSON round trip: lists, not tuples), so
+    that settings read back compare equal to the job's."""
+    return json.loads(json.dumps({"ts_unit": job.ts_unit,
+                                  "streams": [[s.name, dict(s.schema), dataclasses.asdict(s.raw)] for s in job.streams]}))
 
 
 def stage(spark, job, out=None, progress=print, overwrite=False, force=False, small_bytes=SMALL_INPUT_BYTES,
