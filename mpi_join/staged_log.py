@@ -30,16 +30,12 @@ from .durable import write_json
 from .errors import InputError, JobError
 from .integrity import file_records, file_sha256
 from .schema import SEQ, TS, to_arrow
-from .staged import FORMAT, MANIFEST, check_structure, read_manifest, string_columns
-from .units import ns_to_ts, ts_unit_ns
+from .staged import FORMAT, MANIFEST, check_structure, is_log, read_manifest, string_columns
+from .units import ts_unit_ns
 
 LOG = "_log"
 NOTHING = object()
 EXTRA = [("_src", np.int32), ("_rec", np.int64)]   # a waiting row's source file (index) and record
-
-
-def is_log(man):
-    return isinstance(man, dict) and isinstance(man.get("log"), dict)
 
 
 def waiting_dtype(stream):
@@ -378,7 +374,3 @@ def until_ts(text, job):
         d = d.replace(tzinfo=datetime.timezone.utc)
     ns = (d - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(microseconds=1) * 1000
     return ns // ts_unit_ns(job.ts_unit)
-
-
-def lateness_ts(ns, job):
-    return ns_to_ts(ns, job.ts_unit)
