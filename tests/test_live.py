@@ -255,11 +255,7 @@ def test_a_run_waiting_on_the_log_uses_no_cpu_and_ends_with_it(tmp_path):
     """No Spark: the log is written with LogWriter. While no batch comes, the three ranks of a
     following run use next to no CPU; a batch committed then is joined, the end marker ends the
     run, and the results equal the oracle's."""
-    (tmp_path / "job.toml").write_text(JOB.format(window="50ms", predicate=EQUI, strategy="hash", extra=""))
-    job = load_job(str(tmp_path / "job.toml"))
-    w = LogWriter(job, job.staged, job.allowed_lateness, {"test": 1})
-    rng = np.random.default_rng(1)
-    w.commit(0, [_random_rows(job, 0, 0, rng), _random_rows(job, 1, 0, rng)], ["a.csv"])
+    job, w, rng = _log_job(tmp_path, seed=1)
     run = _runner(tmp_path)
     marker = str(tmp_path / "job.toml")
     _wait(lambda: len(mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], None, marker)) >= 3, "the ranks")
@@ -283,12 +279,7 @@ def test_a_run_waiting_on_the_log_uses_no_cpu_and_ends_with_it(tmp_path):
 
 def test_ctrl_c_of_a_following_run(tmp_path):
     """Ctrl-C of a run waiting on the log: exit 130, one line saying what it committed stands."""
-    (tmp_path / "job.toml").write_text(JOB.format(window="50ms", predicate=EQUI, strategy="hash", extra="")
-                                       .replace('dir = "out"', 'dir = "out"\ncommit_every = "100ms"'))
-    job = load_job(str(tmp_path / "job.toml"))
-    w = LogWriter(job, job.staged, job.allowed_lateness, {"test": 1})
-    rng = np.random.default_rng(3)
-    w.commit(0, [_random_rows(job, 0, 0, rng), _random_rows(job, 1, 0, rng)], ["a.csv"])
+    job, w, rng = _log_job(tmp_path, seed=3, commit_every="100ms")
     launcher = subprocess.Popen([sys.executable, "-m", "mpi_join", "run", "-n", "3", "--follow", str(tmp_path / "job.toml")],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     committed = tmp_path / "out" / "_COMMITTED"
@@ -301,13 +292,7 @@ def test_ctrl_c_of_a_following_run(tmp_path):
 
 
 def test_collect_of_a_running_live_run_reads_its_committed_prefix(tmp_path):
-    (tmp_path / "job.toml").write_text(JOB.format(window="50ms", predicate=EQUI, strategy="hash", extra="")
-                                       .replace('dir = "out"', 'dir = "out"\ncommit_every = "200ms"'))
-    job = load_job(str(tmp_path / "job.toml"))
-    w = LogWriter(job, job.staged, job.allowed_lateness, {"test": 1})
-    rng = np.random.default_rng(2)
-    for b in range(2):
-        w.commit(b, [_random_rows(job, 0, b * 1000, rng), _random_rows(job, 1, b * 1000, rng)], ["a.csv"])
+    job, w, rng = _log_job(tmp_path, seed=2, commit_every="200ms", batches=2)
     run = _runner(tmp_path)
     committed = tmp_path / "out" / "_COMMITTED"
     _wait(lambda: committed.exists() and json.loads(committed.read_text())["results"] > 0, "a commit")
@@ -323,6 +308,21 @@ def test_collect_of_a_running_live_run_reads_its_committed_prefix(tmp_path):
     code, out, err = _finish(run, "the run")
     assert code == 0, err[-3000:]
     assert json.loads(committed.read_text())["final"]
+
+
+def _log_job(tmp_path, seed, commit_every=None, batches=1, extra=""):
+    """A hash job over a staged log written without Spark, with `batches` batches committed:
+    (job, its LogWriter, the random generator that made the rows)."""
+    text = JOB.format(window="50ms", predicate=EQUI, strategy="hash", extra=extra)
+    if commit_every:
+        text = text.replace('dir = "out"', f'dir = "out"\ncommit_every = "{commit_every}"')
+    (tmp_path / "job.toml").write_text(text)
+    job = load_job(str(tmp_path / "job.toml"))
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"test": 1})
+    rng = np.random.default_rng(seed)
+    for b in range(batches):
+        w.commit(b, [_random_rows(job, 0, b * 1000, rng), _random_rows(job, 1, b * 1000, rng)], ["a.csv"])
+    return job, w, rng
 
 
 def _random_rows(job, k, t0, rng, n=300):
@@ -474,12 +474,7 @@ def test_until_end_and_until_an_event_time_end_the_log(tmp_path):
 def test_a_wait_longer_than_the_liveness_timeout_is_not_a_failure(tmp_path):
     """Ranks waiting on a quiet log for 3x run.liveness_timeout are alive, not stalled: the run
     goes on and ends with the log."""
-    (tmp_path / "job.toml").write_text(JOB.format(window="50ms", predicate=EQUI, strategy="hash",
-                                                  extra='liveness_timeout = "1s"'))
-    job = load_job(str(tmp_path / "job.toml"))
-    w = LogWriter(job, job.staged, job.allowed_lateness, {"test": 1})
-    rng = np.random.default_rng(6)
-    w.commit(0, [_random_rows(job, 0, 0, rng), _random_rows(job, 1, 0, rng)], ["a.csv"])
+    job, w, rng = _log_job(tmp_path, seed=6, extra='liveness_timeout = "1s"')
     run = _runner(tmp_path)
     committed = tmp_path / "out" / "_COMMITTED"
     _wait(lambda: committed.exists() or run.poll() is not None, "a commit")
