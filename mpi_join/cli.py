@@ -836,9 +836,9 @@ def strategies_cmd():
         streams = str(lo) if lo == hi else f"{lo}-{hi}"
         kinds = ", ".join(sorted(info.predicates))
         need = f" (needs {', '.join(sorted(info.requires))})" if info.requires else ""
-        topo = info.topology(max(info.min_ranks, 4), {k: p.default for k, p in info.params.items()}).name
+        shape = info.build_graph(max(info.min_ranks, 4), {k: p.default for k, p in info.params.items()}).name
         click.echo(f"{name}: {info.summary}\n  predicates {kinds}{need}; {streams} streams; at least "
-                   f"{info.min_ranks} ranks; topology {topo}; workload {info.workload}")
+                   f"{info.min_ranks} ranks; graph {shape}; workload {info.workload}")
         for line in strategies.describe_params(info):
             click.echo("    " + line)
         if info.planner:

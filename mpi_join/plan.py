@@ -31,20 +31,20 @@ def explain(job, nranks):
     """The plan as lines of text (after `check`)."""
     man = check(job, nranks)
     info = strategies.get(job.strategy.name)
-    topo = info.topology(nranks, job.strategy.params)
+    graph = info.build_graph(nranks, job.strategy.params)
     out = [f"job {job.name}: {len(job.streams)} streams, {man['total']:,} staged tuples, ts in {job.ts_unit}",
            f"strategy {info.name}: {info.summary}"]
     out += [f"  {k} = {v!r}" + ("" if v != info.params[k].default else " (default)")
             for k, v in job.strategy.params.items() if not info.params[k].testing]
-    out.append(f"ranks: {nranks} in a {topo.name} topology")
-    for r, d in topo.describe().items():
+    out.append(f"ranks: {nranks} in a {graph.name} graph")
+    for r, d in graph.describe().items():
         kinds = sorted({k for k in d["carries"].values() if k != "input"})
         out.append(f"  rank {r}: {d['role']:<7} receives from {d['up'] or '-'}, sends to {d['down'] or '-'}"
                    + (f" ({', '.join(kinds)})" if kinds else ""))
-    said = topo.explain()
+    said = graph.explain()
     if said:
         out += [f"what the ranks do ({job.strategy.name}):"] + ["  " + line for line in said]
-    workers = max(1, len(topo.workers))
+    workers = max(1, len(graph.workers))
     state = 0
     out.append("windows:")
     for k, s in enumerate(job.streams):

@@ -34,7 +34,7 @@ class DataHeader:
     can see a tuple of j whose coord is below it (window.py). `body` is the strategy's typed
     header (headers.Header: what the batch is, in the strategy's words), or None. `order`: the
     batch's place in an order that several links share (non-decreasing on each link; -1: none),
-    by which a receiver's ordered merge releases them (JoinModule.merged_links). `epoch`: the
+    by which a receiver's ordered merge releases them (graph.Edge.merge). `epoch`: the
     driver's routing epoch when the batch was routed (one more per state move begun)."""
     msg_no: int
     bounds: tuple

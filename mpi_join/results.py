@@ -13,7 +13,7 @@ from .integrity import SNAPSHOT, as_records, as_rows, file_sha256
 
 
 def result_dtype(stream_names):
-    """Rows of a result edge (topology.RESULTS): each stream's seq, then `_tin`, the arrival time
+    """Rows of a result edge (graph.RESULTS): each stream's seq, then `_tin`, the arrival time
     of the tuple that produced the result, so the delay is measured where the result is written."""
     return np.dtype([(f"{n}_seq", np.int64) for n in stream_names] + [("_tin", np.int64)])
 

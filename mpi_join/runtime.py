@@ -127,7 +127,7 @@ def _driver(job_path, overrides, tx, ctx):
         from .slaves.worker import fault_spec
         fault_spec(tx.size)
         info = strategies.get(job.strategy.name)
-        topo = info.topology(tx.size, job.strategy.params)
+        graph = info.build_graph(tx.size, job.strategy.params)
         ctx["locks"] = _lock_dirs(job, overrides)
         if overrides.get("resume"):
             from .checkpoint import latest_complete
@@ -137,7 +137,7 @@ def _driver(job_path, overrides, tx, ctx):
             resume = (root, cid)
         progress = Progress(0, enabled=job.run.progress)
         tx.enable_liveness(job.run.liveness_timeout_s)
-        driver = Driver(job, tx, topo, info.load_role("driver"), metrics, progress, resume,
+        driver = Driver(job, tx, graph, info.load_role("driver"), metrics, progress, resume,
                         follow=bool(overrides.get("follow")))
         if job.checkpoint is not None:
             from .staged import hash_input, staged_files
@@ -185,7 +185,7 @@ def _driver(job_path, overrides, tx, ctx):
         verify_snapshots(os.path.join(job.output, "aggregate"), snapshots, final=True)
     summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=report.resumed_from,
                    hosts=list(tx.hosts), liveness_timeout_s=job.run.liveness_timeout_s,
-                   checkpoints=report.checkpoints, topology=topo.name,
+                   checkpoints=report.checkpoints, topology=graph.name,
                    startup_s=report.t_replay - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
     mdir = os.path.join(job.output, "metrics")
     parts = sum(r.get("result_files", 0) for r in worker_metrics)
@@ -302,14 +302,14 @@ def _worker(job_path, overrides, tx, ctx):
     tx.enable_liveness(job.run.liveness_timeout_s)
     tx.watch(0)                          # the driver must be heard from (liveness.py)
     info = strategies.get(job.strategy.name)
-    topo = info.topology(tx.size, job.strategy.params)
-    metrics = RankMetrics(tx.rank, topo.role(tx.rank))
+    graph = info.build_graph(tx.size, job.strategy.params)
+    metrics = RankMetrics(tx.rank, graph.role(tx.rank))
     writer = ResultWriter(os.path.join(job.output, "results"), tx.rank, job.stream_names,
                           snapshot_dir=os.path.join(job.output, "aggregate"))
     dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
-    module = info.load_role(topo.role(tx.rank))(job, tx.rank, topo, dtypes)
+    module = info.load_role(graph.role(tx.rank))(job, tx.rank, graph, dtypes)
     resume = (start.resume_dir, start.resume_id) if start.resume_dir else None
-    Worker(job, tx, topo, module, metrics, writer, resume).run()
+    Worker(job, tx, graph, module, metrics, writer, resume).run()
     return 0
 
 

@@ -2,9 +2,10 @@
 the workload generator and the tests.
 
 An entry names what the strategy can do (predicate kinds, stream count, minimum ranks), its
-parameters (testing-only knobs marked), its topology, and where its code is: the driver-side
-router (master/driver.Router) and the worker-side join module (slaves/module.JoinModule), as
-"module:attribute" so nothing is imported before it is needed. Strategies outside this package
+parameters (testing-only knobs marked), and where its code is: the builder of its dataflow graph
+(graph.Graph), the driver-side router (master/driver.Router) and the join module of each role
+(slaves/module.JoinModule), as "module:attribute", so the registry imports no strategy code and
+nothing is imported before it is needed. Strategies outside this package
 register themselves with `register()` from a module named in MPI_JOIN_STRATEGIES (a comma
 list, imported on every rank).
 """
@@ -32,10 +33,10 @@ class StrategyInfo:
     streams: tuple             # (min, max) number of streams
     min_ranks: int
     params: dict
-    topology: object = None    # (nranks, params) -> topology.Topology
+    graph: str = ""            # "module:function" (nranks, params) -> graph.Graph
     router: str = ""           # "module:Class", a master.driver.Router: the `driver` role's code
     module: str = ""           # "module:Class", a slaves.module.JoinModule: the `worker` role's code
-    roles: dict = field(default_factory=dict)   # topology role -> "module:Class"; unnamed roles run `module`
+    roles: dict = field(default_factory=dict)   # graph role -> "module:Class"; unnamed roles run `module`
     workload: str = "equi"     # the generator workload that suits it best (bench, tests)
     requires: frozenset = field(default_factory=frozenset)   # predicate kinds a job must have
     requires_why: str = ""
@@ -49,7 +50,7 @@ class StrategyInfo:
         return _load(getattr(self, what))
 
     def role_code(self, role):
-        """"module:Class" that a rank of topology role `role` runs: the strategy's entry for the
+        """"module:Class" that a rank of graph role `role` runs: the strategy's entry for the
         role, else its `driver` or `worker` entry, else its router or join module."""
         if role in self.roles:
             return self.roles[role]
@@ -57,6 +58,12 @@ class StrategyInfo:
 
     def load_role(self, role):
         return _load(self.role_code(role))
+
+    def build_graph(self, nranks, params):
+        """The strategy's dataflow graph on `nranks` ranks, refused with one line if it does not
+        hold together (graph.Graph.check)."""
+        return _load(self.graph)(nranks, params).check(lambda role: bool(self.role_code(role)),
+                                                       f"strategy {self.name!r}")
 
 
 def _load(spec):
@@ -115,32 +122,17 @@ def _roles(module, **classes):
     return {role: f"{module}:{cls}" for role, cls in classes.items()}
 
 
-def _chain_strategy(name, summary, topology, module, classes, case, params, variants=()):
+def _chain_strategy(name, summary, graph, module, classes, case, params, variants=()):
     """`handshake` and `llhj`: a chain of workers, one class per role (driver, left, middle, right,
     solo) in `module`, their shared checks and parameters, and a `max-rate` bench case."""
     return StrategyInfo(
         name=name, summary=summary, predicates=frozenset({"equi", "band", "theta"}), streams=(2, 2), min_ranks=2,
-        topology=topology, roles=_roles(module, **dict(zip(("driver", "left", "middle", "right", "solo"), classes))),
+        graph=graph, roles=_roles(module, **dict(zip(("driver", "left", "middle", "right", "solo"), classes))),
         workload="band", check="mpi_join.ring.handshake:check_job", params={**_CHAIN_PARAMS, **params}, shape="chain",
         variants=variants,
         cases={"max-rate": (f"mpi_join.ring.bench_chain:{case}",
                             "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
                             "default 2 3 4), latency at 80% of it, comparisons/s per core, beside the oracle")})
-
-
-def _chain(n, params):
-    from .topology import Chain
-    return Chain(n, bidirectional=True)
-
-
-def _chain_fed(n, params):
-    from .topology import Chain
-    return Chain(n, bidirectional=True, feed_all=True)
-
-
-def _ring(n, params):
-    from .topology import Ring
-    return Ring(n)
 
 
 def _text(v):
@@ -177,21 +169,6 @@ _CHAIN_PARAMS = {
 }
 
 
-def _split_tree(n, params):
-    from .splitjoin.graph import SplitTree
-    return SplitTree(n, params["fanout"])
-
-
-def _biclique(n, params):
-    from .biclique.graph import Biclique
-    return Biclique(n, params["dispatchers"], params["r_units"], bool(params["aggregate"]))
-
-
-def _star(n, params):
-    from .topology import Star
-    return Star(n)
-
-
 REGISTRY = {
     "hash": StrategyInfo(
         name="hash", shape="partition",
@@ -201,7 +178,7 @@ REGISTRY = {
         requires_why="hash partitioning needs equal keys to meet on one slave",
         streams=(2, 2),
         min_ranks=2,
-        topology=_star,
+        graph="mpi_join.graph:star",
         router="mpi_join.master.hash_router:HashRouter",
         module="mpi_join.slaves.hash_join:HashJoinModule",
         workload="equi",
@@ -238,7 +215,7 @@ REGISTRY = {
         predicates=frozenset({"equi", "band", "theta"}),
         streams=(2, 8),
         min_ranks=2,
-        topology=_ring,
+        graph="mpi_join.graph:ring",
         roles=_roles("mpi_join.ring.psp", driver="PspRouter", head="HeadSlice", ring="SlicedJoin", tail="TailSlice",
                      solo="OnlySlice"),
         planner="mpi_join.ring.planner:plan_lines",
@@ -280,7 +257,7 @@ REGISTRY = {
     ),
     "handshake": _chain_strategy(
         "handshake", "handshake join: R and S flow past each other along a chain of workers, two-phase forwarding",
-        _chain, "mpi_join.ring.handshake", ("HandshakeRouter", "LeftEnd", "HandshakeModule", "RightEnd", "OnlySegment"),
+        "mpi_join.graph:chain", "mpi_join.ring.handshake", ("HandshakeRouter", "LeftEnd", "HandshakeModule", "RightEnd", "OnlySegment"),
         "run_case", {
             "slow_rank": Param(-1, _rank_or_none, "make this worker slow: it sleeps slow_delay per batch",
                                testing=True),
@@ -290,7 +267,7 @@ REGISTRY = {
         variants=(("band", {"local_join": "index"}),)),
     "llhj": _chain_strategy(
         "llhj", "low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
-        _chain_fed, "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
+        "mpi_join.graph:fed_chain", "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
         "run_case_llhj", {}),
     "biclique": StrategyInfo(
         name="biclique", shape="biclique",
@@ -299,7 +276,7 @@ REGISTRY = {
         predicates=frozenset({"equi", "band", "theta"}),
         streams=(2, 2),
         min_ranks=4,
-        topology=_biclique,
+        graph="mpi_join.biclique.graph:build",
         roles={**_roles("mpi_join.biclique.roles", driver="Shuffler", dispatcher="Dispatcher", unit="Unit"),
                "merger": "mpi_join.biclique.merger:Merger"},
         workload="equi",
@@ -361,7 +338,7 @@ REGISTRY = {
         predicates=frozenset({"equi", "band", "theta"}),
         streams=(2, 2),
         min_ranks=2,
-        topology=_star,
+        graph="mpi_join.graph:star",
         roles=_roles("mpi_join.biclique.matrix", driver="MatrixRouter", worker="Cell"),
         workload="equi",
         check="mpi_join.biclique.checks:check_matrix",
@@ -381,7 +358,7 @@ REGISTRY = {
         predicates=frozenset({"equi", "band", "theta"}),
         streams=(2, 2),
         min_ranks=3,
-        topology=_split_tree,
+        graph="mpi_join.splitjoin.graph:build",
         roles=_roles("mpi_join.splitjoin.roles", driver="SplitRouter", core="JoinCore",
                      distributor="DistributorCore", combiner="Combiner"),
         workload="band",

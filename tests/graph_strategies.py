@@ -1,7 +1,7 @@
 """Test-only strategies on an explicit graph of roles (MPI_JOIN_STRATEGIES includes this module).
 
-`fan-tree`: a distribution tree (topology.Tree, fanout b) rooted at the driver; every node passes
-each batch on to its children (before its own join with `forward_first`, after it without), then
+`fan-tree`: a distribution tree (graph.tree, fanout b) rooted at the driver; every node passes
+each batch on to its children (before its own join with `forward_first`: graph.Edge.first; after it without), then
 joins the keys whose hash falls in its share and writes its results. Its `depth` bench case
 measures what a hop of the tree adds to a leaf's production delay.
 
@@ -32,43 +32,17 @@ from mpi_join.slaves.hash_join import CoreModule, HashJoinCore
 from mpi_join.slaves.module import JoinModule, Output
 from relay_strategy import RelayRouter, share
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
-from mpi_join.topology import DRIVER, INPUT, RESULTS, Star, Topology, Tree
+from mpi_join.graph import DRIVER, RESULTS, Edge, Graph, tree, vertices
 
 
-class MergeTree(Topology):
+def merge_tree(size, params):
     """Rank 1 is the sink, ranks 2..m+1 the mergers, the rest the cores; core c reports to merger
     c mod m. The driver feeds every core (input rows); every other link carries result rows."""
-    name = "merge-tree"
-
-    def __init__(self, size, mergers=2):
-        object.__setattr__(self, "size", size)
-        object.__setattr__(self, "m", max(1, min(int(mergers), size - 3)))
-
-    @property
-    def cores(self):
-        return list(range(2 + self.m, self.size))
-
-    def merger_of(self, core):
-        return 2 + (core - 2 - self.m) % self.m
-
-    def role(self, rank):
-        return "driver" if rank == DRIVER else "sink" if rank == 1 else "merger" if rank < 2 + self.m else "core"
-
-    def upstream(self, rank):
-        role = self.role(rank)
-        if role == "core":
-            return [DRIVER]
-        if role == "merger":
-            return [c for c in self.cores if self.merger_of(c) == rank]
-        return list(range(2, 2 + self.m)) if role == "sink" else []
-
-    def downstream(self, rank):
-        role = self.role(rank)
-        return {"driver": self.cores, "core": [self.merger_of(rank)] if role == "core" else [],
-                "merger": [1], "sink": []}[role]
-
-    def carries(self, sender, receiver):
-        return INPUT if sender == DRIVER else RESULTS
+    m = max(1, min(int(params["mergers"]), (size - 2) // 2))       # every merger has a core
+    cores = range(2 + m, size)
+    edges = [Edge(DRIVER, c, partitioner="broadcast") for c in cores]
+    edges += [Edge(c, 2 + (c - 2 - m) % m, RESULTS) for c in cores] + [Edge(g, 1, RESULTS) for g in range(2, 2 + m)]
+    return Graph("merge-tree", vertices(size, lambda r: "sink" if r == 1 else "merger" if r < 2 + m else "core"), edges)
 
 
 @dataclass(frozen=True)
@@ -79,15 +53,16 @@ class Stamp(Header):
 
 class FanOutRouter(RelayRouter):
     def route(self, batches, slot):
-        self.driver.send_many(self.topology.cores, batches)
+        self.driver.send_many(self.graph.entries(), batches)
 
 
 class Core(CoreModule):
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
-        self.n, self.share = len(topology.cores), topology.cores.index(rank)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        v = graph.vertex(rank)
+        self.n, self.share = v.count, v.index
         self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
-        self.merger = topology.merger_of(rank)
+        self.merger, = graph.downstream(rank)
 
 
     def on_data(self, src, header, batches):
@@ -99,8 +74,8 @@ class Core(CoreModule):
 
 
 class Merger(JoinModule):
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         self.delay = job.strategy.params["merge_delay"]
         self.passed = 0
 
@@ -118,21 +93,14 @@ class Merger(JoinModule):
 
 
 class TreeNode(CoreModule):
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         p = job.strategy.params
-        self.n, self.share = len(topology.workers), rank - 1
+        self.n, self.share = len(graph.workers), rank - 1
         self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
-        self.children = topology.downstream(rank)
+        self.children = graph.downstream(rank)
         self.first, self.delay = bool(p["forward_first"]), float(p["join_delay"])
 
-
-    def forward_first(self, src, header, batches):
-        if self.first and self.children:
-            out = Output()
-            out.send_many(self.children, batches, header.bounds)
-            return out
-        return None
 
     def on_data(self, src, header, batches):
         if self.delay:
@@ -145,9 +113,13 @@ class TreeNode(CoreModule):
         return out
 
 
+def fan_tree(size, params):
+    return tree(size, fanout=params["fanout"], first=bool(params["forward_first"]))
+
+
 class RootRouter(FanOutRouter):
     def route(self, batches, slot):
-        self.driver.send_many(self.topology.downstream(DRIVER), batches)
+        self.driver.send_many(self.graph.downstream(DRIVER), batches)
 
 
 def bench_depth(nprocs, workdir, tuples=6000, rate=300.0, delay=0.02):
@@ -183,33 +155,22 @@ def bench_depth(nprocs, workdir, tuples=6000, rate=300.0, delay=0.02):
         print(f"{name}: leaf p50 = {p50[name] / base:.2f} x the depth-1 worker's")
 
 
-class Dispatch(Topology):
+def dispatch(size, params):
     """Ranks 1..d dispatch (the driver feeds them), the rest are units fed by every dispatcher."""
-    name = "dispatch"
-
-    def __init__(self, size, dispatchers=2):
-        object.__setattr__(self, "size", size)
-        object.__setattr__(self, "d", max(1, min(int(dispatchers), size - 2)))
-
-    def role(self, rank):
-        return "driver" if rank == DRIVER else "dispatcher" if rank <= self.d else "unit"
-
-    def upstream(self, rank):
-        return [] if rank == DRIVER else [DRIVER] if rank <= self.d else list(range(1, self.d + 1))
-
-    def downstream(self, rank):
-        if rank == DRIVER:
-            return list(range(1, self.d + 1))
-        return list(range(self.d + 1, self.size)) if rank <= self.d else []
+    d = max(1, min(int(params["dispatchers"]), size - 2))
+    edges = [Edge(DRIVER, x, partitioner="round-robin") for x in range(1, d + 1)]
+    edges += [Edge(x, u, partitioner="broadcast", merge=True) for u in range(d + 1, size) for x in range(1, d + 1)]
+    return Graph("dispatch", vertices(size, lambda r: "dispatcher" if r <= d else "unit"), edges)
 
 
 class DispatchRouter(FanOutRouter):
-    def __init__(self, job, topology, driver):
-        super().__init__(job, topology, driver)
+    def __init__(self, job, graph, driver):
+        super().__init__(job, graph, driver)
         self.next = 0
 
     def route(self, batches, slot):
-        self.driver.send(1 + self.next % self.topology.d, batches, order=self.next)
+        d = self.graph.entries()
+        self.driver.send(d[self.next % len(d)], batches, order=self.next)
         self.next += 1
 
     def snapshot(self):
@@ -222,21 +183,17 @@ class DispatchRouter(FanOutRouter):
 class Dispatcher(JoinModule):
     def on_data(self, src, header, batches):
         out = Output()
-        out.send_many(self.topology.downstream(self.rank), batches, header.bounds, order=header.order)
+        out.send_many(self.graph.downstream(self.rank), batches, header.bounds, order=header.order)
         return out
 
 
 class Unit(Core):
-    def __init__(self, job, rank, topology, dtypes):
-        JoinModule.__init__(self, job, rank, topology, dtypes)
-        units = list(range(topology.d + 1, topology.size))
-        self.n, self.share = len(units), units.index(rank)
+    def __init__(self, job, rank, graph, dtypes):
+        JoinModule.__init__(self, job, rank, graph, dtypes)
+        v = graph.vertex(rank)
+        self.n, self.share = v.count, v.index
         self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
         self.last = -1
-        self.dispatchers = tuple(topology.upstream(rank))
-
-    def merged_links(self):
-        return self.dispatchers
 
     def on_data(self, src, header, batches):
         if header.order != self.last + 1:
@@ -257,8 +214,8 @@ class Unit(Core):
 
 
 class GrowRouter(FanOutRouter):
-    def __init__(self, job, topology, driver):
-        Router.__init__(self, job, topology, driver)
+    def __init__(self, job, graph, driver):
+        Router.__init__(self, job, graph, driver)
         self.part = Partitioner(job, job.strategy.params["partitions"])
         self.owner = np.ones(self.part.n_partitions, np.int64)
         self.at = int(job.strategy.params["grow_at"])
@@ -268,7 +225,7 @@ class GrowRouter(FanOutRouter):
         return self.part.partitions(batch["_h"])
 
     def route(self, batches, slot):
-        for w in self.topology.workers:
+        for w in self.graph.workers:
             mine = [b[self.owner[self.unit_of(b)] == w] for b in batches]
             if any(len(b) for b in mine):
                 self.driver.send(w, mine)
@@ -276,7 +233,7 @@ class GrowRouter(FanOutRouter):
     def end_of_epoch(self, epoch):
         n = self.part.n_partitions
         for dst, when, units in ((2, self.at, range(n // 2, n)), (3, 2 * self.at, range(n // 4))):
-            if epoch == when and dst in self.topology.workers:
+            if epoch == when and dst in self.graph.workers:
                 for u in units:
                     self.driver.move(u, int(self.owner[u]), dst)
                     self.moved += 1
@@ -309,7 +266,7 @@ if "grow" not in REGISTRY:
         predicates=frozenset({"equi", "band", "theta"}), requires=frozenset({"equi"}), streams=(2, 2), min_ranks=3,
         params={**REGISTRY["hash"].params,
                 "grow_at": Param(3, lambda v: None, "epoch at which half the units move to worker 2", testing=True)},
-        topology=lambda n, p: Star(n),
+        graph="mpi_join.graph:star",
         roles={"driver": "graph_strategies:GrowRouter", "worker": "mpi_join.slaves.hash_join:HashJoinModule"}))
 
 if "dispatch" not in REGISTRY:
@@ -317,7 +274,7 @@ if "dispatch" not in REGISTRY:
         name="dispatch", summary="test: two dispatchers feed every unit through the ordered merge",
         predicates=frozenset({"equi", "band", "theta"}), requires=frozenset({"equi"}), streams=(2, 2), min_ranks=4,
         params={"dispatchers": Param(2, lambda v: None, "dispatcher ranks", testing=True)},
-        topology=lambda n, p: Dispatch(n, p["dispatchers"]),
+        graph="graph_strategies:dispatch",
         roles={"driver": "graph_strategies:DispatchRouter", "dispatcher": "graph_strategies:Dispatcher",
                "unit": "graph_strategies:Unit"}))
 
@@ -328,7 +285,7 @@ if "fan-tree" not in REGISTRY:
         params={"fanout": Param(2, lambda v: None, "children per node", testing=True),
                 "forward_first": Param(True, lambda v: None, "pass a batch on before joining it", testing=True),
                 "join_delay": Param(0.0, lambda v: None, "seconds every node sleeps per batch", testing=True)},
-        topology=lambda n, p: Tree(n, p["fanout"]),
+        graph="graph_strategies:fan_tree",
         roles={"driver": "graph_strategies:RootRouter", "worker": "graph_strategies:TreeNode"},
         cases={"depth": ("graph_strategies:bench_depth", "a leaf's delay at depth 2 against depth 1")}))
 
@@ -339,6 +296,6 @@ if "merge-tree" not in REGISTRY:
         params={"mergers": Param(2, lambda v: None, "merger ranks", testing=True),
                 "merge_delay": Param(0.0, lambda v: None, "seconds a merger sleeps per batch, so results are in "
                                      "flight on result edges when a marker passes", testing=True)},
-        topology=lambda n, p: MergeTree(n, p["mergers"]),
+        graph="graph_strategies:merge_tree",
         roles={"driver": "graph_strategies:FanOutRouter", "core": "graph_strategies:Core",
                "merger": "graph_strategies:Merger", "sink": "mpi_join.slaves.sink:ResultSink"}))

@@ -18,7 +18,7 @@ from mpi_join.partitioning import Partitioner
 from mpi_join.slaves.hash_join import CoreModule, HashJoinCore
 from mpi_join.slaves.module import Output
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
-from mpi_join.topology import Chain, Ring
+from mpi_join.graph import chain
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class Hop(Header):
 class RelayRouter(Router):
     """The driver sends each epoch, whole, to the first worker of the path."""
 
-    def __init__(self, job, topology, driver):
-        super().__init__(job, topology, driver)
+    def __init__(self, job, graph, driver):
+        super().__init__(job, graph, driver)
         self.part = Partitioner(job, 1)
 
     def annotate(self, batch, stream):
@@ -50,9 +50,9 @@ class RelayModule(CoreModule):
     """A worker past the first: joins its share when the batch reaches it (hop = its share),
     after the test's hop delay."""
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
-        self.n = len(topology.workers)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        self.n = len(graph.workers)
         self.share = rank - 1
         self.last = self.n                   # no batch travels more links than there are workers
         self.turn = self._turn()
@@ -75,7 +75,7 @@ class RelayModule(CoreModule):
             sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), share(batches, self.n, self.share))
             out.emit((sa, sb), tin)
         if hop < self.last:
-            for d in self.topology.downstream(self.rank):
+            for d in self.graph.downstream(self.rank):
                 out.send(d, batches, header.bounds, Hop(hop + 1))
         return out
 
@@ -100,20 +100,24 @@ class RingHead(RelayFirst):
         return self.last
 
 
-def _info(name, topology, roles):
+def one_way(size, params):
+    return chain(size, bidirectional=False)
+
+
+def _info(name, graph, roles):
     return StrategyInfo(
         name=name, summary=f"test relay along a {name.split('-')[1]}", predicates=frozenset({"equi", "band", "theta"}),
         requires=frozenset({"equi"}), streams=(2, 2), min_ranks=2,
         params={"hop_delay": Param(0.0, lambda v: None, "seconds every worker but the first sleeps per batch, "
                                    "so batches are in flight on every link when a marker passes", testing=True)},
-        topology=topology, router="relay_strategy:RelayRouter", module="relay_strategy:RelayModule",
+        graph=graph, router="relay_strategy:RelayRouter", module="relay_strategy:RelayModule",
         roles={r: f"relay_strategy:{c}" for r, c in roles.items()})
 
 
 NAMES = frozenset({"relay-ring", "relay-chain"})     # they check the runtime's links, not a join
 
-for _name, _topo, _roles in (("relay-ring", lambda n, p: Ring(n), {"head": "RingHead", "solo": "RelayFirst"}),
-                             ("relay-chain", lambda n, p: Chain(n, bidirectional=False),
+for _name, _graph, _roles in (("relay-ring", "mpi_join.graph:ring", {"head": "RingHead", "solo": "RelayFirst"}),
+                              ("relay-chain", "relay_strategy:one_way",
                               {"left": "RelayFirst", "solo": "RelayFirst"})):
     if _name not in REGISTRY:
-        register(_info(_name, _topo, _roles))
+        register(_info(_name, _graph, _roles))

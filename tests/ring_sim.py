@@ -67,14 +67,14 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
                   run=replace(job.run, batch_size=batch_size, rate=None))
     job = check_strategy(job)
     info = strategies.get(strategy)
-    topo = info.topology(workers + 1, job.strategy.params)
+    graph = info.build_graph(workers + 1, job.strategy.params)
     src = Source(job, arrays=arrays)
-    mods = {r: info.load_role(topo.role(r))(job, r, topo, src.dtypes) for r in topo.workers}
-    links = {(a, b): deque() for a, b in topo.links()}
-    router = info.load_role("driver")(job, topo, _Driver(links, src))
+    mods = {r: info.load_role(graph.role(r))(job, r, graph, src.dtypes) for r in graph.workers}
+    links = {(a, b): deque() for a, b in graph.links()}
+    router = info.load_role("driver")(job, graph, _Driver(links, src))
     rng = np.random.default_rng(seed)
     out, epoch, eos_sent = [], 0, False
-    ended = {r: set() for r in topo.workers}
+    ended = {r: set() for r in graph.workers}
     last = {}                                   # the last order delivered on each link
 
     def apply(b, res):
@@ -97,12 +97,13 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
         if item == EOS:
             ended[b].add(a)
             apply(b, mods[b].on_eos(a))
-            for d in topo.ends(b, a, ended[b]):
+            for d in graph.ends(b, a, ended[b]):
                 links[(b, d)].append(EOS)
             return
         header, batches = item
         last[(a, b)] = header.order
-        apply(b, mods[b].forward_first(a, header, batches))
+        for d in graph.first(b, a):
+            links[(b, d)].append((header, batches))
         apply(b, mods[b].on_data(a, header, batches))
 
     def in_order(link):
@@ -110,7 +111,7 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
         lesser order (it has ended, or its next or last order is greater): the runtime's merge."""
         a, b = link
         q = links[link]
-        merged = mods[b].merged_links()
+        merged = graph.merged(b)
         if q[0] == EOS or a not in merged:
             return True
         mine = q[0][0].order
@@ -141,7 +142,7 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
             continue
         if src.done and not eos_sent and router.quiet():
             router.flush()
-            for e in topo.entries():
+            for e in graph.entries():
                 links[(0, e)].append(EOS)
             eos_sent = True
             continue

@@ -12,7 +12,7 @@ import pytest
 
 from mpi_join import aggregate
 from mpi_join.biclique import routing
-from mpi_join.biclique.graph import Biclique
+from mpi_join.biclique.graph import biclique
 from mpi_join.errors import ConfigError
 from mpi_join.oracle import run_oracle
 from conftest import random_streams
@@ -50,11 +50,15 @@ def test_contrand_stores_once_in_the_key_subgroup_and_joins_at_the_opposite_one(
 
 
 def test_layout_and_roles():
-    t = Biclique(8, dispatchers=2, r_units=2)
-    assert t.dispatchers == [1, 2] and t.r_units == [3, 4] and t.s_units == [5, 6, 7]
+    t = biclique(8, dispatchers=2, r_units=2)
+    assert t.ranks("dispatcher") == [1, 2] and t.ranks("R-units") == [3, 4] and t.ranks("S-units") == [5, 6, 7]
     assert [t.role(r) for r in range(8)] == ["driver", "dispatcher", "dispatcher"] + ["unit"] * 5
-    assert t.upstream(5) == [1, 2] and t.downstream(1) == [3, 4, 5, 6, 7]
-    assert Biclique(7).m == 2 and Biclique(7).s_units == [4, 5, 6]        # half the units, rounded down, store R
+    assert [(t.vertex(r).index, t.vertex(r).count) for r in (4, 5, 7)] == [(1, 2), (0, 3), (2, 3)]
+    assert t.upstream(5) == [1, 2] and t.downstream(1) == [3, 4, 5, 6, 7] and t.merged(5) == (1, 2)
+    assert biclique(8, dispatchers=2, ordered=False).merged(5) == ()
+    assert biclique(7).ranks("R-units") == [2, 3] and biclique(7).ranks("S-units") == [4, 5, 6]   # half, rounded down, store R
+    agg = biclique(8, merger=True)
+    assert agg.ranks("merger") == [7] and agg.upstream(7) == [2, 3, 4, 5, 6] and agg.carries(2, 7) == "views"
 
 
 CONFIGS = [(3, {}), (5, {"dispatchers": 2}), (6, {"r_units": 2, "local_join": "scan"}),
@@ -226,7 +230,7 @@ def test_units_join_and_leave_subgroups_mid_run_without_losing_or_duplicating_a_
     def on_epoch(epoch, mods, router):
         m = router.members
         if epoch == 1:
-            spare_at_start.extend(router.topology.units(s)[u] for s in (0, 1) for u in m.spare(s))
+            spare_at_start.extend(router.graph.ranks(("R-units", "S-units")[s])[u] for s in (0, 1) for u in m.spare(s))
         if epoch % 5 == 0:
             d, side = steps[(epoch // 5) % 4]
             g = (epoch // 20) % m.groups[side]

@@ -28,7 +28,7 @@ def test_explain_prints_roles_windows_state_and_local_joins(tmp_path):
     p = run_cli("explain", path, "-n", "4")
     assert p.returncode == 0, p.stderr
     out = p.stdout
-    assert "ranks: 4 in a star topology" in out and "rank 3: worker" in out
+    assert "ranks: 4 in a star graph" in out and "rank 3: worker" in out
     assert "S: about 25 tuples (count window)" in out
     assert "R: about " in out and "tuples/s staged" in out
     assert "MB per worker if the windows spread evenly over 3 workers" in out

@@ -10,7 +10,7 @@ import pytest
 from mpi_join.oracle import run_oracle
 from mpi_join.results import result_dtype
 from mpi_join.splitjoin import rap
-from mpi_join.splitjoin.graph import SplitTree
+from mpi_join.splitjoin.graph import split_tree
 from mpi_join.verify import order_violations
 from conftest import random_streams
 from reference import as_set
@@ -92,20 +92,32 @@ def test_combine_orders_groups_by_the_seq_that_closed_them():
 # -- the graph ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("k,b", [(1, 2), (3, 2), (6, 2), (4, 3), (9, 3)])
 def test_tree_layout(k, b):
-    t = SplitTree(k + 2, b)
+    t = split_tree(k + 2, b)
     cores = list(range(1, k + 1))
-    assert sorted(t.position(r) for r in cores) == list(range(k))
-    assert len(t.children(0)) == min(b, k)                  # the fanout fills before the tree deepens
+
+    def children(r):
+        return t.downstream(r, "input")
+
+    def position(r):
+        v = t.vertex(r)
+        assert v.count == k and v.group == "cores"
+        return v.index
+    assert sorted(position(r) for r in cores) == list(range(k))
+    assert len(children(0)) == min(b, k)                    # the fanout fills before the tree deepens
     for r in cores:                                         # a subtree holds consecutive positions
         sub, todo = [], [r]
         while todo:
             x = todo.pop()
-            sub.append(t.position(x))
-            todo += t.children(x)
-        assert sorted(sub) == list(range(t.position(r), t.position(r) + len(sub)))
-        assert t.role(r) == ("distributor" if t.children(r) else "core")
-        assert t.carries(t.parent(r), r) == "input" and t.carries(r, t.result_parent(r)) == "rap"
-    assert t.role(k + 1) == "combiner"
+            sub.append(position(x))
+            todo += children(x)
+        assert sorted(sub) == list(range(position(r), position(r) + len(sub)))
+        assert t.role(r) == ("distributor" if children(r) else "core")
+        parent, = t.upstream(r, "input")
+        up, = t.downstream(r, "rap")
+        assert up == (parent if parent else k + 1)                 # results go back up the same edges
+        assert t.first(r, parent) == children(r)                   # a distributor forwards before it joins
+        assert t.upstream(r) == [parent] + children(r)
+    assert t.role(k + 1) == "combiner" and t.upstream(k + 1) == children(0)
 
 
 def _trigger_order(got):

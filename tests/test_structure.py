@@ -125,9 +125,9 @@ def test_every_role_of_every_strategy_has_code():
     from mpi_join.strategies import REGISTRY
     for info in REGISTRY.values():
         for n in range(info.min_ranks, 7):
-            topo = info.topology(n, {k: p.default for k, p in info.params.items()})
+            graph = info.build_graph(n, {k: p.default for k, p in info.params.items()})
             for rank in range(n):
-                role = topo.role(rank)
+                role = graph.role(rank)
                 cls = info.load_role(role)
                 assert isinstance(cls, type), (info.name, n, rank, role)
 
@@ -140,15 +140,15 @@ def test_end_of_stream_reaches_every_link_once_after_all_that_feeds_it():
     from mpi_join.strategies import REGISTRY
     for info in REGISTRY.values():
         for n in range(info.min_ranks, 9):
-            topo = info.topology(n, {k: p.default for k, p in info.params.items()})
+            graph = info.build_graph(n, {k: p.default for k, p in info.params.items()})
             ended = {r: set() for r in range(n)}
-            sent, todo = Counter(), [(0, e) for e in topo.entries()]
+            sent, todo = Counter(), [(0, e) for e in graph.entries()]
             while todo:
                 src, dst = todo.pop()
                 sent[src, dst] += 1
                 assert sent[src, dst] == 1, (info.name, n, src, dst)
                 ended[dst].add(src)
-                for d in topo.ends(dst, src, ended[dst]):
-                    assert all(u in ended[dst] for u in topo.upstream(dst) if d in topo.continues(dst, u))
+                for d in graph.ends(dst, src, ended[dst]):
+                    assert all(u in ended[dst] for u in graph.upstream(dst) if d in graph.continues(dst, u))
                     todo.append((dst, d))
-            assert set(sent) == topo.eos_links(), (info.name, n)
+            assert set(sent) == graph.eos_links(), (info.name, n)

@@ -1,7 +1,7 @@
 """What `biclique` checks in a job before it runs (named in the registry)."""
 from .. import aggregate
 from ..errors import ConfigError
-from .graph import Biclique
+from .graph import SIDES, build
 
 
 def check_job(job, nranks):
@@ -20,12 +20,12 @@ def check_job(job, nranks):
     if nranks < need:
         return (f"strategy 'biclique' with {p['dispatchers']} dispatcher(s) needs at least {need} MPI ranks (the "
                 f"shuffler, the dispatchers, one R-unit and one S-unit{', the merger' if merger else ''}), got {nranks}")
-    t = Biclique(nranks, p["dispatchers"], p["r_units"], merger)
-    if p["r_units"] and p["r_units"] != t.m:
+    r, s = (len(build(nranks, p).ranks(g)) for g in SIDES)
+    if p["r_units"] and p["r_units"] != r:
         return (f"{where}.r_units: {p['r_units']} R-units leave no S-unit with {nranks} ranks and "
                 f"{p['dispatchers']} dispatcher(s); at most {nranks - 2 - p['dispatchers'] - merger}")
     spare = p["spare_units"] if p["scaling"] else 0
-    for name, groups, units in (("r_groups", p["r_groups"], t.m), ("s_groups", p["s_groups"], len(t.s_units))):
+    for name, groups, units in (("r_groups", p["r_groups"], r), ("s_groups", p["s_groups"], s)):
         if groups > units - spare:
             return (f"{where}.{name}: {groups} subgroups but only {units - spare} active unit(s) on that side with "
                     f"{nranks} ranks" + (f" and spare_units = {spare}" if spare else ""))

@@ -23,9 +23,9 @@ def grid(workers, rows=0):
 
 
 class MatrixRouter(Router):
-    def __init__(self, job, topology, driver):
-        super().__init__(job, topology, driver)
-        self.rows, self.cols = grid(len(topology.workers), job.strategy.params["rows"])
+    def __init__(self, job, graph, driver):
+        super().__init__(job, graph, driver)
+        self.rows, self.cols = grid(len(graph.workers), job.strategy.params["rows"])
 
     def route(self, batches, slot):
         r, s = batches
@@ -41,8 +41,8 @@ class MatrixRouter(Router):
 class Cell(JoinModule):
     """A cell of the grid: joins what it gets of both streams with its windows and each other."""
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         self.method = job.strategy.params["local_join"]
         self.join = BinaryJoin(job.predicate, dtypes, self.method)
         self.limit = state_limit(job)

@@ -57,12 +57,12 @@ class Merger(JoinModule):
     a timestamped snapshot at most once per `update_ms` and once more, marked final, when every
     unit has ended (the aggregate of every result, which `mpi-join verify` checks)."""
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         self.spec = aggregate.parse(job.strategy.params["aggregate"], job.streams)
         self.dtype = aggregate.view_dtype(self.spec, dtypes)
         self.period_ns = int(float(job.strategy.params["update_ms"]) * 1e6)
-        self.units = len(topology.upstream(rank))
+        self.units = len(graph.upstream(rank))
         self.view, self.number, self.ended, self.merged = None, 0, 0, 0
         self.written_at = time.monotonic_ns()
 

@@ -23,9 +23,10 @@ from ..slaves.chained_index import ChainedIndex
 from ..slaves.local_join import warm_up
 from ..slaves.module import JoinModule, Output
 from ..errors import JobError
-from ..topology import DRIVER
+from ..graph import DRIVER
 from ..window import NEG_INF
 from . import routing, scaling
+from .graph import SIDES, merger_of, side as side_of
 from .merger import Views
 
 
@@ -80,14 +81,14 @@ class Shuffler(Router):
     (scaling.py): it asks the units for their memory load, and changes which units store and
     join (the Members table every batch carries), at a batch boundary every unit sees alike."""
 
-    def __init__(self, job, topology, driver):
-        super().__init__(job, topology, driver)
+    def __init__(self, job, graph, driver):
+        super().__init__(job, graph, driver)
         self.part = Partitioner(job, 1)
         self.next = 0
         p = job.strategy.params
         self.members = None
         if p["scaling"]:
-            n = (topology.m, len(topology.s_units))
+            n = tuple(len(graph.ranks(g)) for g in SIDES)
             self.members = routing.Membership(n, (p["r_groups"], p["s_groups"]),
                                               tuple(max(1, k - int(p["spare_units"])) for k in n))
             self.scaler = scaling.Scaler(scaling.Policy.of(p))
@@ -106,7 +107,7 @@ class Shuffler(Router):
         batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
 
     def route(self, batches, slot):
-        d = self.topology.dispatchers
+        d = self.graph.ranks("dispatcher")
         body = None
         if self.members is not None:
             for s, b in enumerate(batches):
@@ -125,13 +126,13 @@ class Shuffler(Router):
         now = time.perf_counter()
         self.t0 = self.t0 or now
         self.release_drained()
-        units = self.topology.r_units + self.topology.s_units
+        units = [r for g in SIDES for r in self.graph.ranks(g)]
         if self.asked is not None:
             loads = self.driver.loads_of(units)
             if loads is None:
                 return                           # the requesting phase goes on
             self.asked = None
-            mlv = {(s, u): loads[r].state_bytes for s in (0, 1) for u, r in enumerate(self.topology.units(s))}
+            mlv = {(s, u): loads[r].state_bytes for s in (0, 1) for u, r in enumerate(self.graph.ranks(SIDES[s]))}
             actions, seen = self.scaler.decide(self.members, mlv, [self.members.spare(0), self.members.spare(1)])
             t = round(now - self.t0, 3)
             self.trace += [dict(o, t_s=t, released=self.driver.source.released,
@@ -174,7 +175,7 @@ class Shuffler(Router):
         so far (nothing else is sent meanwhile), the runtime moves each leaving unit's state to
         the least loaded unit that stays in the subgroup."""
         stay = [u for u in self.members.active(side, g) if u not in units]
-        ranks = self.topology.units(side)
+        ranks = self.graph.ranks(SIDES[side])
         upto = self.next - 1
         self.reached = {}
         for u in units + stay:
@@ -224,11 +225,11 @@ class Dispatcher(JoinModule):
     """Routes each batch: for every unit, the tuples of its side it stores and the tuples of the
     other side it joins; every unit gets its part of every batch, empty or not (the signal)."""
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         p = job.strategy.params
         self.groups = (int(p["r_groups"]), int(p["s_groups"]))
-        self.units = (topology.r_units, topology.s_units)
+        self.units = tuple(graph.ranks(g) for g in SIDES)
         self.n = tuple(len(u) for u in self.units)
         self.members = routing.Membership(self.n, self.groups)      # without scaling: every unit, fixed
         self.routed = 0
@@ -256,26 +257,22 @@ class Dispatcher(JoinModule):
 class Unit(JoinModule):
     """Role `unit`: stores its side's tuples routed to it, joins the other side's against them."""
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
-        self.side = topology.side(rank)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        self.side = side_of(graph, rank)
         self.method = job.strategy.params["local_join"]
         self.join = ChainedIndex(job.predicate, dtypes, self.method, self.side,
                                  archive_period(job, self.side), job.strategy.params["max_delay"])
         self.limit = state_limit(job)
         self.ordered = bool(job.strategy.params["ordered"])
-        self.dispatchers = tuple(topology.dispatchers) if self.ordered else ()
         self.last = -1
         self.probed = self.peak = 0
-        self.views = Views(job, dtypes, len(topology.dispatchers), topology.merger)
+        self.views = Views(job, dtypes, len(graph.ranks("dispatcher")), merger_of(graph))
         self.want = None                             # the shuffler waits for this order (Upto)
         self.moved_in = self.moved_out = 0           # tuples, by the runtime's move
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.method)
-
-    def merged_links(self):
-        return self.dispatchers
 
     def next_order(self):
         """The shuffler numbers batches 0, 1, 2, ... and every unit gets every one: the next is

@@ -44,8 +44,8 @@ class Router(Checkpointed):
     back meanwhile (one array per stream, in seq order), which now go to `dst`."""
     slots = 1
 
-    def __init__(self, job, topology, driver):
-        self.job, self.topology, self.driver = job, topology, driver
+    def __init__(self, job, graph, driver):
+        self.job, self.graph, self.driver = job, graph, driver
 
     def annotate(self, batch, stream):
         pass
@@ -99,11 +99,11 @@ class RunReport:
 
 
 class Driver:
-    def __init__(self, job, tx, topology, router_cls, metrics, progress, resume=None, follow=False):
-        self.job, self.tx, self.topo, self.metrics, self.progress = job, tx, topology, metrics, progress
-        self.workers = topology.workers
-        self.entries = topology.entries()
-        self.router = router_cls(job, topology, self)
+    def __init__(self, job, tx, graph, router_cls, metrics, progress, resume=None, follow=False):
+        self.job, self.tx, self.graph, self.metrics, self.progress = job, tx, graph, metrics, progress
+        self.workers = graph.workers
+        self.entries = graph.entries()
+        self.router = router_cls(job, graph, self)
         man = self.manifest = staged_manifest(job)
         counts = [man["streams"][s.name]["count"] for s in job.streams]
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts, man=man,
@@ -335,7 +335,7 @@ class Driver:
         self.metrics.epochs = self.epoch
         self.metrics.extra.update(compiled_during_replay=Compiles.count - self.compiled_at_start, **GcPauses.stats(),
                                   peak_inflight=max(self.credits.peak.values(), default=0),
-                                  topology=self.topo.name, released_at=released_at, overloaded=self.overloaded,
+                                  topology=self.graph.name, released_at=released_at, overloaded=self.overloaded,
                                   max_lag_s=round(getattr(self, "max_lag", 0.0), 4), **self.router.stats())
         workers = [self.done[w] for w in self.workers]
         return RunReport(workers=workers, wall_s=self.wall_s, t_replay=self.t_replay, resumed_from=self.resumed_from,

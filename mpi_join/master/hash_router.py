@@ -20,11 +20,11 @@ from .driver import Router
 
 
 class HashRouter(Router):
-    def __init__(self, job, topology, driver):
-        super().__init__(job, topology, driver)
+    def __init__(self, job, graph, driver):
+        super().__init__(job, graph, driver)
         self.params = prm = job.strategy.params
         self.part = Partitioner(job, prm["partitions"])
-        self.slaves = topology.workers
+        self.slaves = graph.workers
         self.slots = self.g = max(1, min(prm["subgroups"], len(self.slaves)))
         self.map = PartitionMap(self.part.n_partitions, self.slaves)
         self.active = list(self.slaves)

@@ -1,6 +1,6 @@
 """Strategy `handshake`: the handshake-join chain across ranks, with two-phase forwarding.
 
-Workers 1..n form a chain (topology.Chain, both ways). R tuples enter at worker 1 and flow right,
+Workers 1..n form a chain (graph.chain, both ways). R tuples enter at worker 1 and flow right,
 S tuples enter at worker n and flow left; each worker holds one segment of both windows. A batch
 entering a segment is joined with the opposite stream's tuples there (eager scan), kept, and
 moved on when it ages out of the segment (time windows: by age against the newest timestamp the
@@ -29,11 +29,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..graph import DRIVER
 from ..headers import Header
 from ..master.driver import Router
 from ..slaves.local_join import BinaryJoin, runtime_rows, warm_up
 from ..slaves.module import JoinModule, Output
 from ..strategies import numbers
+
+
+def beside(graph, rank):
+    """(left, right): the ranks beside a chain worker, the driver beyond either end (it feeds R at
+    the left end and S at the right)."""
+    w = graph.workers
+    i = w.index(rank)
+    return (w[i - 1] if i else DRIVER), (w[i + 1] if i + 1 < len(w) else DRIVER)
 
 
 @dataclass(frozen=True)
@@ -155,13 +164,13 @@ class HandshakeModule(JoinModule):
     classes below; they differ only in which stream leaves the chain there (`exits`)."""
     exits = (False, False)
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         p = job.strategy.params
-        self.n = len(topology.workers)
+        self.n = len(graph.workers)
         self.seg = Segment.of(job, rank, self.n, dtypes, self.exits)
         # the driver stands beyond each end: it feeds R at the left end and S at the right
-        self.left, self.right = topology.left_of(rank), topology.right_of(rank)
+        self.left, self.right = beside(graph, rank)
         self.ended = [False, False]          # the input has ended on the R side / the S side
         self.delay = float(p["slow_delay"]) if p["slow_rank"] == rank else 0.0
         self.counts = {"forwarded": 0, "acks": 0}
@@ -261,7 +270,7 @@ class HandshakeRouter(Router):
 
     def route(self, batches, slot):
         R, S = batches
-        n = len(self.topology.workers)
+        n = len(self.graph.workers)
         if len(R):
             self.driver.send(1, [R, S[:0]], Arriving(0))
         if len(S):

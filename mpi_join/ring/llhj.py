@@ -1,5 +1,5 @@
 """Strategy `llhj`: the low-latency handshake join. New tuples are fast-forwarded: the driver
-sends every batch (both streams, in seq order) to every worker at once (topology.Chain with
+sends every batch (both streams, in seq order) to every worker at once (graph.fed_chain with
 feed_all), so each new tuple meets the stored tuples of all segments without waiting for the
 chain. Only its home segment stores it (R at worker 1, S at worker n); stored tuples then age
 along the chain as in handshake join (R to the right, S to the left; ring/handshake.Segment's
@@ -25,7 +25,7 @@ from ..master.driver import Router
 from ..range_join import probe_ranges
 from ..slaves.local_join import warm_up
 from ..slaves.module import JoinModule, Output
-from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment
+from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment, beside
 
 PROGRESS_EVERY = 8
 
@@ -48,16 +48,16 @@ class LowLatencyModule(JoinModule):
     which is where the other stream leaves."""
     exits = (False, False)
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
-        self.n = len(topology.workers)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        self.n = len(graph.workers)
         self.seg = Segment.of(job, rank, self.n, dtypes, self.exits)
         self.home = self.exits[::-1]
-        self.left, self.right = topology.left_of(rank), topology.right_of(rank)
+        self.left, self.right = beside(graph, rank)
         self.since = [np.zeros(0, np.int64), np.zeros(0, np.int64)]   # per stored row, aligned with the window
         self.done = -1                       # the last batch processed here
         self.replicas = []                   # (batch id, [R rows, S rows]) retained for catch-up
-        self.heard = {w: -1 for w in topology.neighbours(rank)}   # neighbours' last stamps
+        self.heard = {w: -1 for w in (self.left, self.right) if w}   # neighbours' last stamps
         self.told = -1
         self.counts = {"moved": 0, "catch_up_pairs": 0}
 
@@ -228,14 +228,14 @@ class OnlyHome(Alone, LowLatencyModule):
 class LowLatencyRouter(Router):
     """Every batch, numbered, to every worker at once."""
 
-    def __init__(self, job, topology, driver):
-        super().__init__(job, topology, driver)
+    def __init__(self, job, graph, driver):
+        super().__init__(job, graph, driver)
         self.next_id = 0
 
     def route(self, batches, slot):
         if not any(len(b) for b in batches):
             return
-        self.driver.send_many(self.topology.workers, batches, New(self.next_id))
+        self.driver.send_many(self.graph.workers, batches, New(self.next_id))
         self.next_id += 1
 
     def snapshot(self):

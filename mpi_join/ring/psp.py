@@ -1,6 +1,6 @@
 """Strategy `psp`: pipelined state partitioning, a ring of time-sliced multi-way joins.
 
-Workers 1..N form a ring (topology.Ring); the driver feeds input batches to the head (worker 1).
+Workers 1..N form a ring (graph.ring); the driver feeds input batches to the head (worker 1).
 Every stream's window is cut into N abutting slices by age (ring/slicing.py): the head holds the
 newest tuples, the tail the oldest, and no tuple is stored twice. The execution steps of each
 sliced-join operator, for a message from upstream:
@@ -43,7 +43,7 @@ from ..protocol import Control, DataHeader
 from ..range_join import extend, pair_mask
 from ..slaves.module import JoinModule, Output
 from ..strategies import numbers
-from ..topology import DRIVER, Ring
+from ..graph import DRIVER, ring
 from ..window import POS_INF, Window, footprint
 from .adapt import rebalance
 from .slicing import Slicer
@@ -172,11 +172,11 @@ class SlicedJoin(JoinModule):
     cycle (END life-span control), the tail passes nothing on."""
     closes = False         # holds the partial results a probe makes, to mark the last one END
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
-        self.M, self.n = len(dtypes), len(topology.workers)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        self.M, self.n = len(dtypes), len(graph.workers)
         self.k = rank
-        self.next = next(iter(topology.downstream(rank)), None)
+        self.next = next(iter(graph.downstream(rank)), None)
         self.pred = job.predicate
         self.windows = [Window(dt) for dt in dtypes]
         self.owned = [0] * self.M          # absolute row of each window's first row still held here
@@ -393,7 +393,7 @@ class SlicedJoin(JoinModule):
         """Compile the probe kernels on a tiny ring of one: every stream probes every other."""
         job = replace(self.job, strategy=replace(self.job.strategy, params=dict(self.job.strategy.params,
                                                                                interleave=1)))
-        op = OnlySlice(job, 1, Ring(2), self.dtypes)
+        op = OnlySlice(job, 1, ring(2), self.dtypes)
         M = self.M
         orderings = auto_orderings(self.pred, M, [[1.0] * M for _ in range(M)])
         for seq0 in (0, 10):
@@ -445,10 +445,10 @@ class PspRouter(Router):
     """The driver's side: numbers each batch, computes its cuts and join orderings, sends it to
     the head, and knows which batches have ended their cycle (a checkpoint waits for all)."""
 
-    def __init__(self, job, topology, driver):
-        super().__init__(job, topology, driver)
+    def __init__(self, job, graph, driver):
+        super().__init__(job, graph, driver)
         p = job.strategy.params
-        self.n = len(topology.workers)
+        self.n = len(graph.workers)
         self.M = len(job.streams)
         names = [s.name for s in job.streams]
         self.given = parse_ordering(p["ordering"], names) if p["ordering"] != "auto" else {}
@@ -488,7 +488,7 @@ class PspRouter(Router):
         if self.force and epoch == self.force[0]:
             self._relocate(epoch, self.force[1], self.force[2])
         if self.adapt_every and epoch % self.adapt_every == 0:
-            workers = self.topology.workers
+            workers = self.graph.workers
             loads = self.driver.loads_of(workers) if self.asked else None
             if loads:
                 p = self.job.strategy.params

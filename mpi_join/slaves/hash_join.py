@@ -55,8 +55,8 @@ class CoreModule(JoinModule):
 class HashJoinModule(CoreModule):
     """The slave side of `hash`: the windows of the partition groups this slave owns."""
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         prm = job.strategy.params
         theta = prm["theta"] if prm["local_join"] == "bnl" else 0      # see the module docstring
         self.core = HashJoinCore(Partitioner(job, prm["partitions"]), dtypes, prm["local_join"], theta,

@@ -78,8 +78,8 @@ class JoinModule(Checkpointed):
     urgent_ops = frozenset()
     buffer_capacity = 0          # tuples, for the load metric (0: the worker's share of what may be in flight)
 
-    def __init__(self, job, rank, topology, dtypes):
-        self.job, self.rank, self.topology, self.dtypes = job, rank, topology, dtypes
+    def __init__(self, job, rank, graph, dtypes):
+        self.job, self.rank, self.graph, self.dtypes = job, rank, graph, dtypes
 
     def warm_up(self):
         pass
@@ -90,23 +90,12 @@ class JoinModule(Checkpointed):
     def accepts_input(self):
         return True
 
-    def merged_links(self):
-        """Upstream worker ranks whose DATA this module takes as one flow in `order`
-        (DataHeader.order): the worker hands over the batch with the least order among the links'
-        next batches once no link can still bring a lesser one (each link's last order is its
-        watermark; an ended link has none). Control records on those links pass at once, in
-        order on their own link. Empty: every link as it comes."""
-        return ()
-
     def next_order(self):
-        """The order the module takes next from its merged links when their orders are dense
+        """The order the module takes next from its merged links (graph.Edge.merge: the worker
+        hands over the batch with the least order among the links' next batches once no link can
+        still bring a lesser one) when their orders are dense
         (0, 1, 2, ... across the links, none missing), so the batch bearing it goes at once,
         without waiting for the other links to pass it; None (the default): not known."""
-        return None
-
-    def forward_first(self, src, header, batches):
-        """An Output sent before `on_data` runs on the same message (None: nothing): an inner node
-        of a distribution tree passes a batch on here, so its children do not wait for its join."""
         return None
 
     def on_control(self, src, msg, ctx):
@@ -134,7 +123,7 @@ class JoinModule(Checkpointed):
 
     def link_dtypes(self, kind):
         """dtypes of the arrays on a link that carries the strategy's own kind of rows
-        (topology.carries returned `kind`)."""
+        (graph.carries returned `kind`)."""
         raise RuntimeError(f"rank {self.rank}: links carrying {kind!r} are not declared by this strategy")
 
 

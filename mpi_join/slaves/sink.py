@@ -1,4 +1,4 @@
-"""The `sink` role: writes the result rows that arrive on its result edges (topology.RESULTS).
+"""The `sink` role: writes the result rows that arrive on its result edges (graph.RESULTS).
 
 A strategy whose join cores send their results on (`Output.send_results`) ends its graph in a
 sink; the worker writes what the sink emits, so each result's production delay is measured here,
@@ -10,8 +10,8 @@ from .module import JoinModule, Output
 
 
 class ResultSink(JoinModule):
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         self.cols = [f"{n}_seq" for n in job.stream_names]
         self.received = 0
 

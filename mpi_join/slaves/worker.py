@@ -12,9 +12,9 @@ they arrive into one FIFO inbox per sending rank, and handles them one at a time
   into committed files, `module.snapshot()`), and the marker goes out on every downstream link;
   DATA that arrives on a link before that link's own copy is saved as channel state. When every
   upstream link has delivered its copy, the rank file is complete and the driver is told.
-- End of stream travels the input's path (`topology.ends`: a link ends once all that feeds it has); the driver ends the job with
+- End of stream travels the input's path (`graph.ends`: a link ends once all that feeds it has); the driver ends the job with
   termination probes (sent and received DATA counts, four-counter method) and FIN. A worker
-  leaves once it has FIN and every end-of-stream copy meant for it (topology.eos_links): one
+  leaves once it has FIN and every end-of-stream copy meant for it (graph.eos_links): one
   still in flight would be unmatched at MPI_Finalize.
 A failing worker raises; runtime.py aborts the whole job with its rank and reason.
 """
@@ -31,7 +31,7 @@ from ..headers import Ack, Ready, UnitState
 from ..protocol import (DataHeader, Eos, Fin, Install, LoadReport, LoadRequest, Marker, MarkerDone, Moved, MoveOut,
                         Probe, ProbeReply, Tag, decode_control)
 from ..results import result_dtype
-from ..topology import DRIVER, INPUT, RESULTS
+from ..graph import DRIVER, INPUT, RESULTS
 from ..transport import Credits, pack, pack_obj, unpack, unpack_obj
 
 
@@ -70,16 +70,16 @@ class Cut:
 
 
 class Worker:
-    def __init__(self, job, tx, topology, module, metrics, writer, resume=None):
-        self.job, self.tx, self.topo, self.module = job, tx, topology, module
+    def __init__(self, job, tx, graph, module, metrics, writer, resume=None):
+        self.job, self.tx, self.graph, self.module = job, tx, graph, module
         self.metrics, self.writer = metrics, writer
         self.rank = tx.rank
         self.dtypes = module.dtypes
-        self.up = topology.upstream(self.rank)
-        self.link_dtypes = {src: self._carried(topology.carries(src, self.rank)) for src in self.up}
-        self.merged = tuple(module.merged_links())
+        self.up = graph.upstream(self.rank)
+        self.link_dtypes = {src: self._carried(graph.carries(src, self.rank)) for src in self.up}
+        self.merged = graph.merged(self.rank)
         self.watermark = {src: -(1 << 62) for src in self.merged}   # last order each merged link brought
-        self.down = topology.downstream(self.rank)
+        self.down = graph.downstream(self.rank)
         self.inbox = {}                             # src -> deque of items
         self.outbox = {d: deque() for d in self.down}
         self.credits = Credits(self.down, job.run.max_inflight)
@@ -88,11 +88,11 @@ class Worker:
         self.received = 0                           # DATA handled, from anyone
         self.buffered = 0                           # driver tuples waiting in the inbox
         self.capacity = module.buffer_capacity or max(
-            1, job.run.max_inflight * job.run.batch_size // max(1, len(topology.workers)))
+            1, job.run.max_inflight * job.run.batch_size // max(1, len(graph.workers)))
         self.occupancy = []
         self.load_mark = (time.perf_counter(), time.process_time(), 0)
         self.eos_from = set()
-        self.eos_expected = {a for a, b in topology.eos_links() if b == self.rank}
+        self.eos_expected = {a for a, b in graph.eos_links() if b == self.rank}
         self.cut = None
         self.arrived = {}                           # unit -> moved state here, its Install not yet handled
         self.moved_out = {}                         # unit -> routing epoch it left this rank at
@@ -130,9 +130,9 @@ class Worker:
         self.metrics.extra.update(result_files=len(files), result_parts=self.writer.file_records(),
                                   snapshot_parts=self.writer.snapshot_records(), compiled_during_replay=Compiles.count - compiled,
                                   **GcPauses.stats(),
-                                  series=self.series, role=self.topo.role(self.rank), **self.module.stats(),
+                                  series=self.series, role=self.graph.role(self.rank), **self.module.stats(),
                                   **self.memory.summary())
-        self.metrics.role = self.topo.role(self.rank)
+        self.metrics.role = self.graph.role(self.rank)
         self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
         self.tx.flush()
 
@@ -188,7 +188,7 @@ class Worker:
         self.tx.send(DRIVER, Tag.CTRL, Moved(msg.unit, "in").encode())
 
     def _carried(self, kind):
-        """dtypes of the arrays a DATA message on a link of this kind holds (topology.carries)."""
+        """dtypes of the arrays a DATA message on a link of this kind holds (graph.carries)."""
         if kind == INPUT:
             return self.dtypes
         if kind == RESULTS:
@@ -219,7 +219,7 @@ class Worker:
         return None
 
     def _merged_next(self):
-        """The ordered merge of the module's merged links (JoinModule.merged_links)."""
+        """The ordered merge of the module's merged links (graph.Edge.merge)."""
         heads = {}
         for src in self.merged:
             q = self.inbox.get(src)
@@ -313,7 +313,11 @@ class Worker:
         m.tuples_in += n
         m.epochs += 1
         self.received += 1
-        self._apply(self.module.forward_first(src, header, batches))   # on its way before the join
+        first = self.graph.first(self.rank, src)
+        if first:                                # on its way before the join (graph.Edge.first)
+            self._send_data(first, DataHeader(self.msg_no, header.bounds, header.body, header.order), batches)
+            self.msg_no += 1
+            self._pump_out()
         out = self.module.on_data(src, header, batches)
         nres, delay = self._apply(out)
         if src == DRIVER:
@@ -369,7 +373,7 @@ class Worker:
         for dest in dests:
             if dest not in self.outbox:
                 raise RuntimeError(f"worker {self.rank}: rank {dest} is not downstream of it in the "
-                                   f"{self.topo.name} topology (downstream: {self.down})")
+                                   f"{self.graph.name} graph (downstream: {self.down})")
         buf, n = pack(header.encode(), batches), sum(len(b) for b in batches)
         for dest in dests:
             self.outbox[dest].append(("data", buf))
@@ -401,7 +405,7 @@ class Worker:
     def _eos(self, src):
         self.eos_from.add(src)
         self._apply(self.module.on_eos(src))
-        for d in self.topo.ends(self.rank, src, self.eos_from):
+        for d in self.graph.ends(self.rank, src, self.eos_from):
             self.outbox[d].append(("ctrl", Eos()))
         self._pump_out()
 

@@ -27,6 +27,7 @@ from ..results import result_dtype, result_rows
 from ..slaves.local_join import BinaryJoin, warm_up
 from ..slaves.module import JoinModule, Output
 from . import rap
+from ..graph import INPUT
 from .graph import FLOWS
 
 
@@ -34,17 +35,19 @@ class SplitRouter(Router):
     """The driver: the root of the distribution tree; every batch goes to its children, whole."""
 
     def route(self, batches, slot):
-        self.driver.send_many(self.topology.children(0), batches)
+        self.driver.send_many(self.graph.entries(), batches)
 
 
 class JoinCore(JoinModule):
     """Role `core`: a leaf of the distribution tree."""
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         p = job.strategy.params
-        self.k, self.pos = topology.k, topology.position(rank)
-        self.parent, self.up = topology.parent(rank), topology.result_parent(rank)
+        v = graph.vertex(rank)
+        self.k, self.pos = v.count, v.index              # the group `cores`, in pre-order (graph.py)
+        self.parent, = graph.upstream(rank, INPUT)
+        self.up, = graph.downstream(rank, FLOWS)
         self.method = p["local_join"]
         self.join = BinaryJoin(job.predicate, dtypes, self.method)
         self.kinds = [s.window.kind for s in job.streams]
@@ -160,20 +163,14 @@ class Gather:
 
 
 class DistributorCore(JoinCore):
-    """Role `distributor`: a core with children. It passes each batch on to them before joining
-    it, and merges its own flows (input 0) with theirs (inputs 1..) before sending them up."""
+    """Role `distributor`: a core with children. The runtime passes each batch on to them before
+    it joins it (graph.Edge.first); it merges its own flows (input 0) with theirs (inputs 1..)
+    before sending them up."""
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
-        self.children = topology.children(rank)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        self.children = graph.upstream(rank, FLOWS)
         self.gather = Gather(1 + len(self.children))
-
-    def forward_first(self, src, header, batches):
-        if src == self.parent:
-            out = Output()
-            out.send_many(self.children, batches, header.bounds)
-            return out
-        return None
 
     def on_data(self, src, header, batches):
         if src == self.parent:
@@ -202,9 +199,9 @@ class Combiner(JoinModule):
     """Role `combiner`: merges the flows of the driver's children, joins the R- and S-punctuated
     flows into one stream (stars flagged R or S) and writes its results in that order."""
 
-    def __init__(self, job, rank, topology, dtypes):
-        super().__init__(job, rank, topology, dtypes)
-        self.inputs = topology.upstream(rank)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        self.inputs = graph.upstream(rank)
         self.gather = Gather(len(self.inputs))
         self.cols = [f"{n}_seq" for n in job.stream_names]
         self.stars = [0, 0]
