@@ -69,7 +69,7 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow):
     """Run JOB (a TOML job file) on the MPI ranks of this launch.
 
     Rank 0 drives: it reads the staged input, replays the merged stream in seq order and sends it
-    into the strategy's topology; the other ranks (workers) join. Results go to OUTPUT/results/part-*.parquet (one
+    into the strategy's graph; the other ranks (workers) join. Results go to OUTPUT/results/part-*.parquet (one
     column <stream>_seq per stream, emit_ns, latency_ns), metrics to OUTPUT/metrics/.
 
     \b
@@ -828,7 +828,7 @@ def report(run_dir, out):
 
 @main.command("strategies")
 def strategies_cmd():
-    """List the strategies: what each joins, on which topology, and its parameters."""
+    """List the strategies: what each joins, on which graph, and its parameters."""
     from . import strategies
     for name in strategies.names():
         info = strategies.get(name)

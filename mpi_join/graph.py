@@ -3,7 +3,7 @@
 A strategy's factory (strategies.StrategyInfo.graph) returns a `Graph`; the runtime derives
 everything else from it: each rank's upstream and downstream links, what each link carries, the
 path end-of-stream travels, which links a vertex merges in order, which it passes input on to
-before it joins, where state may move, and what `mpi-join explain` prints.
+before it joins, where state may move (its group), and what `mpi-join explain` prints.
 
 - A `Vertex` is a rank: its role (which code it runs, strategies.StrategyInfo.roles) and its
   index and count within its group (its role unless the builder names a group: SplitJoin's
@@ -52,12 +52,11 @@ class Graph:
     """Vertices and edges, with the queries the runtime and operators ask of them. Immutable: built
     once per run by a builder (star, ring, chain, tree below, or a strategy's own)."""
 
-    def __init__(self, name, vertices, edges, notes=(), peers=None):
+    def __init__(self, name, vertices, edges, notes=()):
         self.name = name
         self.vertices = tuple(vertices)
         self.edges = tuple(edges)
         self.notes = tuple(notes)              # lines `explain` prints first, in the strategy's words
-        self._peers = peers                    # rank -> move targets; None: every other worker
         self._out, self._in, self._edge = {}, {}, {}
         for e in self.edges:
             self._out.setdefault(e.src, []).append(e)
@@ -114,11 +113,11 @@ class Graph:
         """Where `rank` passes a batch from `src` on before it joins it (Edge.first)."""
         return [e.dst for e in self._out.get(rank, ()) if e.first and (e.feeds is None or src in e.feeds)]
 
-    def peers(self, rank):
-        """Ranks `rank` may move state to."""
-        if self._peers is not None:
-            return list(self._peers(rank))
-        return [w for w in self.workers if w != rank]
+    def move_targets(self, rank):
+        """Ranks `rank` may move a unit of state to (driver.move): the other vertices of its group,
+        which run the same code (a biclique's R-unit hands its state to another R-unit)."""
+        v = self.vertices[rank]
+        return [r for r in self.ranks(v.group or v.role) if r != rank]
 
     # -- end of stream ------------------------------------------------------------------------
     def continues(self, rank, src):

@@ -8,7 +8,7 @@ from ..protocol import Marker, Tag
 
 
 class Checkpointer:
-    """Markers go to the entry workers (they forward them along the topology); every worker
+    """Markers go to the entry workers (they forward them along the graph); every worker
     reports when its rank file is written; the driver's own state and then the manifest follow."""
 
     def __init__(self, job, tx, entries, workers, nranks, first_id=0):

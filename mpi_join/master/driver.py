@@ -5,7 +5,7 @@ replays the input through the source an epoch at a time and hands each epoch to 
 router, which decides where tuples go and sends them with `send` (credits per link: at most
 `max_inflight` unacknowledged DATA messages per entry link; while waiting, the driver keeps
 handling what workers send). At epoch ends it cuts checkpoints (markers on every entry link; the
-workers forward them along the topology) and lets the router adapt. At the end of the input it
+workers forward them along the graph) and lets the router adapt. At the end of the input it
 sends end-of-stream, detects termination with probes (the four-counter method: two waves with the
 same counts, DATA sent equal to DATA handled) and tells every worker to finish.
 """
@@ -173,6 +173,9 @@ class Driver:
         is cut while a move is on (it would not capture the state in flight)."""
         if unit in self.moves:
             raise RuntimeError(f"driver: unit {unit} is already moving")
+        if dst not in self.graph.move_targets(src):
+            raise RuntimeError(f"driver: unit {unit} cannot move from rank {src} ({self.graph.role(src)}) to rank "
+                               f"{dst}: state moves within a group of the graph ({self.graph.move_targets(src)})")
         self.route_epoch += 1
         bounds = np.array(self.source.bounds(), np.int64)
         self.moves[unit] = {"src": src, "dst": dst, "acks": set(), "bounds": bounds,

@@ -1,1 +1,1 @@
-"""Neighbour topologies (rings and chains of ranks) for strategies whose ranks pass data along."""
+"""Neighbour graphs (rings and chains of ranks) for strategies whose ranks pass data along."""
