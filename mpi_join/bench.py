@@ -9,7 +9,7 @@ import time
 from .errors import JobError
 
 
-def _run_mpi(nprocs, job_path, output, quiet=True):
+def run_mpi(nprocs, job_path, output, quiet=True):
     from .launch import mpiexec_cmd
     env = dict(os.environ)
     if quiet:
@@ -42,7 +42,7 @@ def oracle_timed(job, arrays):
     return res, time.perf_counter() - t0
 
 
-def _oracle_rate(job):
+def oracle_rate(job):
     """Single-core oracle tuples/s on the job's input (after compiling on a small prefix)."""
     from .staged import read_staged
     arrays = read_staged(job)
@@ -76,13 +76,13 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
     job = load_job(job_path)
     total = len(ranks) + bool(load_fraction)
     print(f"bench: the oracle on {tuples:,} tuples (the baseline)", flush=True)
-    o_rate, o_s, o_n = _oracle_rate(job)
+    o_rate, o_s, o_n = oracle_rate(job)
     rows = [("oracle (1 core)", f"{o_rate:,.0f}", f"{o_s:.2f}", f"{o_n:,}", "-", "-", "-", "1.00")]
     out = {"oracle_tps": o_rate, "runs": {}}
     cases = [(n, replay_rate) for n in ranks]
     for k, (n, rr) in enumerate(cases):
         print(f"bench: run {k + 1}/{total}: {strategy} on {n} ranks", flush=True)
-        s = _one(job_path, workdir, job, n, rr, o_n)
+        s = run_verified(job_path, workdir, job, n, rr, o_n)
         out["runs"][n] = s
         rows.append(_row(f"{strategy} ({n} ranks)", s, o_rate))
     if load_fraction:
@@ -93,7 +93,7 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
               f"{steady:,.0f} tuples/s in its slowest quarter ({average:,.0f} on average)", flush=True)
         print(f"bench: run {total}/{total}: {strategy} on {n} ranks at {per_stream:,.0f} tuples/s per stream",
               flush=True)
-        s = _one(job_path, workdir, job, n, per_stream, o_n)
+        s = run_verified(job_path, workdir, job, n, per_stream, o_n)
         out["loaded"] = dict(s, rate_per_stream=per_stream, ranks=n)
         rows.append(_row(f"{strategy} ({n} ranks) at {load_fraction:.0%} = {per_stream:,.0f}/s per stream", s, o_rate))
     print_table(("", "tuples/s", "seconds", "results", "p50 ms", "p90 ms", "p99 ms", "vs oracle"), rows)
@@ -123,7 +123,7 @@ def bench_memory(strategy, sizes, nprocs, workdir):
         job_path = make(info.workload, d, tuples=n, rate=1000.0, window="1s", skew=0.7, strategy=strategy,
                         uniform_keys=10_000_000)
         job = load_job(job_path)
-        s = _one(job_path, d, job, nprocs, None, None)
+        s = run_verified(job_path, d, job, nprocs, None, None)
         rss = s["ranks"][0]["peak_rss_mb"]
         base = base or rss
         rows.append((f"{n:,}", f"{rss:.0f}", f"{rss / base:.2f}", f"{s['tuples_per_s']:,.0f}"))
@@ -155,14 +155,15 @@ def _steady_rate(summary):
     return average, min(stretches, default=average)
 
 
-def _one(job_path, workdir, job, n, replay_rate, expect_n, expected=None):
-    """Run and verify; `expected`: the oracle's result, or a function of the staged arrays giving
+def run_verified(job_path, workdir, job, n, replay_rate, expect_n, expected=None):
+    """Run `job_path` on `n` ranks and verify it (the bench-case API: every strategy's bench
+    runs its cases through this); `expected`: the oracle's result, or a function of the staged arrays giving
     it (verify calls it only once the run has finished, so a run that fails costs no oracle)."""
     from .verify import verify
     output = os.path.join(workdir, f"out-{n}" + (f"-{replay_rate:.0f}" if replay_rate else ""))
     if replay_rate:
         set_option(job_path, "run", "rate", f"{replay_rate:.1f}")
-    s = _run_mpi(n, job_path, output)
+    s = run_mpi(n, job_path, output)
     if replay_rate:
         set_option(job_path, "run", "rate", '"max"')
     rep = verify(output, job, expected=expected)

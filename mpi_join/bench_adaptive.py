@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 
-from .bench import _run_mpi
+from .bench import run_mpi
 from .workloads import make
 
 
@@ -29,7 +29,7 @@ def _job(workdir, name, tuples, rate, window, skew, strategy, run, domain_bits=1
 
 
 def _point(nprocs, path, d):
-    s = _run_mpi(nprocs, path, os.path.join(d, "out"))
+    s = run_mpi(nprocs, path, os.path.join(d, "out"))
     slaves = [r for r in s["ranks"] if r["rank"] > 0]
     delays = [x for r in slaves for x in r.get("series", {}).get("delay_ms", []) if x is not None]
     return {

@@ -20,10 +20,10 @@ import json
 import os
 import time
 
-from .bench import _one, oracle_timed, set_option, set_param
+from .bench import run_verified, oracle_timed, set_option, set_param
 from .config import load_job
 from .errors import JobError
-from .integrity import dtype_text
+from .checksums import dtype_text
 from .strategies import check_strategy, label as case_name, parse_label
 
 WORKLOADS = {"band": {"window": "1s"}, "equi": {"window": "1s", "uniform_keys": 20000}}
@@ -104,7 +104,7 @@ def probe(strategy, workload, ranks, rate, seconds, d, params=None, stop=True, m
     if stop:
         set_option(path, "run", "stop_when_overloaded", "true")
     try:
-        s = _one(path, d, job, ranks, rate, None, expected=lambda arrays: ORACLE.get(job, arrays))
+        s = run_verified(path, d, job, ranks, rate, None, expected=lambda arrays: ORACLE.get(job, arrays))
     except JobError as e:
         if stop and "overloaded" in str(e):
             return False, None
@@ -290,7 +290,7 @@ def _baselines(workload, rate, strategy, seconds, d, progress, spark=True):
     (timed once; its result is the reference), DuckDB at rest (band: on a smaller input at a lower
     rate when the full one is beyond DUCKDB_MAX_TUPLES), and on equi Spark Structured Streaming."""
     from .oracle import run_oracle
-    from .ring.bench_chain import comparisons
+    from .input_stats import comparisons
     from .staged import read_staged
     _, job = _job(strategy, workload, rate, seconds, d)
     arrays = read_staged(job)
@@ -330,7 +330,7 @@ def _baselines(workload, rate, strategy, seconds, d, progress, spark=True):
 def _comparisons(d):
     """Pairs a nested-loop window join compares on the input staged in `d`."""
     from .config import load_job
-    from .ring.bench_chain import comparisons
+    from .input_stats import comparisons
     from .staged import read_staged
     job = load_job(os.path.join(d, "job.toml"))
     return comparisons(job, read_staged(job))

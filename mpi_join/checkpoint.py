@@ -22,7 +22,7 @@ import numpy as np
 
 from .durable import write_json
 from .errors import ConfigError, InputError
-from .integrity import array_sha256, verify_part, verify_snapshots
+from .checksums import array_sha256, verify_part, verify_snapshots
 
 FORMAT = "mpi-join-checkpoint/1"
 MANIFEST = "MANIFEST.json"

@@ -277,8 +277,8 @@ def explain(job_path, nprocs):
 
 
 def _warn(job, man):
-    """One line on stderr per warning about the staged input (sanity.py)."""
-    from .sanity import warnings
+    """One line on stderr per warning about the staged input (input_warnings.py)."""
+    from .input_warnings import warnings
     for w in warnings(job, man):
         click.echo(f"mpi-join: warning: {w}", err=True)
 
@@ -314,7 +314,7 @@ def plan(job_path, nprocs, tn, ts, calibration, cores):
     """
     from . import strategies
     from .config import load_job
-    from .ring.planner import rates_and_windows
+    from .input_stats import rates_and_windows
     from .scaling_model import load_models, recommend
     try:
         job = strategies.check_strategy(load_job(job_path))
@@ -483,7 +483,7 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
     append-only staged log (atomic batch commits, an event-time watermark, late rows
     quarantined), until --until or Ctrl-C/SIGTERM; `run --follow JOB` joins it as it grows."""
     from .config import load_job
-    from .safety import check_layout, job_dirs
+    from .paths import check_layout, job_dirs
     from .spark.session import spark_session
     from .spark.stage import precheck, small_input, stage as do_stage
     if (until or trigger != "500ms") and not follow:
@@ -612,7 +612,7 @@ def slurm(job_path, nodes, ntasks, time_limit, partition, launcher, chain, overc
     out_dir = out_dir or os.path.join(os.path.dirname(os.path.abspath(job_path)), "slurm")
     try:
         job = load_job(job_path, udfs=False)        # renders scripts: no code of the job's runs here
-        from .safety import check_text
+        from .paths import check_text
         check_text(os.path.abspath(out_dir), "--out")
         files = render(job, o)
     except JobError as e:

@@ -54,7 +54,7 @@ class Commits:
     def resumed(self, kept, cid, say):
         """After a resume from checkpoint `cid`: what is committed is what it kept. Commits a
         reader saw after it (only when a newer checkpoint was damaged and skipped) are said."""
-        from .safety import remove_file
+        from .paths import remove_file
         later = sorted(set(self.files) - set(kept))
         if later:
             say(f"mpi-join: warning: {len(later)} result file(s) committed after checkpoint {cid} (which a reader "

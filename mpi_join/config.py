@@ -11,7 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from .errors import ConfigError, InputError
-from .safety import check_layout, check_name, check_text, job_dirs
+from .paths import check_layout, check_name, check_text, job_dirs
 from .schema import INTEGER_KINDS, stream_dtype
 from .units import TS_UNITS, ns_to_ts, parse_duration_ns, ts_unit_ns
 

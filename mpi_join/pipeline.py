@@ -18,7 +18,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     from .spark.stage import stage
     job = load_job(job_path)
     out = collect_out or default_out(job.output)
-    from .safety import check_layout, job_dirs
+    from .paths import check_layout, job_dirs
     check_layout(job_dirs(job, collect_out=out))        # before any JVM or rank starts
     t0 = time.perf_counter()
     steps = 3 + bool(verify)

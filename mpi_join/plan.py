@@ -107,7 +107,7 @@ def time_conditions(job):
     """The effective time condition of every pair of streams, however it was written (windows or
     an interval), e.g. `quotes.ts in [trades.ts - 5 s, trades.ts]`. With integer event times the
     semantics' open bounds -W_a < a.ts - b.ts < W_b are the closed [a.ts - (W_b - 1), a.ts + (W_a - 1)]."""
-    from .sanity import duration
+    from .input_warnings import duration
     per = ts_unit_ns(job.ts_unit)
 
     def off(sign, w):

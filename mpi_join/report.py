@@ -226,7 +226,7 @@ def _page(title, sections):
 def write_report(run_dir, out=None):
     """Render RUN_DIR (a run's output or a bench-suite directory) to `out` (default
     RUN_DIR/report.html); returns the path written."""
-    from .safety import inside
+    from .paths import inside
     if not os.path.isdir(run_dir):
         raise InputError(f"{run_dir}: no such directory")
     page = suite_page(run_dir) if os.path.isfile(os.path.join(run_dir, "results.json")) else run_page(run_dir)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import InputError
-from .integrity import SNAPSHOT, as_records, as_rows, file_sha256
+from .checksums import SNAPSHOT, as_records, as_rows, file_sha256
 
 
 def result_dtype(stream_names):
@@ -106,7 +106,7 @@ class ResultWriter:
         self.snap_records[os.path.basename(path)] = {"rows": table.num_rows, "bytes": os.path.getsize(path),
                                                      "sha256": file_sha256(path)}
         if final:
-            from .safety import remove_file
+            from .paths import remove_file
             for f in os.listdir(d):
                 m = SNAPSHOT.fullmatch(f)
                 if m and int(m.group(1)) > number:

@@ -20,7 +20,7 @@ from .errors import JobError
 from .metrics import RankMetrics, summarize, write_json
 from .strategies import check_runnable
 from .protocol import Start, Tag, decode_control
-from .safety import LOCK
+from .paths import LOCK
 
 
 def run_rank(job_path, overrides):
@@ -157,7 +157,7 @@ def _driver(job_path, overrides, tx, ctx):
     if err:
         sys.stderr.write(f"mpi-join: error: {err}\n")
         return 2
-    from .sanity import warnings
+    from .input_warnings import warnings
     from .staged import is_log
     growing = is_log(driver.manifest) and not driver.manifest["log"].get("ended")
     for w in ([] if growing and overrides.get("follow") else warnings(job, driver.manifest)):
@@ -179,7 +179,7 @@ def _driver(job_path, overrides, tx, ctx):
         r["host"] = tx.host(r["rank"])
     summary = summarize(ranks, report.wall_s, total)
     summary["results"], part_records = _verify_parts(job.output, ctx["kept"], worker_metrics, summary["results"])
-    from .integrity import as_records, verify_snapshots
+    from .checksums import as_records, verify_snapshots
     snapshots = as_records(row for w in worker_metrics for row in w.get("snapshot_parts", []))
     if snapshots:                # every one as written, numbered without a gap, none other there
         verify_snapshots(os.path.join(job.output, "aggregate"), snapshots, final=True)
@@ -225,7 +225,7 @@ def _commits(job, resume, kept):
     from .commits import IMPLICIT, Commits
     if resume is None and job.checkpoint.dir == os.path.join(job.output, IMPLICIT):
         import shutil
-        from .safety import inside
+        from .paths import inside
         for d in os.listdir(job.checkpoint.dir):
             if re.fullmatch(r"ckpt-\d{6}", d):
                 shutil.rmtree(inside(job.checkpoint.dir, os.path.join(job.checkpoint.dir, d)))
@@ -244,7 +244,7 @@ def _lock_dirs(job, overrides):
     """Hold every directory this run writes or reads state from, for its life: the output
     directory, the checkpoint directory it resumes from, and the job's own checkpoint
     directory, where its new checkpoints go."""
-    from .safety import DirLock
+    from .paths import DirLock
     locks = [DirLock(job.output, "output.dir", say=_say)]
     resume = overrides.get("resume")
     if resume and not os.path.isdir(resume):
@@ -272,7 +272,7 @@ def _verify_parts(out, kept, workers, counted):
     must equal what the workers counted), and the files' records, which _SUCCESS keeps for
     `collect` to check."""
     from .errors import InputError
-    from .integrity import as_records, verify_part
+    from .checksums import as_records, verify_part
     rdir = os.path.join(out, "results")
     records = dict(kept, **as_records(row for w in workers for row in w.get("result_parts", [])))
     present = {f for f in os.listdir(rdir) if _OWN["results"].fullmatch(f) and not f.endswith(".tmp")}
@@ -328,7 +328,7 @@ def _prepare_output(out, keep=None, overwrite=False):
     mpi-join's own files go: result part files, rank metrics and _SUCCESS, by their names, never
     through a symlink (a linked results/ or metrics/ is refused); when resuming, the result files
     the checkpoint committed (`keep`) stay."""
-    from .safety import plain_dir, remove_file
+    from .paths import plain_dir, remove_file
     if "://" in out:
         raise JobError(f"output.dir: {out}: runs write results to a local or shared filesystem path")
     try:

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 
 from .errors import JobError
-from .safety import check_text
+from .paths import check_text
 from .spark.collect import default_out
 
 LAUNCHERS = ("srun", "mpiexec")

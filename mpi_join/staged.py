@@ -21,8 +21,8 @@ FORMAT = "mpi-join-staged/1"
 def write_staged(path, streams, arrays, ts_unit, rows_per_file=1_000_000, extra=None):
     """Write one Parquet dataset per stream plus the manifest. `streams` are config.Stream."""
     os.makedirs(path, exist_ok=True)
-    from .integrity import file_records
-    from .safety import check_name, inside, plain_dir, remove_file
+    from .checksums import file_records
+    from .paths import check_name, inside, plain_dir, remove_file
     man = {"format": FORMAT, "ts_unit": ts_unit, "streams": {}, "total": 0, "files": {}}
     for s, arr in zip(streams, arrays):
         d = os.path.join(path, check_name(s.name, f"{path}: stream"))
@@ -536,7 +536,7 @@ def staged_files(job, man):
 def hash_input(job, staged=None):
     """{stream: {part file: {bytes, sha256}}} computed from the part files in `staged` (default
     the job's staged input) now."""
-    from .integrity import file_records
+    from .checksums import file_records
     staged = staged or job.staged
     man = read_manifest(staged) if os.path.isdir(staged) else None
     return {s.name: file_records(os.path.join(staged, s.name),

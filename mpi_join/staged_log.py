@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from .durable import write_json
 from .errors import InputError, JobError
-from .integrity import file_records, file_sha256
+from .checksums import file_records, file_sha256
 from .schema import SEQ, TS, to_arrow
 from .staged import FORMAT, MANIFEST, check_structure, is_log, read_manifest, string_columns
 from .units import ts_unit_ns
@@ -128,7 +128,7 @@ class LogWriter:
     """The stager's side of the log: opens (or starts) the log in `out`, commits batches."""
 
     def __init__(self, job, out, lateness, settings, say=None):
-        from .safety import plain_dir, inside
+        from .paths import plain_dir, inside
         self.job, self.out, self.lateness, self.say = job, out, int(lateness), say or (lambda m: None)
         self.names = [s.name for s in job.streams]
         for s in job.streams:
@@ -195,7 +195,7 @@ class LogWriter:
 
     def _sweep(self):
         """Remove what a batch killed before its commit left behind (never a committed file)."""
-        from .safety import remove_file
+        from .paths import remove_file
         keep_q = {f for v in self.log["quarantine_files"].values() for f in v}
         pend = (self.log.get("pending") or {}).get("file")
         for n in self.names:
@@ -297,7 +297,7 @@ class LogWriter:
         if end is not None:
             self._atomic_json(os.path.join(self.out, LOG), "end.json", self.log["ended"])
         if old_pending and old_pending != (self.log.get("pending") or {}).get("file"):
-            from .safety import remove_file
+            from .paths import remove_file
             remove_file(self.out, os.path.join(self.out, LOG, old_pending))
         return entry
 

@@ -45,6 +45,8 @@ class StrategyInfo:
     cases: dict = field(default_factory=dict)   # bench case -> ("module:function", help): `bench --case`
     shape: str = ""            # its shape in the scaling model (scaling_model.SHAPES); "" for none
     variants: tuple = ()       # (workload, params): cases bench-suite runs beside the strategy's own
+    suite_budget_s: float = 0  # seconds of the full test suite its tests may take (printed, never enforced)
+    testing: bool = False      # registered by the tests to check the runtime (its join is another's)
 
     def load(self, what):
         return _load(getattr(self, what))
@@ -122,13 +124,14 @@ def _roles(module, **classes):
     return {role: f"{module}:{cls}" for role, cls in classes.items()}
 
 
-def _chain_strategy(name, summary, graph, module, classes, case, params, variants=()):
+def _chain_strategy(name, summary, graph, module, classes, case, params, budget, variants=()):
     """`handshake` and `llhj`: a chain of workers, one class per role (driver, left, middle, right,
     solo) in `module`, their shared checks and parameters, and a `max-rate` bench case."""
     return StrategyInfo(
         name=name, summary=summary, predicates=frozenset({"equi", "band", "theta"}), streams=(2, 2), min_ranks=2,
         graph=graph, roles=_roles(module, **dict(zip(("driver", "left", "middle", "right", "solo"), classes))),
         workload="band", check="mpi_join.ring.handshake:check_job", params={**_CHAIN_PARAMS, **params}, shape="chain",
+        suite_budget_s=budget,
         variants=variants,
         cases={"max-rate": (f"mpi_join.ring.bench_chain:{case}",
                             "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
@@ -171,7 +174,7 @@ _CHAIN_PARAMS = {
 
 REGISTRY = {
     "hash": StrategyInfo(
-        name="hash", shape="partition",
+        name="hash", suite_budget_s=130, shape="partition",
         summary="master + slaves; epoch-synchronised distribution of hash-partitioned windows",
         predicates=frozenset({"equi", "band", "theta"}),
         requires=frozenset({"equi"}),
@@ -209,7 +212,7 @@ REGISTRY = {
         },
     ),
     "psp": StrategyInfo(
-        name="psp", shape="chain",
+        name="psp", suite_budget_s=125, shape="chain",
         summary="a ring of time-sliced multi-way joins (pipelined state partitioning): no state duplicated, "
                 "every predicate",
         predicates=frozenset({"equi", "band", "theta"}),
@@ -258,7 +261,7 @@ REGISTRY = {
     "handshake": _chain_strategy(
         "handshake", "handshake join: R and S flow past each other along a chain of workers, two-phase forwarding",
         "mpi_join.graph:chain", "mpi_join.ring.handshake", ("HandshakeRouter", "LeftEnd", "HandshakeModule", "RightEnd", "OnlySegment"),
-        "run_case", {
+        "run_case", budget=95, params={
             "slow_rank": Param(-1, _rank_or_none, "make this worker slow: it sleeps slow_delay per batch",
                                testing=True),
             "slow_delay": Param(0.0, _non_neg, "seconds the slow worker sleeps per batch", testing=True),
@@ -268,9 +271,9 @@ REGISTRY = {
     "llhj": _chain_strategy(
         "llhj", "low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
         "mpi_join.graph:fed_chain", "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
-        "run_case_llhj", {}),
+        "run_case_llhj", {}, 55),
     "biclique": StrategyInfo(
-        name="biclique", shape="biclique",
+        name="biclique", suite_budget_s=200, shape="biclique",
         summary="BiStream's join-biclique: dispatchers store each tuple at one unit of its side and send it to "
                 "be joined at units of the other side (random or ContRand routing); no state replicated",
         predicates=frozenset({"equi", "band", "theta"}),
@@ -332,7 +335,7 @@ REGISTRY = {
         },
     ),
     "matrix": StrategyInfo(
-        name="matrix", shape="matrix",
+        name="matrix", suite_budget_s=60, shape="matrix",
         summary="join-matrix (the baseline of BiStream): a grid of cells, each R tuple stored along a row and each "
                 "S tuple down a column, so every pair meets in one cell",
         predicates=frozenset({"equi", "band", "theta"}),
@@ -352,7 +355,7 @@ REGISTRY = {
         },
     ),
     "splitjoin": StrategyInfo(
-        name="splitjoin", shape="tree",
+        name="splitjoin", suite_budget_s=110, shape="tree",
         summary="SplitJoin: a distribution tree feeds every join core, each stores 1/k and processes all; "
                 "results merge back up in order (relaxed adjustable punctuation)",
         predicates=frozenset({"equi", "band", "theta"}),

@@ -10,7 +10,7 @@ def follow(out, interval=0.2, once=False, stopped=lambda: False):
     `once`, after what is committed now). A finished replay run (with _SUCCESS, no commits)
     yields its recorded parts once."""
     import time
-    from .integrity import read_success, recorded_parts, verify_part
+    from .checksums import read_success, recorded_parts, verify_part
     seen = set()
     rdir = os.path.join(out, "results")
     while not stopped():

@@ -148,7 +148,9 @@ def make(query, out, tables=None, sf=0.01, rate=2000.0, window="10s", limit=0, s
                     (f'raw = {{ path = "raw/{s.name}", format = "parquet", time = "event_time", time_unit = "ms" }}\n'
                      if raw else ""))
     how = ": stage it with `mpi-join stage job.toml`" if raw else ""
-    agg = f'aggregate = "{q.aggregate}"\n' if strategy == "biclique" else ""
+    from .strategies import get
+    info = get(strategy)
+    agg = f'aggregate = "{q.aggregate}"\n' if info is not None and "aggregate" in info.params else ""
     text = (f'# {q.doc}\n# built from tpchgen-cli output by `mpi-join tpch {query}`{how}\n'
             f'[job]\nname = "tpch-{query}"\nts_unit = "ms"\n[input]\nstaged = "staged"\n[output]\ndir = "out"\n'
             f'{streams}[predicate]\n{q.predicate}\n[strategy]\nname = "{strategy}"\n{agg}[run]\n')

@@ -10,7 +10,7 @@ import numpy as np
 
 from .oracle import run_oracle
 from .errors import InputError
-from .integrity import read_success, verify_snapshots
+from .checksums import read_success, verify_snapshots
 from .results import compare, read_results, read_snapshots, result_files
 from .staged import read_staged
 

@@ -128,7 +128,7 @@ def bench_depth(nprocs, workdir, tuples=6000, rate=300.0, delay=0.02):
     adds the transfer only; forwarding after the join adds the inner node's join time."""
     import os
     import tempfile
-    from mpi_join.bench import _run_mpi, print_table
+    from mpi_join.bench import run_mpi, print_table
     from mpi_join.workloads import make
     root = workdir or tempfile.mkdtemp(prefix="mpi-join-depth-")
     path = make("equi", os.path.join(root, "data"), tuples=tuples, rate=rate, strategy="fan-tree")
@@ -142,7 +142,7 @@ def bench_depth(nprocs, workdir, tuples=6000, rate=300.0, delay=0.02):
                                  f'forward_first = {str(first).lower()}\njoin_delay = {delay}')
                     .replace('rate = "max"\nbatch_size = 8192', f'rate = {rate}\nbatch_size = 20\n'
                              f'flush_interval = "20ms"'))
-        s = _run_mpi(ranks, job, os.path.join(root, f"out-{ranks}-{int(first)}"))
+        s = run_mpi(ranks, job, os.path.join(root, f"out-{ranks}-{int(first)}"))
         leaf = max(r["rank"] for r in s["ranks"])
         lat = next(r for r in s["ranks"] if r["rank"] == leaf)["latency_ms"]
         p50[name] = lat["p50"]
@@ -257,11 +257,10 @@ class GrowRouter(FanOutRouter):
         return {"units_moved": self.moved}
 
 
-# what this module registers: they check the runtime's graph, not a join (theirs is hash's core)
-NAMES = frozenset({"grow", "dispatch", "fan-tree", "merge-tree"})
+# what this module registers (testing=True) checks the runtime's graph, not a join (theirs is hash's core)
 
 if "grow" not in REGISTRY:
-    register(StrategyInfo(
+    register(StrategyInfo(testing=True,
         name="grow", summary="test: units move to workers that held nothing, mid-run",
         predicates=frozenset({"equi", "band", "theta"}), requires=frozenset({"equi"}), streams=(2, 2), min_ranks=3,
         params={**REGISTRY["hash"].params,
@@ -270,7 +269,7 @@ if "grow" not in REGISTRY:
         roles={"driver": "graph_strategies:GrowRouter", "worker": "mpi_join.slaves.hash_join:HashJoinModule"}))
 
 if "dispatch" not in REGISTRY:
-    register(StrategyInfo(
+    register(StrategyInfo(testing=True,
         name="dispatch", summary="test: two dispatchers feed every unit through the ordered merge",
         predicates=frozenset({"equi", "band", "theta"}), requires=frozenset({"equi"}), streams=(2, 2), min_ranks=4,
         params={"dispatchers": Param(2, lambda v: None, "dispatcher ranks", testing=True)},
@@ -279,7 +278,7 @@ if "dispatch" not in REGISTRY:
                "unit": "graph_strategies:Unit"}))
 
 if "fan-tree" not in REGISTRY:
-    register(StrategyInfo(
+    register(StrategyInfo(testing=True,
         name="fan-tree", summary="test: a distribution tree whose nodes forward before they join",
         predicates=frozenset({"equi", "band", "theta"}), requires=frozenset({"equi"}), streams=(2, 2), min_ranks=2,
         params={"fanout": Param(2, lambda v: None, "children per node", testing=True),
@@ -290,7 +289,7 @@ if "fan-tree" not in REGISTRY:
         cases={"depth": ("graph_strategies:bench_depth", "a leaf's delay at depth 2 against depth 1")}))
 
 if "merge-tree" not in REGISTRY:
-    register(StrategyInfo(
+    register(StrategyInfo(testing=True,
         name="merge-tree", summary="test: cores send results through mergers to a sink",
         predicates=frozenset({"equi", "band", "theta"}), requires=frozenset({"equi"}), streams=(2, 2), min_ranks=4,
         params={"mergers": Param(2, lambda v: None, "merger ranks", testing=True),

@@ -13,7 +13,8 @@ from mpi_join.errors import ConfigError, InputError
 from mpi_join.master.hash_router import route
 from mpi_join.master.source import Source
 from mpi_join.oracle import run_oracle
-from mpi_join.partitioning import PartitionMap, Partitioner
+from mpi_join.master.hash_router import PartitionMap
+from mpi_join.partitioning import Partitioner
 from mpi_join.results import read_results
 from mpi_join.slaves.hash_join import HashJoinCore
 from mpi_join.window import runtime_dtype

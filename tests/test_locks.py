@@ -1,4 +1,4 @@
-"""Directory locks (safety.DirLock): exactly one contender takes over a stale lock, a lock file
+"""Directory locks (paths.DirLock): exactly one contender takes over a stale lock, a lock file
 that cannot be a lock is refused with one line, and a run locks every directory it writes."""
 import json
 import multiprocessing as mp
@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from mpi_join.errors import JobError
-from mpi_join.safety import LOCK, DirLock
+from mpi_join.paths import LOCK, DirLock
 
 DEAD_PID = 2 ** 22 + 12345          # above Linux's pid_max: never a running process
 

@@ -163,7 +163,7 @@ def test_tail_sees_new_commits_and_the_end(tmp_path):
 
 def test_one_stager_per_log(tmp_path):
     """A second `stage --follow` on a log another one holds is refused before Spark is used."""
-    from mpi_join.safety import DirLock
+    from mpi_join.paths import DirLock
     from mpi_join.spark.follow import follow
     text = JOB.format(lateness="10ms")
     for n in ("R", "S"):

@@ -12,8 +12,6 @@ from mpi_join.oracle import run_oracle
 from mpi_join.results import read_results
 from conftest import equi_job_text, random_streams, run_mpi, write_job
 from reference import as_set
-import graph_strategies
-import relay_strategy
 
 SLOW = True
 
@@ -29,7 +27,8 @@ PREDICATES = {
 # run, plus text keys and NaN bands: 22 runs (under a minute) for a strategy of every predicate kind.
 # The strategies the tests register check the runtime's links and graph, not a join (theirs is
 # hash's core, which hash's rows cover): they run equi only and skip the per-join tests, 2 runs.
-RUNTIME_ONLY = graph_strategies.NAMES | relay_strategy.NAMES
+def _runtime_only(name):
+    return strategies.get(name).testing
 
 
 def _kinds(pred):
@@ -44,13 +43,13 @@ def _cases():
             continue
         ranks = sorted({info.min_ranks, info.min_ranks + 2})
         for pred, text in PREDICATES.items():
-            if name in RUNTIME_ONLY and pred != "equi":
+            if _runtime_only(name) and pred != "equi":
                 continue
             kinds = _kinds(pred)
             if kinds <= info.predicates and info.requires <= kinds:
                 for kind in WINDOWS:
                     for n in ranks:
-                        if name in RUNTIME_ONLY and (kind == "count") != (n == ranks[0]):
+                        if _runtime_only(name) and (kind == "count") != (n == ranks[0]):
                             continue          # count windows on the fewest ranks, time on the most
                         out.append(pytest.param(name, kind, n, pred, id=f"{name}-{kind}-{n}-{pred}"))
     return out
@@ -74,7 +73,7 @@ def test_strategy_equals_oracle(tmp_path, strategy, kind, ranks, pred):
 
 
 @pytest.mark.parametrize("strategy", [n for n in strategies.names() if "equi" in strategies.get(n).predicates
-                                      and strategies.get(n).streams[0] <= 2 and n not in RUNTIME_ONLY])
+                                      and strategies.get(n).streams[0] <= 2 and not _runtime_only(n)])
 def test_text_keys_equal_oracle(tmp_path, strategy):
     """Text (charN) equi keys of different widths, compared by value on every strategy."""
     from mpi_join.staged import write_staged
@@ -92,7 +91,7 @@ def test_text_keys_equal_oracle(tmp_path, strategy):
 
 
 @pytest.mark.parametrize("strategy", [n for n in strategies.names() if "band" in strategies.get(n).predicates
-                                      and strategies.get(n).streams[0] <= 2 and n not in RUNTIME_ONLY])
+                                      and strategies.get(n).streams[0] <= 2 and not _runtime_only(n)])
 def test_nan_infinities_and_decimal_grid_bands_equal_oracle(tmp_path, strategy):
     """README "Exact semantics": NaN and infinities are within no band, and a closed band on values
     of a decimal grid is never narrowed by rounding, on every strategy (with its index join where

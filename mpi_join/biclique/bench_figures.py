@@ -16,7 +16,7 @@ import tempfile
 
 import numpy as np
 
-from ..bench import _one, _oracle_rate, print_table, set_option, set_param
+from ..bench import run_verified, oracle_rate, print_table, set_option, set_param
 from ..config import load_job
 from ..errors import JobError
 from ..units import ts_unit_ns
@@ -52,10 +52,10 @@ def fig8(units=4, workdir=None, sf=0.01, queries=("q5", "q7"), tables=None, limi
             if strategy == "biclique":
                 set_param(path, "aggregate", "")          # throughput of the join alone
             job = load_job(path)
-            o_rate, _, expect_n = _oracle_rate(job)
+            o_rate, _, expect_n = oracle_rate(job)
             ranks = units + (2 if strategy == "biclique" else 1)
             print(f"bench: {q}, {label}, {sum(n.values()):,} tuples on {ranks} ranks", flush=True)
-            s = _one(path, d, job, ranks, None, expect_n)
+            s = run_verified(path, d, job, ranks, None, expect_n)
             base = base or s["tuples_per_s"]
             lat = s["latency_ms"]
             rows.append((q, label, f"{s['tuples_per_s']:,.0f}", f"{s['tuples_per_s'] / base:.2f}",
@@ -99,12 +99,12 @@ def fig12(workdir=None, tuples=60000, units=8, window="2s", profile=PROFILE, rep
     set_option(path, "run", "rate", f"{replay / 2:.1f}")
     set_option(path, "run", "batch_size", "100")
     job = load_job(path)
-    _, _, expect_n = _oracle_rate(job)
+    _, _, expect_n = oracle_rate(job)
     print(f"elasticity: equi workload, {tuples:,} tuples, {window} windows, event-time input rate "
           f"{' -> '.join(f'{r:,}' for r in profile)} tuples/s in equal phases, replayed at {replay:,.0f} tuples/s; "
           f"{units} join units ({per_side} per side, {spare} spare at the start), C = {capacity_mb:g} MB, "
           f"T_h 0.8, T_l 0.3, Psi 0.6, 2 confirmations, a load request every 200 ms", flush=True)
-    s = _one(path, d, job, units + 2, None, expect_n)
+    s = run_verified(path, d, job, units + 2, None, expect_n)
     driver = next(r for r in s["ranks"] if r["role"] == "driver")
     trace, events = driver["scaling_trace"], driver["scaling_events"]
     rounds = {}

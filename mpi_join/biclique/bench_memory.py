@@ -9,7 +9,7 @@ any one unit."""
 import os
 import tempfile
 
-from ..bench import _oracle_rate, _one, set_param, print_table
+from ..bench import oracle_rate, run_verified, set_param, print_table
 from ..config import load_job
 from ..workloads import make
 from .matrix import grid
@@ -35,9 +35,9 @@ def run(units=4, volumes=VOLUMES, workdir=None, keys=1_000_000):
             if s == "biclique":
                 set_param(jp, "r_units", units // 2)
             job = load_job(jp)
-            _, _, expect_n = _oracle_rate(job)
+            _, _, expect_n = oracle_rate(job)
             print(f"bench: {s}, {v:,} tuples on {n} ranks", flush=True)
-            summary = _one(jp, d, job, n, None, expect_n)
+            summary = run_verified(jp, d, job, n, None, expect_n)
             join = [x for x in summary["ranks"] if x["role"] in ("unit", "worker")]
             held[s] = (max(x["peak_window_tuples"] for x in join), max(x["peak_rss_mb"] for x in join))
         rows.append((f"{v:,}", f"{held['biclique'][0]:,}", f"{held['matrix'][0]:,}",

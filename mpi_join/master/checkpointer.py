@@ -3,7 +3,7 @@ import secrets
 import time
 
 from .. import checkpoint as ck
-from ..integrity import as_records
+from ..checksums import as_records
 from ..protocol import Marker, Tag
 
 

@@ -14,9 +14,20 @@ group's new tuples until both have acknowledged) and adjusts the degree of declu
 import numpy as np
 
 from ..errors import InputError
-from ..partitioning import PartitionMap, Partitioner, group_rows
+from ..partitioning import Partitioner, group_rows
 from . import controller
 from .driver import Router
+
+
+class PartitionMap:
+    """Which slave owns each partition (partitions dealt round-robin at start)."""
+
+    def __init__(self, n_partitions, slaves):
+        self.slaves = list(slaves)
+        self.owner = np.array([self.slaves[p % len(self.slaves)] for p in range(n_partitions)], np.int64)
+
+    def partitions_of(self, slave):
+        return np.nonzero(self.owner == slave)[0]
 
 
 class HashRouter(Router):

@@ -1,4 +1,5 @@
-"""Hash partitioning of equi-join streams, partition groups and their placement on slaves."""
-from .hashing import PartitionMap, Partitioner, group_rows
+"""Hash partitioning of equi-join streams on their key columns, shared by the strategies that
+route by key (hash, biclique, the test strategies), and hash's extendible partition groups."""
+from .hashing import Partitioner, group_rows
 
-__all__ = ["Partitioner", "PartitionMap", "group_rows"]
+__all__ = ["Partitioner", "group_rows"]

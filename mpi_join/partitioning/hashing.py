@@ -1,5 +1,7 @@
-"""Equal keys must meet on one slave: tuples are hashed on their equi-key columns into many
-partitions (far more than slaves), and a partition map places partitions on slaves."""
+"""Equal keys must meet on one rank: tuples are hashed on their equi-key columns into many
+partitions (far more than ranks). Shared by every strategy that routes by the key's hash (hash's
+partition groups, biclique's ContRand subgroups); where partitions live is
+each strategy's own (hash: master/hash_router.PartitionMap)."""
 import numpy as np
 
 from ..predicate import binary_parts, key_hash, key_matrix, key_widths
@@ -25,17 +27,6 @@ class Partitioner:
 
     def partitions(self, hashes):
         return (hashes % np.uint64(self.n_partitions)).astype(np.int64)
-
-
-class PartitionMap:
-    """Which slave owns each partition (partitions dealt round-robin at start)."""
-
-    def __init__(self, n_partitions, slaves):
-        self.slaves = list(slaves)
-        self.owner = np.array([self.slaves[p % len(self.slaves)] for p in range(n_partitions)], np.int64)
-
-    def partitions_of(self, slave):
-        return np.nonzero(self.owner == slave)[0]
 
 
 def group_rows(batch, labels):

@@ -11,21 +11,12 @@ tuple is compared with every tuple of the other stream its window holds (window.
 import os
 import tempfile
 
-from ..bench import _oracle_rate, _one, print_table, set_option, set_param
+from ..bench import oracle_rate, run_verified, print_table, set_option, set_param
 from ..config import load_job
 from ..staged import read_staged
 from ..strategies import check_strategy
-from ..window import index_ranges
+from ..input_stats import comparisons
 from ..workloads import make
-
-
-def comparisons(job, arrays):
-    """Pairs a nested-loop window join compares: every tuple against the other stream's window."""
-    total = 0
-    for i, j in ((0, 1), (1, 0)):
-        lo, hi = index_ranges(job.streams[j].window, arrays[i], arrays[j])
-        total += int((hi - lo).sum())
-    return total
 
 
 def max_rate(strategy, ranks=(2, 3, 4), seconds=3.0, window="1s", lo=500.0, hi=80000.0, steps=7, workdir=None,
@@ -65,7 +56,7 @@ def max_rate(strategy, ranks=(2, 3, 4), seconds=3.0, window="1s", lo=500.0, hi=8
     job_path = make("band", os.path.join(workdir, "oracle"), tuples=int(2 * best * seconds), rate=best,
                     window=window, strategy=strategy)
     job = check_strategy(load_job(job_path))
-    o_rate, o_s, _ = _oracle_rate(job)
+    o_rate, o_s, _ = oracle_rate(job)
     o_comps = comparisons(job, read_staged(job))
     head = ("", "max rate /stream", "at 80%", "mean ms", "p50 ms", "p99 ms", "comparisons/s/core")
     rows.append((f"oracle (1 core, input at {best:,.0f}/s, as fast as it goes)", f"{o_rate / 2:,.0f}", "-", "-",
@@ -86,7 +77,7 @@ def _probe(strategy, ranks, rate, seconds, window, d, params):
     for k, v in (params or {}).items():
         set_param(path, k, v)
     job = check_strategy(load_job(path))
-    s = _one(path, d, job, ranks, rate, None)
+    s = run_verified(path, d, job, ranks, rate, None)
     return s, comparisons(job, read_staged(job))
 
 

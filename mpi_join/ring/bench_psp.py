@@ -14,7 +14,7 @@ through the runtime's transport between two idle ranks (measure_hop).
 import os
 import tempfile
 
-from ..bench import _one, set_param, print_table
+from ..bench import run_verified, set_param, print_table
 from ..config import load_job
 from ..errors import JobError
 from ..strategies import check_strategy
@@ -53,7 +53,7 @@ def fig8a(ranks=(2, 3, 4), seconds=30.0, rate=10.0, window="5s", selectivities=(
         md = model(meas, Tn)
         for r in ranks:
             N = r - 1
-            s = _one(path, d, job, r, rate, None)
+            s = run_verified(path, d, job, r, rate, None)
             pred = cm.latency(md["Lc"], md["lam"], md["W"], md["Tj"], meas["Ts"], Tn, N, md["M"])
             lat = s["latency_ms"]
             rows.append((f"{sel:g}", str(N), f"{lat['mean']:.2f}", f"{lat['p50']:.2f}", f"{lat['p99']:.2f}",
@@ -71,7 +71,7 @@ def fig8a(ranks=(2, 3, 4), seconds=30.0, rate=10.0, window="5s", selectivities=(
 def interleave(ranks=(3, 4), tuples=1800, rate=50.0, window="2s", sel=0.1, limits=(1, 4), batch=30, workdir=None):
     """Throughput of basic PSP (interleave 1) against PSP-I on the same input at the maximum
     rate, beside the single-core oracle measured in the same run."""
-    from ..bench import _oracle_rate
+    from ..bench import oracle_rate
     tmp = None
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="mpi-join-psp-i-")
@@ -86,7 +86,7 @@ def interleave(ranks=(3, 4), tuples=1800, rate=50.0, window="2s", sel=0.1, limit
           f"time, windows {window}, selectivity {sel:g}) in batches of {batch}, replayed as fast as the ring "
           f"takes them", flush=True)
     job = check_strategy(load_job(path))
-    o_rate, o_s, o_n = _oracle_rate(job)
+    o_rate, o_s, o_n = oracle_rate(job)
     rows = [("oracle (1 core)", f"{o_rate:,.0f}", f"{o_s:.2f}", f"{o_n:,}", "-", "-", "1.00")]
     base = {}
     for r in ranks:
@@ -99,7 +99,7 @@ def interleave(ranks=(3, 4), tuples=1800, rate=50.0, window="2s", sel=0.1, limit
                 f.write(text)
             set_param(path, "interleave", lim)
             job = check_strategy(load_job(path))
-            s = _one(path, os.path.join(workdir, f"i{lim}"), job, r, None, None)
+            s = run_verified(path, os.path.join(workdir, f"i{lim}"), job, r, None, None)
             base.setdefault(r, s["tuples_per_s"])
             rows.append((f"psp, ring of {r - 1}, interleave {lim}", f"{s['tuples_per_s']:,.0f}", f"{s['wall_s']:.2f}",
                          f"{s['results']:,}", f"{s['latency_ms']['p50']:.1f}", f"{s['tuples_per_s'] / base[r]:.2f}",

@@ -19,27 +19,10 @@ import numpy as np
 from ..master.source import Source
 from ..predicate import binary_parts
 from ..range_join import pair_mask
-from ..staged import staged_manifest
 from ..transport import pack, unpack
-from ..units import ts_unit_ns
+from ..input_stats import rates_and_windows
 from . import cost_model as cm
 from .psp import auto_orderings, measure_selectivity, parse_ordering
-
-
-def rates_and_windows(job):
-    """Each stream's arrival rate (tuples per event-time second, from the staged manifest) and
-    window in seconds (a count window: its tuples over the stream's rate)."""
-    man = staged_manifest(job)
-    unit_s = ts_unit_ns(job.ts_unit) / 1e9
-    lam, W = [], []
-    for s in job.streams:
-        st = man["streams"][s.name]
-        span = max(1, int(st["ts_max"]) - int(st["ts_min"])) * unit_s if st.get("ts_max") is not None else None
-        rate = st["count"] / span if span else 1.0
-        lam.append(rate)
-        w = s.window
-        W.append(w.size * unit_s if w.kind == "time" else (w.size / rate if w.kind == "count" else float("inf")))
-    return lam, W
 
 
 def measure(job, sample=2000, pairs=2000):

@@ -7,7 +7,7 @@ import sys
 import time
 
 from ..errors import InputError
-from ..integrity import check_names, no_success, recorded_parts, success_record
+from ..checksums import check_names, no_success, recorded_parts, success_record
 from . import fs
 
 PCTS = (0.5, 0.9, 0.99, 0.999)
@@ -29,8 +29,8 @@ def check_collect(job, run_dir, out, partial=False, overwrite=False):
     written by collect (unless `overwrite`). Returns the part files to read (local run), or None
     (a run on another filesystem: `collect` checks it through Spark)."""
     from ..errors import ConfigError
-    from ..integrity import check_recorded_parts
-    from ..safety import check_layout, job_dirs, local, real
+    from ..checksums import check_recorded_parts
+    from ..paths import check_layout, job_dirs, local, real
     if local(run_dir) and not os.path.isdir(real(run_dir)):
         raise InputError(f"{run_dir}: no such run output directory")
     try:
@@ -50,7 +50,7 @@ def collecting(job, run_dir, out, partial=False, overwrite=False):
     """check_collect, then hold `out` for this collect (a lock beside it, as a run locks its
     directories: Spark replaces `out` itself when it writes), all before any JVM starts.
     Yields the part files to read (check_collect)."""
-    from ..safety import DirLock, local, real
+    from ..paths import DirLock, local, real
     parts = check_collect(job, run_dir, out, partial, overwrite)
     lock = None
     if local(out):
@@ -98,12 +98,12 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     success = fs.read_text(spark, f"{run_dir}/_SUCCESS")
     succeeded = success is not None
     from ..commits import read_committed
-    from ..safety import local, real
+    from ..paths import local, real
     committed = read_committed(real(run_dir)) if not succeeded and local(run_dir) else None
     if not succeeded and not partial and committed is None:
         raise no_success(run_dir)
     if committed is not None:            # read once: the files and the summary agree on one commit
-        from ..integrity import verify_part
+        from ..checksums import verify_part
         rdir_local = os.path.join(real(run_dir), "results")
         for name, rec in sorted(committed["files"].items()):
             verify_part(os.path.join(rdir_local, name), rec)

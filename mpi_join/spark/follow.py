@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from ..errors import InputError, JobError
 from ..schema import SEQ, from_arrow
 from ..staged_log import LOG, LogWriter, waiting_dtype
-from .. import safety
+from .. import paths
 from .stage import _declared, _settings, _tag, _union, _utf8, csv_options
 
 SPARK_DIR = "_spark"
@@ -148,13 +148,13 @@ def _packed(spark, job):
     return _union(frames)
 
 
-def _records(paths, mid):
+def _records(files, mid):
     """Each row's record number in its file (1-based), from the order Spark read them in."""
     n = len(mid)
     if not n:
         return np.zeros(0, np.int64)
-    o = np.lexsort((mid, paths))
-    sp = paths[o]
+    o = np.lexsort((mid, files))
+    sp = files[o]
     start = np.r_[True, sp[1:] != sp[:-1]]
     first = np.maximum.accumulate(np.where(start, np.arange(n), 0))
     rec = np.empty(n, np.int64)
@@ -202,35 +202,35 @@ def clear(job, out):
     """Remove a log (or staged input) from `out`: the stream folders' part files, the quarantine,
     the log's folder and Spark's checkpoint, and the manifest. Only files inside `out`."""
     import shutil
-    root = safety.real(out)
+    root = paths.real(out)
     for sub in [s.name for s in job.streams] + ["_quarantine", LOG, SPARK_DIR]:
         p = os.path.join(root, sub)
-        safety.plain_dir(p, "a folder the log replaces")
-        safety.inside(root, p)
+        paths.plain_dir(p, "a folder the log replaces")
+        paths.inside(root, p)
         if os.path.isdir(p):
             shutil.rmtree(p)
     m = os.path.join(root, "_manifest.json")
     if os.path.lexists(m):
-        safety.remove_file(root, m)
+        paths.remove_file(root, m)
 
 
 def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, force=False):
     """Stage the landing directories of `job` into the staged log at `out` until `until` ("end":
     the files present now; an event time in the job's unit; None: until Ctrl-C or SIGTERM), then
     write the end marker. Returns the log's manifest."""
-    if not safety.local(out):
+    if not paths.local(out):
         raise JobError(f"{out}: a staged log is written on a local or mounted filesystem (its commits are atomic "
                        f"renames)")
-    out = safety.real(out[len("file://"):] if out.startswith("file://") else out)
+    out = paths.real(out[len("file://"):] if out.startswith("file://") else out)
     for s in job.streams:
         if s.raw is None:
             raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
         d = landing_dir(s)
-        if d and (safety.contains(out, d) or safety.contains(d, out)):
+        if d and (paths.contains(out, d) or paths.contains(d, out)):
             raise InputError(f"{out}: the staged log overlaps the landing directory of stream '{s.name}'; "
                              f"stage into a directory of its own")
     os.makedirs(out, exist_ok=True)
-    lock = safety.DirLock(out, "the staged log", say=say).acquire()     # one stager per log
+    lock = paths.DirLock(out, "the staged log", say=say).acquire()     # one stager per log
     try:
         return _follow(spark, job, out, until, trigger, say, force)
     finally:

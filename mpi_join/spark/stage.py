@@ -17,7 +17,7 @@ from ..errors import InputError, JobError
 from ..schema import MAX_CHAR, is_string
 from ..staged import string_columns
 from ..units import ts_unit_ns
-from .. import safety
+from .. import paths
 from . import fs
 
 _INT = {"int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint",
@@ -36,8 +36,8 @@ def precheck(job, out=None, force=False, overwrite=False):
     import os
     out = fs.qualify(out or job.staged)
     _check_local_targets(job, out)
-    if safety.local(out) and os.path.isdir(safety.real(out)) and os.listdir(safety.real(out)) \
-            and not os.path.exists(os.path.join(safety.real(out), "_manifest.json")) and not overwrite:
+    if paths.local(out) and os.path.isdir(paths.real(out)) and os.listdir(paths.real(out)) \
+            and not os.path.exists(os.path.join(paths.real(out), "_manifest.json")) and not overwrite:
         raise _not_staged(out)
     sources = {}
     for s in job.streams:
@@ -61,9 +61,9 @@ def precheck(job, out=None, force=False, overwrite=False):
                         raise InputError(f"file:{f}: column '{c}' of stream '{s.name}' is missing "
                                          f"(file has: {', '.join(have) or 'no columns'})")
         sources[s.name] = files
-    if force or not safety.local(out):
+    if force or not paths.local(out):
         return None
-    mp = os.path.join(safety.real(out), "_manifest.json")
+    mp = os.path.join(paths.real(out), "_manifest.json")
     if not os.path.exists(mp):
         return None
     try:
@@ -84,7 +84,7 @@ def _local_files(s):
     None when its raw path is not on a local filesystem."""
     import glob as globmod
     import os
-    if s.raw is None or not safety.local(s.raw.path):
+    if s.raw is None or not paths.local(s.raw.path):
         return None
     p = os.path.abspath(s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path)
     hits = sorted(globmod.glob(p)) if globmod.has_magic(p) else ([p] if os.path.exists(p) else [])
@@ -272,9 +272,9 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
             man["streams"][s.name]["string_bytes"] = {c: w for (j, c), w in widths.items() if j == i}
         progress(f"stage: stream {s.name}: {n:,} tuples -> {out}/{s.name}")
     ordered.unpersist()
-    if safety.local(out):          # checksums of the part files: a resume verifies its input by them
+    if paths.local(out):          # checksums of the part files: a resume verifies its input by them
         from ..staged import hash_input
-        man["files"] = hash_input(job, safety.real(out))
+        man["files"] = hash_input(job, paths.real(out))
     fs.write_text(spark, f"{out}/_manifest.json", json.dumps(man, indent=2))
     progress(f"stage: wrote {acc:,} tuples ({time.perf_counter() - t1:.1f} s; {time.perf_counter() - t0:.1f} s in all)")
     return man
@@ -282,14 +282,14 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
 
 def _check_local_targets(job, out):
     """Every folder stage replaces in a local `out` must lie inside it and be no symlink."""
-    if not safety.local(out):
+    if not paths.local(out):
         return
     import os
-    root = safety.real(out)
+    root = paths.real(out)
     for sub in [os.path.join(root, s.name) for s in job.streams] + [os.path.join(root, "_quarantine")] + \
             [os.path.join(root, "_quarantine", s.name) for s in job.streams]:
-        safety.plain_dir(sub, "a folder stage replaces")
-        safety.inside(root, sub)
+        paths.plain_dir(sub, "a folder stage replaces")
+        paths.inside(root, sub)
 
 
 def _declared(s):

@@ -32,9 +32,9 @@ predicts both curves, on this machine (P cores shared by all ranks) and on dedic
 import os
 import tempfile
 
-from ..bench import _oracle_rate, _one, print_table, set_option, set_param
+from ..bench import oracle_rate, run_verified, print_table, set_option, set_param
 from ..config import load_job
-from ..ring.bench_chain import comparisons
+from ..input_stats import comparisons
 from ..staged import read_staged
 from ..workloads import make
 
@@ -108,7 +108,7 @@ def run(cores=(1, 2, 3, 4), workdir=None, tuples=100000, event_rate=4000.0, wind
     path = make("band", os.path.join(workdir, "oracle"), tuples=tuples, rate=event_rate, window=window,
                 strategy="splitjoin")
     job = load_job(path)
-    o_tps, o_s, o_n = _oracle_rate(job)
+    o_tps, o_s, o_n = oracle_rate(job)
     comps = comparisons(job, read_staged(job))
     c = o_s / comps
     w = comps / tuples
@@ -124,14 +124,14 @@ def run(cores=(1, 2, 3, 4), workdir=None, tuples=100000, event_rate=4000.0, wind
             j = jobs[s, k] = load_job(jp)
             print(f"bench: {s} on {k} core{'s' if k > 1 else ''} ({ranks_for(s, k)} ranks), as fast as it goes",
                   flush=True)
-            summaries[s, k] = _one(jp, d, j, ranks_for(s, k), None, o_n)
+            summaries[s, k] = run_verified(jp, d, j, ranks_for(s, k), None, o_n)
             thr[s, k] = summaries[s, k]["tuples_per_s"]
         pace = 0.5 * min(thr[s, k] for s in STRATEGIES) / 2
         for s in STRATEGIES:
             j = jobs[s, k]
             set_option(j.path, "run", "flush_interval", f'"{FLUSH_MS}ms"')
             print(f"bench: {s} on {k} core{'s' if k > 1 else ''} at {pace:,.0f} tuples/s per stream", flush=True)
-            summary = _one(j.path, os.path.dirname(j.path), j, ranks_for(s, k), pace, o_n)
+            summary = run_verified(j.path, os.path.dirname(j.path), j, ranks_for(s, k), pace, o_n)
             lat[s, k] = summary["latency_ms"]["mean"] / 1e3
     costs = {s: rank_costs(summaries[s, min(cores)], c * w / min(cores)) for s in STRATEGIES}
     fits = {s: fit_delay([(k, lat[s2, k]) for (s2, k) in lat if s2 == s], s, fanout) for s in STRATEGIES}

@@ -1,4 +1,5 @@
-"""What mpi-join may read, write and delete (README "Safety").
+"""The names and paths mpi-join may read, write and delete, and the locks on its directories
+(README "Safety").
 
 - A stream or column name is an identifier, never a path: `check_name`.
 - Every local path the tool writes or deletes is resolved (symlinks included) and must lie in
