@@ -33,6 +33,8 @@ def sim_job(strategy, pred, kind):
 
 
 class _Driver:
+    moving = False                  # state moves (driver.move) are not simulated
+
     def __init__(self, links, source):
         self.links, self.source = links, source
 
@@ -59,10 +61,14 @@ def _wire(header):
     return DataHeader.decode(np.asarray(header.encode(), np.int64))
 
 
-def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_epoch=None, snapshots=None, **params):
+def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_epoch=None, snapshots=None, trace=None,
+                      **params):
     """Run `job` over `arrays` with `strategy` on `workers` workers; returns (results as an (r, M)
     seq array, the modules by rank, the router). `on_epoch(epoch, modules, router)` runs after
-    each released batch; aggregate snapshots written are appended to the list `snapshots`."""
+    each released batch; aggregate snapshots written are appended to the list `snapshots`; every
+    call handed to a module is appended to the list `trace` as (rank, "data", src, header,
+    batches) or (rank, "eos", src), and every call to the router as (0, "route", batches,
+    bounds, epoch) or (0, "flush")."""
     job = replace(job, strategy=replace(job.strategy, name=strategy, params=dict(params)),
                   run=replace(job.run, batch_size=batch_size, rate=None))
     job = check_strategy(job)
@@ -94,6 +100,8 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
 
     def deliver(a, b):
         item = links[(a, b)].popleft()
+        if trace is not None:
+            trace.append((b, "eos", a) if item == EOS else (b, "data", a) + tuple(item))
         if item == EOS:
             ended[b].add(a)
             apply(b, mods[b].on_eos(a))
@@ -134,13 +142,18 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
     while True:
         live = [l for l in links if ready(l)]
         if not src.done and (not live or rng.random() < 0.3):
-            router.route(src.next_epoch(), 0)
+            batches = src.next_epoch()
+            if trace is not None:
+                trace.append((0, "route", batches, tuple(src.bounds()), epoch + 1))
+            router.route(batches, 0)
             epoch += 1
             router.end_of_epoch(epoch)
             if on_epoch:
                 on_epoch(epoch, mods, router)
             continue
         if src.done and not eos_sent and router.quiet():
+            if trace is not None:
+                trace.append((0, "flush"))
             router.flush()
             for e in graph.entries():
                 links[(0, e)].append(EOS)

@@ -1,0 +1,86 @@
+"""A worker's checkpoints (Chandy-Lamport, no pause) and its restore.
+
+The first copy of a marker cuts the rank's state: the caller flushes results into committed
+files and gives the module's snapshot and the counters; the marker then goes out on every
+downstream link. DATA that arrives on an upstream link before that link's own copy is recorded as
+channel state. When every upstream link has delivered its copy, the rank file is written and the
+driver told. A restore reads the rank file back (every array checked against its digest) and
+replays the channel state, unacknowledged (it was acknowledged before the cut)."""
+import numpy as np
+
+from .. import checkpoint as ck
+from ..protocol import DataHeader, MarkerDone
+
+
+class Cut:
+    """A checkpoint in progress on this rank: the open rank file and the links still recording."""
+
+    def __init__(self, marker, waiting, arrays, attrs):
+        self.marker = marker
+        self.waiting = set(waiting)
+        self.channel = []                  # (src, header ints, batches) recorded after the cut
+        self.arrays, self.attrs = arrays, attrs
+
+
+class Cuts:
+    def __init__(self, rank, up, link_dtypes, module):
+        self.rank, self.up, self.link_dtypes, self.module = rank, up, link_dtypes, module
+        self.cut = None
+
+    def record(self, src, header, batches):
+        """DATA handed over: channel state if `src` has not yet delivered its marker copy."""
+        if self.cut is not None and src in self.cut.waiting:
+            self.cut.channel.append((src, header.encode(), [b.copy() for b in batches]))
+
+    def marker(self, src, m, state):
+        """A marker copy from `src`. Returns True when it begins a cut (the caller forwards the
+        marker); `state()` -> (module arrays, module attrs, counters) is called then. Returns
+        the MarkerDone to send the driver once every upstream copy is in, else None, as the
+        second element."""
+        began = False
+        if self.cut is None or self.cut.marker.id != m.id:
+            if self.cut is not None:
+                raise RuntimeError(f"worker {self.rank}: checkpoint {m.id} began before {self.cut.marker.id} ended")
+            arrays, attrs, counters = state()
+            self.cut = Cut(m, [u for u in self.up if u != src],
+                           {f"module/{k}": np.array(v, copy=True) for k, v in arrays.items()},
+                           {"module": attrs, "epoch": m.epoch, **counters})
+            began = True
+        else:
+            self.cut.waiting.discard(src)
+        return began, (self._finish() if not self.cut.waiting else None)
+
+    def _finish(self):
+        c, self.cut = self.cut, None
+        arrays = dict(c.arrays)
+        chan = []
+        for k, (src, header, batches) in enumerate(c.channel):
+            arrays[f"channel/{k}/header"] = np.asarray(header, np.int64)
+            for s, b in enumerate(batches):
+                arrays[f"channel/{k}/{s}"] = b
+            chan.append(src)
+        digest = ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan), c.marker.cut)
+        return MarkerDone(c.marker.id, tuple(c.attrs["file_records"]), digest, tuple(c.attrs["snapshot_records"]))
+
+    def _state_dtype(self, name, attrs):
+        parts = name.split("/")
+        if parts[0] == "module":
+            return self.module.state_dtype("/".join(parts[1:]))
+        if parts[0] == "channel" and len(parts) == 3:
+            if parts[2] == "header":
+                return np.dtype(np.int64)
+            dts = self.link_dtypes.get(attrs["channel"][int(parts[1])], ())
+            return dts[int(parts[2])] if int(parts[2]) < len(dts) else None
+        return None
+
+    def restore(self, root, cid):
+        """Read this rank's file of checkpoint `cid`, restore the module; returns (its attrs, the
+        channel state as [(src, header, batches)])."""
+        arrays, attrs = ck.read_rank(root, cid, self.rank, self._state_dtype, manifest="auto")
+        self.module.restore({k[7:]: v for k, v in arrays.items() if k.startswith("module/")}, attrs["module"])
+        channel = []
+        for k, src in enumerate(attrs.get("channel", [])):
+            header = DataHeader.decode(arrays[f"channel/{k}/header"])
+            batches = [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.link_dtypes[src])]
+            channel.append((src, header, batches))
+        return attrs, channel

@@ -1,0 +1,104 @@
+"""A worker's inbox: one FIFO queue per sending rank of what arrived and is not handled yet, and
+the ordered merge of the links the graph marks `merge` (graph.Edge.merge).
+
+Items are ("data", DataHeader, batches, ack) and ("ctrl", Control). Which item goes next:
+other workers' first (never held back, so a ring or a chain cannot deadlock on credits), merged
+links through the merge, and the driver's only when the worker says it may take them (its
+outboxes are empty, the module accepts input, a unit's state is in before its Install)."""
+from collections import deque
+
+import numpy as np
+
+from ..graph import DRIVER
+from ..protocol import Marker
+
+NO_ORDER = -(1 << 62)
+
+
+class Inbox:
+    def __init__(self, rank, merged):
+        self.rank, self.merged = rank, tuple(merged)
+        self.queues = {}                               # src -> deque of items
+        self.watermark = {src: NO_ORDER for src in self.merged}   # last order each merged link brought
+        self.buffered = 0                              # the driver's tuples waiting here
+
+    def data(self, src, header, batches, ack=True):
+        """Queue a DATA message (ack False: replayed channel state, acknowledged before the cut)."""
+        if src in self.merged and ack:
+            if header.order < self.watermark[src]:
+                raise RuntimeError(f"worker {self.rank}: link from rank {src} went back in order "
+                                   f"({header.order} after {self.watermark[src]}); a merged link's "
+                                   f"order must not decrease")
+            self.watermark[src] = header.order
+        if src == DRIVER:
+            self.buffered += sum(len(b) for b in batches)
+        self.queues.setdefault(src, deque()).append(("data", header, batches, ack))
+
+    def ctrl(self, src, msg):
+        self.queues.setdefault(src, deque()).append(("ctrl", msg))
+
+    def handled(self, src, n):
+        """`n` tuples of a DATA message from `src` have been handled."""
+        if src == DRIVER:
+            self.buffered -= n
+
+    def marker_queued(self, src):
+        """Is a checkpoint marker from `src` still queued? An urgent operation (moving state away)
+        must not overtake it: the state would leave before the cut records it and arrive after the
+        receiver's cut, in neither snapshot. Behind a marker it waits its turn."""
+        return any(item[0] == "ctrl" and isinstance(item[1], Marker) for item in self.queues.get(src, ()))
+
+    def next(self, take_driver, next_order, ended):
+        """(src, item) to handle next, or None. `take_driver(item)`: may the driver's first item go
+        now; `next_order()`: the module's next order when dense (JoinModule.next_order);
+        `ended`: upstream ranks whose end-of-stream has been handled."""
+        for src, q in self.queues.items():
+            if q and src != DRIVER and src not in self.merged:
+                return src, q.popleft()
+        if self.merged:
+            item = self._merged_next(next_order, ended)
+            if item is not None:
+                return item
+        q = self.queues.get(DRIVER)
+        if q and take_driver(q[0]):
+            return DRIVER, q.popleft()
+        return None
+
+    def _merged_next(self, next_order, ended):
+        """The batch of least order among the merged links' heads, once no link can still bring a
+        lesser one (a link's watermark is the last order it brought; an ended link has none);
+        control records on those links pass at once."""
+        heads = {}
+        for src in self.merged:
+            q = self.queues.get(src)
+            if q:
+                if q[0][0] != "data":
+                    return src, q.popleft()
+                heads[src] = q[0][1].order
+        if not heads:
+            return None
+        src = min(heads, key=lambda s: (heads[s], s))
+        if heads[src] == next_order():
+            return src, self.queues[src].popleft()     # dense orders: nothing can come before it
+        for other in self.merged:
+            if other not in heads and other not in ended and self.watermark[other] < heads[src]:
+                return None                 # `other` may still bring a batch that comes first
+        return src, self.queues[src].popleft()
+
+    def take_unit(self, unit, unit_of, dtypes):
+        """Remove the rows of `unit` from the driver's queued DATA (a unit moving away); one array
+        per stream, in seq order."""
+        taken = [[] for _ in dtypes]
+        q = self.queues.get(DRIVER, ())
+        for k, item in enumerate(q):
+            if item[0] != "data":
+                continue
+            _, header, batches, ack = item
+            keep = []
+            for s, b in enumerate(batches):
+                mine = unit_of(b) == unit if len(b) else np.zeros(0, bool)
+                taken[s].append(b[mine])
+                keep.append(b[~mine])
+                self.buffered -= int(mine.sum())
+            q[k] = ("data", header, keep, ack)
+        return [np.concatenate(t) if t else np.zeros(0, dt) for t, dt in zip(taken, dtypes)]
