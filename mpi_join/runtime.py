@@ -146,7 +146,7 @@ def _driver(job_path, overrides, tx, ctx):
         _prepare_output(job.output, keep=set(ctx["kept"]) if resume else None,
                         overwrite=bool(overrides.get("overwrite")))
         if overrides.get("follow"):
-            driver.commits = _commits(job, resume, ctx["kept"])
+            driver.ckpt.commits = _commits(job, resume, ctx["kept"])
     except JobError as e:
         err = str(e)
         _release(ctx)
@@ -197,8 +197,8 @@ def _driver(job_path, overrides, tx, ctx):
     write_json(os.path.join(mdir, "summary.json"), summary)
     write_json(os.path.join(job.output, "_SUCCESS"), {"results": summary["results"], "tuples": total, "parts": part_records,
                                                           "snapshots": snapshots})
-    if driver.commits is not None:           # the last commit: every result, the whole log
-        driver.commits.commit(None, driver.total, part_records, summary["results"], final=True)
+    if driver.ckpt.commits is not None:      # the last commit: every result, the whole log
+        driver.ckpt.commits.commit(None, driver.total, part_records, summary["results"], final=True)
     _release(ctx)
     if not os.environ.get("MPI_JOIN_QUIET"):
         print(summary_table(summary), flush=True)

@@ -19,7 +19,9 @@ class Checkpointer:
         self.pending = {}
         self.completed = []
         self.input = None                  # the staged input's file records (set by the driver)
-        self.on_complete = None            # on_complete(id, input offset, committed result files)
+        self.commits = None                # a followed run's results log (commits.py), set by runtime
+        self.commit_rows = job.commit_rows
+        self.cut_at = (0, 0)               # (input offset, results) at the last cut
         self._last_offset = None
         self._last_t = time.perf_counter()
 
@@ -31,16 +33,24 @@ class Checkpointer:
         self._last_offset = offset
         self._last_t = time.perf_counter()
 
-    def due(self, offset):
+    def due(self, offset, results=0):
+        """A cut is due by its schedule, or (a followed run) by the results not yet committed."""
+        if self.commits is not None and not self.pending and results - self.cut_at[1] >= self.commit_rows:
+            return True
         if not self.enabled or self.pending:      # one cut at a time: a marker may still be circling
             return False
         c = self.cfg
         return ((c.every_tuples is not None and offset - self._last_offset >= c.every_tuples) or
                 (c.every_ns is not None and (time.perf_counter() - self._last_t) * 1e9 >= c.every_ns))
 
-    def cut(self, epoch, offset, arrays, attrs):
+    def commit_due(self, offset, results):
+        """A followed run with nothing new to read commits what was joined since the last cut."""
+        return self.commits is not None and self.due(offset, results) and self.cut_at != (offset, results)
+
+    def cut(self, epoch, offset, arrays, attrs, results=0):
         """Send a checkpoint marker after `epoch` on every entry link; the driver's own state at the
         cut (`arrays`, `attrs`) is written when every worker has saved its part."""
+        self.cut_at = (offset, results)
         cid = self.next_id
         self.next_id += 1
         cut = secrets.token_hex(8)
@@ -71,5 +81,16 @@ class Checkpointer:
         })
         self.completed.append(cid)
         ck.prune(self.cfg.dir, self.cfg.keep)
-        if self.on_complete is not None:
-            self.on_complete(cid, p["offset"], recs)
+        if self.commits is not None:
+            self.commits.commit(cid, p["offset"], recs, sum(r["rows"] for r in recs.values()))
+
+
+def restore_driver(driver, root, cid):
+    """The driver's part of checkpoint `cid`: the router's state, the input offset to go on from
+    and the next checkpoint's number; returns the rank file's attributes (the driver's counts)."""
+    arrays, attrs = ck.read_rank(root, cid, 0, lambda n, _: driver.router.state_dtype(n[7:]) if n.startswith("router/")
+                                 else None, manifest="auto")
+    driver.router.restore({k[7:]: v for k, v in arrays.items()}, attrs["router"])
+    driver.source.seek(attrs["input_offset"])
+    driver.ckpt.next_id = cid + 1
+    return attrs

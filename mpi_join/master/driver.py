@@ -15,17 +15,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import checkpoint as ck
-from ..errors import JobError
 from ..checkpoint import Checkpointed
 from ..headers import Ack, Ready
-from ..protocol import (DataHeader, Eos, Fin, Install, LoadReport, LoadRequest, MarkerDone, Moved, MoveOut,
-                        Probe, ProbeReply, Tag, decode_control)
+from ..protocol import (DataHeader, LoadReport, LoadRequest, MarkerDone, Moved, ProbeReply, Tag, decode_control)
 from ..kernels import Compiles, GcPauses, freeze_heap
 from ..staged import staged_manifest
 from ..transport import Credits, pack, unpack_obj
-from .checkpointer import Checkpointer
+from .checkpointer import Checkpointer, restore_driver
+from .moves import Moves
+from .pace import Pace
 from .source import Source
+from .termination import end_run, recv_or_stall
 
 
 class Router(Checkpointed):
@@ -98,6 +98,19 @@ class RunReport:
     notes: list
 
 
+def await_ready(tx, workers):
+    """The replay clock starts when every worker is ready; say what they compiled before it."""
+    compiled = [Compiles.count, Compiles.seconds]
+    for _ in workers:
+        _, _, buf = tx.recv(tag=Tag.READY)
+        ready = Ready.read(buf.view(np.int64))
+        compiled = [compiled[0] + ready.compiled, max(compiled[1], ready.compile_us / 1e6)]
+    if compiled[0]:
+        sys.stderr.write(f"mpi-join: compiled {compiled[0]} numba kernels for this job before the replay "
+                         f"({compiled[1]:.1f} s; not in the compile cache yet, or UDFs, which are compiled "
+                         f"every run)\n")
+
+
 class Driver:
     def __init__(self, job, tx, graph, router_cls, metrics, progress, resume=None, follow=False):
         self.job, self.tx, self.graph, self.metrics, self.progress = job, tx, graph, metrics, progress
@@ -110,21 +123,16 @@ class Driver:
                              follow=follow)
         self.credits = Credits(self.entries, job.run.max_inflight)
         self.msg_no = 0                    # DATA messages made (a fan-out is one)
-        self.route_epoch = 0               # one more per state move begun (DataHeader.epoch)
-        self.moves = {}                    # unit -> the move in progress
-        self._moved = []                   # units whose move both sides have finished
+        self.moves = Moves(self)           # state moving between workers (moves.py)
+        self.pace = Pace(job.run)          # overload at a set rate (pace.py)
         self.results = {w: 0 for w in self.workers}
         self.sent = 0                      # DATA messages sent (termination counts)
         self.epoch = 0
         self.done = {}
         self.loads = {}
-        self._probe = {}
+        self.probes = {}
         self.ckpt = Checkpointer(job, tx, self.entries, self.workers, tx.size)
-        self.commits = None                # a followed run's results log (commits.py), set by runtime
-        self.ckpt.on_complete = self._committed
-        self._cut_at = (0, 0)              # (input offset, results) at the last cut
         self.resumed_from = None
-        self.overloaded = None
         if resume:
             self._restore(*resume)
         self.ckpt.start_clock(self.source.released)
@@ -144,13 +152,9 @@ class Driver:
         """`send` to each of `dests`, packed once: every copy is the same buffer. While units
         move, their rows are held back here (see `move`), and a unit's new holder gets bounds no
         later than those the move began with (its held rows may still need what they keep)."""
-        b = np.asarray(self.source.bounds() if bounds is None else bounds, np.int64)
-        if self.moves:
-            batches = self._hold(batches)
-            for m in self.moves.values():
-                if m["dst"] in dests:
-                    b = np.minimum(b, m["bounds"])
-        buf = pack(DataHeader(self.msg_no, tuple(int(x) for x in b), body, order, self.route_epoch).encode(), batches)
+        batches, b = self.moves.outgoing(dests, batches, np.asarray(self.source.bounds() if bounds is None else bounds,
+                                                                    np.int64))
+        buf = pack(DataHeader(self.msg_no, tuple(int(x) for x in b), body, order, self.moves.epoch).encode(), batches)
         self.msg_no += 1
         n = sum(len(x) for x in batches)
         for dest in dests:
@@ -164,102 +168,34 @@ class Driver:
     def control(self, dest, msg):
         self.tx.send(dest, Tag.CTRL, msg.encode())
 
-    # -- moving state (the runtime's; routers call `move`) -----------------------------------
+    # -- moving state (the runtime's, moves.py; routers call `move`) ---------------------------
     def move(self, unit, src, dst):
-        """Begin moving `unit` from worker `src` to worker `dst` (which may hold nothing yet).
-        `src` takes the unit out of its module with its queued input rows and sends them to
-        `dst`, which puts them in before its next DATA; rows of the unit routed meanwhile are
-        held here and handed to the router's `on_moved` once both sides are done. No checkpoint
-        is cut while a move is on (it would not capture the state in flight)."""
-        if unit in self.moves:
-            raise RuntimeError(f"driver: unit {unit} is already moving")
-        if dst not in self.graph.move_targets(src):
-            raise RuntimeError(f"driver: unit {unit} cannot move from rank {src} ({self.graph.role(src)}) to rank "
-                               f"{dst}: state moves within a group of the graph ({self.graph.move_targets(src)})")
-        self.route_epoch += 1
-        bounds = np.array(self.source.bounds(), np.int64)
-        self.moves[unit] = {"src": src, "dst": dst, "acks": set(), "bounds": bounds,
-                            "held": [[] for _ in self.source.dtypes]}
-        self.control(src, MoveOut(unit, dst, self.route_epoch))
-        self.control(dst, Install(unit, src, self.route_epoch, tuple(int(x) for x in bounds)))
+        """Begin moving `unit` from worker `src` to worker `dst` (which may hold nothing yet); the
+        router's `on_moved` gets the rows held back meanwhile once both sides are done."""
+        self.moves.begin(unit, src, dst)
 
     @property
     def moving(self):
-        return bool(self.moves)
+        return bool(self.moves.on)
 
     def settle_moves(self):
         """Handle messages until every move begun is done (the router's on_moved called)."""
-        self.wait(lambda: self._finish_moves() or not self.moves)
-
-    def _hold(self, batches):
-        out = []
-        for s, b in enumerate(batches):
-            if len(b):
-                units = self.router.unit_of(b)
-                keep = np.ones(len(b), bool)
-                for u, m in self.moves.items():
-                    mine = units == u
-                    if mine.any():
-                        m["held"][s].append(b[mine])
-                        keep &= ~mine
-                b = b if keep.all() else b[keep]
-            out.append(b)
-        return out
-
-    def _finish_moves(self):
-        """Hand the router each move both sides have finished (called between sends only: a
-        message still waiting for credit must not be overtaken by what assumes it arrived)."""
-        while self._moved:
-            u = self._moved.pop(0)
-            m = self.moves.pop(u)
-            held = [np.concatenate(h) if h else np.zeros(0, dt) for h, dt in zip(m["held"], self.source.dtypes)]
-            self.router.on_moved(u, m["src"], m["dst"], held)
+        self.wait(lambda: self.moves.finish() or not self.moves.on)
 
     def wait(self, ready):
-        """Handle incoming messages until `ready()` holds. Every rank alive yet nothing arriving
-        for run.liveness_timeout means the job can never go on (a lost message, or restored
-        state that does not belong to this run): it stops with one line instead of waiting
-        forever."""
+        """Handle incoming messages until `ready()` holds (a stall stops the job: recv_or_stall)."""
         while not ready():
             self._handle(*self._recv())
 
     def _recv(self):
-        """The next message; a stall (see _stalled) stops the job with one line."""
-        bound = self.job.run.liveness_timeout_s or None
-        while True:
-            msg = self.tx.recv(timeout=bound)
-            if msg is not None:
-                return msg
-            if self._stalled(bound):
-                raise JobError(f"rank 0: every rank is alive, but every worker has been idle, waiting for messages "
-                               f"that do not come, for {bound:g} s while the run waited for them; the job cannot go "
-                               f"on (run.liveness_timeout)")
-
-    def _stalled(self, bound):
-        """Every worker idle in its message loop for `bound` seconds (their heartbeats say so),
-        while this rank gets nothing it waits for: nothing can ever happen again. A worker busy
-        for a long time is not a stall."""
-        idle = self.tx.idle_for(self.workers)
-        return bound is not None and idle is not None and idle > bound
-
-    def _cut_due(self):
-        """A checkpoint is due by its schedule, or (a followed run) by the results not yet committed."""
-        if self.ckpt.due(self.source.released):
-            return True
-        return (self.commits is not None and not self.ckpt.pending and
-                sum(self.results.values()) - self._cut_at[1] >= self.job.commit_rows)
-
-    def _committed(self, cid, offset, records):
-        if self.commits is not None:
-            self.commits.commit(cid, offset, records, sum(r["rows"] for r in records.values()))
+        return recv_or_stall(self.tx, self.workers, self.job.run.liveness_timeout_s or None)
 
     def _idle(self):
         """While a followed log has nothing new: handle messages, finish moves, show progress,
         and commit what was joined since the last cut once a commit is due."""
         self.drain()
-        self._finish_moves()
-        if self.commits is not None and self._cut_due() and self._cut_at != (
-                self.source.released, sum(self.results.values())) and not self.moves:
+        self.moves.finish()
+        if self.ckpt.commit_due(self.source.released, sum(self.results.values())) and not self.moves.on:
             self._cut()
         self.progress.total = self.source.total
         self.progress.update(self.source.released, sum(self.results.values()))
@@ -286,15 +222,7 @@ class Driver:
     # -- the lifecycle ----------------------------------------------------------------------
     def run(self):
         self.router.warm_up()
-        compiled = [Compiles.count, Compiles.seconds]
-        for _ in self.workers:            # the replay clock starts when every worker is ready
-            _, _, buf = self.tx.recv(tag=Tag.READY)
-            ready = Ready.read(buf.view(np.int64))
-            compiled = [compiled[0] + ready.compiled, max(compiled[1], ready.compile_us / 1e6)]
-        if compiled[0]:
-            sys.stderr.write(f"mpi-join: compiled {compiled[0]} numba kernels for this job before the replay "
-                             f"({compiled[1]:.1f} s; not in the compile cache yet, or UDFs, which are compiled "
-                             f"every run)\n")
+        await_ready(self.tx, self.workers)
         self.compiled_at_start = Compiles.count
         freeze_heap()
         self.progress.restart(self.source.released)
@@ -308,7 +236,7 @@ class Driver:
                 continue
             self.progress.total = self.source.total
             batches = self.source.next_epoch()
-            self._watch_overload()
+            self.pace.check(self.source, self.t_replay)
             self.metrics.tuples_in += sum(len(b) for b in batches)
             if self.source.released >= (len(released_at) + 1) * step:
                 released_at.append((self.source.released, round(time.perf_counter() - self.t_replay, 4)))
@@ -316,53 +244,25 @@ class Driver:
             slot += 1
             if slot % slots == 0:
                 self.epoch += 1
-                if self._cut_due() and not self.source.done:
+                if self.ckpt.due(self.source.released, sum(self.results.values())) and not self.source.done:
                     self._cut()
                 self.router.end_of_epoch(self.epoch)
             self.drain()
-            self._finish_moves()
+            self.moves.finish()
             self.progress.update(self.source.released, sum(self.results.values()))
         self._settle()
-        for e in self.entries:
-            self.control(e, Eos())
-        self.wait(lambda: not self.ckpt.pending)
-        self._terminate()
-        for w in self.workers:
-            self.tx.stop_beating(w)       # it leaves after its DONE; watched until then
-            self.control(w, Fin())
-        self.wait(lambda: len(self.done) == len(self.workers))
-        self.tx.flush()
+        end_run(self)
         self.wall_s = time.perf_counter() - self.t_replay
         self.progress.update(self.source.released, sum(self.results.values()), force=True)
         self.progress.close()
         self.metrics.epochs = self.epoch
         self.metrics.extra.update(compiled_during_replay=Compiles.count - self.compiled_at_start, **GcPauses.stats(),
-                                  peak_inflight=max(self.credits.peak.values(), default=0),
-                                  topology=self.graph.name, released_at=released_at, overloaded=self.overloaded,
-                                  max_lag_s=round(getattr(self, "max_lag", 0.0), 4), **self.router.stats())
+                                  peak_inflight=max(self.credits.peak.values(), default=0), topology=self.graph.name,
+                                  released_at=released_at, overloaded=self.pace.overloaded,
+                                  max_lag_s=round(self.pace.max_lag, 4), **self.router.stats())
         workers = [self.done[w] for w in self.workers]
         return RunReport(workers=workers, wall_s=self.wall_s, t_replay=self.t_replay, resumed_from=self.resumed_from,
                          checkpoints=self.ckpt.completed, notes=self.router.report(workers))
-
-    def _watch_overload(self):
-        """With a set rate: the replay behind schedule (the workers do not keep up, credits hold
-        the source back) for longer than run.overload_after makes the run overloaded. Said once
-        on stderr with the rate, and kept in the summary; the run goes on, later than scheduled."""
-        src, run = self.source, self.job.run
-        if run.rate is None or src.t0 is None:
-            return
-        lag = (time.perf_counter() - src.t0) - (src.released - src.start) / (run.rate * src.M)
-        self.max_lag = max(getattr(self, "max_lag", 0.0), lag)
-        if lag > run.overload_after_s and self.overloaded is None:
-            at = time.perf_counter() - self.t_replay
-            self.overloaded = {"after_s": round(at, 3), "rate_per_stream": run.rate, "lag_s": round(lag, 3),
-                               "released": src.released}
-            sys.stderr.write(f"mpi-join: overloaded: at {run.rate:g} tuples/s per stream the replay fell "
-                             f"{lag:.1f} s behind schedule {at:.1f} s into the run (after {src.released:,} "
-                             f"tuples); the workers do not keep up with this rate\n")
-            if run.stop_when_overloaded:
-                raise JobError(f"run.stop_when_overloaded: stopped, overloaded at {run.rate:g} tuples/s per stream "
-                               f"(the replay {lag:.1f} s behind schedule after {src.released:,} tuples)")
 
     def _cut(self):
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving."""
@@ -370,52 +270,20 @@ class Driver:
         if self.source.tail is not None:      # a followed log: the part files read so far, as committed
             self.ckpt.input = self.source.tail.records
         arrays, attrs = self.router.snapshot()
-        self._cut_at = (self.source.released, sum(self.results.values()))
         self.ckpt.cut(self.epoch - 1, self.source.released, {f"router/{k}": v for k, v in arrays.items()},
-                      {"router": attrs, "tuples_out": self.metrics.tuples_out, "sent": self.sent})
+                      {"router": attrs, "tuples_out": self.metrics.tuples_out, "sent": self.sent},
+                      sum(self.results.values()))
 
     def _settle(self):
         """Send everything the router holds and wait until nothing it started (a migration) is
         moving; the second flush sends what the router released while it settled."""
         self.router.flush()
-        self.wait(lambda: self._finish_moves() or (not self.moves and self.router.quiet()))
+        self.wait(lambda: self.moves.finish() or (not self.moves.on and self.router.quiet()))
         self.router.flush()
 
-    def _terminate(self):
-        """Probe waves until two in a row see the same counts and every DATA sent was handled.
-        Counts that disagree and stay the same for run.liveness_timeout stop the job: a DATA
-        message was lost, or a rank restored counts of another run."""
-        wave, prev, sleep = 0, None, 0.0001
-        bound, since = self.job.run.liveness_timeout_s or None, time.perf_counter()
-        while True:
-            wave += 1
-            self._probe = {}
-            for w in self.workers:
-                self.control(w, Probe(wave))
-            self.wait(lambda: len(self._probe) == len(self.workers))
-            sent = self.sent + sum(r.sent for r in self._probe.values())
-            got = sum(r.received for r in self._probe.values())
-            if sent == got and prev == (sent, got):
-                return
-            if prev != (sent, got):
-                since = time.perf_counter()
-            elif bound is not None and time.perf_counter() - since > bound and self._stalled(bound):
-                raise JobError(f"rank 0: the workers report {sent:,} DATA messages sent and {got:,} handled, unchanged "
-                               f"for {bound:g} s; the job cannot end (a lost message, or a rank's restored state that "
-                               f"does not belong to this run)")
-            prev = (sent, got)
-            time.sleep(sleep)
-            sleep = min(2 * sleep, 0.005)
-
     def _restore(self, root, cid):
-        arrays, attrs = ck.read_rank(root, cid, 0, lambda n, _: self.router.state_dtype(n[7:]) if n.startswith("router/") else None,
-                                     manifest="auto")
-        self.router.restore({k[7:]: v for k, v in arrays.items()}, attrs["router"])
-        self.source.seek(attrs["input_offset"])
-        self.sent = attrs["sent"]
-        self.metrics.tuples_out = attrs["tuples_out"]
-        self.epoch = attrs["epoch"] + 1
-        self.ckpt.next_id = cid + 1
+        attrs = restore_driver(self, root, cid)
+        self.sent, self.metrics.tuples_out, self.epoch = attrs["sent"], attrs["tuples_out"], attrs["epoch"] + 1
         self.resumed_from = {"checkpoint": cid, "input_offset": attrs["input_offset"]}
 
     # -- messages from workers --------------------------------------------------------------
@@ -428,12 +296,9 @@ class Driver:
             if isinstance(msg, MarkerDone):
                 self.ckpt.on_ack(src, msg)
             elif isinstance(msg, Moved):
-                m = self.moves[msg.unit]
-                m["acks"].add(msg.side)
-                if m["acks"] == {"out", "in"}:
-                    self._moved.append(msg.unit)
+                self.moves.acked(msg)
             elif isinstance(msg, ProbeReply):
-                self._probe[src] = msg
+                self.probes[src] = msg
             elif isinstance(msg, LoadReport):
                 self.loads[src] = msg
             else:

@@ -1,0 +1,71 @@
+"""Moving a unit of state between workers, the driver's side (routers call driver.move).
+
+`src` takes the unit out of its module with its queued input rows and sends them to `dst`,
+which puts them in before its next DATA; rows of the unit routed meanwhile are held here and
+handed to the router's `on_moved` once both sides are done. Each move begins a new routing epoch
+(DataHeader.epoch). No checkpoint is cut while a move is on (it would not capture the state in
+flight)."""
+import numpy as np
+
+from ..protocol import Install, MoveOut
+
+
+class Moves:
+    def __init__(self, driver):
+        self.driver = driver
+        self.epoch = 0                     # one more per move begun (DataHeader.epoch)
+        self.on = {}                       # unit -> the move in progress
+        self.finished = []                 # units whose move both sides have finished
+
+    def begin(self, unit, src, dst):
+        d = self.driver
+        if unit in self.on:
+            raise RuntimeError(f"driver: unit {unit} is already moving")
+        if dst not in d.graph.move_targets(src):
+            raise RuntimeError(f"driver: unit {unit} cannot move from rank {src} ({d.graph.role(src)}) to rank "
+                               f"{dst}: state moves within a group of the graph ({d.graph.move_targets(src)})")
+        self.epoch += 1
+        bounds = np.array(d.source.bounds(), np.int64)
+        self.on[unit] = {"src": src, "dst": dst, "acks": set(), "bounds": bounds,
+                         "held": [[] for _ in d.source.dtypes]}
+        d.control(src, MoveOut(unit, dst, self.epoch))
+        d.control(dst, Install(unit, src, self.epoch, tuple(int(x) for x in bounds)))
+
+    def acked(self, msg):
+        """A side's Moved record."""
+        m = self.on[msg.unit]
+        m["acks"].add(msg.side)
+        if m["acks"] == {"out", "in"}:
+            self.finished.append(msg.unit)
+
+    def outgoing(self, dests, batches, bounds):
+        """What a send to `dests` carries while units move: their rows held back here, and bounds
+        no later than those a move to one of `dests` began with (its held rows may still need
+        what they keep)."""
+        if not self.on:
+            return batches, bounds
+        out = []
+        for s, b in enumerate(batches):
+            if len(b):
+                units = self.driver.router.unit_of(b)
+                keep = np.ones(len(b), bool)
+                for u, m in self.on.items():
+                    mine = units == u
+                    if mine.any():
+                        m["held"][s].append(b[mine])
+                        keep &= ~mine
+                b = b if keep.all() else b[keep]
+            out.append(b)
+        for m in self.on.values():
+            if m["dst"] in dests:
+                bounds = np.minimum(bounds, m["bounds"])
+        return out, bounds
+
+    def finish(self):
+        """Hand the router each move both sides have finished (called between sends only: a
+        message still waiting for credit must not be overtaken by what assumes it arrived)."""
+        while self.finished:
+            u = self.finished.pop(0)
+            m = self.on.pop(u)
+            held = [np.concatenate(h) if h else np.zeros(0, dt) for h, dt in zip(m["held"], self.driver.source.dtypes)]
+            self.driver.router.on_moved(u, m["src"], m["dst"], held)
