@@ -237,43 +237,45 @@ def _stage_follow(job, out, master, conf, force, until, trigger):
                f"{sum(q.values()):,}, of them late {sum(late.values()):,}; the log has ended")
 
 
-@main.command()
-@click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
-@click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=4, show_default=True, help="MPI ranks the job will run on.")
+def _planned_command(f):
+    """`check` and `explain`: a command of JOB and the rank count it is checked and planned for."""
+    f = click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=4, show_default=True,
+                     help="MPI ranks the job will run on.")(f)
+    return main.command()(click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))(f))
+
+
+@_planned_command
 def check(job_path, nprocs):
     """Validate JOB and its staged input without running: the job file, the strategy on -n ranks,
     the staged manifest (time unit, schemas, counts) and every Parquet file's schema. Exit 0 when
     a run would start, 2 with a one-line error otherwise."""
-    from .config import load_job
-    from .plan import check as do_check
-    try:
-        job = load_job(job_path)
-        man = do_check(job, nprocs)
-    except JobError as e:
-        _fail(e)
+    job, man = _planned(job_path, nprocs, "check")
     _warn(job, man)
     per = ", ".join(f"{k} {v['count']:,}" for k, v in man["streams"].items())
     click.echo(f"ok: {job_path}: strategy {job.strategy.name} on {nprocs} ranks, {man['total']:,} staged tuples "
                f"({per}), ts in {job.ts_unit}")
 
 
-@main.command()
-@click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
-@click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=4, show_default=True, help="MPI ranks the job will run on.")
+@_planned_command
 def explain(job_path, nprocs):
     """Print JOB's plan on -n ranks: the strategy and its parameters, each rank's role and links,
     each window in tuples at the staged arrival rate, the state per worker, and which local join
     decides which condition. Validates like `mpi-join check` first."""
-    from .config import load_job
-    from .plan import explain as do_explain
     from .staged import staged_manifest
-    try:
-        job = load_job(job_path)
-        lines = do_explain(job, nprocs)
-    except JobError as e:
-        _fail(e)
+    job, lines = _planned(job_path, nprocs, "explain")
     click.echo("\n".join(lines))
     _warn(job, staged_manifest(job))
+
+
+def _planned(job_path, nprocs, what):
+    """(the job, plan.check or plan.explain of it on `nprocs` ranks); a one-line error exits 2."""
+    from . import plan
+    from .config import load_job
+    try:
+        job = load_job(job_path)
+        return job, getattr(plan, what)(job, nprocs)
+    except JobError as e:
+        _fail(e)
 
 
 def _warn(job, man):

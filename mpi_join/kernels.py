@@ -96,6 +96,16 @@ def collect(kernel, *args, guess=1024):
 
 
 @njit(cache=True, inline="always")
+def emit(out_a, out_b, n, i, j):
+    """Record pair (i, j) as the n-th if it fits (collect() grows the output and runs the kernel
+    again if not); returns n + 1, the pairs found so far."""
+    if n < out_a.shape[0]:
+        out_a[n] = i
+        out_b[n] = j
+    return n + 1
+
+
+@njit(cache=True, inline="always")
 def _visible(a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
     if a_seq > b_seq:
         return b_coord >= a_lo
@@ -129,10 +139,7 @@ def equi_bnl(a_keys, a_seq, a_coord, a_lo, b_keys, b_seq, b_coord, b_lo, out_a, 
             if b_keys[j, 0] != k0:       # the tight loop compares the first key column only
                 continue
             if _match(a_keys, i, b_keys, j, 1, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
-                if n < out_a.shape[0]:
-                    out_a[n] = i
-                    out_b[n] = j
-                n += 1
+                n = emit(out_a, out_b, n, i, j)
     return n
 
 
@@ -152,10 +159,7 @@ def range_equi(a_code, a_lo_idx, a_hi_idx, b_code_sorted, b_idx_sorted, out_a, o
         lo = s + np.searchsorted(blk, a_lo_idx[i])
         hi = s + np.searchsorted(blk, a_hi_idx[i])
         for p in range(lo, hi):
-            if n < out_a.shape[0]:
-                out_a[n] = i
-                out_b[n] = b_idx_sorted[p]
-            n += 1
+            n = emit(out_a, out_b, n, i, b_idx_sorted[p])
     return n
 
 
@@ -180,10 +184,7 @@ def range_band(a_lo_idx, a_hi_idx, A, B, eps, closed, out_a, out_b):
     for i in range(A.shape[0]):
         for j in range(a_lo_idx[i], a_hi_idx[i]):
             if _band_ok(A, i, B, j, eps, closed):
-                if n < out_a.shape[0]:
-                    out_a[n] = i
-                    out_b[n] = j
-                n += 1
+                n = emit(out_a, out_b, n, i, j)
     return n
 
 
@@ -201,10 +202,7 @@ def range_all(a_lo_idx, a_hi_idx, out_a, out_b):
     n = 0
     for i in range(a_lo_idx.shape[0]):
         for j in range(a_lo_idx[i], a_hi_idx[i]):
-            if n < out_a.shape[0]:
-                out_a[n] = i
-                out_b[n] = j
-            n += 1
+            n = emit(out_a, out_b, n, i, j)
     return n
 
 
@@ -225,10 +223,7 @@ def theta_kernels(udf):
         for i in range(RA.shape[0]):
             for j in range(a_lo_idx[i], a_hi_idx[i]):
                 if udf(RA[i], RB[j]):
-                    if n < out_a.shape[0]:
-                        out_a[n] = i
-                        out_b[n] = j
-                    n += 1
+                    n = emit(out_a, out_b, n, i, j)
         return n
 
     return mask, ranged

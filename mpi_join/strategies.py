@@ -29,10 +29,10 @@ class Param:
 class StrategyInfo:
     name: str
     summary: str
-    predicates: frozenset      # predicate kinds it can evaluate (all of a job's kinds must be in it)
-    streams: tuple             # (min, max) number of streams
-    min_ranks: int
-    params: dict
+    predicates: frozenset = frozenset({"equi", "band", "theta"})   # kinds it evaluates (all of a job's must be in it)
+    streams: tuple = (2, 2)    # (min, max) number of streams
+    min_ranks: int = 2
+    params: dict = field(default_factory=dict)
     graph: str = ""            # "module:function" (nranks, params) -> graph.Graph
     router: str = ""           # "module:Class", a master.driver.Router: the `driver` role's code
     module: str = ""           # "module:Class", a slaves.module.JoinModule: the `worker` role's code
@@ -128,7 +128,7 @@ def _chain_strategy(name, summary, graph, module, classes, case, params, budget,
     """`handshake` and `llhj`: a chain of workers, one class per role (driver, left, middle, right,
     solo) in `module`, their shared checks and parameters, and a `max-rate` bench case."""
     return StrategyInfo(
-        name=name, summary=summary, predicates=frozenset({"equi", "band", "theta"}), streams=(2, 2), min_ranks=2,
+        name=name, summary=summary,
         graph=graph, roles=_roles(module, **dict(zip(("driver", "left", "middle", "right", "solo"), classes))),
         workload="band", check="mpi_join.ring.handshake:check_job", params={**_CHAIN_PARAMS, **params}, shape="chain",
         suite_budget_s=budget,
@@ -176,11 +176,8 @@ REGISTRY = {
     "hash": StrategyInfo(
         name="hash", suite_budget_s=130, shape="partition",
         summary="master + slaves; epoch-synchronised distribution of hash-partitioned windows",
-        predicates=frozenset({"equi", "band", "theta"}),
         requires=frozenset({"equi"}),
         requires_why="hash partitioning needs equal keys to meet on one slave",
-        streams=(2, 2),
-        min_ranks=2,
         graph="mpi_join.graph:star",
         router="mpi_join.master.hash_router:HashRouter",
         module="mpi_join.slaves.hash_join:HashJoinModule",
@@ -215,9 +212,7 @@ REGISTRY = {
         name="psp", suite_budget_s=125, shape="chain",
         summary="a ring of time-sliced multi-way joins (pipelined state partitioning): no state duplicated, "
                 "every predicate",
-        predicates=frozenset({"equi", "band", "theta"}),
         streams=(2, 8),
-        min_ranks=2,
         graph="mpi_join.graph:ring",
         roles=_roles("mpi_join.ring.psp", driver="PspRouter", head="HeadSlice", ring="SlicedJoin", tail="TailSlice",
                      solo="OnlySlice"),
@@ -273,13 +268,9 @@ REGISTRY = {
         "mpi_join.graph:fed_chain", "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
         "run_case_llhj", {}, 55),
     "biclique": StrategyInfo(
-        name="biclique", suite_budget_s=200, shape="biclique",
+        name="biclique", suite_budget_s=200, shape="biclique", min_ranks=4, graph="mpi_join.biclique.graph:build",
         summary="BiStream's join-biclique: dispatchers store each tuple at one unit of its side and send it to "
                 "be joined at units of the other side (random or ContRand routing); no state replicated",
-        predicates=frozenset({"equi", "band", "theta"}),
-        streams=(2, 2),
-        min_ranks=4,
-        graph="mpi_join.biclique.graph:build",
         roles={**_roles("mpi_join.biclique.roles", driver="Shuffler", dispatcher="Dispatcher", unit="Unit"),
                "merger": "mpi_join.biclique.merger:Merger"},
         workload="equi",
@@ -338,9 +329,6 @@ REGISTRY = {
         name="matrix", suite_budget_s=60, shape="matrix",
         summary="join-matrix (the baseline of BiStream): a grid of cells, each R tuple stored along a row and each "
                 "S tuple down a column, so every pair meets in one cell",
-        predicates=frozenset({"equi", "band", "theta"}),
-        streams=(2, 2),
-        min_ranks=2,
         graph="mpi_join.graph:star",
         roles=_roles("mpi_join.biclique.matrix", driver="MatrixRouter", worker="Cell"),
         workload="equi",
@@ -358,8 +346,6 @@ REGISTRY = {
         name="splitjoin", suite_budget_s=110, shape="tree",
         summary="SplitJoin: a distribution tree feeds every join core, each stores 1/k and processes all; "
                 "results merge back up in order (relaxed adjustable punctuation)",
-        predicates=frozenset({"equi", "band", "theta"}),
-        streams=(2, 2),
         min_ranks=3,
         graph="mpi_join.splitjoin.graph:build",
         roles=_roles("mpi_join.splitjoin.roles", driver="SplitRouter", core="JoinCore",

@@ -28,7 +28,8 @@ def pytest_configure(config):
                                        "`pytest -m 'not slow'` is the fast tier)")
 
 
-_LAUNCHES = ("run_mpi(", "MPIEXEC", "_expect_run_error(", "spark_session", "spark_stream_join", "slurm")
+_LAUNCHES = ("run_mpi(", "MPIEXEC", "_expect_run_error(", "spark_session", "spark_stream_join", "slurm", "kill_then_resume(",
+             "kill_after_checkpoints(", "fault_after_checkpoints(")
 
 
 def pytest_collection_modifyitems(items):

@@ -1,6 +1,6 @@
 """The join-biclique without MPI: ContRand routing's promises (each tuple stored at exactly one
 unit of its subgroup, sent to join at every unit of the opposite subgroup its key hashes to), and
-the whole graph (shuffler, dispatchers, units) driven by ring_sim.simulate_strategy with random
+the whole graph (shuffler, dispatchers, units) driven by sim.simulate_strategy with random
 delivery across links: equal to the oracle with random and ContRand routing, one and two
 dispatchers, time and count windows and every predicate kind; and, with the units' ordered merge
 switched off, several dispatchers miss or duplicate results (what the order-consistent protocol
@@ -17,7 +17,7 @@ from mpi_join.errors import ConfigError
 from mpi_join.oracle import run_oracle
 from conftest import random_streams
 from reference import as_set
-from ring_sim import sim_job, simulate_strategy
+from sim import sim_job, simulate_strategy
 
 STRATEGY = "biclique"   # whose time budget these tests count against (conftest.py)
 

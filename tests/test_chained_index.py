@@ -13,7 +13,7 @@ from mpi_join.oracle import run_oracle
 from mpi_join.slaves.chained_index import ChainedIndex
 from conftest import random_streams
 from reference import as_set
-from ring_sim import sim_job
+from sim import sim_job
 
 STRATEGY = "biclique"
 

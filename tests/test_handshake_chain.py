@@ -1,4 +1,4 @@
-"""The handshake-join chain's workers and router driven without MPI (ring_sim.simulate_strategy):
+"""The handshake-join chain's workers and router driven without MPI (sim.simulate_strategy):
 random delivery order across links, tiny batches so tuples cross between neighbours all the time,
 equal to the oracle for chain lengths 1, 2 and 5, time and count windows, equi, band and theta."""
 
@@ -8,7 +8,7 @@ import pytest
 from mpi_join.oracle import run_oracle
 from conftest import random_streams
 from reference import as_set
-from ring_sim import SIM_PRED, SIM_WINDOWS, sim_job, simulate_strategy
+from sim import SIM_PRED, SIM_WINDOWS, sim_job, simulate_strategy
 
 STRATEGY = "handshake"   # whose time budget this file's tests count against (conftest.py)
 

@@ -3,7 +3,7 @@ every type, snapshotted halfway through, written to and read back from a real HD
 (checkpoint.write_rank/read_rank, checksums and declared dtypes included), restored into a fresh
 instance, and fed the rest: its outputs must be the outputs of an instance that never stopped.
 
-The calls each module gets are recorded from a whole run of the strategy (ring_sim, real modules
+The calls each module gets are recorded from a whole run of the strategy (sim.py: the real Driver and Workers in one process
 and routers, links interleaved at random), so every operator sees the headers and batches its
 upstream really sends."""
 import numpy as np
@@ -13,7 +13,7 @@ from mpi_join import checkpoint as ck
 from mpi_join import strategies
 from mpi_join.config import parse_job
 from mpi_join.master.source import Source
-from ring_sim import simulate_strategy
+from sim import simulate_strategy
 
 # one payload column of every type the job file accepts (schema.py), on both streams
 TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64", "bool",

@@ -1,4 +1,4 @@
-"""The PSP ring's operators and router, driven without MPI (ring_sim.py): equal to the oracle
+"""The PSP ring's operators and router, driven without MPI (sim.py: the real runtime in one process): equal to the oracle
 for M = 2, 3, 4, ring lengths 1 to 4, basic PSP and PSP-I, time and count windows, equi, band
 and UDF predicates, count-bounded slices and relocations forced mid-run; state never stored twice."""
 import tomllib
@@ -12,7 +12,7 @@ from mpi_join.ring.psp import auto_orderings, parse_ordering
 from mpi_join.ring.slicing import Slicer
 from conftest import equi_job_text, random_streams
 from reference import as_set
-from ring_sim import simulate
+from sim import simulate_psp as simulate
 
 STRATEGY = "psp"   # whose time budget this file's tests count against (conftest.py)
 

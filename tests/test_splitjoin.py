@@ -1,6 +1,6 @@
 """SplitJoin without MPI: the punctuation merge against a literal reading of the paper's Merger
 (Algorithm 5), and the whole graph (router, cores, distributors, combiner) driven by
-ring_sim.simulate_strategy, random delivery order across links: equal to the oracle for 1 to 6
+sim.simulate_strategy, random delivery order across links: equal to the oracle for 1 to 6
 cores, fanouts 2 and 3, both window kinds, every predicate kind, and written in the promised
 order."""
 
@@ -14,7 +14,7 @@ from mpi_join.splitjoin.graph import split_tree
 from mpi_join.verify import order_violations
 from conftest import random_streams
 from reference import as_set
-from ring_sim import SIM_PRED, SIM_WINDOWS, sim_job, simulate_strategy
+from sim import SIM_PRED, SIM_WINDOWS, sim_job, simulate_strategy
 
 STRATEGY = "splitjoin"   # whose time budget these tests count against (conftest.py)
 

@@ -57,13 +57,6 @@ def _size(n):
 
 
 @dataclasses.dataclass(frozen=True)
-class Members(Header):
-    """A batch's routing table (routing.Membership.code): what every unit does for it."""
-    version: int
-    units: tuple
-
-
-@dataclasses.dataclass(frozen=True)
 class Upto(Control):
     """Shuffler -> unit: answer At once every batch up to `order` is processed."""
     order: int
@@ -73,6 +66,13 @@ class Upto(Control):
 class At(Control):
     """Unit -> shuffler: every batch up to `order` is processed."""
     order: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Members(Header):
+    """A batch's routing table (routing.Membership.code): what every unit does for it."""
+    version: int
+    units: tuple
 
 
 class Shuffler(Router):

@@ -112,15 +112,16 @@ def await_ready(tx, workers):
 
 
 class Driver:
-    def __init__(self, job, tx, graph, router_cls, metrics, progress, resume=None, follow=False):
+    def __init__(self, job, tx, graph, router_cls, metrics, progress, resume=None, follow=False, arrays=None):
+        """`arrays`: replay these in-memory streams instead of the staged input (the simulation)."""
         self.job, self.tx, self.graph, self.metrics, self.progress = job, tx, graph, metrics, progress
         self.workers = graph.workers
         self.entries = graph.entries()
         self.router = router_cls(job, graph, self)
-        man = self.manifest = staged_manifest(job)
-        counts = [man["streams"][s.name]["count"] for s in job.streams]
+        man = self.manifest = staged_manifest(job) if arrays is None else None
+        counts = [man["streams"][s.name]["count"] for s in job.streams] if man else None
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts, man=man,
-                             follow=follow)
+                             follow=follow, arrays=arrays)
         self.credits = Credits(self.entries, job.run.max_inflight)
         self.msg_no = 0                    # DATA messages made (a fan-out is one)
         self.moves = Moves(self)           # state moving between workers (moves.py)
@@ -220,11 +221,12 @@ class Driver:
         return self.source.bounds()
 
     # -- the lifecycle ----------------------------------------------------------------------
-    def run(self):
+    def run(self, freeze=True):
         self.router.warm_up()
         await_ready(self.tx, self.workers)
         self.compiled_at_start = Compiles.count
-        freeze_heap()
+        if freeze:                        # not in a process that runs many ranks (the simulation)
+            freeze_heap()
         self.progress.restart(self.source.released)
         self.t_replay = time.perf_counter()
         self.metrics.start_clock(self.tx)

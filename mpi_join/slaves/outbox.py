@@ -48,18 +48,14 @@ class Outbox:
         for q in self.queues.values():
             q.append(("ctrl", msg))
 
-    def pump(self, absorb=None):
-        """Send what the queues hold, in order, as far as credits allow; with `absorb` (a function
-        that takes one incoming message in) wait for credit until everything is sent."""
+    def pump(self):
+        """Send what the queues hold, in order, as far as credits allow."""
         for dest, q in self.queues.items():
             while q:
                 kind, item = q[0]
                 if kind == "data":
                     if self.credits.full(dest):
-                        if absorb is None:
-                            break
-                        while self.credits.full(dest):
-                            absorb()
+                        break
                     self.tx.send(dest, Tag.DATA, item)
                     self.credits.sent(dest)
                 else:

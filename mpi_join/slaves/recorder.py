@@ -5,6 +5,7 @@ import time
 import numpy as np
 
 from ..graph import DRIVER
+from ..kernels import Compiles, GcPauses
 from ..protocol import LoadReport
 
 SERIES = ("t", "src", "tuples", "results", "delay_ms", "cpu_s", "idle_s", "comm_s", "window_tuples", "occupancy")
@@ -52,6 +53,15 @@ class Recorder:
         self.load_mark = (wall, cpu, self.metrics.tuples_in)
         return LoadReport(occ, min(1.0, busy), self.metrics.tuples_in - n0,
                           state_bytes=int(self.module.stats().get("state_bytes", 0)))
+
+    def final(self, role, compiled):
+        """Close the result files and put the run's figures in the metrics."""
+        files = self.writer.close()
+        self.metrics.extra.update(result_files=len(files), result_parts=self.writer.file_records(),
+                                  snapshot_parts=self.writer.snapshot_records(),
+                                  compiled_during_replay=Compiles.count - compiled, **GcPauses.stats(),
+                                  series=self.series, role=role, **self.module.stats(), **self.memory.summary())
+        self.metrics.role = role
 
     def handled(self, src, n, results, delay):
         cpu, idle, comm = time.process_time(), self.tx.idle_s, self.tx.comm_s

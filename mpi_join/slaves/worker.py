@@ -25,7 +25,7 @@ import os
 
 from ..graph import DRIVER, INPUT, RESULTS
 from ..headers import Ack, Ready
-from ..kernels import Compiles, GcPauses, freeze_heap
+from ..kernels import Compiles, freeze_heap
 from ..protocol import (DataHeader, Eos, Fin, Install, LoadRequest, Marker, MoveOut, Probe, ProbeReply, Tag,
                         decode_control)
 from ..results import result_dtype
@@ -61,20 +61,28 @@ def injected_fault(rank):
     return f[1] if f and f[0] == rank else -1
 
 
+def carried(job, module, kind):
+    """dtypes of the arrays a DATA message on a link of this kind holds (graph.carries)."""
+    if kind == INPUT:
+        return module.dtypes
+    if kind == RESULTS:
+        return [result_dtype(job.stream_names)]
+    return module.link_dtypes(kind)
+
+
 class Worker:
     def __init__(self, job, tx, graph, module, metrics, writer, resume=None):
         self.job, self.tx, self.graph, self.module, self.metrics = job, tx, graph, module, metrics
         self.rank, self.dtypes, self.writer = tx.rank, module.dtypes, writer
         self.up = graph.upstream(self.rank)
-        self.link_dtypes = {src: self._carried(graph.carries(src, self.rank)) for src in self.up}
+        self.link_dtypes = {src: carried(job, module, graph.carries(src, self.rank)) for src in self.up}
         self.inbox = Inbox(self.rank, graph.merged(self.rank))
         self.outbox = Outbox(tx, self.rank, graph.name, graph.downstream(self.rank), job.run.max_inflight, metrics)
         self.cuts = Cuts(self.rank, self.up, self.link_dtypes, module)
         self.mover = Mover(tx, self.rank, module, self.inbox)
         self.recorder = Recorder(tx, module, metrics, writer, module.buffer_capacity or max(
             1, job.run.max_inflight * job.run.batch_size // max(1, len(graph.workers))))
-        self.received = 0                           # DATA handled, from anyone (termination counts)
-        self.eos_from = set()
+        self.received, self.eos_from = 0, set()     # DATA handled (termination counts); ended links
         self.eos_expected = {a for a, b in graph.eos_links() if b == self.rank}
         self.fin = False
         self.fault = injected_fault(self.rank)
@@ -83,32 +91,49 @@ class Worker:
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self):
+        self.begin()
+        msg = self.tx.recv()                  # the replay starts once every rank is ready
+        self.start()
+        while not self.deliver(*msg):
+            msg = self.tx.recv()
+
+    def begin(self, freeze=True):
+        """Compile what the module runs, then tell the driver this rank is READY (`freeze`: the
+        heap, kernels.freeze_heap; not in a process that runs many ranks)."""
         self.module.warm_up()
-        compiled = Compiles.count
-        freeze_heap()
-        self.tx.send(DRIVER, Tag.READY, Ready(compiled, int(Compiles.seconds * 1e6)).encode())
-        first = self.tx.recv()                # the replay starts once every rank is ready
-        self.metrics.start_clock(self.tx)
-        self.recorder.start()
-        self._absorb(*first)
-        while not (self.fin and self.eos_expected <= self.eos_from):
+        self.compiled = Compiles.count
+        if freeze:
+            freeze_heap()
+        self.tx.send(DRIVER, Tag.READY, Ready(self.compiled, int(Compiles.seconds * 1e6)).encode())
+
+    def start(self):
+        self.metrics.start_clock(self.tx), self.recorder.start()
+
+    @property
+    def finished(self):
+        """FIN is in, and every end-of-stream copy meant for this rank (graph.eos_links)."""
+        return self.fin and self.eos_expected <= self.eos_from
+
+    def deliver(self, src, tag, buf):
+        """One message in, and everything handled that can be now (`run` calls it for each message
+        it receives; the in-process simulation, which owns the network, too). Returns True once
+        the rank has ended: its DONE sent."""
+        self._absorb(src, tag, buf)
+        while not self.finished:
             self._pump()
             item = self.inbox.next(self._take_driver, self.module.next_order, self.eos_from)
             if item is None:
-                self._absorb(*self.tx.recv())
-                continue
+                return False
             self._handle(*item)
-        self.outbox.pump(absorb=self._absorb_one)
-        while self.outbox.in_flight():         # acknowledgements of the last DATA may still be
-            self._absorb_one()                 # on their way; MPI_Finalize must not find them
-        files = self.writer.close()
-        role = self.graph.role(self.rank)
-        self.metrics.extra.update(result_files=len(files), result_parts=self.writer.file_records(),
-                                  snapshot_parts=self.writer.snapshot_records(),
-                                  compiled_during_replay=Compiles.count - compiled, **GcPauses.stats(),
-                                  series=self.recorder.series, role=role, **self.module.stats(),
-                                  **self.recorder.memory.summary())
-        self.metrics.role = role
+        self.outbox.pump()
+        if self.outbox.waiting or self.outbox.in_flight():
+            return False                      # acknowledgements still to come
+        self.end()
+        return True
+
+    def end(self):
+        """All sent and acknowledged (none in flight at MPI_Finalize): the final metrics to rank 0."""
+        self.recorder.final(self.graph.role(self.rank), self.compiled)
         self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
         self.tx.flush()
 
@@ -119,21 +144,10 @@ class Worker:
             return False
         return item[0] != "data" or self.module.accepts_input()
 
-    def _carried(self, kind):
-        """dtypes of the arrays a DATA message on a link of this kind holds (graph.carries)."""
-        if kind == INPUT:
-            return self.dtypes
-        if kind == RESULTS:
-            return [result_dtype(self.job.stream_names)]
-        return self.module.link_dtypes(kind)
-
     def _pump(self):
         while (msg := self.tx.poll()) is not None:
             self._absorb(*msg)
         self.outbox.pump()
-
-    def _absorb_one(self):
-        self._absorb(*self.tx.recv())
 
     def _absorb(self, src, tag, buf):
         if tag == Tag.DATA:
