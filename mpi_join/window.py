@@ -18,22 +18,24 @@ POS_INF = np.iinfo(np.int64).max
 INTERNAL = [("_coord", np.int64), ("_lo", np.int64), ("_tin", np.int64), ("_h", np.uint64)]
 
 
-def coords(window, arr):
-    """Coordinate of each tuple of a stream (arr sorted by seq) in its own window."""
+def coords(window, arr, first=0):
+    """Coordinate of each tuple of a stream (arr sorted by seq) in its own window; `first`: the
+    stream's tuples before arr (a replay releases a stream in pieces)."""
     if window.kind == "time":
         return arr[TS].astype(np.int64, copy=False)
     if window.kind == "count":
-        return np.arange(len(arr), dtype=np.int64)
+        return np.arange(first, first + len(arr), dtype=np.int64)
     return np.zeros(len(arr), np.int64)
 
 
-def lows(window_j, arr_i, arr_j):
-    """lo_j(t) for every tuple t of stream i over stream j's window."""
+def lows(window_j, arr_i, arr_j, first_j=0):
+    """lo_j(t) for every tuple t of stream i over stream j's window; arr_j holds stream j's
+    tuples from its `first_j`-th on, up to (at least) the last t."""
     n = len(arr_i)
     if window_j.kind == "time":
         return arr_i[TS].astype(np.int64) - (window_j.size - 1)
     if window_j.kind == "count":
-        return np.searchsorted(arr_j[SEQ], arr_i[SEQ]).astype(np.int64) - window_j.size
+        return first_j + np.searchsorted(arr_j[SEQ], arr_i[SEQ]).astype(np.int64) - window_j.size
     return np.full(n, NEG_INF, np.int64)
 
 

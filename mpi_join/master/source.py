@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import InputError
 from ..schema import SEQ, TS
 from ..staged import ArrayReader, LogTail, OrderCheck, Prefetched, StreamReader
-from ..window import NEG_INF, POS_INF, runtime_dtype
+from ..window import NEG_INF, POS_INF, coords, lows, runtime_dtype
 
 
 class Source:
@@ -135,8 +135,8 @@ class Source:
             b = np.zeros(len(a), self.dtypes[k])
             for name in a.dtype.names:
                 b[name] = a[name]
-            b["_coord"] = self._coords(k, a)
-            los = [self._lows(j, a, raw[j]) if j != k else None for j in range(self.M)]
+            b["_coord"] = coords(self.windows[k], a, self.cursor[k])
+            los = [lows(self.windows[j], a, raw[j], self.cursor[j]) if j != k else None for j in range(self.M)]
             if self.M == 2:
                 b["_lo"] = los[1 - k]
             else:
@@ -153,24 +153,6 @@ class Source:
             self.cursor[k] += len(a)
         self.released = end
         return out
-
-    def _coords(self, k, a):
-        w = self.windows[k]
-        if w.kind == "time":
-            return a[TS]
-        if w.kind == "count":
-            return np.arange(self.cursor[k], self.cursor[k] + len(a), dtype=np.int64)
-        return np.zeros(len(a), np.int64)
-
-    def _lows(self, j, a, epoch_j):
-        """lo_j(t) for the tuples t of `a` (another stream's rows of this epoch); `epoch_j` are
-        stream j's rows of this epoch."""
-        w = self.windows[j]
-        if w.kind == "time":
-            return a[TS] - (w.size - 1)
-        if w.kind == "count":   # j tuples before t: those released earlier plus this epoch's
-            return self.cursor[j] + np.searchsorted(epoch_j[SEQ], a[SEQ]).astype(np.int64) - w.size
-        return np.full(len(a), NEG_INF, np.int64)
 
     def bounds(self):
         """Expiry bound of each stream's window: the smallest lo any tuple still to come can have."""
