@@ -10,7 +10,7 @@ before it joins, where state may move (its group), and what `mpi-join explain` p
   cores and distributors are one group, the join-biclique's R-units and S-units two), so an
   operator learns its place from the graph, not from a numbering scheme of its own.
 - An `Edge` is a DATA link `src -> dst`: what it carries (INPUT rows, RESULTS rows, or the name of
-  a kind of rows the strategy declares, JoinModule.link_dtypes); its partitioner (how the sender
+  a kind of rows the strategy declares, Operator.link_dtypes); its partitioner (how the sender
   chooses the rows it gets: documentation for `explain`, the sender's code applies it); `feeds`,
   the upstream links of `src` whose input goes on along it (end-of-stream follows them; None:
   all); `merge`, whether `dst` takes it in order with its other merged edges (DataHeader.order);

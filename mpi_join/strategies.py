@@ -3,8 +3,8 @@ the workload generator and the tests.
 
 An entry names what the strategy can do (predicate kinds, stream count, minimum ranks), its
 parameters (testing-only knobs marked), and where its code is: the builder of its dataflow graph
-(graph.Graph), the driver-side router (master/driver.Router) and the join module of each role
-(slaves/module.JoinModule), as "module:attribute", so the registry imports no strategy code and
+(graph.Graph) and the operator of each role (operator.Operator: rank 0's `driver` role, fed by
+the source, routes; the others join), as "module:attribute", so the registry imports no strategy code and
 nothing is imported before it is needed. Strategies outside this package
 register themselves with `register()` from a module named in MPI_JOIN_STRATEGIES (a comma
 list, imported on every rank).
@@ -34,8 +34,8 @@ class StrategyInfo:
     min_ranks: int = 2
     params: dict = field(default_factory=dict)
     graph: str = ""            # "module:function" (nranks, params) -> graph.Graph
-    router: str = ""           # "module:Class", a master.driver.Router: the `driver` role's code
-    module: str = ""           # "module:Class", a slaves.module.JoinModule: the `worker` role's code
+    router: str = ""           # "module:Class", an operator.Operator: the `driver` role's code (rank 0, fed by the source)
+    module: str = ""           # "module:Class", an operator.Operator: the `worker` role's code
     roles: dict = field(default_factory=dict)   # graph role -> "module:Class"; unnamed roles run `module`
     workload: str = "equi"     # the generator workload that suits it best (bench, tests)
     requires: frozenset = field(default_factory=frozenset)   # predicate kinds a job must have

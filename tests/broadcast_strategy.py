@@ -4,10 +4,9 @@ on a result edge to the sink (the last rank). No graph class, no lifecycle code.
 import numpy as np
 
 from mpi_join.graph import DRIVER, RESULTS, Edge, Graph, vertices
-from mpi_join.master.driver import Router
 from mpi_join.results import result_rows
 from mpi_join.slaves.local_join import BinaryJoin
-from mpi_join.slaves.module import JoinModule, Output
+from mpi_join.operator import Operator, Output
 from mpi_join.strategies import REGISTRY, StrategyInfo, register
 
 
@@ -17,12 +16,12 @@ def build(size, params):
                  [Edge(DRIVER, c, partitioner="broadcast") for c in cores] + [Edge(c, sink, RESULTS) for c in cores])
 
 
-class Broadcast(Router):
-    def route(self, batches, slot):
-        self.driver.send_many(self.graph.entries(), batches)
+class Broadcast(Operator):
+    def on_data(self, src, header, batches):
+        return Output.sending(self.graph.entries(), batches, header.bounds)
 
 
-class Core(JoinModule):
+class Core(Operator):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         v = graph.vertex(rank)

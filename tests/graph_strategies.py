@@ -25,11 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpi_join.headers import Header
-from mpi_join.master.driver import Router
 from mpi_join.partitioning import Partitioner
 from mpi_join.results import result_rows
 from mpi_join.slaves.hash_join import CoreModule, HashJoinCore
-from mpi_join.slaves.module import JoinModule, Output
+from mpi_join.operator import Operator, Output
 from relay_strategy import RelayRouter, share
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
 from mpi_join.graph import DRIVER, RESULTS, Edge, Graph, tree, vertices
@@ -52,8 +51,8 @@ class Stamp(Header):
 
 
 class FanOutRouter(RelayRouter):
-    def route(self, batches, slot):
-        self.driver.send_many(self.graph.entries(), batches)
+    def on_data(self, src, header, batches):
+        return Output.sending(self.graph.entries(), batches, header.bounds)
 
 
 class Core(CoreModule):
@@ -73,7 +72,7 @@ class Core(CoreModule):
         return out
 
 
-class Merger(JoinModule):
+class Merger(Operator):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         self.delay = job.strategy.params["merge_delay"]
@@ -118,8 +117,8 @@ def fan_tree(size, params):
 
 
 class RootRouter(FanOutRouter):
-    def route(self, batches, slot):
-        self.driver.send_many(self.graph.downstream(DRIVER), batches)
+    def on_data(self, src, header, batches):
+        return Output.sending(self.graph.downstream(DRIVER), batches, header.bounds)
 
 
 def bench_depth(nprocs, workdir, tuples=6000, rate=300.0, delay=0.02):
@@ -164,14 +163,14 @@ def dispatch(size, params):
 
 
 class DispatchRouter(FanOutRouter):
-    def __init__(self, job, graph, driver):
-        super().__init__(job, graph, driver)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         self.next = 0
 
-    def route(self, batches, slot):
+    def on_data(self, src, header, batches):
         d = self.graph.entries()
-        self.driver.send(d[self.next % len(d)], batches, order=self.next)
         self.next += 1
+        return Output.sending((d[(self.next - 1) % len(d)],), batches, header.bounds, order=self.next - 1)
 
     def snapshot(self):
         return {}, {"next": self.next}
@@ -180,7 +179,7 @@ class DispatchRouter(FanOutRouter):
         self.next = attrs["next"]
 
 
-class Dispatcher(JoinModule):
+class Dispatcher(Operator):
     def on_data(self, src, header, batches):
         out = Output()
         out.send_many(self.graph.downstream(self.rank), batches, header.bounds, order=header.order)
@@ -189,7 +188,7 @@ class Dispatcher(JoinModule):
 
 class Unit(Core):
     def __init__(self, job, rank, graph, dtypes):
-        JoinModule.__init__(self, job, rank, graph, dtypes)
+        Operator.__init__(self, job, rank, graph, dtypes)
         v = graph.vertex(rank)
         self.n, self.share = v.count, v.index
         self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
@@ -214,8 +213,8 @@ class Unit(Core):
 
 
 class GrowRouter(FanOutRouter):
-    def __init__(self, job, graph, driver):
-        Router.__init__(self, job, graph, driver)
+    def __init__(self, job, rank, graph, dtypes):
+        Operator.__init__(self, job, rank, graph, dtypes)
         self.part = Partitioner(job, job.strategy.params["partitions"])
         self.owner = np.ones(self.part.n_partitions, np.int64)
         self.at = int(job.strategy.params["grow_at"])
@@ -224,24 +223,24 @@ class GrowRouter(FanOutRouter):
     def unit_of(self, batch):
         return self.part.partitions(batch["_h"])
 
-    def route(self, batches, slot):
+    def on_data(self, src, header, batches):
         for w in self.graph.workers:
             mine = [b[self.owner[self.unit_of(b)] == w] for b in batches]
             if any(len(b) for b in mine):
-                self.driver.send(w, mine)
+                self.runtime.send(w, mine)
 
     def end_of_epoch(self, epoch):
         n = self.part.n_partitions
         for dst, when, units in ((2, self.at, range(n // 2, n)), (3, 2 * self.at, range(n // 4))):
             if epoch == when and dst in self.graph.workers:
                 for u in units:
-                    self.driver.move(u, int(self.owner[u]), dst)
+                    self.runtime.move(u, int(self.owner[u]), dst)
                     self.moved += 1
 
     def on_moved(self, unit, src, dst, held):
         self.owner[unit] = dst
         if any(len(h) for h in held):
-            self.driver.send(dst, held)
+            self.runtime.send(dst, held)
 
     def snapshot(self):
         return {"owner": self.owner.copy()}, {"moved": self.moved}

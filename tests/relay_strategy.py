@@ -13,10 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpi_join.headers import Header
-from mpi_join.master.driver import Router
 from mpi_join.partitioning import Partitioner
 from mpi_join.slaves.hash_join import CoreModule, HashJoinCore
-from mpi_join.slaves.module import Output
+from mpi_join.operator import Operator, Output
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
 from mpi_join.graph import chain
 
@@ -27,18 +26,18 @@ class Hop(Header):
     hop: int
 
 
-class RelayRouter(Router):
+class RelayRouter(Operator):
     """The driver sends each epoch, whole, to the first worker of the path."""
 
-    def __init__(self, job, graph, driver):
-        super().__init__(job, graph, driver)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         self.part = Partitioner(job, 1)
 
     def annotate(self, batch, stream):
         batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
 
-    def route(self, batches, slot):
-        self.driver.send(1, batches, Hop(0))
+    def on_data(self, src, header, batches):
+        return Output.sending((1,), batches, header.bounds, Hop(0))
 
 
 def share(batches, n, k):

@@ -45,7 +45,7 @@ class Network:
         self.workers = {}
 
     def send(self, src, dst, tag, buf):
-        self.links.setdefault((src, dst), deque()).append((tag, np.array(buf, copy=True)))
+        self.links.setdefault((src, dst), deque()).append((tag, buf))       # senders never reuse a buffer
 
     def for_rank0(self, tag=None):
         ready = [k for k, q in self.links.items() if k[1] == 0 and q and (tag is None or q[0][0] == tag)]
@@ -163,9 +163,8 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
                       **params):
     """`simulate` with `strategy` and its `params` set on `job`, batches of `batch_size` at no set
     rate. `on_epoch(epoch, modules, router)` runs after each epoch the router ends; every call
-    handed to a module is appended to the list `trace` as (rank, "data", src, header, batches) or
-    (rank, "eos", src), and every call to the router as (0, "route", batches, bounds, epoch) or
-    (0, "flush")."""
+    handed to an operator is appended to the list `trace` as (rank, "data", src, header, batches)
+    or (rank, "eos", src), and rank 0's flushes as (0, "flush")."""
     job = replace(job, strategy=replace(job.strategy, name=strategy, params=dict(params)),
                   run=replace(job.run, batch_size=batch_size, rate=None))
     job = check_strategy(job)
@@ -188,15 +187,11 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
 
 def _record(rank, op, trace):
     """Append what `op` is handed to `trace` (see simulate_strategy)."""
-    if rank:
-        on_data, on_eos = op.on_data, op.on_eos
-        op.on_data = lambda src, h, b: trace.append((rank, "data", src, h, b)) or on_data(src, h, b)
-        op.on_eos = lambda src: trace.append((rank, "eos", src)) or on_eos(src)
-        return
-    route, flush = op.route, op.flush
-    op.route = lambda b, slot: trace.append((0, "route", b, tuple(op.driver.source.bounds()),
-                                             op.driver.epoch + 1)) or route(b, slot)
-    op.flush = lambda: trace.append((0, "flush")) or flush()
+    on_data, on_eos, flush = op.on_data, op.on_eos, op.flush
+    op.on_data = lambda src, h, b: trace.append((rank, "data", src, h, b)) or on_data(src, h, b)
+    op.on_eos = lambda src: trace.append((rank, "eos", src)) or on_eos(src)
+    if rank == 0:
+        op.flush = lambda: trace.append((0, "flush")) or flush()
 
 
 def simulate_psp(job, arrays, n, seed=0, batch_size=7, on_epoch=None, **params):

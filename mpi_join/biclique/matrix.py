@@ -6,9 +6,8 @@ both are stored: each R tuple is held `cols` times and each S tuple `rows` times
 join-biclique saves."""
 import math
 
-from ..master.driver import Router
 from ..slaves.local_join import BinaryJoin, warm_up
-from ..slaves.module import JoinModule, Output
+from ..operator import Operator, Output
 from .roles import check_state, state_limit
 from .routing import spread
 
@@ -22,23 +21,25 @@ def grid(workers, rows=0):
     return r, workers // r
 
 
-class MatrixRouter(Router):
-    def __init__(self, job, graph, driver):
-        super().__init__(job, graph, driver)
+class MatrixRouter(Operator):
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         self.rows, self.cols = grid(len(graph.workers), job.strategy.params["rows"])
 
-    def route(self, batches, slot):
+    def on_data(self, src, header, batches):
         r, s = batches
         row, col = spread(r, self.rows), spread(s, self.cols)
+        out = Output()
         for i in range(self.rows):
             mine_r = r[row == i]
             for j in range(self.cols):
                 mine_s = s[col == j]
                 if len(mine_r) or len(mine_s):
-                    self.driver.send(1 + i * self.cols + j, [mine_r, mine_s])
+                    out.send(1 + i * self.cols + j, [mine_r, mine_s], header.bounds)
+        return out
 
 
-class Cell(JoinModule):
+class Cell(Operator):
     """A cell of the grid: joins what it gets of both streams with its windows and each other."""
 
     def __init__(self, job, rank, graph, dtypes):

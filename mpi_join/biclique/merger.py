@@ -4,7 +4,7 @@ units' views and writes the global view as timestamped snapshots."""
 import time
 
 from .. import aggregate
-from ..slaves.module import JoinModule, Output
+from ..operator import Operator, Output
 
 
 class Views:
@@ -52,7 +52,7 @@ class Views:
         return self.dtype if name == "views/unsent" else None
 
 
-class Merger(JoinModule):
+class Merger(Operator):
     """Role `merger`: merges the units' views into the global view, and writes it, finished, as
     a timestamped snapshot at most once per `update_ms` and once more, marked final, when every
     unit has ended (the aggregate of every result, which `mpi-join verify` checks)."""

@@ -16,12 +16,11 @@ import time
 import numpy as np
 
 from ..headers import Header
-from ..master.driver import Router
 from ..partitioning import Partitioner
 from ..protocol import Control
 from ..slaves.chained_index import ChainedIndex
 from ..slaves.local_join import warm_up
-from ..slaves.module import JoinModule, Output
+from ..operator import Operator, Output
 from ..errors import JobError
 from ..graph import DRIVER
 from ..window import NEG_INF
@@ -75,14 +74,14 @@ class Members(Header):
     units: tuple
 
 
-class Shuffler(Router):
+class Shuffler(Operator):
     """Rank 0: deals the batches to the dispatchers in turn, each stamped with its place in the
     input (the order the units merge by). With `scaling`, also the 2PS resource manager
     (scaling.py): it asks the units for their memory load, and changes which units store and
     join (the Members table every batch carries), at a batch boundary every unit sees alike."""
 
-    def __init__(self, job, graph, driver):
-        super().__init__(job, graph, driver)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         self.part = Partitioner(job, 1)
         self.next = 0
         p = job.strategy.params
@@ -106,7 +105,7 @@ class Shuffler(Router):
     def annotate(self, batch, stream):
         batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
 
-    def route(self, batches, slot):
+    def on_data(self, src, header, batches):
         d = self.graph.ranks("dispatcher")
         body = None
         if self.members is not None:
@@ -116,8 +115,8 @@ class Shuffler(Router):
             if self.body is None or self.body.version != self.version:
                 self.body = Members(self.version, self.members.flat())     # rebuilt only when the table changed
             body = self.body
-        self.driver.send(d[self.next % len(d)], batches, body=body, order=self.next)
         self.next += 1
+        return Output.sending((d[(self.next - 1) % len(d)],), batches, header.bounds, body, self.next - 1)
 
     # -- 2PS ----------------------------------------------------------------------------------
     def end_of_epoch(self, epoch):
@@ -128,14 +127,14 @@ class Shuffler(Router):
         self.release_drained()
         units = [r for g in SIDES for r in self.graph.ranks(g)]
         if self.asked is not None:
-            loads = self.driver.loads_of(units)
+            loads = self.runtime.loads_of(units)
             if loads is None:
                 return                           # the requesting phase goes on
             self.asked = None
             mlv = {(s, u): loads[r].state_bytes for s in (0, 1) for u, r in enumerate(self.graph.ranks(SIDES[s]))}
             actions, seen = self.scaler.decide(self.members, mlv, [self.members.spare(0), self.members.spare(1)])
             t = round(now - self.t0, 3)
-            self.trace += [dict(o, t_s=t, released=self.driver.source.released,
+            self.trace += [dict(o, t_s=t, released=self.runtime.source.released,
                                 mlv_mb=round(sum(mlv[(o["side"], u)] for u in
                                                           self.members.active(o["side"], o["group"])) / 1e6, 3))
                            for o in seen]
@@ -144,7 +143,7 @@ class Shuffler(Router):
                 self.events.append({"t_s": t, "decision": a[0], "side": a[1], "group": a[2], "units": list(a[3]),
                                     "order": self.next})
         elif self.last_ask is None or now - self.last_ask >= self.period:
-            self.driver.request_load(units)
+            self.runtime.request_load(units)
             self.asked = self.last_ask = now
 
     def apply(self, decision, side, g, units, mlv=None):
@@ -163,7 +162,7 @@ class Shuffler(Router):
 
     def release_drained(self):
         """Draining units whose every tuple is out of every future window become spare."""
-        bounds = self.driver.bounds()
+        bounds = self.runtime.bounds()
         done = [(s, u) for (s, u), c in self.draining.items() if c < int(bounds[s]) - self.delay]
         for s, u in done:
             del self.draining[(s, u)]
@@ -179,18 +178,18 @@ class Shuffler(Router):
         upto = self.next - 1
         self.reached = {}
         for u in units + stay:
-            self.driver.control(ranks[u], Upto(upto))
-        self.driver.wait(lambda: all(self.reached.get(ranks[u], -2) >= upto for u in units + stay))
+            self.runtime.control(ranks[u], Upto(upto))
+        self.runtime.wait(lambda: all(self.reached.get(ranks[u], -2) >= upto for u in units + stay))
         load = {u: mlv.get((side, u), 0) for u in stay}
         for u in units:
             heir = min(stay, key=lambda x: (load[x], x))
             load[heir] += mlv.get((side, u), 0)
-            self.driver.move(ranks[u], ranks[u], ranks[heir])
-        self.driver.settle_moves()
+            self.runtime.move(ranks[u], ranks[u], ranks[heir])
+        self.runtime.settle_moves()
         self.members.drain(side, units)
         self.members.release(side, units)
 
-    def on_control(self, src, msg):
+    def on_control(self, src, msg, ctx=None):
         if not isinstance(msg, At):
             return super().on_control(src, msg)
         self.reached[src] = msg.order
@@ -221,7 +220,7 @@ class Shuffler(Router):
                                  for s in (0, 1)]}
 
 
-class Dispatcher(JoinModule):
+class Dispatcher(Operator):
     """Routes each batch: for every unit, the tuples of its side it stores and the tuples of the
     other side it joins; every unit gets its part of every batch, empty or not (the signal)."""
 
@@ -254,7 +253,7 @@ class Dispatcher(JoinModule):
         return {"window_tuples": 0, "tuples_routed": self.routed}
 
 
-class Unit(JoinModule):
+class Unit(Operator):
     """Role `unit`: stores its side's tuples routed to it, joins the other side's against them."""
 
     def __init__(self, job, rank, graph, dtypes):

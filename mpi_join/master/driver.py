@@ -1,8 +1,9 @@
 """The shared driver lifecycle (rank 0): replay, credits, checkpoints, end of stream and finish.
 
 The driver owns everything a strategy's routing does not: it waits until every worker is READY,
-replays the input through the source an epoch at a time and hands each epoch to the strategy's
-router, which decides where tuples go and sends them with `send` (credits per link: at most
+replays the input through the source an epoch at a time and hands each batch to the operator of
+rank 0's vertex (operator.Operator, fed by the source: `on_data(SOURCE, ...)`), which decides
+where tuples go and sends them in its Output or with `send` (credits per link: at most
 `max_inflight` unacknowledged DATA messages per entry link; while waiting, the driver keeps
 handling what workers send). At epoch ends it cuts checkpoints (markers on every entry link; the
 workers forward them along the graph) and lets the router adapt. At the end of the input it
@@ -15,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checkpoint import Checkpointed
 from ..headers import Ack, Ready
 from ..protocol import (DataHeader, LoadReport, LoadRequest, MarkerDone, Moved, ProbeReply, Tag, decode_control)
 from ..kernels import Compiles, GcPauses, freeze_heap
+from ..operator import SOURCE
 from ..staged import staged_manifest
 from ..transport import Credits, pack, unpack_obj
 from .checkpointer import Checkpointer, restore_driver
@@ -26,63 +27,7 @@ from .moves import Moves
 from .pace import Pace
 from .source import Source
 from .termination import end_run, recv_or_stall
-
-
-class Router(Checkpointed):
-    """What a strategy supplies on the driver. Calling contract:
-    - `annotate(batch, stream)` fills strategy columns (e.g. `_h`) of each released batch;
-    - `route(batches, slot)` once per released slot (an epoch has `slots` slots), in seq order;
-      it sends with `driver.send(dest, batches, body)` now or keeps tuples for later;
-    - `flush()` sends everything kept (before a checkpoint and at the end of the input);
-    - `quiet()` is True when nothing is in flight that a checkpoint could not capture;
-    - `end_of_epoch(epoch)` after each epoch (after any checkpoint cut at that epoch);
-    - `on_control(src, msg)` for the strategy's control records from workers;
-    - `snapshot()`/`restore()` its state at a checkpoint; `stats()` for the driver's metrics.
-    Moving state between workers is the runtime's (`driver.move(unit, src, dst)`): a router that
-    moves units gives `unit_of(batch)`, the unit of each row, and `on_moved(unit, src, dst,
-    held)`, called between sends once the move is done with the rows of `unit` the driver held
-    back meanwhile (one array per stream, in seq order), which now go to `dst`."""
-    slots = 1
-
-    def __init__(self, job, graph, driver):
-        self.job, self.graph, self.driver = job, graph, driver
-
-    def annotate(self, batch, stream):
-        pass
-
-    def warm_up(self):
-        """Compile what routing runs (numba kernels) before the replay: by default, annotate a
-        small batch of each stream."""
-        for k, dt in enumerate(self.driver.source.dtypes):
-            self.annotate(np.zeros(2, dt), k)
-
-    def route(self, batches, slot):
-        raise NotImplementedError
-
-    def flush(self):
-        pass
-
-    def quiet(self):
-        return True
-
-    def end_of_epoch(self, epoch):
-        pass
-
-    def on_control(self, src, msg):
-        raise RuntimeError(f"driver: unexpected control record {msg.op!r} from rank {src}")
-
-    def unit_of(self, batch):
-        raise RuntimeError(f"{type(self).__name__} moves state but does not say which unit a row is in (unit_of)")
-
-    def on_moved(self, unit, src, dst, held):
-        pass
-
-    def stats(self):
-        return {}
-
-    def report(self, workers):
-        """Lines for the end-of-run summary on what the strategy did (workers: their metrics)."""
-        return []
+from ..window import runtime_dtype
 
 
 @dataclass(frozen=True)
@@ -113,11 +58,13 @@ def await_ready(tx, workers):
 
 class Driver:
     def __init__(self, job, tx, graph, router_cls, metrics, progress, resume=None, follow=False, arrays=None):
-        """`arrays`: replay these in-memory streams instead of the staged input (the simulation)."""
+        """`router_cls`: the operator of rank 0's vertex; `arrays`: replay these in-memory streams
+        instead of the staged input (the simulation)."""
         self.job, self.tx, self.graph, self.metrics, self.progress = job, tx, graph, metrics, progress
         self.workers = graph.workers
         self.entries = graph.entries()
-        self.router = router_cls(job, graph, self)
+        self.router = router_cls(job, 0, graph, [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams])
+        self.router.runtime = self
         man = self.manifest = staged_manifest(job) if arrays is None else None
         counts = [man["streams"][s.name]["count"] for s in job.streams] if man else None
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts, man=man,
@@ -168,6 +115,15 @@ class Driver:
 
     def control(self, dest, msg):
         self.tx.send(dest, Tag.CTRL, msg.encode())
+
+    def _apply(self, out):
+        """Send what rank 0's operator returned, in order (results are never emitted here)."""
+        if out is not None:
+            assert not out.results and not out.snapshots, "rank 0's operator emits no results"
+            for dests, batches, bounds, body, order in out.forward:
+                self.send_many(dests, batches, body, bounds, order)
+            for dest, msg in out.control:
+                self.control(dest, msg)
 
     # -- moving state (the runtime's, moves.py; routers call `move`) ---------------------------
     def move(self, unit, src, dst):
@@ -222,6 +178,8 @@ class Driver:
 
     # -- the lifecycle ----------------------------------------------------------------------
     def run(self, freeze=True):
+        for k, dt in enumerate(self.source.dtypes):     # compile what annotating runs
+            self.router.annotate(np.zeros(2, dt), k)
         self.router.warm_up()
         await_ready(self.tx, self.workers)
         self.compiled_at_start = Compiles.count
@@ -242,7 +200,8 @@ class Driver:
             self.metrics.tuples_in += sum(len(b) for b in batches)
             if self.source.released >= (len(released_at) + 1) * step:
                 released_at.append((self.source.released, round(time.perf_counter() - self.t_replay, 4)))
-            self.router.route(batches, slot % slots)
+            header = DataHeader(-1, tuple(self.source.bounds()), None, slot % slots, self.moves.epoch)
+            self._apply(self.router.on_data(SOURCE, header, batches))
             slot += 1
             if slot % slots == 0:
                 self.epoch += 1
@@ -304,7 +263,7 @@ class Driver:
             elif isinstance(msg, LoadReport):
                 self.loads[src] = msg
             else:
-                self.router.on_control(src, msg)
+                self._apply(self.router.on_control(src, msg, self))
         elif tag == Tag.DONE:
             self.done[src] = unpack_obj(buf)
             self.tx.unwatch(src)

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InputError
 from ..partitioning import Partitioner, group_rows
 from . import controller
-from .driver import Router
+from ..operator import Operator
 
 
 class PartitionMap:
@@ -30,9 +30,9 @@ class PartitionMap:
         return np.nonzero(self.owner == slave)[0]
 
 
-class HashRouter(Router):
-    def __init__(self, job, graph, driver):
-        super().__init__(job, graph, driver)
+class HashRouter(Operator):
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         self.params = prm = job.strategy.params
         self.part = Partitioner(job, prm["partitions"])
         self.slaves = graph.workers
@@ -50,14 +50,14 @@ class HashRouter(Router):
         batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
 
     # -- distribution ---------------------------------------------------------------------
-    def route(self, batches, slot):
+    def on_data(self, src, header, batches):
         """Append each released tuple to its owner's mini-buffer, then drain this slot's
         sub-group (the rows of a group that is moving are held by the driver meanwhile)."""
         for s_idx, b in enumerate(batches):
             for o, rows in group_rows(b, self.map.owner[self.part.partitions(b["_h"])]):
                 self.acc[o][s_idx].append(rows)
         self.peak_buffer = max(self.peak_buffer, self._buffered_bytes())
-        self._flush(self.active[slot::self.g])
+        self._flush(self.active[header.order::self.g])       # header.order: the slot in the epoch
 
     def flush(self):
         self._flush(self.slaves)
@@ -70,9 +70,9 @@ class HashRouter(Router):
 
     def _flush(self, slaves):
         for s in slaves:
-            parts = [_cat(side, dt) for side, dt in zip(self.acc[s], self.driver.source.dtypes)]
+            parts = [_cat(side, dt) for side, dt in zip(self.acc[s], self.dtypes)]
             self.acc[s] = ([], [])
-            self.driver.send(s, parts)
+            self.runtime.send(s, parts)
 
     # -- reorganisation -------------------------------------------------------------------
     def end_of_epoch(self, epoch):
@@ -80,14 +80,14 @@ class HashRouter(Router):
         the first epoch end after all have answered (the replay goes on meanwhile)."""
         every = self.params["reorganize_every"]
         if self.asked is not None:
-            loads = self.driver.loads_of(self.asked)
-            if loads is not None and not self.driver.moving and not self.driver.source.done:
+            loads = self.runtime.loads_of(self.asked)
+            if loads is not None and not self.runtime.moving and not self.runtime.source.done:
                 self.asked = None
                 self.flush()          # moves start from a state where everything routed is sent
                 self._reorganise(epoch, loads)
-        elif every and epoch % every == 0 and not self.driver.moving and not self.driver.source.done:
+        elif every and epoch % every == 0 and not self.runtime.moving and not self.runtime.source.done:
             self.asked = list(self.active)
-            self.driver.request_load(self.asked)
+            self.runtime.request_load(self.asked)
 
     def _reorganise(self, epoch, loads):
         self.reorgs += 1
@@ -103,7 +103,7 @@ class HashRouter(Router):
         else:
             pl = controller.plan(occ, groups_of, self.active, inactive, self.rng, prm["supply_threshold"],
                                  prm["consumer_threshold"], prm["rho"], prm["declustering"], busy=busy,
-                                 idle_busy=prm["idle_busy"], windows_full=self.driver.source.windows_full())
+                                 idle_busy=prm["idle_busy"], windows_full=self.runtime.source.windows_full())
         for s in pl.activate:
             self.active.append(s)
             self.active.sort()
@@ -116,7 +116,7 @@ class HashRouter(Router):
 
     def _migrate(self, p, src, dst, epoch):
         """Move partition group p from slave src to slave dst (the runtime's move)."""
-        self.driver.move(p, src, dst)
+        self.runtime.move(p, src, dst)
         self.log["migrations"].append({"epoch": epoch, "group": p, "from": src, "to": dst})
 
     def on_moved(self, p, src, dst, held):

@@ -31,9 +31,8 @@ import numpy as np
 
 from ..graph import DRIVER
 from ..headers import Header
-from ..master.driver import Router
 from ..slaves.local_join import BinaryJoin, runtime_rows, warm_up
-from ..slaves.module import JoinModule, Output
+from ..operator import Operator, Output
 from ..strategies import numbers
 
 
@@ -159,7 +158,7 @@ class Segment:
         return [len(self.join.windows[s]) - self.sent[s] for s in (0, 1)]
 
 
-class HandshakeModule(JoinModule):
+class HandshakeModule(Operator):
     """A middle worker of the chain: its Segment, wired to the neighbours. The ends are the role
     classes below; they differ only in which stream leaves the chain there (`exits`)."""
     exits = (False, False)
@@ -265,16 +264,18 @@ class OnlySegment(Alone, HandshakeModule):
     pass
 
 
-class HandshakeRouter(Router):
+class HandshakeRouter(Operator):
     """R batches to the left end, S batches to the right end."""
 
-    def route(self, batches, slot):
+    def on_data(self, src, header, batches):
         R, S = batches
         n = len(self.graph.workers)
+        out = Output()
         if len(R):
-            self.driver.send(1, [R, S[:0]], Arriving(0))
+            out.send(1, [R, S[:0]], header.bounds, Arriving(0))
         if len(S):
-            self.driver.send(n, [R[:0], S], Arriving(1))
+            out.send(n, [R[:0], S], header.bounds, Arriving(1))
+        return out
 
 
 def check_job(job, nranks):

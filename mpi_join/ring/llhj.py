@@ -21,10 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..headers import Header
-from ..master.driver import Router
 from ..range_join import probe_ranges
 from ..slaves.local_join import warm_up
-from ..slaves.module import JoinModule, Output
+from ..operator import Operator, Output
 from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment, beside
 
 PROGRESS_EVERY = 8
@@ -42,7 +41,7 @@ class Moved(Header):
     done: int
 
 
-class LowLatencyModule(JoinModule):
+class LowLatencyModule(Operator):
     """A middle worker of the chain; the ends are the role classes below (`exits`, as in
     handshake). A stream's home, where its new tuples are stored, is the end where it enters,
     which is where the other stream leaves."""
@@ -225,18 +224,18 @@ class OnlyHome(Alone, LowLatencyModule):
     pass
 
 
-class LowLatencyRouter(Router):
+class LowLatencyRouter(Operator):
     """Every batch, numbered, to every worker at once."""
 
-    def __init__(self, job, graph, driver):
-        super().__init__(job, graph, driver)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         self.next_id = 0
 
-    def route(self, batches, slot):
+    def on_data(self, src, header, batches):
         if not any(len(b) for b in batches):
             return
-        self.driver.send_many(self.graph.workers, batches, New(self.next_id))
         self.next_id += 1
+        return Output.sending(self.graph.workers, batches, header.bounds, New(self.next_id - 1))
 
     def snapshot(self):
         return {}, {"next_id": self.next_id}

@@ -38,10 +38,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..headers import Header
-from ..master.driver import Router
 from ..protocol import Control, DataHeader
 from ..range_join import extend, pair_mask
-from ..slaves.module import JoinModule, Output
+from ..operator import Operator, Output
 from ..strategies import numbers
 from ..graph import DRIVER, ring
 from ..window import POS_INF, Window, footprint
@@ -166,7 +165,7 @@ def batch_parts(body, M, n):
     return body.batch_id, body.retired, orderings, np.asarray(body.cuts, np.int64).reshape(M, n)
 
 
-class SlicedJoin(JoinModule):
+class SlicedJoin(Operator):
     """An inner operator of the ring (role `ring`): the state machine of the module docstring,
     no MPI in it. The head and the tail are the role classes below: the head closes each batch's
     cycle (END life-span control), the tail passes nothing on."""
@@ -441,12 +440,12 @@ class OnlySlice(HeadSlice, TailSlice):
     """A ring of one operator (role `solo`): head and tail at once; it sends to itself."""
 
 
-class PspRouter(Router):
+class PspRouter(Operator):
     """The driver's side: numbers each batch, computes its cuts and join orderings, sends it to
     the head, and knows which batches have ended their cycle (a checkpoint waits for all)."""
 
-    def __init__(self, job, graph, driver):
-        super().__init__(job, graph, driver)
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
         p = job.strategy.params
         self.n = len(graph.workers)
         self.M = len(job.streams)
@@ -474,30 +473,31 @@ class PspRouter(Router):
         self.retired = -1
         self.relocations = []
 
-    def route(self, batches, slot):
+    def on_data(self, src, header, batches):
         if not any(len(b) for b in batches):
             return
         if self.orderings is None:
             sel = measure_selectivity(self.job.predicate, batches)
             self.orderings = auto_orderings(self.job.predicate, self.M, sel, self.given)
         cuts = self.slicer.next(batches)
-        self.driver.send(1, batches, batch_header(Entering, self.next_id, -1, self.orderings, cuts))
         self.next_id += 1
+        return Output.sending((1,), batches, header.bounds, batch_header(Entering, self.next_id - 1, -1,
+                                                                         self.orderings, cuts))
 
     def end_of_epoch(self, epoch):
         if self.force and epoch == self.force[0]:
             self._relocate(epoch, self.force[1], self.force[2])
         if self.adapt_every and epoch % self.adapt_every == 0:
             workers = self.graph.workers
-            loads = self.driver.loads_of(workers) if self.asked else None
+            loads = self.runtime.loads_of(workers) if self.asked else None
             if loads:
                 p = self.job.strategy.params
                 new = rebalance(self.weights, [loads[w].busy for w in workers], p["grow_above"], p["shrink_below"],
-                                p["imbalance"], self.driver.source.windows_full())
+                                p["imbalance"], self.runtime.source.windows_full())
                 if new is not None:
                     self._relocate(epoch, new, p["relocation"])
             if loads or not self.asked:
-                self.driver.request_load(workers)
+                self.runtime.request_load(workers)
                 self.asked = True
 
     def _relocate(self, epoch, weights, mode):
@@ -505,7 +505,7 @@ class PspRouter(Router):
         self.slicer.set_shares(self.weights, mode=mode)
         self.relocations.append((epoch, [round(x, 4) for x in self.weights], mode))
 
-    def on_control(self, src, msg):
+    def on_control(self, src, msg, ctx=None):
         if isinstance(msg, CycleDone):
             self.retired = max(self.retired, msg.upto)
         else:

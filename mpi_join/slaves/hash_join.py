@@ -22,13 +22,13 @@ import numpy as np
 from ..partitioning import Partitioner, group_rows
 from ..partitioning.extendible import ExtendibleGroup
 from .local_join import BinaryJoin, warm_up
-from .module import JoinModule, Output
+from ..operator import Operator, Output
 from ..window import footprint
 
 _NONE = np.zeros(0, np.int64)
 
 
-class CoreModule(JoinModule):
+class CoreModule(Operator):
     """A join module whose whole state is a HashJoinCore, `self.core`: warm-up, checkpoints and
     stats come from it (the `hash` module, and test strategies that join a hash share)."""
 

@@ -50,7 +50,7 @@ class Inbox:
 
     def next(self, take_driver, next_order, ended):
         """(src, item) to handle next, or None. `take_driver(item)`: may the driver's first item go
-        now; `next_order()`: the module's next order when dense (JoinModule.next_order);
+        now; `next_order()`: the module's next order when dense (Operator.next_order);
         `ended`: upstream ranks whose end-of-stream has been handled."""
         for src, q in self.queues.items():
             if q and src != DRIVER and src not in self.merged:

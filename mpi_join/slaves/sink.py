@@ -6,10 +6,10 @@ against the `_tin` it carried from the core. Results in flight on a result edge 
 are channel state, recorded and replayed by the worker like input batches."""
 import numpy as np
 
-from .module import JoinModule, Output
+from ..operator import Operator, Output
 
 
-class ResultSink(JoinModule):
+class ResultSink(Operator):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         self.cols = [f"{n}_seq" for n in job.stream_names]

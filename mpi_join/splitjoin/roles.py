@@ -22,23 +22,22 @@ from collections import deque
 
 import numpy as np
 
-from ..master.driver import Router
 from ..results import result_dtype, result_rows
 from ..slaves.local_join import BinaryJoin, warm_up
-from ..slaves.module import JoinModule, Output
+from ..operator import Operator, Output
 from . import rap
 from ..graph import INPUT
 from .graph import FLOWS
 
 
-class SplitRouter(Router):
+class SplitRouter(Operator):
     """The driver: the root of the distribution tree; every batch goes to its children, whole."""
 
-    def route(self, batches, slot):
-        self.driver.send_many(self.graph.entries(), batches)
+    def on_data(self, src, header, batches):
+        return Output.sending(self.graph.entries(), batches, header.bounds)
 
 
-class JoinCore(JoinModule):
+class JoinCore(Operator):
     """Role `core`: a leaf of the distribution tree."""
 
     def __init__(self, job, rank, graph, dtypes):
@@ -195,7 +194,7 @@ class DistributorCore(JoinCore):
         return Gather.state_dtype(name, self.link_dtypes(FLOWS)) or super().state_dtype(name)
 
 
-class Combiner(JoinModule):
+class Combiner(Operator):
     """Role `combiner`: merges the flows of the driver's children, joins the R- and S-punctuated
     flows into one stream (stars flagged R or S) and writes its results in that order."""
 

@@ -1,0 +1,170 @@
+"""The one operator interface: what a strategy supplies for every vertex of its graph, a pure
+state machine with no MPI in it. Rank 0's vertex is fed by the input source (it routes); every
+other vertex by its upstream edges (it joins, merges, dispatches or writes). The runtime
+(master/driver.py on rank 0, slaves/worker.py elsewhere) is the only caller.
+
+Every vertex:
+- `warm_up()` once, before READY: compile every kernel the run will use.
+- `on_data(src, header, batches)` once per batch, in the order each link delivered them (links
+  are FIFO; messages of different links interleave). `batches[k]` is stream k's rows (runtime
+  dtype, seq order), `header.bounds[k]` stream k's expiry bound after this batch, `header.body`
+  the strategy's typed header (headers.Header) the sender gave, or None. Rank 0's vertex gets
+  the source's batches with `src == SOURCE` and `header.order` the batch's slot in its epoch
+  (an epoch has `slots` slots). Returns an Output (or None): results to emit, batches to send to
+  named ranks, control records; rank 0's runtime sends them with credits, in order.
+- `on_control(src, msg, ctx)` for the strategy's own control records, in order with DATA on the
+  link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
+  before a queued checkpoint marker).
+- `on_eos(src)` when the end of the input has passed link `src`.
+- `snapshot()` -> (arrays, attrs), `restore(arrays, attrs)`, `state_dtype(name)`: its whole
+  state; the runtime writes it into the checkpoint (and validates with state_dtype).
+- `stats()` for metrics, `footprint()` for the memory figures.
+A vertex whose state moves in units (driver.move): `unit_of(batch)`, `take(unit)` -> (arrays,
+attrs) and `put(unit, arrays, attrs)`; the runtime moves the state and the unit's queued rows.
+
+Hooks a vertex has for what only its place in the graph asks of it, each saying why:
+- fed by several links in one order: `next_order()` (graph.Edge.merge);
+- on a link that carries its own kind of rows: `link_dtypes(kind)`;
+- that must finish what is in flight before new input enters (the PSP ring's head):
+  `accepts_input()`, and `buffer_capacity` for the load metric;
+- fed by the source (rank 0), which adapts the graph's use while the input streams:
+  `annotate(batch, stream)` fills strategy columns (`_h`) as the source releases rows, once;
+  `flush()` sends what it keeps (before a cut and at the end); `quiet()` says nothing is in
+  flight that a cut could not capture; `end_of_epoch(epoch)` after each epoch, where it may ask
+  for loads and move state through `self.runtime` (the driver: `move`, `settle_moves`,
+  `request_load`, `loads_of`, `control`, `wait`, `send`, `source`); `on_moved(unit, src, dst,
+  held)` hands it a finished move's held rows; `report(workers)` lines for the summary.
+"""
+from dataclasses import dataclass, field
+
+from .checkpoint import Checkpointed
+
+SOURCE = -1          # the input source, the rank-0 vertex's one upstream
+
+
+@dataclass
+class Output:
+    """What handling one message produced."""
+    results: list = field(default_factory=list)     # (tuple of seq arrays, one per stream; tin array)
+    forward: list = field(default_factory=list)     # (dests, batches, bounds, body, order): one message, packed once
+    control: list = field(default_factory=list)     # (dest, Control)
+    snapshots: list = field(default_factory=list)   # (number, final, rows, meta): an aggregate's snapshots
+
+    @classmethod
+    def sending(cls, dests, batches, bounds, body=None, order=-1):
+        """An Output of one message to every rank of `dests` (a router's usual answer)."""
+        out = cls()
+        out.send_many(dests, batches, bounds, body, order)
+        return out
+
+    def emit(self, seqs, tin):
+        if len(tin):
+            self.results.append((tuple(seqs), tin))
+
+    def send(self, dest, batches, bounds, body=None, order=-1):
+        """Forward `batches` to rank `dest`; `body`: the strategy's typed header (headers.Header);
+        `order`: the batch's place for the receiver's ordered merge (DataHeader.order)."""
+        self.send_many((dest,), batches, bounds, body, order)
+
+    def send_many(self, dests, batches, bounds, body=None, order=-1):
+        """`send` to every rank of `dests`: the message is packed once and the same buffer goes to
+        each (a fan-out costs one copy, not one per destination)."""
+        self.forward.append((tuple(dests), batches, tuple(int(b) for b in bounds), body, int(order)))
+
+    def tell(self, dest, msg):
+        self.control.append((dest, msg))
+
+    def send_results(self, dest, rows, body=None):
+        """Send result rows (results.result_dtype: each stream's seq and `_tin`) on the result edge
+        to rank `dest`, to be written there (or sent on) instead of here."""
+        self.forward.append(((dest,), [rows], (), body, -1))
+
+    def snapshot(self, number, final, rows, meta):
+        """Write `rows` (a finished aggregate, aggregate.finish) as snapshot `number` of the run's
+        aggregate/ directory; `meta` goes into the file's metadata."""
+        self.snapshots.append((int(number), bool(final), rows, dict(meta)))
+
+    def extend(self, other):
+        if other is not None:
+            self.results += other.results
+            self.forward += other.forward
+            self.control += other.control
+            self.snapshots += other.snapshots
+        return self
+
+
+class Operator(Checkpointed):
+    """Defaults for the optional hooks; a strategy overrides what it needs."""
+    urgent_ops = frozenset()
+    buffer_capacity = 0          # tuples, for the load metric (0: the worker's share of what may be in flight)
+    slots = 1                    # rank 0: slots per epoch (hash's sub-groups)
+    runtime = None               # rank 0: the driver, set before warm_up
+
+    def __init__(self, job, rank, graph, dtypes):
+        self.job, self.rank, self.graph, self.dtypes = job, rank, graph, dtypes
+
+    def warm_up(self):
+        pass
+
+    def on_data(self, src, header, batches):
+        raise NotImplementedError
+
+    def on_control(self, src, msg, ctx=None):
+        raise RuntimeError(f"rank {self.rank}: unexpected control record {msg.op!r} from rank {src}")
+
+    def on_eos(self, src):
+        return None
+
+    def next_order(self):
+        """The order the module takes next from its merged links (graph.Edge.merge: the worker
+        hands over the batch with the least order among the links' next batches once no link can
+        still bring a lesser one) when their orders are dense (0, 1, 2, ... across the links, none
+        missing), so the batch bearing it goes at once, without waiting for the other links to
+        pass it; None (the default): not known."""
+        return None
+
+    def accepts_input(self):
+        return True
+
+    def link_dtypes(self, kind):
+        """dtypes of the arrays on a link that carries the strategy's own kind of rows
+        (graph.Edge.carries named `kind`)."""
+        raise RuntimeError(f"rank {self.rank}: links carrying {kind!r} are not declared by this strategy")
+
+    def unit_of(self, batch):
+        raise RuntimeError(f"rank {self.rank}: {type(self).__name__} does not say which unit a row is in (unit_of)")
+
+    def take(self, unit):
+        raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
+
+    def put(self, unit, arrays, attrs):
+        raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
+
+    def stats(self):
+        return {"window_tuples": 0}
+
+    def footprint(self):
+        """(bytes the window state holds, spare capacity and indexes included; raw bytes of the
+        tuples in it): sampled by the worker for the memory figures of the benchmarks."""
+        return 0, 0
+
+    # -- rank 0, fed by the source -------------------------------------------------------------
+    def annotate(self, batch, stream):
+        pass
+
+    def flush(self):
+        pass
+
+    def quiet(self):
+        return True
+
+    def end_of_epoch(self, epoch):
+        pass
+
+    def on_moved(self, unit, src, dst, held):
+        pass
+
+    def report(self, workers):
+        """Lines for the end-of-run summary on what the strategy did (workers: their metrics)."""
+        return []
+
