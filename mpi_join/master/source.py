@@ -36,6 +36,7 @@ class Source:
             raise InputError(f"{job.staged}: the manifest counts {list(counts)} tuples per stream, the Parquet "
                              f"files hold {[r.count for r in self.readers]}; stage the input again")
         self.released = 0
+        self._bounds, self._bounds_at = None, None
         self.cursor = [0] * self.M               # tuples of each stream released so far
         self._buf = [np.zeros(0, s.dtype) for s in job.streams]
         self._eof = [False] * self.M
@@ -155,7 +156,15 @@ class Source:
         return out
 
     def bounds(self):
-        """Expiry bound of each stream's window: the smallest lo any tuple still to come can have."""
+        """Expiry bound of each stream's window: the smallest lo any tuple still to come can have.
+        Computed once per release (rank 0's operator and every send of that batch ask for it)."""
+        key = (self.released, tuple(self.cursor), self.tail.frontier if self.tail else None,
+               self.tail.ended if self.tail else None)
+        if self._bounds_at != key:
+            self._bounds, self._bounds_at = self._compute_bounds(), key
+        return list(self._bounds)
+
+    def _compute_bounds(self):
         nxt = []
         for k in range(self.M):
             self._fill(k, self.released)

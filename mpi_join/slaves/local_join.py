@@ -347,7 +347,10 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x
                 continue
             if K._keys_equal(p_keys, i, x_keys, j, 0) and (not check or K._visible(
                     p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
-                n = K.emit(out_a, out_b, n, i, j)
+                if n < out_a.shape[0]:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
     return n
 
 
@@ -359,13 +362,6 @@ def band_range(v, eps):
     a few ulps of the larger magnitude; the exact test then runs on every candidate."""
     slack = (abs(v) + eps) * 1e-15 + 5e-324
     return (v - eps) - slack, (v + eps) + slack
-
-
-@njit(cache=True, inline="always")
-def _band_pair(p_band, p_seq, p_coord, p_lo, i, x_band, x_seq, x_coord, x_lo, j, eps, closed, check):
-    """Probe row i and window row j are within every band and (when `check`) see each other."""
-    return K._band_ok(p_band, i, x_band, j, eps, closed) and (not check or K._visible(
-        p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]))
 
 
 @njit(cache=True)
@@ -386,8 +382,12 @@ def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq,
             q += 1
             if j < 0 or j >= nx:
                 continue
-            if _band_pair(p_band, p_seq, p_coord, p_lo, i, x_band, x_seq, x_coord, x_lo, j, eps, closed, check):
-                n = K.emit(out_a, out_b, n, i, j)
+            if K._band_ok(p_band, i, x_band, j, eps, closed) and (not check or K._visible(
+                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
+                if n < out_a.shape[0]:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
     return n
 
 
@@ -398,8 +398,12 @@ def scan_band(p_band, p_seq, p_coord, p_lo, x_band, x_seq, x_coord, x_lo, eps, c
     n = 0
     for i in range(p_band.shape[0]):
         for j in range(x_band.shape[0]):
-            if _band_pair(p_band, p_seq, p_coord, p_lo, i, x_band, x_seq, x_coord, x_lo, j, eps, closed, check):
-                n = K.emit(out_a, out_b, n, i, j)
+            if K._band_ok(p_band, i, x_band, j, eps, closed) and (not check or K._visible(
+                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
+                if n < out_a.shape[0]:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
     return n
 
 
@@ -411,7 +415,10 @@ def visible_pairs(p_seq, p_coord, p_lo, x_seq, x_coord, x_lo, i0, i1, check, out
     for i in range(i0, i1):
         for j in range(x_seq.shape[0]):
             if not check or K._visible(p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
-                n = K.emit(out_a, out_b, n, i, j)
+                if n < out_a.shape[0]:
+                    out_a[n] = i
+                    out_b[n] = j
+                n += 1
     return n
 
 
