@@ -19,7 +19,7 @@ Every vertex:
 - `snapshot()` -> (arrays, attrs), `restore(arrays, attrs)`, `state_dtype(name)`: its whole
   state; the runtime writes it into the checkpoint (and validates with state_dtype).
 - `stats()` for metrics, `footprint()` for the memory figures.
-A vertex whose state moves in units (driver.move): `unit_of(batch)`, `take(unit)` -> (arrays,
+A vertex whose state moves in units (driver.moves.begin): `unit_of(batch)`, `take(unit)` -> (arrays,
 attrs) and `put(unit, arrays, attrs)`; the runtime moves the state and the unit's queued rows.
 
 Hooks a vertex has for what only its place in the graph asks of it, each saying why:
@@ -31,7 +31,7 @@ Hooks a vertex has for what only its place in the graph asks of it, each saying 
   `annotate(batch, stream)` fills strategy columns (`_h`) as the source releases rows, once;
   `flush()` sends what it keeps (before a cut and at the end); `quiet()` says nothing is in
   flight that a cut could not capture; `end_of_epoch(epoch)` after each epoch, where it may ask
-  for loads and move state through `self.runtime` (the driver: `move`, `settle_moves`,
+  for loads and move state through `self.runtime` (the driver: `moves.begin`, `moves.settle`,
   `request_load`, `loads_of`, `control`, `wait`, `send`, `source`); `on_moved(unit, src, dst,
   held)` hands it a finished move's held rows; `report(workers)` lines for the summary.
 """

@@ -12,7 +12,7 @@ comes out of order. Without the merge the units would see batches out of order.
 
 `grow`: units (hash partition groups, `hash`'s join module) all start on worker 1; at epoch
 `grow_at` half of them move to worker 2, and at twice that epoch a quarter move to worker 3,
-through the runtime's state move (driver.move): workers 2 and 3 held nothing before.
+through the runtime's state move (driver.moves.begin): workers 2 and 3 held nothing before.
 
 `merge-tree`: the driver sends every batch to every join core; each core joins the keys whose
 hash falls in its share and sends its results on a result edge to its merger; the mergers send
@@ -234,7 +234,7 @@ class GrowRouter(FanOutRouter):
         for dst, when, units in ((2, self.at, range(n // 2, n)), (3, 2 * self.at, range(n // 4))):
             if epoch == when and dst in self.graph.workers:
                 for u in units:
-                    self.runtime.move(u, int(self.owner[u]), dst)
+                    self.runtime.moves.begin(u, int(self.owner[u]), dst)
                     self.moved += 1
 
     def on_moved(self, unit, src, dst, held):

@@ -6,6 +6,8 @@ instance, and fed the rest: its outputs must be the outputs of an instance that 
 The calls each module gets are recorded from a whole run of the strategy (sim.py: the real Driver and Workers in one process
 and routers, links interleaved at random), so every operator sees the headers and batches its
 upstream really sends."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -82,11 +84,12 @@ def _feed(module, calls):
 class _Runtime:
     """What rank 0's operator sees of the driver in the harness: no loads, no moves; its sends are
     recorded, the source's bounds are the batch's."""
-    moving = done = False
+    done = False
 
     def __init__(self):
         self.sent, self.now = [], ()
         self.source = self
+        self.moves = SimpleNamespace(on={})             # nothing moving
 
     def bounds(self):
         return self.now

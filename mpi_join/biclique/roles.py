@@ -184,8 +184,8 @@ class Shuffler(Operator):
         for u in units:
             heir = min(stay, key=lambda x: (load[x], x))
             load[heir] += mlv.get((side, u), 0)
-            self.runtime.move(ranks[u], ranks[u], ranks[heir])
-        self.runtime.settle_moves()
+            self.runtime.moves.begin(ranks[u], ranks[u], ranks[heir])
+        self.runtime.moves.settle()
         self.members.drain(side, units)
         self.members.release(side, units)
 

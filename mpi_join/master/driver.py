@@ -91,14 +91,12 @@ class Driver:
 
     # -- what routers call ------------------------------------------------------------------
     def send(self, dest, batches, body=None, bounds=None, order=-1):
-        """Send one DATA message to entry worker `dest`, waiting for credit (handling messages
-        meanwhile); `body`: the strategy's typed header (headers.Header), or None; `order`: see
-        DataHeader."""
+        """One DATA message to entry worker `dest`, waiting for credit (handling messages meanwhile)."""
         self.send_many((dest,), batches, body, bounds, order)
 
     def send_many(self, dests, batches, body=None, bounds=None, order=-1):
         """`send` to each of `dests`, packed once: every copy is the same buffer. While units
-        move, their rows are held back here (see `move`), and a unit's new holder gets bounds no
+        move, their rows are held back here (moves.py), and a unit's new holder gets bounds no
         later than those the move began with (its held rows may still need what they keep)."""
         batches, b = self.moves.outgoing(dests, batches, np.asarray(self.source.bounds() if bounds is None else bounds,
                                                                     np.int64))
@@ -124,20 +122,6 @@ class Driver:
                 self.send_many(dests, batches, body, bounds, order)
             for dest, msg in out.control:
                 self.control(dest, msg)
-
-    # -- moving state (the runtime's, moves.py; routers call `move`) ---------------------------
-    def move(self, unit, src, dst):
-        """Begin moving `unit` from worker `src` to worker `dst` (which may hold nothing yet); the
-        router's `on_moved` gets the rows held back meanwhile once both sides are done."""
-        self.moves.begin(unit, src, dst)
-
-    @property
-    def moving(self):
-        return bool(self.moves.on)
-
-    def settle_moves(self):
-        """Handle messages until every move begun is done (the router's on_moved called)."""
-        self.wait(lambda: self.moves.finish() or not self.moves.on)
 
     def wait(self, ready):
         """Handle incoming messages until `ready()` holds (a stall stops the job: recv_or_stall)."""

@@ -81,11 +81,11 @@ class HashRouter(Operator):
         every = self.params["reorganize_every"]
         if self.asked is not None:
             loads = self.runtime.loads_of(self.asked)
-            if loads is not None and not self.runtime.moving and not self.runtime.source.done:
+            if loads is not None and not self.runtime.moves.on and not self.runtime.source.done:
                 self.asked = None
                 self.flush()          # moves start from a state where everything routed is sent
                 self._reorganise(epoch, loads)
-        elif every and epoch % every == 0 and not self.runtime.moving and not self.runtime.source.done:
+        elif every and epoch % every == 0 and not self.runtime.moves.on and not self.runtime.source.done:
             self.asked = list(self.active)
             self.runtime.request_load(self.asked)
 
@@ -116,7 +116,7 @@ class HashRouter(Operator):
 
     def _migrate(self, p, src, dst, epoch):
         """Move partition group p from slave src to slave dst (the runtime's move)."""
-        self.runtime.move(p, src, dst)
+        self.runtime.moves.begin(p, src, dst)
         self.log["migrations"].append({"epoch": epoch, "group": p, "from": src, "to": dst})
 
     def on_moved(self, p, src, dst, held):

@@ -1,4 +1,4 @@
-"""Moving a unit of state between workers, the driver's side (routers call driver.move).
+"""Moving a unit of state between workers, the driver's side (rank 0's operator calls runtime.moves.begin).
 
 `src` takes the unit out of its module with its queued input rows and sends them to `dst`,
 which puts them in before its next DATA; rows of the unit routed meanwhile are held here and
@@ -30,6 +30,10 @@ class Moves:
                          "held": [[] for _ in d.source.dtypes]}
         d.control(src, MoveOut(unit, dst, self.epoch))
         d.control(dst, Install(unit, src, self.epoch, tuple(int(x) for x in bounds)))
+
+    def settle(self):
+        """Handle messages until every move begun is done (the router's on_moved called)."""
+        self.driver.wait(lambda: self.finish() or not self.on)
 
     def acked(self, msg):
         """A side's Moved record."""

@@ -75,7 +75,7 @@ class HashJoinModule(CoreModule):
         out.emit((sa, sb), tin)
         return out
 
-    # -- moving a partition group (the runtime moves it: driver.move) -----------------------
+    # -- moving a partition group (the runtime moves it: driver.moves.begin) -----------------------
     def unit_of(self, batch):
         return self.core.part.partitions(batch["_h"])
 

@@ -84,8 +84,7 @@ class Worker:
             1, job.run.max_inflight * job.run.batch_size // max(1, len(graph.workers))))
         self.received, self.eos_from = 0, set()     # DATA handled (termination counts); ended links
         self.eos_expected = {a for a, b in graph.eos_links() if b == self.rank}
-        self.fin = False
-        self.fault = injected_fault(self.rank)
+        self.fin, self.fault = False, injected_fault(self.rank)
         if resume:
             self._restore(*resume)
 
@@ -98,8 +97,7 @@ class Worker:
             msg = self.tx.recv()
 
     def begin(self, freeze=True):
-        """Compile what the module runs, then tell the driver this rank is READY (`freeze`: the
-        heap, kernels.freeze_heap; not in a process that runs many ranks)."""
+        """Compile, freeze the heap (kernels.freeze_heap; not where one process runs many ranks), READY."""
         self.module.warm_up()
         self.compiled = Compiles.count
         if freeze:
