@@ -16,8 +16,13 @@ Every vertex:
   link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
   before a queued checkpoint marker).
 - `on_eos(src)` when the end of the input has passed link `src`.
-- `snapshot()` -> (arrays, attrs), `restore(arrays, attrs)`, `state_dtype(name)`: its whole
-  state; the runtime writes it into the checkpoint (and validates with state_dtype).
+- its state, declared (`declare(name=part, ...)`): the runtime derives `snapshot()`,
+  `restore()` and `state_dtype()` (each part's arrays under "<name>/" in the HDF5 rank file,
+  each checked against its dtype and checksum on restore) and the footprint. A part is a
+  `Fields` (named attributes: counters, lists, maps of plain values), a `Rows` (a join's
+  windows: slaves/local_join.BinaryJoin), or any object with snapshot() -> (arrays, attrs),
+  restore(arrays, attrs) and state_dtype(name). An operator may still write the three methods
+  itself.
 - `stats()` for metrics, `footprint()` for the memory figures.
 A vertex whose state moves in units (driver.moves.begin): `unit_of(batch)`, `take(unit)` -> (arrays,
 attrs) and `put(unit, arrays, attrs)`; the runtime moves the state and the unit's queued rows.
@@ -93,6 +98,46 @@ class Output:
         return self
 
 
+class Fields:
+    """Named attributes of an operator as state: plain values (numbers, lists, dicts), in the
+    rank file's attributes."""
+
+    def __init__(self, owner, *names):
+        self.owner, self.names = owner, names
+
+    def snapshot(self):
+        return {}, {n: getattr(self.owner, n) for n in self.names}
+
+    def restore(self, arrays, attrs):
+        for n in self.names:
+            setattr(self.owner, n, attrs[n])
+
+    def state_dtype(self, name):
+        return None
+
+
+class Rows:
+    """A local join's windows (slaves/local_join.BinaryJoin) as state: each stream's rows, and the
+    windows' base numbers (stored rows keep their numbers); indexes are rebuilt on restore."""
+
+    def __init__(self, join):
+        self.join = join
+
+    def snapshot(self):
+        return self.join.snapshot("w"), {"base": [w.base for w in self.join.windows]}
+
+    def restore(self, arrays, attrs):
+        for w, b in zip(self.join.windows, attrs["base"]):
+            w.base = int(b)
+        self.join.restore(arrays, "w")
+
+    def state_dtype(self, name):
+        return self.join.state_dtype(name, "w")
+
+    def footprint(self):
+        return self.join.footprint()
+
+
 class Operator(Checkpointed):
     """Defaults for the optional hooks; a strategy overrides what it needs."""
     urgent_ops = frozenset()
@@ -143,10 +188,32 @@ class Operator(Checkpointed):
     def stats(self):
         return {"window_tuples": 0}
 
+    # -- state ---------------------------------------------------------------------------------
+    def declare(self, **parts):
+        """Name the pieces of this operator's state (see the module docstring)."""
+        self.__dict__.setdefault("_parts", {}).update(parts)
+
+    def snapshot(self):
+        arrays, attrs = {}, {}
+        for name, part in self.__dict__.get("_parts", {}).items():
+            a, attrs[name] = part.snapshot()
+            arrays.update({f"{name}/{k}": v for k, v in a.items()})
+        return arrays, attrs
+
+    def restore(self, arrays, attrs):
+        for name, part in self.__dict__.get("_parts", {}).items():
+            part.restore({k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(name + "/")}, attrs[name])
+
+    def state_dtype(self, name):
+        part = self.__dict__.get("_parts", {}).get(name.partition("/")[0])
+        return part.state_dtype(name.partition("/")[2]) if part is not None else None
+
     def footprint(self):
         """(bytes the window state holds, spare capacity and indexes included; raw bytes of the
-        tuples in it): sampled by the worker for the memory figures of the benchmarks."""
-        return 0, 0
+        tuples in it): sampled by the worker for the memory figures of the benchmarks; the sum
+        over the declared parts that have a footprint."""
+        sizes = [p.footprint() for p in self.__dict__.get("_parts", {}).values() if hasattr(p, "footprint")]
+        return sum(h for h, _ in sizes), sum(r for _, r in sizes)
 
     # -- rank 0, fed by the source -------------------------------------------------------------
     def annotate(self, batch, stream):

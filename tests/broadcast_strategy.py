@@ -6,7 +6,7 @@ import numpy as np
 from mpi_join.graph import DRIVER, RESULTS, Edge, Graph, vertices
 from mpi_join.results import result_rows
 from mpi_join.slaves.local_join import BinaryJoin
-from mpi_join.operator import Operator, Output
+from mpi_join.operator import Fields, Operator, Output, Rows
 from mpi_join.strategies import REGISTRY, StrategyInfo, register
 
 
@@ -27,6 +27,7 @@ class Core(Operator):
         v = graph.vertex(rank)
         self.i, self.k, (self.sink,) = v.index, v.count, graph.downstream(rank)
         self.join, self.seen = BinaryJoin(job.predicate, dtypes), [0, 0]
+        self.declare(join=Rows(self.join), counts=Fields(self, "seen"))     # checkpointed and restored
 
     def on_data(self, src, header, batches):
         for s, b in enumerate(batches):
@@ -39,16 +40,6 @@ class Core(Operator):
             out.send_results(self.sink, result_rows(self.job.stream_names, (a, c), tin))
         self.join.expire(header.bounds)         # what no tuple still to come can see (DataHeader)
         return out
-
-    def snapshot(self):
-        return self.join.snapshot(), {"seen": self.seen}
-
-    def restore(self, arrays, attrs):
-        self.join.restore(arrays)
-        self.seen = [int(x) for x in attrs["seen"]]
-
-    def state_dtype(self, name):
-        return self.join.state_dtype(name)
 
 
 if "broadcast-store" not in REGISTRY:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..results import result_dtype, result_rows
 from ..slaves.local_join import BinaryJoin, warm_up
-from ..operator import Operator, Output
+from ..operator import Fields, Operator, Output, Rows
 from . import rap
 from ..graph import INPUT
 from .graph import FLOWS
@@ -54,6 +54,7 @@ class JoinCore(Operator):
         self.mode, self.interval = p["punctuation"], int(p["interval"])
         self.seen = [0, 0]
         self.names = job.stream_names
+        self.declare(join=Rows(self.join), counts=Fields(self, "seen"))
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.method)
@@ -109,32 +110,18 @@ class JoinCore(Operator):
         last = np.where(hi > lo, (hi - 1) // c, lo // c - 1)
         return [rows, rap.punctuate("comparisons", c, counts, new["seq"], row_count, block, (lo // c, last))]
 
-    def snapshot(self):
-        arrays = self.join.snapshot()
-        return arrays, {"seen": list(self.seen), "base": [w.base for w in self.join.windows]}
-
-    def restore(self, arrays, attrs):
-        self.seen = [int(x) for x in attrs["seen"]]
-        for w, b in zip(self.join.windows, attrs["base"]):
-            w.base = int(b)          # stored tuples keep their numbers (comparison stars count on them)
-        self.join.restore(arrays)
-
-    def state_dtype(self, name):
-        return self.join.state_dtype(name)
-
     def stats(self):
         return {"window_tuples": len(self.join)}
-
-    def footprint(self):
-        return self.join.footprint()
 
 
 class Gather:
     """Flows waiting at a merger, one queue per input; a batch's set is merged once every input
-    has brought its message for it (inputs answer every batch, in order)."""
+    has brought its message for it (inputs answer every batch, in order). Declared state: the
+    queued flows, "<input>/<message>/<flow>"."""
 
-    def __init__(self, n):
+    def __init__(self, n, dtypes):
         self.queues = [deque() for _ in range(n)]
+        self.dtypes = dtypes
 
     def add(self, i, flows):
         self.queues[i].append(list(flows))
@@ -146,19 +133,18 @@ class Gather:
             yield [x for s in (0, 2) for x in rap.merge([(f[s], f[s + 1]) for f in sets])]
 
     def snapshot(self):
-        arrays = {f"gather/{i}/{m}/{a}": x for i, q in enumerate(self.queues) for m, f in enumerate(q)
+        arrays = {f"{i}/{m}/{a}": x for i, q in enumerate(self.queues) for m, f in enumerate(q)
                   for a, x in enumerate(f)}
-        return arrays, [len(q) for q in self.queues]
+        return arrays, {"lengths": [len(q) for q in self.queues]}
 
-    def restore(self, arrays, lengths, dtypes):
-        for i, n in enumerate(lengths):
-            self.queues[i] = deque([[arrays.get(f"gather/{i}/{m}/{a}", np.zeros(0, dt)) for a, dt in enumerate(dtypes)]
+    def restore(self, arrays, attrs):
+        for i, n in enumerate(attrs["lengths"]):
+            self.queues[i] = deque([[arrays.get(f"{i}/{m}/{a}", np.zeros(0, dt)) for a, dt in enumerate(self.dtypes)]
                                     for m in range(n)])
 
-    @staticmethod
-    def state_dtype(name, dtypes):
+    def state_dtype(self, name):
         p = name.split("/")
-        return dtypes[int(p[3])] if p[0] == "gather" and len(p) == 4 and p[3] in "0123" else None
+        return self.dtypes[int(p[2])] if len(p) == 3 and p[2] in "0123" else None
 
 
 class DistributorCore(JoinCore):
@@ -169,7 +155,8 @@ class DistributorCore(JoinCore):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         self.children = graph.upstream(rank, FLOWS)
-        self.gather = Gather(1 + len(self.children))
+        self.gather = Gather(1 + len(self.children), self.link_dtypes(FLOWS))
+        self.declare(gather=self.gather)
 
     def on_data(self, src, header, batches):
         if src == self.parent:
@@ -181,18 +168,6 @@ class DistributorCore(JoinCore):
             out.send(self.up, flows, ())
         return out
 
-    def snapshot(self):
-        arrays, attrs = super().snapshot()
-        g, lengths = self.gather.snapshot()
-        return {**arrays, **g}, dict(attrs, gather=lengths)
-
-    def restore(self, arrays, attrs):
-        super().restore({k: v for k, v in arrays.items() if not k.startswith("gather/")}, attrs)
-        self.gather.restore(arrays, attrs["gather"], self.link_dtypes(FLOWS))
-
-    def state_dtype(self, name):
-        return Gather.state_dtype(name, self.link_dtypes(FLOWS)) or super().state_dtype(name)
-
 
 class Combiner(Operator):
     """Role `combiner`: merges the flows of the driver's children, joins the R- and S-punctuated
@@ -201,10 +176,11 @@ class Combiner(Operator):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         self.inputs = graph.upstream(rank)
-        self.gather = Gather(len(self.inputs))
+        self.gather = Gather(len(self.inputs), self.link_dtypes(FLOWS))
         self.cols = [f"{n}_seq" for n in job.stream_names]
         self.stars = [0, 0]
         self.received = 0
+        self.declare(gather=self.gather, counts=Fields(self, "stars", "received"))
 
     def link_dtypes(self, kind):
         rows = result_dtype(self.job.stream_names)
@@ -220,17 +196,6 @@ class Combiner(Operator):
             self.received += len(rows)
             out.emit([np.ascontiguousarray(rows[c]) for c in self.cols], np.ascontiguousarray(rows["_tin"]))
         return out
-
-    def snapshot(self):
-        g, lengths = self.gather.snapshot()
-        return g, {"gather": lengths, "stars": list(self.stars), "received": self.received}
-
-    def restore(self, arrays, attrs):
-        self.gather.restore(arrays, attrs["gather"], self.link_dtypes(FLOWS))
-        self.stars, self.received = [int(x) for x in attrs["stars"]], int(attrs["received"])
-
-    def state_dtype(self, name):
-        return Gather.state_dtype(name, self.link_dtypes(FLOWS))
 
     def stats(self):
         return {"window_tuples": 0, "results_received": self.received, "stars_r": self.stars[0],
