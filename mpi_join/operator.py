@@ -43,6 +43,7 @@ Hooks a vertex has for what only its place in the graph asks of it, each saying 
 from dataclasses import dataclass, field
 
 from .checkpoint import Checkpointed
+from .errors import InputError
 
 SOURCE = -1          # the input source, the rank-0 vertex's one upstream
 
@@ -201,8 +202,16 @@ class Operator(Checkpointed):
         return arrays, attrs
 
     def restore(self, arrays, attrs):
+        """Each declared part from its arrays and attributes; state of another layout (an earlier
+        version's checkpoint) is refused with one line, not a traceback."""
         for name, part in self.__dict__.get("_parts", {}).items():
-            part.restore({k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(name + "/")}, attrs[name])
+            try:
+                part.restore({k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(name + "/")},
+                             attrs[name])
+            except (KeyError, TypeError, ValueError, IndexError) as e:
+                raise InputError(f"rank {self.rank}: the checkpoint's state of its {type(self).__name__} has no valid "
+                                 f"part {name!r} ({type(e).__name__}: {e}); it was written by another version or "
+                                 f"strategy: run without --resume") from None
 
     def state_dtype(self, name):
         part = self.__dict__.get("_parts", {}).get(name.partition("/")[0])

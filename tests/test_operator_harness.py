@@ -182,3 +182,16 @@ def test_every_operator_round_trips_its_state(tmp_path, name, kind):
     fresh = _rank0(cls, job, graph, dtypes)
     fresh.restore(back, battrs)
     assert _route(fresh, calls[half:]) == whole[half:], name
+
+
+def test_state_of_another_layout_is_refused_with_one_line():
+    """A splitjoin combiner's state as an earlier version wrote it (the queue lengths as a bare
+    list, the counters beside them): one InputError naming the part, not a traceback."""
+    from mpi_join.errors import InputError
+    job = strategies.check_strategy(_job("splitjoin", "time"))
+    info = strategies.get("splitjoin")
+    graph = info.build_graph(4, job.strategy.params)
+    dtypes = Source(job, arrays=_streams(job, np.random.default_rng(1), 10)).dtypes
+    combiner = info.load_role("combiner")(job, 3, graph, dtypes)
+    with pytest.raises(InputError, match=r"no valid part 'gather'.*another version"):
+        combiner.restore({}, {"gather": [0, 0], "stars": [0, 0], "received": 0})
