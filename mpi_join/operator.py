@@ -40,6 +40,7 @@ Hooks a vertex has for what only its place in the graph asks of it, each saying 
   `request_load`, `loads_of`, `control`, `wait`, `send`, `source`); `on_moved(unit, src, dst,
   held)` hands it a finished move's held rows; `report(workers)` lines for the summary.
 """
+import copy
 from dataclasses import dataclass, field
 
 from .checkpoint import Checkpointed
@@ -107,7 +108,9 @@ class Fields:
         self.owner, self.names = owner, names
 
     def snapshot(self):
-        return {}, {n: getattr(self.owner, n) for n in self.names}
+        """Copies: the cut is written once every upstream marker is in, and the operator goes on
+        meanwhile (a list counted on in place would be written as it is then, not at the cut)."""
+        return {}, {n: copy.deepcopy(getattr(self.owner, n)) for n in self.names}
 
     def restore(self, arrays, attrs):
         for n in self.names:
