@@ -192,7 +192,7 @@ def test_damaged_newest_manifest_is_announced(copy):
 
 
 def test_a_second_run_into_a_locked_directory_is_refused_at_once(tmp_path):
-    path, job, arrays = _slow_job(tmp_path, n=16000, every=4000)
+    path, job, arrays = _slow_job(tmp_path, n=48000, every=12000)     # 6 s of replay: the second run starts and is refused inside it
     env = dict(os.environ, MPI_JOIN_QUIET="1")
     first = subprocess.Popen([MPIEXEC, "-n", "3", *mpi_join_cmd("run", path)], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
