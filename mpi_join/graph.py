@@ -186,11 +186,12 @@ def vertices(size, role_of, group_of=None):
     its group (`group_of(rank)`, default its role) in rank order."""
     roles = ["driver"] + [role_of(r) for r in range(1, size)]
     groups = [g or roles[r] for r, g in enumerate([""] + [group_of(r) if group_of else "" for r in range(1, size)])]
-    out = []
-    for r in range(size):
-        same = [q for q in range(size) if groups[q] == groups[r]]
-        out.append(Vertex(r, roles[r], same.index(r), len(same), "" if groups[r] == roles[r] else groups[r]))
-    return out
+    count, index = {}, []
+    for g in groups:                       # one pass: a rank's place in its group, then the sizes
+        index.append(count.get(g, 0))
+        count[g] = index[-1] + 1
+    return [Vertex(r, roles[r], index[r], count[groups[r]], "" if groups[r] == roles[r] else groups[r])
+            for r in range(size)]
 
 
 def _line_role(size, rank, first, inner, last):
