@@ -20,9 +20,11 @@ Every vertex:
   `restore()` and `state_dtype()` (each part's arrays under "<name>/" in the HDF5 rank file,
   each checked against its dtype and checksum on restore) and the footprint. A part is a
   `Fields` (named attributes: counters, lists, maps of plain values), a `Rows` (a join's
-  windows: slaves/local_join.BinaryJoin), or any object with snapshot() -> (arrays, attrs),
-  restore(arrays, attrs) and state_dtype(name). An operator may still write the three methods
-  itself.
+  windows: slaves/local_join.BinaryJoin), an `Array` (one array, or None), an `Arrays` (a list
+  of arrays), or any object with
+  snapshot() -> (arrays, attrs), restore(arrays, attrs), state_dtype(name) and, if it holds
+  window rows, footprint(). An operator may instead write snapshot/restore/state_dtype itself
+  (one whose state is a single array: tests/graph_strategies.py's GrowRouter).
 - `stats()` for metrics, `footprint()` for the memory figures.
 A vertex whose state moves in units (driver.moves.begin): `unit_of(batch)`, `take(unit)` -> (arrays,
 attrs) and `put(unit, arrays, attrs)`; the runtime moves the state and the unit's queued rows.
@@ -42,6 +44,8 @@ Hooks a vertex has for what only its place in the graph asks of it, each saying 
 """
 import copy
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .checkpoint import Checkpointed
 from .errors import InputError
@@ -101,37 +105,56 @@ class Output:
 
 
 class Fields:
-    """Named attributes of an operator as state: plain values (numbers, lists, dicts), in the
-    rank file's attributes."""
+    """Named attributes of an operator as state: plain values (numbers, lists, dicts), in the rank
+    file's JSON attributes. `codecs[name]` = (encode, decode) for a value JSON would not give back
+    as it was (a dict with int keys: INT_KEYS)."""
 
-    def __init__(self, owner, *names):
-        self.owner, self.names = owner, names
+    def __init__(self, owner, *names, **codecs):
+        self.owner, self.names, self.codecs = owner, names + tuple(codecs), codecs
 
     def snapshot(self):
         """Copies: the cut is written once every upstream marker is in, and the operator goes on
         meanwhile (a list counted on in place would be written as it is then, not at the cut)."""
-        return {}, {n: copy.deepcopy(getattr(self.owner, n)) for n in self.names}
+        enc = {n: self.codecs.get(n, (None, None))[0] for n in self.names}
+        return {}, {n: (enc[n] or copy.deepcopy)(getattr(self.owner, n)) for n in self.names}
 
     def restore(self, arrays, attrs):
         for n in self.names:
-            setattr(self.owner, n, attrs[n])
+            dec = self.codecs.get(n, (None, None))[1]
+            setattr(self.owner, n, dec(attrs[n]) if dec else attrs[n])
 
     def state_dtype(self, name):
         return None
 
 
-class Rows:
-    """A local join's windows (slaves/local_join.BinaryJoin) as state: each stream's rows, and the
-    windows' base numbers (stored rows keep their numbers); indexes are rebuilt on restore."""
+def _int_keys(decode):
+    def code(d):
+        return None if d is None else {(int(k) if decode else str(k)): v for k, v in d.items()}
+    return code
 
-    def __init__(self, join):
-        self.join = join
+
+INT_KEYS = (_int_keys(False), _int_keys(True))     # a dict keyed by ints (or None), for Fields
+
+
+class Rows:
+    """A local join's windows as state (slaves/local_join.BinaryJoin, or a chained index): each
+    stream's rows, and the windows' base numbers (stored rows keep their numbers); indexes are
+    rebuilt on restore. Read from the owner's attribute `name` each time: a unit that hands its
+    state away replaces its join."""
+
+    def __init__(self, owner, name="join"):
+        self.owner, self.name = owner, name
+
+    @property
+    def join(self):
+        return getattr(self.owner, self.name)
 
     def snapshot(self):
-        return self.join.snapshot("w"), {"base": [w.base for w in self.join.windows]}
+        windows = getattr(self.join, "windows", ())
+        return self.join.snapshot("w"), {"base": [w.base for w in windows]}
 
     def restore(self, arrays, attrs):
-        for w, b in zip(self.join.windows, attrs["base"]):
+        for w, b in zip(getattr(self.join, "windows", ()), attrs["base"]):
             w.base = int(b)
         self.join.restore(arrays, "w")
 
@@ -140,6 +163,42 @@ class Rows:
 
     def footprint(self):
         return self.join.footprint()
+
+
+class Arrays:
+    """A list of arrays an operator holds in attribute `name` (one per stream, say), with the
+    dtype each must have."""
+
+    def __init__(self, owner, name, dtypes):
+        self.owner, self.name, self.dtypes = owner, name, dtypes
+
+    def snapshot(self):
+        return {str(k): a.copy() for k, a in enumerate(getattr(self.owner, self.name))}, {}
+
+    def restore(self, arrays, attrs):
+        setattr(self.owner, self.name, [arrays[str(k)] for k in range(len(self.dtypes))])
+
+    def state_dtype(self, name):
+        return self.dtypes[int(name)] if name.isdigit() and int(name) < len(self.dtypes) else None
+
+
+class Array:
+    """One array an operator holds in attribute `name`, or None, with the dtype it must have;
+    stored flat, with its shape."""
+
+    def __init__(self, owner, name, dtype):
+        self.owner, self.name, self.dtype = owner, name, dtype
+
+    def snapshot(self):
+        v = getattr(self.owner, self.name)
+        return ({} if v is None else {"data": v.ravel().copy()}), {"shape": None if v is None else list(v.shape)}
+
+    def restore(self, arrays, attrs):
+        shape = attrs["shape"]
+        setattr(self.owner, self.name, None if shape is None else arrays["data"].reshape(shape))
+
+    def state_dtype(self, name):
+        return np.dtype(self.dtype) if name == "data" else None
 
 
 class Operator(Checkpointed):

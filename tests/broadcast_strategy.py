@@ -27,7 +27,7 @@ class Core(Operator):
         v = graph.vertex(rank)
         self.i, self.k, (self.sink,) = v.index, v.count, graph.downstream(rank)
         self.join, self.seen = BinaryJoin(job.predicate, dtypes), [0, 0]
-        self.declare(join=Rows(self.join), counts=Fields(self, "seen"))     # checkpointed and restored
+        self.declare(join=Rows(self), counts=Fields(self, "seen"))     # checkpointed and restored
 
     def on_data(self, src, header, batches):
         for s, b in enumerate(batches):

@@ -27,8 +27,8 @@ import numpy as np
 from mpi_join.headers import Header
 from mpi_join.partitioning import Partitioner
 from mpi_join.results import result_rows
-from mpi_join.slaves.hash_join import CoreModule, HashJoinCore
-from mpi_join.operator import Operator, Output
+from mpi_join.slaves.hash_join import CoreModule
+from mpi_join.operator import Fields, Operator, Output
 from relay_strategy import RelayRouter, share
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
 from mpi_join.graph import DRIVER, RESULTS, Edge, Graph, tree, vertices
@@ -60,7 +60,6 @@ class Core(CoreModule):
         super().__init__(job, rank, graph, dtypes)
         v = graph.vertex(rank)
         self.n, self.share = v.count, v.index
-        self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
         self.merger, = graph.downstream(rank)
 
 
@@ -96,7 +95,6 @@ class TreeNode(CoreModule):
         super().__init__(job, rank, graph, dtypes)
         p = job.strategy.params
         self.n, self.share = len(graph.workers), rank - 1
-        self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
         self.children = graph.downstream(rank)
         self.first, self.delay = bool(p["forward_first"]), float(p["join_delay"])
 
@@ -166,17 +164,12 @@ class DispatchRouter(FanOutRouter):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         self.next = 0
+        self.declare(order=Fields(self, "next"))
 
     def on_data(self, src, header, batches):
         d = self.graph.entries()
         self.next += 1
         return Output.sending((d[(self.next - 1) % len(d)],), batches, header.bounds, order=self.next - 1)
-
-    def snapshot(self):
-        return {}, {"next": self.next}
-
-    def restore(self, arrays, attrs):
-        self.next = attrs["next"]
 
 
 class Dispatcher(Operator):
@@ -188,11 +181,11 @@ class Dispatcher(Operator):
 
 class Unit(Core):
     def __init__(self, job, rank, graph, dtypes):
-        Operator.__init__(self, job, rank, graph, dtypes)
+        CoreModule.__init__(self, job, rank, graph, dtypes)
         v = graph.vertex(rank)
         self.n, self.share = v.count, v.index
-        self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
         self.last = -1
+        self.declare(order=Fields(self, "last"))
 
     def on_data(self, src, header, batches):
         if header.order != self.last + 1:
@@ -202,14 +195,6 @@ class Unit(Core):
         out = Output()
         out.emit((sa, sb), tin)
         return out
-
-    def snapshot(self):
-        arrays, attrs = self.core.snapshot()
-        return arrays, dict(attrs, last=self.last)
-
-    def restore(self, arrays, attrs):
-        self.core.restore(arrays, attrs)
-        self.last = attrs["last"]
 
 
 class GrowRouter(FanOutRouter):

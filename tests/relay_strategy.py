@@ -14,7 +14,7 @@ import numpy as np
 
 from mpi_join.headers import Header
 from mpi_join.partitioning import Partitioner
-from mpi_join.slaves.hash_join import CoreModule, HashJoinCore
+from mpi_join.slaves.hash_join import CoreModule
 from mpi_join.operator import Operator, Output
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
 from mpi_join.graph import chain
@@ -55,7 +55,6 @@ class RelayModule(CoreModule):
         self.share = rank - 1
         self.last = self.n                   # no batch travels more links than there are workers
         self.turn = self._turn()
-        self.core = HashJoinCore(Partitioner(job, 1), dtypes, "index")
         self.eos = 0
         self.delay = self._delay(job.strategy.params["hop_delay"])
 

@@ -7,7 +7,7 @@ join-biclique saves."""
 import math
 
 from ..slaves.local_join import BinaryJoin, warm_up
-from ..operator import Operator, Output
+from ..operator import Fields, Operator, Output, Rows
 from .roles import check_state, state_limit
 from .routing import spread
 
@@ -48,6 +48,7 @@ class Cell(Operator):
         self.join = BinaryJoin(job.predicate, dtypes, self.method)
         self.limit = state_limit(job)
         self.peak = 0
+        self.declare(windows=Rows(self), counts=Fields(self, "peak"))
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.method)
@@ -61,18 +62,6 @@ class Cell(Operator):
         out.emit((a, b), tin)
         return out
 
-    def snapshot(self):
-        return self.join.snapshot(), {"peak": self.peak}
-
-    def restore(self, arrays, attrs):
-        self.join.restore(arrays)
-        self.peak = int(attrs["peak"])
-
-    def state_dtype(self, name):
-        return self.join.state_dtype(name)
-
     def stats(self):
         return {"window_tuples": len(self.join), "peak_window_tuples": self.peak}
 
-    def footprint(self):
-        return self.join.footprint()

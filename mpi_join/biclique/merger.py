@@ -4,7 +4,7 @@ units' views and writes the global view as timestamped snapshots."""
 import time
 
 from .. import aggregate
-from ..operator import Operator, Output
+from ..operator import Array, Fields, Operator, Output
 
 
 class Views:
@@ -41,16 +41,6 @@ class Views:
             self._send(out)           # before end of stream goes on to the merger
         return out
 
-    def snapshot(self):
-        return {"views/unsent": self.unsent} if self.unsent is not None else {}
-
-    def restore(self, arrays):
-        if "views/unsent" in arrays:
-            self.unsent = arrays["views/unsent"]
-
-    def state_dtype(self, name):
-        return self.dtype if name == "views/unsent" else None
-
 
 class Merger(Operator):
     """Role `merger`: merges the units' views into the global view, and writes it, finished, as
@@ -65,6 +55,7 @@ class Merger(Operator):
         self.units = len(graph.upstream(rank))
         self.view, self.number, self.ended, self.merged = None, 0, 0, 0
         self.written_at = time.monotonic_ns()
+        self.declare(view=Array(self, "view", self.dtype), counts=Fields(self, "number", "merged"))
 
     def link_dtypes(self, kind):
         return [self.dtype]
@@ -88,16 +79,6 @@ class Merger(Operator):
         self.number += 1
         self.written_at = time.monotonic_ns()
         return out
-
-    def snapshot(self):
-        return ({"view": self.view} if self.view is not None else {}), {"number": self.number, "merged": self.merged}
-
-    def restore(self, arrays, attrs):
-        self.view = arrays.get("view")
-        self.number, self.merged = int(attrs["number"]), int(attrs["merged"])
-
-    def state_dtype(self, name):
-        return self.dtype if name == "view" else None
 
     def stats(self):
         return {"window_tuples": 0, "views_merged": self.merged, "snapshots": self.number,

@@ -20,7 +20,7 @@ from ..partitioning import Partitioner
 from ..protocol import Control
 from ..slaves.chained_index import ChainedIndex
 from ..slaves.local_join import warm_up
-from ..operator import Operator, Output
+from ..operator import Array, Fields, Operator, Output, Rows
 from ..errors import JobError
 from ..graph import DRIVER
 from ..window import NEG_INF
@@ -101,6 +101,10 @@ class Shuffler(Operator):
         self.asked = self.last_ask = None
         self.reached = {}
         self.trace, self.events, self.t0 = [], [], None
+        self.declare(route=Fields(self, "next", "version", "last_coord", members=(
+            lambda m: None if m is None else [int(x) for x in m.flat()],
+            lambda v: None if v is None else routing.Membership.of(self.members.units, self.members.groups, v)),
+            draining=(lambda d: [[s, u, c] for (s, u), c in d.items()], lambda v: {(s, u): c for s, u, c in v})))
 
     def annotate(self, batch, stream):
         batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
@@ -197,21 +201,6 @@ class Shuffler(Operator):
     def unit_of(self, batch):
         return np.full(len(batch), -1, np.int64)     # the shuffler routes no row to a unit directly
 
-    def snapshot(self):
-        attrs = {"next": self.next, "version": self.version}
-        if self.members is not None:
-            attrs.update(members=list(self.members.flat()), last_coord=list(self.last_coord),
-                         draining=[[s, u, c] for (s, u), c in self.draining.items()])
-        return {}, attrs
-
-    def restore(self, arrays, attrs):
-        self.next, self.version = int(attrs["next"]), int(attrs.get("version", 0))
-        if self.members is not None:
-            self.members = routing.Membership.of(self.members.units, self.members.groups,
-                                                 [int(x) for x in attrs["members"]])
-            self.last_coord = [int(x) for x in attrs["last_coord"]]
-            self.draining = {(int(s), int(u)): int(c) for s, u, c in attrs["draining"]}
-
     def stats(self):
         if self.members is None:
             return {}
@@ -269,6 +258,8 @@ class Unit(Operator):
         self.views = Views(job, dtypes, len(graph.ranks("dispatcher")), merger_of(graph))
         self.want = None                             # the shuffler waits for this order (Upto)
         self.moved_in = self.moved_out = 0           # tuples, by the runtime's move
+        self.declare(windows=Rows(self), views=Array(self.views, "unsent", self.views.dtype),
+                     counts=Fields(self, "last", "probed", "peak"))
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.method)
@@ -329,22 +320,6 @@ class Unit(Operator):
         before = len(self.join)
         self.join.restore(arrays)
         self.moved_in += len(self.join) - before
-
-    def snapshot(self):
-        arrays = self.join.snapshot()
-        arrays.update(self.views.snapshot())
-        return arrays, {"last": self.last, "probed": self.probed, "peak": self.peak}
-
-    def restore(self, arrays, attrs):
-        self.join.restore(arrays)
-        self.views.restore(arrays)
-        self.last, self.probed, self.peak = int(attrs["last"]), int(attrs["probed"]), int(attrs["peak"])
-
-    def state_dtype(self, name):
-        return self.views.state_dtype(name) or self.join.state_dtype(name)
-
-    def footprint(self):
-        return self.join.footprint()
 
     def stats(self):
         return {"window_tuples": len(self.join), "peak_window_tuples": self.peak, "tuples_probed": self.probed,

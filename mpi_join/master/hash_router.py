@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InputError
 from ..partitioning import Partitioner, group_rows
 from . import controller
-from ..operator import Operator
+from ..operator import Fields, Operator
 
 
 class PartitionMap:
@@ -28,6 +28,19 @@ class PartitionMap:
 
     def partitions_of(self, slave):
         return np.nonzero(self.owner == slave)[0]
+
+    # -- state (operator.declare) ---------------------------------------------------------
+    def snapshot(self):
+        return {"owner": self.owner.copy()}, {}
+
+    def restore(self, arrays, attrs):
+        owner = arrays["owner"]
+        if len(owner) != len(self.owner):
+            raise InputError(f"checkpoint: partition map has {len(owner)} partitions, the job has {len(self.owner)}")
+        self.owner = owner.astype(np.int64)
+
+    def state_dtype(self, name):
+        return np.dtype(np.int64) if name == "owner" else None
 
 
 class HashRouter(Operator):
@@ -45,6 +58,7 @@ class HashRouter(Operator):
         self.reorgs = 0
         self.asked = None                                  # slaves asked for their load, not yet heard
         self.log = {"migrations": [], "deactivated": [], "activated": [], "occupancy": [], "busy": []}
+        self.declare(partitions=self.map, active=Fields(self, "active"))
 
     def annotate(self, batch, stream):
         batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
@@ -132,21 +146,6 @@ class HashRouter(Operator):
                 keep.append(c[~mine])
             self.acc[src][s][:] = [c for c in keep if len(c)]
             self.acc[dst][s].extend(c for c in [rows] + later if len(c))
-
-    # -- checkpoint state -----------------------------------------------------------------
-    def snapshot(self):
-        return {"partition_owner": self.map.owner.copy()}, {"active": self.active}
-
-    def restore(self, arrays, attrs):
-        owner = arrays["partition_owner"]
-        if len(owner) != self.part.n_partitions:
-            raise InputError(f"checkpoint: partition map has {len(owner)} partitions, the job has "
-                             f"{self.part.n_partitions}")
-        self.map.owner = owner.astype(np.int64)
-        self.active = list(attrs.get("active", self.active))
-
-    def state_dtype(self, name):
-        return np.dtype(np.int64) if name == "partition_owner" else None
 
     def report(self, workers):
         log = self.log

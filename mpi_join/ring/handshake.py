@@ -32,7 +32,7 @@ import numpy as np
 from ..graph import DRIVER
 from ..headers import Header
 from ..slaves.local_join import BinaryJoin, runtime_rows, warm_up
-from ..operator import Operator, Output
+from ..operator import Fields, Operator, Output
 from ..strategies import numbers
 
 
@@ -146,13 +146,19 @@ class Segment:
                 self.sent[s] = stop
         return out
 
-    # -- state ------------------------------------------------------------------------------------
+    # -- state (a part, operator.declare) ----------------------------------------------------------
     def snapshot(self):
         return self.join.snapshot(), {"sent": list(self.sent), "now": self.now}
 
     def restore(self, arrays, attrs):
         self.join.restore(arrays)
         self.sent, self.now = list(attrs["sent"]), attrs["now"]
+
+    def state_dtype(self, name):
+        return self.join.state_dtype(name)
+
+    def footprint(self):
+        return self.join.footprint()
 
     def held(self):
         return [len(self.join.windows[s]) - self.sent[s] for s in (0, 1)]
@@ -173,6 +179,7 @@ class HandshakeModule(Operator):
         self.ended = [False, False]          # the input has ended on the R side / the S side
         self.delay = float(p["slow_delay"]) if p["slow_rank"] == rank else 0.0
         self.counts = {"forwarded": 0, "acks": 0}
+        self.declare(segment=self.seg, ends=Fields(self, "ended"))
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.job.strategy.params["local_join"])
@@ -217,20 +224,6 @@ class HandshakeModule(Operator):
         out = Output()
         self._move(out, tuple(0 for _ in self.dtypes))
         return out
-
-    def snapshot(self):
-        arrays, attrs = self.seg.snapshot()
-        return arrays, dict(attrs, ended=list(self.ended))
-
-    def restore(self, arrays, attrs):
-        self.seg.restore(arrays, attrs)
-        self.ended = list(attrs["ended"])
-
-    def state_dtype(self, name):
-        return self.dtypes[int(name.split("/")[1])] if name.startswith("window/") else None
-
-    def footprint(self):
-        return self.seg.join.footprint()
 
     def stats(self):
         r, s = self.seg.held()

@@ -23,7 +23,7 @@ import numpy as np
 from ..headers import Header
 from ..range_join import probe_ranges
 from ..slaves.local_join import warm_up
-from ..operator import Operator, Output
+from ..operator import INT_KEYS, Arrays, Fields, Operator, Output
 from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment, beside
 
 PROGRESS_EVERY = 8
@@ -39,6 +39,26 @@ class New(Header):
 class Moved(Header):
     """Stored tuples moving on (or none: a progress note), stamped with the sender's last batch."""
     done: int
+
+
+class Replicas:
+    """The batches a worker retains for its neighbours' catch-up, (batch id, [R rows, S rows]),
+    as declared state (operator.declare)."""
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def snapshot(self):
+        reps = self.owner.replicas
+        return ({f"{k}/{s}": rows[s] for k, (_, rows) in enumerate(reps) for s in (0, 1)},
+                {"batches": [b for b, _ in reps]})
+
+    def restore(self, arrays, attrs):
+        self.owner.replicas = [(b, [arrays[f"{k}/0"], arrays[f"{k}/1"]]) for k, b in enumerate(attrs["batches"])]
+
+    def state_dtype(self, name):
+        k, _, s = name.partition("/")
+        return self.owner.dtypes[int(s)] if k.isdigit() and s in ("0", "1") else None
 
 
 class LowLatencyModule(Operator):
@@ -59,6 +79,8 @@ class LowLatencyModule(Operator):
         self.heard = {w: -1 for w in (self.left, self.right) if w}   # neighbours' last stamps
         self.told = -1
         self.counts = {"moved": 0, "catch_up_pairs": 0}
+        self.declare(segment=self.seg, since=Arrays(self, "since", (np.dtype(np.int64),) * 2),
+                     replicas=Replicas(self), marks=Fields(self, "done", "told", heard=INT_KEYS))
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.job.strategy.params["local_join"])
@@ -179,34 +201,6 @@ class LowLatencyModule(Operator):
         floor = min(self.heard.values()) if self.heard else self.done
         self.replicas = [(b, r) for b, r in self.replicas if b > floor]
 
-    # -- state ------------------------------------------------------------------------------------
-    def snapshot(self):
-        arrays, attrs = self.seg.snapshot()
-        arrays["since/0"], arrays["since/1"] = self.since[0], self.since[1]
-        for k, (b, rep) in enumerate(self.replicas):
-            arrays[f"replica/{k}/0"], arrays[f"replica/{k}/1"] = rep
-        return arrays, dict(attrs, done=self.done, replicas=[b for b, _ in self.replicas],
-                            heard={str(k): v for k, v in self.heard.items()}, told=self.told)
-
-    def restore(self, arrays, attrs):
-        self.seg.restore(arrays, attrs)
-        self.since = [np.asarray(arrays.get(f"since/{s}", np.zeros(0, np.int64)), np.int64) for s in (0, 1)]
-        self.replicas = [(b, [arrays[f"replica/{k}/0"], arrays[f"replica/{k}/1"]])
-                         for k, b in enumerate(attrs["replicas"])]
-        self.done, self.told = attrs["done"], attrs["told"]
-        self.heard = {int(k): v for k, v in attrs["heard"].items()}
-
-    def state_dtype(self, name):
-        parts = name.split("/")
-        if parts[0] == "since":
-            return np.dtype(np.int64)
-        if parts[0] in ("window", "replica"):
-            return self.dtypes[int(parts[-1])]
-        return None
-
-    def footprint(self):
-        return self.seg.join.footprint()
-
     def stats(self):
         r, s = self.seg.held()
         return {"window_tuples": r + s, "replicas": len(self.replicas), **self.counts}
@@ -230,15 +224,10 @@ class LowLatencyRouter(Operator):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         self.next_id = 0
+        self.declare(order=Fields(self, "next_id"))
 
     def on_data(self, src, header, batches):
         if not any(len(b) for b in batches):
             return
         self.next_id += 1
         return Output.sending(self.graph.workers, batches, header.bounds, New(self.next_id - 1))
-
-    def snapshot(self):
-        return {}, {"next_id": self.next_id}
-
-    def restore(self, arrays, attrs):
-        self.next_id = attrs["next_id"]

@@ -40,7 +40,7 @@ import numpy as np
 from ..headers import Header
 from ..protocol import Control, DataHeader
 from ..range_join import extend, pair_mask
-from ..operator import Operator, Output
+from ..operator import INT_KEYS, Fields, Operator, Output
 from ..strategies import numbers
 from ..graph import DRIVER, ring
 from ..window import POS_INF, Window, footprint
@@ -165,6 +165,38 @@ def batch_parts(body, M, n):
     return body.batch_id, body.retired, orderings, np.asarray(body.cuts, np.int64).reshape(M, n)
 
 
+class Slice:
+    """A slice operator's state (operator.declare): each stream's rows in its slice and the
+    latest cuts; not the rows it keeps for batches in flight (a cut waits until none is)."""
+
+    def __init__(self, op):
+        self.op = op
+
+    def snapshot(self):
+        op = self.op
+        arrays = {str(j): op.held(j).copy() for j in range(op.M)}
+        if op.cuts is not None:
+            arrays["cuts"] = op.cuts.ravel().copy()
+        return arrays, {}
+
+    def restore(self, arrays, attrs):
+        op = self.op
+        op.windows = [Window(dt) for dt in op.dtypes]
+        for j in range(op.M):
+            op.windows[j].append(arrays[str(j)])
+        op.owned = [0] * op.M
+        op.cuts = arrays["cuts"].reshape(op.M, op.n) if "cuts" in arrays else None
+        op.inflight, op.ended, op.open = {}, set(), 0
+
+    def state_dtype(self, name):
+        if name.isdigit():
+            return self.op.dtypes[int(name)]
+        return np.dtype(np.int64) if name == "cuts" else None
+
+    def footprint(self):
+        return footprint(*self.op.windows)
+
+
 class SlicedJoin(Operator):
     """An inner operator of the ring (role `ring`): the state machine of the module docstring,
     no MPI in it. The head and the tail are the role classes below: the head closes each batch's
@@ -189,6 +221,7 @@ class SlicedJoin(Operator):
         self.counts = {"probes": 0, "inter_in": 0, "inter_out": 0, "moved": 0, "cycles": 0}
         p = job.strategy.params
         self.slow = float(p["slow_cpu"]) if p["slow_rank"] == rank else 0.0
+        self.declare(slice=Slice(self), counts=Fields(self, "retired"))
 
     # -- the worker's calls ---------------------------------------------------------------------
     def accepts_input(self):
@@ -368,26 +401,6 @@ class SlicedJoin(Operator):
         w = self.windows[j]
         return w.view()[self.owned[j] - w.base:]
 
-    def snapshot(self):
-        arrays = {f"window/{j}": self.held(j) for j in range(self.M)}
-        if self.cuts is not None:
-            arrays["cuts"] = self.cuts.ravel()
-        return arrays, {"retired": self.retired}
-
-    def restore(self, arrays, attrs):
-        self.windows = [Window(dt) for dt in self.dtypes]
-        for j in range(self.M):
-            self.windows[j].append(arrays.get(f"window/{j}", np.zeros(0, self.dtypes[j])))
-        self.owned = [0] * self.M
-        self.cuts = arrays["cuts"].reshape(self.M, self.n) if "cuts" in arrays else None
-        self.retired = int(attrs["retired"])
-        self.inflight, self.ended, self.open = {}, set(), 0
-
-    def state_dtype(self, name):
-        if name.startswith("window/"):
-            return self.dtypes[int(name.split("/")[1])]
-        return np.dtype(np.int64) if name == "cuts" else None
-
     def warm_up(self):
         """Compile the probe kernels on a tiny ring of one: every stream probes every other."""
         job = replace(self.job, strategy=replace(self.job.strategy, params=dict(self.job.strategy.params,
@@ -407,9 +420,6 @@ class SlicedJoin(Operator):
                 batches.append(b)
             cuts = np.full((M, 1), -(1 << 40), np.int64)
             op.on_data(DRIVER, DataHeader(0, (0,) * M, batch_header(Entering, seq0, -1, orderings, cuts)), batches)
-
-    def footprint(self):
-        return footprint(*self.windows)
 
     def stats(self):
         held = sum(len(self.held(j)) for j in range(self.M))
@@ -472,6 +482,7 @@ class PspRouter(Operator):
         self.next_id = 0
         self.retired = -1
         self.relocations = []
+        self.declare(slicer=self.slicer, route=Fields(self, "next_id", "retired", "weights", orderings=INT_KEYS))
 
     def on_data(self, src, header, batches):
         if not any(len(b) for b in batches):
@@ -513,25 +524,6 @@ class PspRouter(Operator):
 
     def quiet(self):
         return self.retired >= self.next_id - 1
-
-    def snapshot(self):
-        arrays, attrs = self.slicer.snapshot()
-        arrays = {f"slicer/{k}": v for k, v in arrays.items()}
-        return arrays, {"slicer": attrs, "next_id": self.next_id, "weights": self.weights,
-                        "orderings": None if self.orderings is None else {str(k): v for k, v in self.orderings.items()}}
-
-    def restore(self, arrays, attrs):
-        self.slicer.restore({k[7:]: v for k, v in arrays.items() if k.startswith("slicer/")}, attrs["slicer"])
-        self.next_id = attrs["next_id"]
-        self.weights = list(attrs["weights"])
-        self.retired = self.next_id - 1
-        o = attrs["orderings"]
-        self.orderings = None if o is None else {int(k): list(v) for k, v in o.items()}
-
-    def state_dtype(self, name):
-        if name == "slicer/ends":
-            return np.dtype(np.float64)
-        return np.dtype(np.int64) if name.startswith("slicer/") else None
 
     def stats(self):
         return {"batches": self.next_id, "orderings": self.orderings and {str(k): v for k, v in self.orderings.items()},

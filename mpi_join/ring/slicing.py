@@ -160,7 +160,7 @@ class Slicer:
             out.append(int(r[len(r) - held]) if held < len(r) else NEG_INF)
         return out + [edge]
 
-    # -- checkpoints ---------------------------------------------------------------------------
+    # -- state (a part of the PSP router's, operator.declare) ---------------------------------------------------------------------------
     def snapshot(self):
         arrays = {"cuts": self.cuts.ravel().copy(), "ends": self.ends.ravel().copy()}
         for j, r in enumerate(self.recent):
@@ -176,3 +176,6 @@ class Slicer:
                        for j in range(self.M)]
         self.lo_prev, self.mode, self.counts = attrs["lo_prev"], attrs["mode"], attrs["counts"]
         self.floor = list(attrs["floor"])
+
+    def state_dtype(self, name):
+        return np.dtype(np.float64) if name == "ends" else np.dtype(np.int64)

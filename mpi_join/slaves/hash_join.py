@@ -29,23 +29,17 @@ _NONE = np.zeros(0, np.int64)
 
 
 class CoreModule(Operator):
-    """A join module whose whole state is a HashJoinCore, `self.core`: warm-up, checkpoints and
-    stats come from it (the `hash` module, and test strategies that join a hash share)."""
+    """A join module whose whole state is a HashJoinCore, `self.core` (declared as `windows`):
+    warm-up, checkpoints and stats come from it (the `hash` module, and test strategies that join
+    a hash share; their core is one partition with an index join unless they give one)."""
+
+    def __init__(self, job, rank, graph, dtypes, core=None):
+        super().__init__(job, rank, graph, dtypes)
+        self.core = core or HashJoinCore(Partitioner(job, 1), dtypes, "index")
+        self.declare(windows=self.core)
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.core.local_join)
-
-    def snapshot(self):
-        return self.core.snapshot()
-
-    def restore(self, arrays, attrs):
-        self.core.restore(arrays, attrs)
-
-    def state_dtype(self, name):
-        return self.core.state_dtype(name)
-
-    def footprint(self):
-        return self.core.footprint()
 
     def stats(self):
         w0, w1 = self.core.window_tuples()
@@ -56,11 +50,10 @@ class HashJoinModule(CoreModule):
     """The slave side of `hash`: the windows of the partition groups this slave owns."""
 
     def __init__(self, job, rank, graph, dtypes):
-        super().__init__(job, rank, graph, dtypes)
         prm = job.strategy.params
         theta = prm["theta"] if prm["local_join"] == "bnl" else 0      # see the module docstring
-        self.core = HashJoinCore(Partitioner(job, prm["partitions"]), dtypes, prm["local_join"], theta,
-                                 prm["block_size"])
+        super().__init__(job, rank, graph, dtypes, HashJoinCore(Partitioner(job, prm["partitions"]), dtypes,
+                                                                prm["local_join"], theta, prm["block_size"]))
         self.slow = prm["slow_delay"] if prm["slow_rank"] == rank else 0.0
         self.buffer_capacity = prm["buffer_capacity"]
 
@@ -168,7 +161,7 @@ class HashJoinCore:
         g.install(arrays, info)
         self.groups[p] = g
 
-    # -- checkpoint state (see checkpoint.py) ------------------------------------------
+    # -- state (operator.declare) -----------------------------------------------
     def snapshot(self):
         arrays, infos = {}, {}
         for p, g in sorted(self.groups.items()):

@@ -54,7 +54,7 @@ class JoinCore(Operator):
         self.mode, self.interval = p["punctuation"], int(p["interval"])
         self.seen = [0, 0]
         self.names = job.stream_names
-        self.declare(join=Rows(self.join), counts=Fields(self, "seen"))
+        self.declare(join=Rows(self), counts=Fields(self, "seen"))
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.method)
