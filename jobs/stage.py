@@ -6,8 +6,8 @@ import sys
 
 from mpi_join.config import load_job
 from mpi_join.errors import JobError
-from mpi_join.spark.session import spark_session
-from mpi_join.spark.stage import stage
+from mpi_join.storage.spark.session import spark_session
+from mpi_join.storage.spark.stage import stage
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)

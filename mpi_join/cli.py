@@ -117,7 +117,7 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow):
         except JobError as e:
             _fail(e)
         sys.exit(launch(cmd))
-    from .runtime import run_rank
+    from .ranks import run_rank
     sys.exit(run_rank(job, dict(overrides, overwrite=overwrite, follow=follow)))
 
 
@@ -134,7 +134,7 @@ def tail(out, counts, no_follow):
     (<stream>_seq..., emit_ns, latency_ns), each result once, until the run's last commit.
     Ctrl-C stops. On a finished replay run it prints its results once."""
     import pyarrow.parquet as pq
-    from .tail import follow
+    from .storage.tail import follow
     if not os.path.isdir(out):
         _fail(JobError(f"{out}: no such run output directory"))
     header = False
@@ -158,7 +158,7 @@ def tail(out, counts, no_follow):
 
 
 def _generate_live(workload, out, rate, window, keys, seed, seconds, disorder, late, every, strategy):
-    from .live_workload import Generator, job_text
+    from .tools.live_workload import Generator, job_text
     from .units import parse_duration_ns
     if workload != "equi":
         _fail(JobError(f"--live: the live workload is an equi join; got {workload!r}"))
@@ -200,7 +200,7 @@ def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates):
     p50 and p99 and whether the lag grows; the highest rate sustained; the latency and its parts
     (staging, replay, join, commit) at 80% of that rate; and Spark Structured Streaming's own
     stream-stream join on the same input and cores, measured the same way."""
-    from .bench_live import bench_live
+    from .tools.bench_live import bench_live
     ladders = {}
     for opt, text in (("--rates", rates), ("--spark-rates", spark_rates)):
         try:
@@ -217,9 +217,9 @@ def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates):
 
 
 def _stage_follow(job, out, master, conf, force, until, trigger):
-    from .spark.follow import follow, landing_dir
-    from .spark.session import spark_session
-    from .staged_log import until_ts
+    from .storage.spark.follow import follow, landing_dir
+    from .storage.spark.session import spark_session
+    from .storage.staged_log import until_ts
     from .units import parse_duration_ns
     every = parse_duration_ns(trigger, "--trigger") / 1e9
     if until not in (None, "end"):
@@ -261,7 +261,7 @@ def explain(job_path, nprocs):
     """Print JOB's plan on -n ranks: the strategy and its parameters, each rank's role and links,
     each window in tuples at the staged arrival rate, the state per worker, and which local join
     decides which condition. Validates like `mpi-join check` first."""
-    from .staged import staged_manifest
+    from .storage.staged import staged_manifest
     job, lines = _planned(job_path, nprocs, "explain")
     click.echo("\n".join(lines))
     _warn(job, staged_manifest(job))
@@ -269,7 +269,7 @@ def explain(job_path, nprocs):
 
 def _planned(job_path, nprocs, what):
     """(the job, plan.check or plan.explain of it on `nprocs` ranks); a one-line error exits 2."""
-    from . import plan
+    from .tools import plan
     from .config import load_job
     try:
         job = load_job(job_path)
@@ -280,7 +280,7 @@ def _planned(job_path, nprocs, what):
 
 def _warn(job, man):
     """One line on stderr per warning about the staged input (input_warnings.py)."""
-    from .input_warnings import warnings
+    from .storage.input_warnings import warnings
     for w in warnings(job, man):
         click.echo(f"mpi-join: warning: {w}", err=True)
 
@@ -316,8 +316,8 @@ def plan(job_path, nprocs, tn, ts, calibration, cores):
     """
     from . import strategies
     from .config import load_job
-    from .input_stats import rates_and_windows
-    from .scaling_model import load_models, recommend
+    from .storage.input_stats import rates_and_windows
+    from .tools.scaling_model import load_models, recommend
     try:
         job = strategies.check_strategy(load_job(job_path))
         info = strategies.get(job.strategy.name)
@@ -386,7 +386,7 @@ def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys
     if live:
         return _generate_live(workload, out, rate, window, uniform_keys, seed, seconds, disorder, late, file_every,
                               strategy)
-    from .workloads import make
+    from .tools.workloads import make
     from . import strategies
     if strategy is None:
         strategy = next((n for n in strategies.names() if strategies.get(n).workload == workload), "hash")
@@ -437,7 +437,7 @@ def tpch(query, out, tables, sf, rate, window, limit, strategy):
     Writes raw Parquet with an event_time column and a job file; then `mpi-join stage
     OUT/job.toml` (Spark) and `mpi-join run -n N OUT/job.toml`.
     """
-    from . import tpch as T
+    from .tools import tpch as T
     try:
         path, rows = T.make(query, out, tables=tables, sf=sf, rate=rate, window=window, limit=limit,
                             strategy=strategy)
@@ -485,9 +485,9 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
     append-only staged log (atomic batch commits, an event-time watermark, late rows
     quarantined), until --until or Ctrl-C/SIGTERM; `run --follow JOB` joins it as it grows."""
     from .config import load_job
-    from .paths import check_layout, job_dirs
-    from .spark.session import spark_session
-    from .spark.stage import precheck, small_input, stage as do_stage
+    from .storage.paths import check_layout, job_dirs
+    from .storage.spark.session import spark_session
+    from .storage.spark.stage import precheck, small_input, stage as do_stage
     if (until or trigger != "500ms") and not follow:
         _fail(JobError("--until and --trigger go with --follow (live staging)"))
     try:
@@ -559,8 +559,8 @@ def collect(run_dir, job_path, out, with_payload, files, partial, overwrite, mas
     against its rows, size and SHA-256 first; a missing, added or changed one is refused. One
     collect at a time writes OUT (a lock beside it). Also runnable as `spark-submit jobs/collect.py RUN_DIR --job JOB --out OUT`."""
     from .config import load_job
-    from .spark.collect import collect as do_collect, collecting
-    from .spark.session import spark_session
+    from .storage.spark.collect import collect as do_collect, collecting
+    from .storage.spark.session import spark_session
     try:
         job = load_job(job_path)
         with collecting(job, run_dir, out, partial, overwrite) as parts:     # before any JVM starts
@@ -614,7 +614,7 @@ def slurm(job_path, nodes, ntasks, time_limit, partition, launcher, chain, overc
     out_dir = out_dir or os.path.join(os.path.dirname(os.path.abspath(job_path)), "slurm")
     try:
         job = load_job(job_path, udfs=False)        # renders scripts: no code of the job's runs here
-        from .paths import check_text
+        from .storage.paths import check_text
         check_text(os.path.abspath(out_dir), "--out")
         files = render(job, o)
     except JobError as e:
@@ -648,7 +648,7 @@ def checkpoint():
 @click.argument("directory", type=click.Path(file_okay=False))
 def checkpoint_inspect(directory):
     """List the checkpoints in DIRECTORY and what each holds."""
-    from .checkpoint import describe
+    from .storage.checkpoint import describe
     if not os.path.isdir(directory):
         _fail(JobError(f"{directory}: checkpoint directory not found"))
     rows = describe(directory)
@@ -684,7 +684,7 @@ def verify(results, job_path, examples, ordered):
     Prints the counts of missing, extra and duplicated results with examples; exits 1 on any
     difference (and with --ordered, on any result written out of order)."""
     from .config import load_job
-    from .verify import format_report, verify as do_verify
+    from .storage.verify import format_report, verify as do_verify
     try:
         job = load_job(job_path)
         rep = do_verify(results, job, examples, ordered)
@@ -703,8 +703,8 @@ def verify(results, job_path, examples, ordered):
 def oracle(job_path, out):
     """Compute JOB's exact result in one process (the reference every strategy must equal)."""
     from .config import load_job
-    from .oracle import run_oracle
-    from .staged import read_staged
+    from .join.oracle import run_oracle
+    from .storage.staged import read_staged
     try:
         job = load_job(job_path)
         arrays = read_staged(job)
@@ -717,7 +717,7 @@ def oracle(job_path, out):
     click.echo(f"{len(res):,} results from {n:,} tuples in {el:.2f} s ({n / max(el, 1e-9):,.0f} tuples/s)")
     if out:
         import numpy as np
-        from .results import ResultWriter
+        from .storage.results import ResultWriter
         w = ResultWriter(out, 0, job.stream_names)
         w.add([res[:, k] for k in range(res.shape[1])], np.zeros(len(res), np.int64), np.zeros(len(res), np.int64))
         w.close()
@@ -739,7 +739,7 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
     Delay, CPU and idle time against arrival rate with and without fine tuning; communication
     overhead against the distribution epoch; load imbalance under skew with and without
     reorganisation. Writes a markdown table and PNG plots; every point is a real mpiexec run."""
-    from .bench_adaptive import run_figures
+    from .tools.bench_adaptive import run_figures
     try:
         md = run_figures(out, nprocs, seconds, tuple(int(x) for x in rates.split(",")),
                          tuple(int(x) for x in epochs.split(",")), window, theta,
@@ -789,7 +789,7 @@ def bench_suite(out, names, workloads, workers, seconds, steps, spark, rerender,
       mpi-join bench-suite --out bench-suite --rerender      # tables, plots and model again
       mpi-join report bench-suite                            # the whole run as one HTML page
     """
-    from .bench_suite import rerender as rerender_, run
+    from .tools.bench_suite import rerender as rerender_, run
     out = os.path.abspath(out)
     try:
         if rerender:
@@ -821,7 +821,7 @@ def report(run_dir, out):
       mpi-join report out/                  # writes out/report.html
       mpi-join report bench-suite --out suite.html
     """
-    from .report import write_report
+    from .tools.report import write_report
     try:
         click.echo(write_report(run_dir, out))
     except (JobError, OSError) as e:
@@ -901,7 +901,7 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
         return click.get_current_context().invoke(bench_live_cmd, nprocs=nprocs[0] if nprocs else 3,
                                                   out="bench-live", rates="5000,10000,20000,40000", seconds=20,
                                                   no_spark=False, spark_rates="1000,2000,4000,8000,16000")
-    from .bench import bench as run_bench
+    from .tools.bench import bench as run_bench
     prm = {}
     for kv in params:
         k, _, v = kv.partition("=")
@@ -925,7 +925,7 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
             _fail(e)
         return
     if case == "memory":
-        from .bench import bench_memory
+        from .tools.bench import bench_memory
         given = click.get_current_context().get_parameter_source("tuples") == click.core.ParameterSource.COMMANDLINE
         sizes = sorted({1_000_000, 8_000_000} | ({tuples} if given else set()))
         try:
@@ -952,7 +952,7 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
 def demo(nprocs, tuples, workdir, master):
     """The whole pipeline on workload (b): generate raw CSV, stage with Spark, run `hash` under
     mpiexec, collect with Spark, verify against the oracle."""
-    from .bench import demo as run_demo
+    from .tools.bench import demo as run_demo
     try:
         sys.exit(run_demo(nprocs, tuples, workdir, master))
     except JobError as e:

@@ -11,7 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from .errors import ConfigError, InputError
-from .paths import check_layout, check_name, check_text, job_dirs
+from .storage.paths import check_layout, check_name, check_text, job_dirs
 from .schema import INTEGER_KINDS, stream_dtype
 from .units import TS_UNITS, ns_to_ts, parse_duration_ns, ts_unit_ns
 
@@ -246,7 +246,7 @@ def _staged_widths(job):
     """`string` columns take the widths the staged input records. Read here, once, so every
     rank of a run holds the same dtypes; a manifest that cannot be read is left to the step
     that reads the input (staged.staged_manifest), which names what is wrong."""
-    from .staged import read_manifest, string_columns, with_string_widths
+    from .storage.staged import read_manifest, string_columns, with_string_widths
     if "://" in job.staged or not any(string_columns(s) for s in job.streams):
         return job
     try:
@@ -258,7 +258,7 @@ def _staged_widths(job):
 def load_udfs(job):
     """Import and compile-check every theta UDF of a validated job (README "Safety": a job's
     own code runs only after the rest of the job is known to be valid)."""
-    from .predicate import load_udf
+    from .join.predicate import load_udf
     for k, t in enumerate(job.predicate.theta):
         try:
             load_udf(t.udf)

@@ -14,16 +14,16 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     input, and by stage itself when the staged input is up to date (unless `force`)."""
     from .launch import mpiexec_cmd
     from .config import load_job
-    from .spark.collect import collect, collecting, default_out
-    from .spark.stage import stage
+    from .storage.spark.collect import collect, collecting, default_out
+    from .storage.spark.stage import stage
     job = load_job(job_path)
     out = collect_out or default_out(job.output)
-    from .paths import check_layout, job_dirs
+    from .storage.paths import check_layout, job_dirs
     check_layout(job_dirs(job, collect_out=out))        # before any JVM or rank starts
     t0 = time.perf_counter()
     steps = 3 + bool(verify)
     spark = None
-    from .spark.stage import precheck
+    from .storage.spark.stage import precheck
     if all(s.raw is not None for s in job.streams) and precheck(job, force=force) is not None:
         say(f"1/{steps} stage: {job.staged} is up to date (same settings, raw files unchanged; no Spark needed)")
     elif all(s.raw is not None for s in job.streams):
@@ -31,7 +31,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
         spark = _session(master, conf, say)
         man = stage(spark, job, progress=lambda m: say("    " + m), force=force)
         say(f"    {man['total']:,} tuples staged, {sum(man['quarantined'].values()):,} quarantined")
-        from .staged import with_string_widths
+        from .storage.staged import with_string_widths
         job = with_string_widths(job, man)          # string columns as wide as the input staged now
     else:
         say(f"1/{steps} stage: skipped (streams without raw input; staged input is {job.staged})")
@@ -53,7 +53,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     took["collect"] = time.perf_counter() - t0 - sum(took.values())
     code = 0
     if verify:
-        from .verify import format_report, verify as check
+        from .storage.verify import format_report, verify as check
         say(f"4/{steps} verify against the oracle")
         rep = check(job.output, job)
         say(format_report(rep))
@@ -68,7 +68,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
 
 def _session(master, conf, say):
     """The one Spark session of a pipeline (a JVM start, about 5 s), said once."""
-    from .spark.session import spark_session
+    from .storage.spark.session import spark_session
     t = time.perf_counter()
     spark = spark_session(master, "mpi-join pipeline", conf)
     say(f"    Spark session started ({master}) in {time.perf_counter() - t:.1f} s")

@@ -11,8 +11,8 @@ import sys
 from dataclasses import dataclass
 
 from .errors import JobError
-from .paths import check_text
-from .spark.collect import default_out
+from .storage.paths import check_text
+from .storage.spark.collect import default_out
 
 LAUNCHERS = ("srun", "mpiexec")
 

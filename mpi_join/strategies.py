@@ -178,7 +178,7 @@ REGISTRY = {
         summary="master + slaves; epoch-synchronised distribution of hash-partitioned windows",
         requires=frozenset({"equi"}),
         requires_why="hash partitioning needs equal keys to meet on one slave",
-        graph="mpi_join.graph:star",
+        graph="mpi_join.runtime.graph:star",
         router="mpi_join.master.hash_router:HashRouter",
         module="mpi_join.slaves.hash_join:HashJoinModule",
         workload="equi",
@@ -213,7 +213,7 @@ REGISTRY = {
         summary="a ring of time-sliced multi-way joins (pipelined state partitioning): no state duplicated, "
                 "every predicate",
         streams=(2, 8),
-        graph="mpi_join.graph:ring",
+        graph="mpi_join.runtime.graph:ring",
         roles=_roles("mpi_join.ring.psp", driver="PspRouter", head="HeadSlice", ring="SlicedJoin", tail="TailSlice",
                      solo="OnlySlice"),
         planner="mpi_join.ring.planner:plan_lines",
@@ -255,7 +255,7 @@ REGISTRY = {
     ),
     "handshake": _chain_strategy(
         "handshake", "handshake join: R and S flow past each other along a chain of workers, two-phase forwarding",
-        "mpi_join.graph:chain", "mpi_join.ring.handshake", ("HandshakeRouter", "LeftEnd", "HandshakeModule", "RightEnd", "OnlySegment"),
+        "mpi_join.runtime.graph:chain", "mpi_join.ring.handshake", ("HandshakeRouter", "LeftEnd", "HandshakeModule", "RightEnd", "OnlySegment"),
         "run_case", budget=95, params={
             "slow_rank": Param(-1, _rank_or_none, "make this worker slow: it sleeps slow_delay per batch",
                                testing=True),
@@ -265,7 +265,7 @@ REGISTRY = {
         variants=(("band", {"local_join": "index"}),)),
     "llhj": _chain_strategy(
         "llhj", "low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
-        "mpi_join.graph:fed_chain", "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
+        "mpi_join.runtime.graph:fed_chain", "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
         "run_case_llhj", {}, 55),
     "biclique": StrategyInfo(
         name="biclique", suite_budget_s=200, shape="biclique", min_ranks=4, graph="mpi_join.biclique.graph:build",
@@ -329,7 +329,7 @@ REGISTRY = {
         name="matrix", suite_budget_s=60, shape="matrix",
         summary="join-matrix (the baseline of BiStream): a grid of cells, each R tuple stored along a row and each "
                 "S tuple down a column, so every pair meets in one cell",
-        graph="mpi_join.graph:star",
+        graph="mpi_join.runtime.graph:star",
         roles=_roles("mpi_join.biclique.matrix", driver="MatrixRouter", worker="Cell"),
         workload="equi",
         check="mpi_join.biclique.checks:check_matrix",

@@ -3,10 +3,10 @@ stores the tuples whose count is i mod k and joins each new tuple with what it s
 on a result edge to the sink (the last rank). No graph class, no lifecycle code."""
 import numpy as np
 
-from mpi_join.graph import DRIVER, RESULTS, Edge, Graph, vertices
-from mpi_join.results import result_rows
+from mpi_join.runtime.graph import DRIVER, RESULTS, Edge, Graph, vertices
+from mpi_join.storage.results import result_rows
 from mpi_join.slaves.local_join import BinaryJoin
-from mpi_join.operator import Fields, Operator, Output, Rows
+from mpi_join.runtime.operator import Fields, Operator, Output, Rows
 from mpi_join.strategies import REGISTRY, StrategyInfo, register
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mpi_join.config import load_job
-from mpi_join.staged import write_staged
+from mpi_join.storage.staged import write_staged
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # test-only strategies (tests/relay_strategy.py) are registered through the plugin variable, on

@@ -24,14 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpi_join.headers import Header
+from mpi_join.runtime.headers import Header
 from mpi_join.partitioning import Partitioner
-from mpi_join.results import result_rows
+from mpi_join.storage.results import result_rows
 from mpi_join.slaves.hash_join import CoreModule
-from mpi_join.operator import Fields, Operator, Output
+from mpi_join.runtime.operator import Fields, Operator, Output
 from relay_strategy import RelayRouter, share
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
-from mpi_join.graph import DRIVER, RESULTS, Edge, Graph, tree, vertices
+from mpi_join.runtime.graph import DRIVER, RESULTS, Edge, Graph, tree, vertices
 
 
 def merge_tree(size, params):
@@ -125,8 +125,8 @@ def bench_depth(nprocs, workdir, tuples=6000, rate=300.0, delay=0.02):
     adds the transfer only; forwarding after the join adds the inner node's join time."""
     import os
     import tempfile
-    from mpi_join.bench import run_mpi, print_table
-    from mpi_join.workloads import make
+    from mpi_join.tools.bench import run_mpi, print_table
+    from mpi_join.tools.workloads import make
     root = workdir or tempfile.mkdtemp(prefix="mpi-join-depth-")
     path = make("equi", os.path.join(root, "data"), tuples=tuples, rate=rate, strategy="fan-tree")
     text = open(path).read()
@@ -249,7 +249,7 @@ if "grow" not in REGISTRY:
         predicates=frozenset({"equi", "band", "theta"}), requires=frozenset({"equi"}), streams=(2, 2), min_ranks=3,
         params={**REGISTRY["hash"].params,
                 "grow_at": Param(3, lambda v: None, "epoch at which half the units move to worker 2", testing=True)},
-        graph="mpi_join.graph:star",
+        graph="mpi_join.runtime.graph:star",
         roles={"driver": "graph_strategies:GrowRouter", "worker": "mpi_join.slaves.hash_join:HashJoinModule"}))
 
 if "dispatch" not in REGISTRY:

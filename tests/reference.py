@@ -38,8 +38,8 @@ def as_set(rows):
 def assert_equals_oracle(job, arrays):
     """A run's written results (job.output) are the oracle's, none twice; returns them in the
     order written."""
-    from mpi_join.oracle import run_oracle
-    from mpi_join.results import read_results
+    from mpi_join.join.oracle import run_oracle
+    from mpi_join.storage.results import read_results
     got = read_results(job.output, job.stream_names)
     expect = run_oracle(job, arrays)
     assert len(expect) > 0

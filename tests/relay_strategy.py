@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpi_join.headers import Header
+from mpi_join.runtime.headers import Header
 from mpi_join.partitioning import Partitioner
 from mpi_join.slaves.hash_join import CoreModule
-from mpi_join.operator import Operator, Output
+from mpi_join.runtime.operator import Operator, Output
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
-from mpi_join.graph import chain
+from mpi_join.runtime.graph import chain
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def _info(name, graph, roles):
 
 # they check the runtime's links, not a join (testing=True)
 
-for _name, _graph, _roles in (("relay-ring", "mpi_join.graph:ring", {"head": "RingHead", "solo": "RelayFirst"}),
+for _name, _graph, _roles in (("relay-ring", "mpi_join.runtime.graph:ring", {"head": "RingHead", "solo": "RelayFirst"}),
                               ("relay-chain", "relay_strategy:one_way",
                               {"left": "RelayFirst", "solo": "RelayFirst"})):
     if _name not in REGISTRY:

@@ -15,11 +15,11 @@ from mpi_join import strategies
 from mpi_join.config import parse_job
 from mpi_join.master.driver import Driver
 from mpi_join.master.progress import Progress
-from mpi_join.metrics import RankMetrics
-from mpi_join.protocol import Tag
+from mpi_join.runtime.metrics import RankMetrics
+from mpi_join.runtime.protocol import Tag
 from mpi_join.slaves.worker import Worker
 from mpi_join.strategies import check_strategy
-from mpi_join.window import runtime_dtype
+from mpi_join.join.window import runtime_dtype
 
 # the simulations' jobs: one predicate of each kind, time and count windows of different sizes
 SIM_PRED = {

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mpi_join.config import parse_job
-from mpi_join.oracle import run_oracle
+from mpi_join.join.oracle import run_oracle
 from conftest import job_toml, stream_toml
 from reference import as_set
 from test_local_join import _drive

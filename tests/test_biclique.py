@@ -10,11 +10,11 @@ import re
 import numpy as np
 import pytest
 
-from mpi_join import aggregate
+from mpi_join.join import aggregate
 from mpi_join.biclique import routing
 from mpi_join.biclique.graph import biclique
 from mpi_join.errors import ConfigError
-from mpi_join.oracle import run_oracle
+from mpi_join.join.oracle import run_oracle
 from conftest import random_streams
 from reference import as_set
 from sim import sim_job, simulate_strategy

@@ -230,7 +230,7 @@ def test_2ps_full_history_moves_a_leaving_units_state_with_the_runtime(tmp_path)
 def test_bench_fig8_and_fig12_run_and_show_their_figures(tmp_path, capsys):
     """Small sizes: fig8's table has random, ContRand and matrix for q5, every run checked against
     the oracle; fig12's trace scales out and back down and writes its plot."""
-    from mpi_join import tpch
+    from mpi_join.tools import tpch
     from mpi_join.biclique.bench_figures import fig8, fig12
     tables = tpch.generate_tables(0.01, str(tmp_path / "tpch"))
     rows = fig8(units=4, workdir=str(tmp_path / "f8"), queries=("q5",), tables=tables, limit=4000)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mpi_join.master.source import Source
-from mpi_join.oracle import run_oracle
+from mpi_join.join.oracle import run_oracle
 from mpi_join.slaves.chained_index import ChainedIndex
 from conftest import random_streams
 from reference import as_set

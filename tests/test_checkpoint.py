@@ -8,16 +8,16 @@ import time
 import numpy as np
 import pytest
 
-from mpi_join import checkpoint as ck
+from mpi_join.storage import checkpoint as ck
 from mpi_join.errors import ConfigError, InputError
 from mpi_join.master.hash_router import route
 from mpi_join.master.source import Source
-from mpi_join.oracle import run_oracle
+from mpi_join.join.oracle import run_oracle
 from mpi_join.master.hash_router import PartitionMap
 from mpi_join.partitioning import Partitioner
-from mpi_join.results import read_results
+from mpi_join.storage.results import read_results
 from mpi_join.slaves.hash_join import HashJoinCore
-from mpi_join.window import runtime_dtype
+from mpi_join.join.window import runtime_dtype
 from conftest import MPIEXEC, equi_job_text, with_text_columns, mpi_join_cmd, mpi_join_pids, random_streams, run_cli, run_mpi, write_job
 from reference import as_set
 

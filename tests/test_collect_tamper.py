@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from mpi_join.config import load_job
-from mpi_join.oracle import run_oracle
-from mpi_join.staged import read_staged
-from mpi_join.workloads import make
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.staged import read_staged
+from mpi_join.tools.workloads import make
 from conftest import mpi_join_cmd, run_cli_no_spark, run_mpi
 
 SLOW = True

@@ -98,7 +98,7 @@ def test_udf_modules_next_to_two_jobs_never_mix(tmp_path):
     """Two jobs whose UDF modules have the same name load each its own (bench and verify load
     several jobs in one process)."""
     from mpi_join.config import load_job
-    from mpi_join.predicate import load_udf
+    from mpi_join.join.predicate import load_udf
     from conftest import equi_job_text
     got = []
     for k in (1, 2):

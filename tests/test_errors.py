@@ -70,7 +70,7 @@ def test_ts_going_backwards(good):
     tmp, path, job, arrays = good
     R, S = arrays
     S["ts"][len(S) // 2] -= 1000
-    from mpi_join.staged import write_staged
+    from mpi_join.storage.staged import write_staged
     write_staged(job.staged, job.streams, [R, S], job.ts_unit)
     _expect_run_error(path, "ts goes backwards at seq", "non-decreasing")
 
@@ -80,7 +80,7 @@ def test_seq_not_dense(good):
     R, S = arrays
     k = int(np.searchsorted(R["seq"], S["seq"][5]))       # a seq of S, placed in order within R
     R["seq"][k - 1] = S["seq"][5]
-    from mpi_join.staged import write_staged
+    from mpi_join.storage.staged import write_staged
     write_staged(job.staged, job.streams, [R, S], job.ts_unit)
     _expect_run_error(path, "seq must be dense", "is used twice")
 
@@ -89,7 +89,7 @@ def test_rows_out_of_seq_order_name_file_and_row(good):
     tmp, path, job, arrays = good
     R, S = arrays
     R["seq"][3] = S["seq"][5]
-    from mpi_join.staged import write_staged
+    from mpi_join.storage.staged import write_staged
     write_staged(job.staged, job.streams, [R, S], job.ts_unit)
     _expect_run_error(path, os.path.join(job.staged, "R", "part-00000.parquet"), "row 4: seq",
                       "must be in increasing seq order")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mpi_join.config import parse_job
-from mpi_join.oracle import run_oracle
-from mpi_join.staged import write_staged
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.staged import write_staged
 from conftest import job_toml, run_cli, run_cli_no_spark, stream_toml
 from reference import as_set
 

@@ -5,7 +5,7 @@ equal to the oracle for chain lengths 1, 2 and 5, time and count windows, equi, 
 import numpy as np
 import pytest
 
-from mpi_join.oracle import run_oracle
+from mpi_join.join.oracle import run_oracle
 from conftest import random_streams
 from reference import as_set
 from sim import SIM_PRED, SIM_WINDOWS, sim_job, simulate_strategy

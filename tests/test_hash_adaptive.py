@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mpi_join.oracle import run_oracle
-from mpi_join.results import read_results
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.results import read_results
 SLOW = True
 STRATEGY = "hash"   # whose time budget this file's tests count against (conftest.py)
 

@@ -5,11 +5,11 @@ from hypothesis import strategies as st
 
 from mpi_join.master.hash_router import route
 from mpi_join.master.source import Source
-from mpi_join.oracle import run_oracle
+from mpi_join.join.oracle import run_oracle
 from mpi_join.master.hash_router import PartitionMap
 from mpi_join.partitioning import Partitioner
 from mpi_join.slaves.hash_join import HashJoinCore
-from mpi_join.window import runtime_dtype
+from mpi_join.join.window import runtime_dtype
 from conftest import equi_job_text, random_streams
 from reference import as_set
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mpi_join.oracle import run_oracle
-from mpi_join.results import read_results
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.results import read_results
 SLOW = True
 STRATEGY = "hash"   # whose time budget this file's tests count against (conftest.py)
 
@@ -44,7 +44,7 @@ def test_hash_equals_oracle_under_mpiexec(tmp_path_factory, ranks, kind, keys, s
 def test_demo_sized_run_with_rate_and_metrics(tmp_path):
     """A rate-limited run: production delay is measured and metrics are written per rank."""
     import json
-    from mpi_join.workloads import make
+    from mpi_join.tools.workloads import make
     path = make("equi", str(tmp_path), tuples=6000, rate=20000, window="50ms")
     with open(path) as f:
         text = f.read().replace('rate = "max"', "rate = 5000\nflush_interval = \"20ms\"")

@@ -1,12 +1,12 @@
-"""Typed binary headers (mpi_join/headers.py): a frozen dataclass <-> int64 words by field order,
+"""Typed binary headers (mpi_join/runtime/headers.py): a frozen dataclass <-> int64 words by field order,
 checked on the way back, and the DATA header that carries one."""
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from mpi_join.headers import Ack, Header, HeaderError, Ready
-from mpi_join.protocol import DataHeader
+from mpi_join.runtime.headers import Ack, Header, HeaderError, Ready
+from mpi_join.runtime.protocol import DataHeader
 from mpi_join.ring.handshake import Acked, Arriving
 from mpi_join.ring.psp import Partial, Probing
 

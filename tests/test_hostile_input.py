@@ -428,7 +428,7 @@ def test_a_module_next_to_the_job_never_shadows_a_dependency(world):
 
 def test_symlinked_results_or_metrics_are_refused(world):
     from mpi_join.errors import JobError
-    from mpi_join.runtime import MARKER, _prepare_output
+    from mpi_join.ranks import MARKER, _prepare_output
     tmp, outside, jobdir = world
     for sub in ("results", "metrics"):
         out = jobdir / f"out-{sub}"
@@ -456,7 +456,7 @@ def test_fault_injection_values_that_are_not_understood_are_refused(monkeypatch,
 
 def test_dir_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path):
     from mpi_join.errors import JobError
-    from mpi_join.paths import DirLock
+    from mpi_join.storage.paths import DirLock
     a = DirLock(str(tmp_path / "d"), "output.dir").acquire()
     with pytest.raises(JobError, match=r"output.dir: .* is in use by another run \(host .*, pid \d+, started"):
         DirLock(str(tmp_path / "d"), "output.dir").acquire()
@@ -495,7 +495,7 @@ def test_a_lock_held_by_a_killed_unreaped_process_is_stale(tmp_path):
     import signal
     import socket
     import sys
-    from mpi_join.paths import DirLock, _proc_start
+    from mpi_join.storage.paths import DirLock, _proc_start
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     start = _proc_start(child.pid)
     os.kill(child.pid, signal.SIGKILL)

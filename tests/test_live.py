@@ -11,10 +11,10 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 
-from mpi_join import checkpoint as ck
+from mpi_join.storage import checkpoint as ck
 from mpi_join.config import load_job
-from mpi_join.staged import read_staged
-from mpi_join.staged_log import LogWriter, waiting_dtype
+from mpi_join.storage.staged import read_staged
+from mpi_join.storage.staged_log import LogWriter, waiting_dtype
 import pytest
 
 from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, mpi_join_pids, run_cli

@@ -1,5 +1,5 @@
 """Liveness bookkeeping (liveness.py) on a fake clock, without MPI."""
-from mpi_join.liveness import Liveness
+from mpi_join.runtime.liveness import Liveness
 
 
 def test_a_silent_peer_is_reported_with_what_was_last_heard():

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mpi_join.config import parse_job
 from mpi_join.master.source import Source
-from mpi_join.oracle import run_oracle
+from mpi_join.join.oracle import run_oracle
 from mpi_join.slaves.local_join import BinaryJoin, SortedRuns
 from conftest import equi_job_text, random_streams
 from reference import as_set
@@ -141,7 +141,7 @@ def test_footprint_counts_capacity_and_index_against_raw_bytes():
     """The memory figures: bytes held include spare capacity and the sorted-run index; raw bytes
     are the staged columns of the rows held, and they fall to 0 when the windows empty."""
     import dataclasses
-    from mpi_join.window import raw_itemsize
+    from mpi_join.join.window import raw_itemsize
     job = parse_job(tomllib.loads(equi_job_text(('"50ms"', '"50ms"'))), "t.toml")
     job = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=200))
     src = Source(job, arrays=random_streams(np.random.default_rng(2), 5000, key_range=50, ts_step=1))

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from mpi_join.errors import JobError
-from mpi_join.paths import LOCK, DirLock
+from mpi_join.storage.paths import LOCK, DirLock
 
 DEAD_PID = 2 ** 22 + 12345          # above Linux's pid_max: never a running process
 
@@ -88,7 +88,7 @@ def test_a_resume_locks_the_checkpoints_it_reads_and_the_ones_it_writes(tmp_path
     """Issue: `--resume DIR` locked DIR but not the job's own checkpoint directory, where its new
     checkpoints go. Checks a lock in each of the three directories while the run holds them."""
     from types import SimpleNamespace
-    from mpi_join.runtime import _lock_dirs
+    from mpi_join.ranks import _lock_dirs
     job = SimpleNamespace(output=str(tmp_path / "out"), checkpoint=SimpleNamespace(dir=str(tmp_path / "ckpt")))
     os.makedirs(tmp_path / "old-ckpt")
     held = _lock_dirs(job, {"resume": str(tmp_path / "old-ckpt")})

@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from mpi_join.oracle import run_oracle
-from mpi_join.results import read_results
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.results import read_results
 from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, mpi_join_pids, random_streams, write_job
 from reference import as_set
 from test_checkpoint import CKPT, fault_after_checkpoints

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from mpi_join import checkpoint as ck
+from mpi_join.storage import checkpoint as ck
 from mpi_join import strategies
 from mpi_join.config import parse_job
 from mpi_join.master.source import Source

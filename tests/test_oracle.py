@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mpi_join.config import parse_job
-from mpi_join.oracle import _multiway, run_oracle
+from mpi_join.join.oracle import _multiway, run_oracle
 from reference import as_set, brute_force
 from conftest import equi_job_text, random_streams
 

@@ -4,15 +4,15 @@ brackets and bisects to the largest sustained rate; the suite's plan skips what 
 cannot run."""
 import pytest
 
-from mpi_join.bench_suite import max_rate, plan
+from mpi_join.tools.bench_suite import max_rate, plan
 from mpi_join.strategies import label, parse_label
 from mpi_join.config import load_job
-from mpi_join.oracle import run_oracle
+from mpi_join.join.oracle import run_oracle
 from mpi_join.errors import JobError
-from mpi_join.peers import duckdb_join, spark_stream_join, stream_join_condition, window_join_sql
-from mpi_join.results import compare
-from mpi_join.staged import read_staged
-from mpi_join.workloads import make
+from mpi_join.tools.peers import duckdb_join, spark_stream_join, stream_join_condition, window_join_sql
+from mpi_join.storage.results import compare
+from mpi_join.storage.staged import read_staged
+from mpi_join.tools.workloads import make
 
 
 @pytest.mark.parametrize("workload,window", [("band", "2s"), ("equi", "500ms")])

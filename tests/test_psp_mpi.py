@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from mpi_join import checkpoint as ck
-from mpi_join.staged import write_staged
+from mpi_join.storage import checkpoint as ck
+from mpi_join.storage.staged import write_staged
 from conftest import run_mpi, text_columns, write_job
 from reference import assert_equals_oracle
 from test_checkpoint import kill_after_checkpoints

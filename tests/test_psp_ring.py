@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mpi_join.config import parse_job
-from mpi_join.oracle import run_oracle
+from mpi_join.join.oracle import run_oracle
 from mpi_join.ring.psp import auto_orderings, parse_ordering
 from mpi_join.ring.slicing import Slicer
 from conftest import equi_job_text, random_streams

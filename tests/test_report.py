@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from mpi_join.workloads import make
+from mpi_join.tools.workloads import make
 from conftest import run_cli, run_mpi
 
 STRATEGY = "hash"   # whose time budget this file's tests count against (conftest.py)

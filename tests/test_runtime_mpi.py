@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from mpi_join import checkpoint as ck
-from mpi_join.oracle import run_oracle
-from mpi_join.results import read_results
+from mpi_join.storage import checkpoint as ck
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.results import read_results
 from conftest import equi_job_text, random_streams, run_mpi, write_job
 from reference import as_set
 from test_checkpoint import kill_after_checkpoints

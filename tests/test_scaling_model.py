@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from mpi_join import scaling_model as sm
+from mpi_join.tools import scaling_model as sm
 from mpi_join.config import load_job
 from mpi_join.errors import InputError
-from mpi_join.workloads import make
+from mpi_join.tools.workloads import make
 from conftest import run_cli
 
 

@@ -6,10 +6,10 @@ import subprocess
 import pytest
 
 from mpi_join.config import load_job
-from mpi_join.oracle import run_oracle
-from mpi_join.results import read_results
-from mpi_join.staged import read_staged
-from mpi_join.workloads import make
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.results import read_results
+from mpi_join.storage.staged import read_staged
+from mpi_join.tools.workloads import make
 SLOW = True
 
 from conftest import run_cli

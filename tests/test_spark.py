@@ -9,9 +9,9 @@ import pytest
 
 from mpi_join.config import load_job
 from mpi_join.errors import InputError
-from mpi_join.oracle import run_oracle
-from mpi_join.staged import read_staged
-from mpi_join.workloads import make
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.staged import read_staged
+from mpi_join.tools.workloads import make
 SLOW = True
 
 from conftest import run_cli, run_mpi
@@ -20,7 +20,7 @@ from reference import as_set
 
 @pytest.fixture(scope="module")
 def spark():
-    from mpi_join.spark.session import spark_session
+    from mpi_join.storage.spark.session import spark_session
     s = spark_session("local[2]", "mpi-join-tests")
     yield s
 
@@ -29,7 +29,7 @@ def spark():
                                                 ("json", "equi", True), ("parquet", "band", False)])
 def test_stage_equals_direct_staging(spark, tmp_path, fmt, workload, small):
     """Both ways of ordering: in one partition (small input) and range-partitioned by Spark."""
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.stage import stage
     raw_job = load_job(make(workload, str(tmp_path / "raw"), tuples=3000, seed=4, raw=fmt))
     direct = load_job(make(workload, str(tmp_path / "direct"), tuples=3000, seed=4))
     said = []
@@ -74,7 +74,7 @@ name = "hash"
 
 
 def test_stage_quarantines_bad_rows_and_counts_them(spark, tmp_path):
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.stage import stage
     (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="s"))
     _write_csv(str(tmp_path / "raw/R/a.csv"), ["1.5,1,0.5,ab", "abc,2,0.1,x", "2,,1.0,y", "2.25,3,1.0,toolong", "3,x7,2,z"])
     _write_csv(str(tmp_path / "raw/S/a.csv"), ["1.5,1,0.25,q", ",4,0.0,w", "0.5,1,9,e"])
@@ -96,7 +96,7 @@ def test_stage_quarantines_bad_rows_and_counts_them(spark, tmp_path):
 
 
 def test_stage_refuses_files_that_disagree(spark, tmp_path):
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.stage import stage
     (tmp_path / "job.toml").write_text(JOB.format(fmt="parquet", unit="ms"))
     os.makedirs(tmp_path / "raw/R")
     os.makedirs(tmp_path / "raw/S")
@@ -114,14 +114,14 @@ def test_stage_refuses_files_that_disagree(spark, tmp_path):
 
 
 def test_stage_missing_input(spark, tmp_path):
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.stage import stage
     (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="ms"))
     with pytest.raises(InputError, match=r"raw/R: no input files for stream 'R'"):
         stage(spark, load_job(str(tmp_path / "job.toml")), progress=lambda m: None)
 
 
 def test_collect_merges_results_with_payload(spark, tmp_path):
-    from mpi_join.spark.collect import collect
+    from mpi_join.storage.spark.collect import collect
     path = make("equi", str(tmp_path), tuples=4000, window="2s", domain_bits=8)
     job = load_job(path)
     p = run_mpi(3, "run", path)
@@ -174,7 +174,7 @@ def test_cli_stage_and_spark_submit_collect(tmp_path):
 def test_collect_refuses_partial_runs_and_overlaps_and_keeps_users_files(spark, tmp_path):
     """A run without _SUCCESS is refused unless --partial (then marked partial); OUT may not
     overlap the run or staged directories; a non-empty OUT that collect did not write survives."""
-    from mpi_join.spark.collect import collect
+    from mpi_join.storage.spark.collect import collect
     path = make("equi", str(tmp_path), tuples=2000, window="1s", domain_bits=8)
     job = load_job(path)
     p = run_mpi(2, "run", path)
@@ -202,7 +202,7 @@ def test_collect_refuses_partial_runs_and_overlaps_and_keeps_users_files(spark, 
 def test_stage_keeps_users_files(spark, tmp_path):
     """Staging into a non-empty directory that is not a staged one, or over the raw input, is
     refused; restaging a staged directory keeps a user's file beside the stream folders."""
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.stage import stage
     job = load_job(make("equi", str(tmp_path), tuples=1000, raw="csv"))
     quiet = dict(progress=lambda m: None)
     os.makedirs(job.staged)
@@ -264,8 +264,8 @@ def test_trades_and_quotes_on_a_text_symbol_from_raw_csv(spark, tmp_path, band, 
     3 ranks, collected with payloads: equal to the oracle and to DuckDB."""
     import collections
     import duckdb
-    from mpi_join.spark.collect import collect
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.collect import collect
+    from mpi_join.storage.spark.stage import stage
     _trades_and_quotes(tmp_path, np.random.default_rng(8))
     (tmp_path / "job.toml").write_text(TQ_JOB.format(band=band, sym=sym))
     job = load_job(str(tmp_path / "job.toml"))
@@ -299,7 +299,7 @@ def test_trades_and_quotes_on_a_text_symbol_from_raw_csv(spark, tmp_path, band, 
 
 
 def test_stage_skips_up_to_date_input_and_force_redoes_it(spark, tmp_path):
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.stage import stage
     job = load_job(make("equi", str(tmp_path), tuples=800, raw="csv"))
     lines = []
     first = stage(spark, job, progress=lines.append)
@@ -314,7 +314,7 @@ def test_stage_skips_up_to_date_input_and_force_redoes_it(spark, tmp_path):
 
 
 def test_collect_reports_each_phase(spark, tmp_path):
-    from mpi_join.spark.collect import collect
+    from mpi_join.storage.spark.collect import collect
     path = make("equi", str(tmp_path), tuples=1000, window="1s", domain_bits=6)
     job = load_job(path)
     assert run_mpi(2, "run", path).returncode == 0
@@ -347,7 +347,7 @@ def test_csv_as_rfc_4180_says(spark, tmp_path):
     """Doubled quotes are one quote, a quoted field may span lines, a row with too many or too few
     fields is quarantined with that reason, a quoted empty field is an empty string and an
     unquoted empty field a null (quarantined)."""
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.stage import stage
     (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="ms").replace('"char4"', '"char16"'))
     os.makedirs(tmp_path / "raw/R")
     (tmp_path / "raw/R/a.csv").write_text(
@@ -371,7 +371,7 @@ def test_csv_as_rfc_4180_says(spark, tmp_path):
 def test_a_wholly_quarantined_stream_stops_stage(spark, tmp_path):
     """ISO timestamps declared as "ms": every row of the stream is quarantined; stage refuses with
     one line naming the stream and the reason, unless --allow-empty; the reasons are counted."""
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.stage import stage
     (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="ms"))
     _write_csv(str(tmp_path / "raw/R/a.csv"), ["2024-01-01T10:00:00,1,0.5,ab", "2024-01-01T10:00:01,2,0.5,x"])
     _write_csv(str(tmp_path / "raw/S/a.csv"), ["5,1,0.25,q"])
@@ -400,7 +400,7 @@ def test_up_to_date_stage_needs_no_jvm(spark, tmp_path):
 def test_a_string_holding_a_nul_is_quarantined(spark, tmp_path):
     """A `string` value is kept whole: one holding a NUL (which the fixed-width column would
     take for padding) is quarantined with its reason, the rest staged as UTF-8 text."""
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.stage import stage
     (tmp_path / "job.toml").write_text(JOB.format(fmt="json", unit="ms").replace('name = "char4"', 'name = "string"'))
     for side in "RS":
         os.makedirs(tmp_path / "raw" / side)
@@ -422,7 +422,7 @@ def test_invalid_utf8_is_quarantined_with_its_byte_offset(spark, tmp_path, fmt):
     with exit 0 and nothing quarantined, so two different keys joined. Checks, on CSV and JSON
     lines: each such row is quarantined with "not valid UTF-8" and the byte offset; valid UTF-8
     (an é, a genuine U+FFFD) is staged unchanged; nothing joins through the bad rows."""
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.stage import stage
     text = JOB.format(fmt=fmt, unit="ms").replace('name = "char4"', 'name = "char8"')
     (tmp_path / "job.toml").write_text(text)
     for side, bad in (("R", b"x\xff"), ("S", b"x\xfe")):
@@ -451,7 +451,7 @@ def test_a_stage_refused_for_a_long_value_leaves_the_disk_as_it_was(spark, tmp_p
     """Issue: a stage refused for a text value over 1 MB left staged/_quarantine/R/ behind, so
     the next stage was refused unless --overwrite. Checks: one error naming the column; no
     staged directory afterwards; a second stage, the value fixed, succeeds without --overwrite."""
-    from mpi_join.spark.stage import stage
+    from mpi_join.storage.spark.stage import stage
     (tmp_path / "job.toml").write_text(JOB.format(fmt="json", unit="ms").replace('name = "char4"', 'name = "string"'))
     for side in "RS":
         os.makedirs(tmp_path / "raw" / side)

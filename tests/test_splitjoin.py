@@ -7,11 +7,11 @@ order."""
 import numpy as np
 import pytest
 
-from mpi_join.oracle import run_oracle
-from mpi_join.results import result_dtype
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.results import result_dtype
 from mpi_join.splitjoin import rap
 from mpi_join.splitjoin.graph import split_tree
-from mpi_join.verify import order_violations
+from mpi_join.storage.verify import order_violations
 from conftest import random_streams
 from reference import as_set
 from sim import SIM_PRED, SIM_WINDOWS, sim_job, simulate_strategy
@@ -162,8 +162,8 @@ def test_order_check_can_fail():
 
 def test_explain_says_which_ranks_distribute_merge_and_store(tmp_path):
     from mpi_join.config import load_job
-    from mpi_join.plan import explain
-    from mpi_join.workloads import make
+    from mpi_join.tools.plan import explain
+    from mpi_join.tools.workloads import make
     job = load_job(make("band", str(tmp_path), tuples=400, strategy="splitjoin"))
     out = "\n".join(explain(job, 8))
     assert "what the ranks do (splitjoin):" in out

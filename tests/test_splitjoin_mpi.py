@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from mpi_join.verify import order_violations, writers
+from mpi_join.storage.verify import order_violations, writers
 from conftest import equi_job_text, random_streams, run_cli, run_mpi, write_job
 from reference import assert_equals_oracle
 from test_checkpoint import kill_then_resume, paced_checkpointed_job

@@ -8,9 +8,9 @@ import pytest
 
 from mpi_join.config import load_job
 from mpi_join.errors import JobError
-from mpi_join.oracle import run_oracle
-from mpi_join.staged import LogTail, read_staged
-from mpi_join.staged_log import LOG, LogWriter, advance, order, waiting_dtype
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.staged import LogTail, read_staged
+from mpi_join.storage.staged_log import LOG, LogWriter, advance, order, waiting_dtype
 
 JOB = """
 [job]
@@ -163,8 +163,8 @@ def test_tail_sees_new_commits_and_the_end(tmp_path):
 
 def test_one_stager_per_log(tmp_path):
     """A second `stage --follow` on a log another one holds is refused before Spark is used."""
-    from mpi_join.paths import DirLock
-    from mpi_join.spark.follow import follow
+    from mpi_join.storage.paths import DirLock
+    from mpi_join.storage.spark.follow import follow
     text = JOB.format(lateness="10ms")
     for n in ("R", "S"):
         text = text.replace(f'[streams.{n}]\n', f'[streams.{n}]\nraw = {{ path = "raw/{n}", format = "csv", time = "t", '

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mpi_join import strategies
-from mpi_join.oracle import run_oracle
-from mpi_join.results import read_results
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.results import read_results
 from conftest import equi_job_text, random_streams, run_mpi, write_job
 from reference import as_set
 
@@ -76,7 +76,7 @@ def test_strategy_equals_oracle(tmp_path, strategy, kind, ranks, pred):
                                       and strategies.get(n).streams[0] <= 2 and not _runtime_only(n)])
 def test_text_keys_equal_oracle(tmp_path, strategy):
     """Text (charN) equi keys of different widths, compared by value on every strategy."""
-    from mpi_join.staged import write_staged
+    from mpi_join.storage.staged import write_staged
     from test_local_join import _text_streams
     from test_local_join import text_job_text
     _, arrays = _text_streams(np.random.default_rng(11), 1200)

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 
 from conftest import job_toml, run_cli, stream_toml, write_job
 from mpi_join.config import load_job
-from mpi_join.oracle import run_oracle
-from mpi_join.staged import read_staged
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.staged import read_staged
 
 WORDS = ["AAPL", "é", "日本語", "BRK.B", "A", "a much longer symbol than the others"]
 
@@ -36,7 +36,7 @@ def _job(tmp_path, r_key="string", s_key="string"):
     arrays[0]["k"][7] = WORDS[-1].encode()                                           # one long outlier
     path, _ = write_job(str(tmp_path), text, None)
     job = load_job(path)
-    from mpi_join.staged import write_staged
+    from mpi_join.storage.staged import write_staged
     write_staged(job.staged, job.streams, arrays, "ms")
     return path, arrays
 

@@ -152,3 +152,39 @@ def test_end_of_stream_reaches_every_link_once_after_all_that_feeds_it():
                     assert all(u in ended[dst] for u in graph.upstream(dst) if d in graph.continues(dst, u))
                     todo.append((dst, d))
             assert set(sent) == graph.eos_links(), (info.name, n)
+
+
+# -- the layers (README "Architecture"): arrows run down --------------------------------------------
+_STRATEGIES = ("ring", "splitjoin", "biclique")
+_NEVER = {"join": ("runtime", "storage", "master", "slaves", "partitioning", "tools") + _STRATEGIES,
+          "storage": ("runtime", "master", "slaves", "partitioning", "tools") + _STRATEGIES,
+          "runtime": ("master", "slaves", "tools") + _STRATEGIES,
+          "master": ("tools",) + _STRATEGIES,
+          "slaves": ("tools",) + _STRATEGIES,
+          "partitioning": ("tools",) + _STRATEGIES}
+
+
+def layer_breaches(graph):
+    """Imports that run up the layers: from a folder of _NEVER into one it must not import, and
+    into tools/ from anything but the commands (cli.py) and the strategies' bench_*.py."""
+    out = []
+    for a, targets in graph.items():
+        pa = a.split(".")
+        for b in targets:
+            pb = b.split(".")
+            up = len(pa) > 2 and len(pb) > 1 and pb[1] in _NEVER.get(pa[1], ())
+            tool = pb[1:2] == ["tools"] and pa[1] not in ("tools", "cli") and not pa[-1].startswith("bench")
+            if up or tool:
+                out.append(f"{a} -> {b}")
+    return out
+
+
+def test_the_layer_check_finds_an_import_up_the_layers():
+    assert layer_breaches({"mpi_join.join.window": {"mpi_join.runtime.graph"},
+                           "mpi_join.storage.staged": {"mpi_join.tools.plan"},
+                           "mpi_join.ring.bench_psp": {"mpi_join.tools.bench"}}) == \
+        ["mpi_join.join.window -> mpi_join.runtime.graph", "mpi_join.storage.staged -> mpi_join.tools.plan"]
+
+
+def test_imports_run_down_the_layers():
+    assert not layer_breaches(import_graph())

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mpi_join import checkpoint as ck
-from mpi_join.oracle import run_oracle
-from mpi_join.results import read_results
+from mpi_join.storage import checkpoint as ck
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.results import read_results
 from conftest import MPIEXEC, mpi_join_cmd, run_mpi
 from reference import as_set
 from test_checkpoint import _slow_job, kill_after_checkpoints

@@ -7,9 +7,9 @@ import duckdb
 import numpy as np
 import pytest
 
-from mpi_join import tpch
+from mpi_join.tools import tpch
 from mpi_join.config import load_job
-from mpi_join.staged import read_staged
+from mpi_join.storage.staged import read_staged
 from conftest import run_cli, run_mpi
 
 SLOW = True

@@ -6,8 +6,8 @@ import os
 import numpy as np
 
 from conftest import equi_job_text, random_streams, run_mpi, write_job
-from mpi_join.results import read_results
-from mpi_join.oracle import run_oracle
+from mpi_join.storage.results import read_results
+from mpi_join.join.oracle import run_oracle
 from reference import as_set
 
 

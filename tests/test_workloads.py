@@ -5,9 +5,9 @@ import os
 import numpy as np
 
 from mpi_join.config import load_job
-from mpi_join.oracle import run_oracle
-from mpi_join.staged import read_staged
-from mpi_join.workloads import bmodel_keys, make
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.staged import read_staged
+from mpi_join.tools.workloads import bmodel_keys, make
 
 
 def test_same_seed_same_data(tmp_path):
@@ -77,7 +77,7 @@ def test_generate_picks_or_names_a_strategy_that_runs_the_workload(tmp_path):
             assert "use --strategy psp (or: psp, handshake" in p.stderr, p.stderr
 
 def test_bench_job_edits_replace_a_key_in_its_own_table_only(tmp_path):
-    from mpi_join.bench import set_option, set_param
+    from mpi_join.tools.bench import set_option, set_param
     p = tmp_path / "job.toml"
     p.write_text('[strategy]\nname = "hash"\nrate = 3\n[run]\nrate = 10\nbatch_size = 7\n')
     set_option(str(p), "run", "rate", '"max"')

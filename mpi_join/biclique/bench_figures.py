@@ -16,7 +16,7 @@ import tempfile
 
 import numpy as np
 
-from ..bench import run_verified, oracle_rate, print_table, set_option, set_param
+from ..tools.bench import run_verified, oracle_rate, print_table, set_option, set_param
 from ..config import load_job
 from ..errors import JobError
 from ..units import ts_unit_ns
@@ -30,7 +30,7 @@ def _workdir(workdir, prefix):
 
 
 def fig8(units=4, workdir=None, sf=0.01, queries=("q5", "q7"), tables=None, limit=0):
-    from .. import tpch
+    from ..tools import tpch
     workdir, tmp = _workdir(workdir, "mpi-join-bench-fig8-")
     half = units // 2
     if half < 2:
@@ -80,8 +80,8 @@ def phased_ts(n, profile, unit_ms=1.0):
 
 def fig12(workdir=None, tuples=60000, units=8, window="2s", profile=PROFILE, replay=3000.0, capacity_mb=0.25):
     """-n: join units (default 8: 4 per side, 2 of them spare at the start)."""
-    from ..staged import read_staged, write_staged
-    from ..workloads import make
+    from ..storage.staged import read_staged, write_staged
+    from ..tools.workloads import make
     workdir, tmp = _workdir(workdir, "mpi-join-bench-fig12-")
     d = os.path.join(workdir, "fig12")
     path = make("equi", d, tuples=tuples, window=window, strategy="biclique", uniform_keys=5000)

@@ -9,9 +9,9 @@ any one unit."""
 import os
 import tempfile
 
-from ..bench import oracle_rate, run_verified, set_param, print_table
+from ..tools.bench import oracle_rate, run_verified, set_param, print_table
 from ..config import load_job
-from ..workloads import make
+from ..tools.workloads import make
 from .matrix import grid
 
 VOLUMES = (20000, 40000, 80000)

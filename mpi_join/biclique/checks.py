@@ -1,5 +1,5 @@
 """What `biclique` checks in a job before it runs (named in the registry)."""
-from .. import aggregate
+from ..join import aggregate
 from ..errors import ConfigError
 from .graph import SIDES, build
 

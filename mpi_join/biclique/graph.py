@@ -10,7 +10,7 @@ protocol's signal tuple (it advances the link's watermark).
 With an aggregate (strategy.aggregate), the last rank is the merger: every unit sends it the
 part of its local view not sent yet (links carrying "views", aggregate.py), and it writes the
 merged global view as timestamped snapshots."""
-from ..graph import DRIVER, Edge, Graph, vertices
+from ..runtime.graph import DRIVER, Edge, Graph, vertices
 
 VIEWS = "views"
 SIDES = ("R-units", "S-units")

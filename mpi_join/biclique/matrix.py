@@ -7,7 +7,7 @@ join-biclique saves."""
 import math
 
 from ..slaves.local_join import BinaryJoin, warm_up
-from ..operator import Fields, Operator, Output, Rows
+from ..runtime.operator import Fields, Operator, Output, Rows
 from .roles import check_state, state_limit
 from .routing import spread
 

@@ -3,8 +3,8 @@ views): each unit's `Views` pre-aggregates the pairs it finds, and the `merger` 
 units' views and writes the global view as timestamped snapshots."""
 import time
 
-from .. import aggregate
-from ..operator import Array, Fields, Operator, Output
+from ..join import aggregate
+from ..runtime.operator import Array, Fields, Operator, Output
 
 
 class Views:

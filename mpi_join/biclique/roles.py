@@ -15,15 +15,15 @@ import time
 
 import numpy as np
 
-from ..headers import Header
+from ..runtime.headers import Header
 from ..partitioning import Partitioner
-from ..protocol import Control
+from ..runtime.protocol import Control
 from ..slaves.chained_index import ChainedIndex
 from ..slaves.local_join import warm_up
-from ..operator import Array, Fields, Operator, Output, Rows
+from ..runtime.operator import Array, Fields, Operator, Output, Rows
 from ..errors import JobError
-from ..graph import DRIVER
-from ..window import NEG_INF
+from ..runtime.graph import DRIVER
+from ..join.window import NEG_INF
 from . import routing, scaling
 from .graph import SIDES, merger_of, side as side_of
 from .merger import Views

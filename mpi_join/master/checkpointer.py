@@ -2,9 +2,9 @@
 import secrets
 import time
 
-from .. import checkpoint as ck
-from ..checksums import as_records
-from ..protocol import Marker, Tag
+from ..storage import checkpoint as ck
+from ..storage.checksums import as_records
+from ..runtime.protocol import Marker, Tag
 
 
 class Checkpointer:

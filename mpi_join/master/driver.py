@@ -16,23 +16,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..headers import Ack, Ready
-from ..protocol import (DataHeader, LoadReport, LoadRequest, MarkerDone, Moved, ProbeReply, Tag, decode_control)
-from ..kernels import Compiles, GcPauses, freeze_heap
-from ..operator import SOURCE
-from ..staged import staged_manifest
-from ..transport import Credits, pack, unpack_obj
+from ..runtime.headers import Ack, Ready
+from ..runtime.protocol import (DataHeader, LoadReport, LoadRequest, MarkerDone, Moved, ProbeReply, Tag, decode_control)
+from ..join.kernels import Compiles, GcPauses, freeze_heap
+from ..runtime.operator import SOURCE
+from ..storage.staged import staged_manifest
+from ..runtime.transport import Credits, pack, unpack_obj
 from .checkpointer import Checkpointer, restore_driver
 from .moves import Moves
 from .pace import Pace
 from .source import Source
 from .termination import end_run, recv_or_stall
-from ..window import runtime_dtype
+from ..join.window import runtime_dtype
 
 
 @dataclass(frozen=True)
 class RunReport:
-    """What a finished replay tells runtime.py: the workers' final metrics, the replay's wall time
+    """What a finished replay tells ranks.py: the workers' final metrics, the replay's wall time
     (all ranks ready to the last report) and start, where a resumed run began, the checkpoints
     completed, and the router's notes for the summary."""
     workers: list

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InputError
 from ..partitioning import Partitioner, group_rows
 from . import controller
-from ..operator import Fields, Operator
+from ..runtime.operator import Fields, Operator
 
 
 class PartitionMap:

@@ -7,7 +7,7 @@ handed to the router's `on_moved` once both sides are done. Each move begins a n
 flight)."""
 import numpy as np
 
-from ..protocol import Install, MoveOut
+from ..runtime.protocol import Install, MoveOut
 
 
 class Moves:

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..schema import SEQ, TS
-from ..staged import ArrayReader, LogTail, OrderCheck, Prefetched, StreamReader
-from ..window import NEG_INF, POS_INF, coords, lows, runtime_dtype
+from ..storage.staged import ArrayReader, LogTail, OrderCheck, Prefetched, StreamReader
+from ..join.window import NEG_INF, POS_INF, coords, lows, runtime_dtype
 
 
 class Source:

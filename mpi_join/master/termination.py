@@ -6,7 +6,7 @@ run."""
 import time
 
 from ..errors import JobError
-from ..protocol import Eos, Fin, Probe
+from ..runtime.protocol import Eos, Fin, Probe
 
 
 def end_run(driver):

@@ -10,9 +10,9 @@ joins on its own, and a smaller bucket means a shorter block nested loop.
 """
 import numpy as np
 
-from ..predicate import mix64
+from ..join.predicate import mix64
 from .hashing import group_rows
-from ..window import Window, footprint
+from ..join.window import Window, footprint
 
 _SALT = np.uint64(0x5851F42D4C957F2D)
 

@@ -4,7 +4,7 @@ partition groups, biclique's ContRand subgroups); where partitions live is
 each strategy's own (hash: master/hash_router.PartitionMap)."""
 import numpy as np
 
-from ..predicate import binary_parts, key_hash, key_matrix, key_widths
+from ..join.predicate import binary_parts, key_hash, key_matrix, key_widths
 
 
 class Partitioner:

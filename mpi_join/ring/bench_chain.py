@@ -11,12 +11,12 @@ tuple is compared with every tuple of the other stream its window holds (window.
 import os
 import tempfile
 
-from ..bench import oracle_rate, run_verified, print_table, set_option, set_param
+from ..tools.bench import oracle_rate, run_verified, print_table, set_option, set_param
 from ..config import load_job
-from ..staged import read_staged
+from ..storage.staged import read_staged
 from ..strategies import check_strategy
-from ..input_stats import comparisons
-from ..workloads import make
+from ..storage.input_stats import comparisons
+from ..tools.workloads import make
 
 
 def max_rate(strategy, ranks=(2, 3, 4), seconds=3.0, window="1s", lo=500.0, hi=80000.0, steps=7, workdir=None,

@@ -14,11 +14,11 @@ through the runtime's transport between two idle ranks (measure_hop).
 import os
 import tempfile
 
-from ..bench import run_verified, set_param, print_table
+from ..tools.bench import run_verified, set_param, print_table
 from ..config import load_job
 from ..errors import JobError
 from ..strategies import check_strategy
-from ..workloads import make
+from ..tools.workloads import make
 from . import cost_model as cm
 from .planner import measure, model
 
@@ -71,7 +71,7 @@ def fig8a(ranks=(2, 3, 4), seconds=30.0, rate=10.0, window="5s", selectivities=(
 def interleave(ranks=(3, 4), tuples=1800, rate=50.0, window="2s", sel=0.1, limits=(1, 4), batch=30, workdir=None):
     """Throughput of basic PSP (interleave 1) against PSP-I on the same input at the maximum
     rate, beside the single-core oracle measured in the same run."""
-    from ..bench import oracle_rate
+    from ..tools.bench import oracle_rate
     tmp = None
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="mpi-join-psp-i-")
@@ -129,8 +129,8 @@ def run_interleave(nprocs, workdir, **_):
 _HOP = """
 import sys, time, json
 import numpy as np
-from mpi_join.transport import Transport, pack
-from mpi_join.protocol import Tag
+from mpi_join.runtime.transport import Transport, pack
+from mpi_join.runtime.protocol import Tag
 tx = Transport()
 buf = pack([0], [np.zeros(64, np.uint8)])
 out = []

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph import DRIVER
-from ..headers import Header
+from ..runtime.graph import DRIVER
+from ..runtime.headers import Header
 from ..slaves.local_join import BinaryJoin, runtime_rows, warm_up
-from ..operator import Fields, Operator, Output
+from ..runtime.operator import Fields, Operator, Output
 from ..strategies import numbers
 
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..headers import Header
-from ..range_join import probe_ranges
+from ..runtime.headers import Header
+from ..join.range_join import probe_ranges
 from ..slaves.local_join import warm_up
-from ..operator import INT_KEYS, Arrays, Fields, Operator, Output
+from ..runtime.operator import INT_KEYS, Arrays, Fields, Operator, Output
 from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment, beside
 
 PROGRESS_EVERY = 8

@@ -17,10 +17,10 @@ from dataclasses import replace
 import numpy as np
 
 from ..master.source import Source
-from ..predicate import binary_parts
-from ..range_join import pair_mask
-from ..transport import pack, unpack
-from ..input_stats import rates_and_windows
+from ..join.predicate import binary_parts
+from ..join.range_join import pair_mask
+from ..runtime.transport import pack, unpack
+from ..storage.input_stats import rates_and_windows
 from . import cost_model as cm
 from .psp import auto_orderings, measure_selectivity, parse_ordering
 

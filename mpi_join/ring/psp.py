@@ -37,13 +37,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..headers import Header
-from ..protocol import Control, DataHeader
-from ..range_join import extend, pair_mask
-from ..operator import INT_KEYS, Fields, Operator, Output
+from ..runtime.headers import Header
+from ..runtime.protocol import Control, DataHeader
+from ..join.range_join import extend, pair_mask
+from ..runtime.operator import INT_KEYS, Fields, Operator, Output
 from ..strategies import numbers
-from ..graph import DRIVER, ring
-from ..window import POS_INF, Window, footprint
+from ..runtime.graph import DRIVER, ring
+from ..join.window import POS_INF, Window, footprint
 from .adapt import rebalance
 from .slicing import Slicer
 

@@ -25,7 +25,7 @@ state (it only forwards); a positive share brings it back.
 import numpy as np
 
 from ..schema import TS
-from ..window import NEG_INF
+from ..join.window import NEG_INF
 
 
 def batch_lows(batches, M):

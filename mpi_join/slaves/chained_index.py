@@ -19,7 +19,7 @@ from collections import deque
 import numpy as np
 
 from .local_join import BinaryJoin, pair_rows, runtime_rows
-from ..window import footprint
+from ..join.window import footprint
 
 _E = np.zeros(0, np.int64)
 

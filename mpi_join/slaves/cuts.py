@@ -8,8 +8,8 @@ driver told. A restore reads the rank file back (every array checked against its
 replays the channel state, unacknowledged (it was acknowledged before the cut)."""
 import numpy as np
 
-from .. import checkpoint as ck
-from ..protocol import DataHeader, MarkerDone
+from ..storage import checkpoint as ck
+from ..runtime.protocol import DataHeader, MarkerDone
 
 
 class Cut:

@@ -22,8 +22,8 @@ import numpy as np
 from ..partitioning import Partitioner, group_rows
 from ..partitioning.extendible import ExtendibleGroup
 from .local_join import BinaryJoin, warm_up
-from ..operator import Operator, Output
-from ..window import footprint
+from ..runtime.operator import Operator, Output
+from ..join.window import footprint
 
 _NONE = np.zeros(0, np.int64)
 

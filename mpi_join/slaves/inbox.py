@@ -9,8 +9,8 @@ from collections import deque
 
 import numpy as np
 
-from ..graph import DRIVER
-from ..protocol import Marker
+from ..runtime.graph import DRIVER
+from ..runtime.protocol import Marker
 
 NO_ORDER = -(1 << 62)
 

@@ -19,10 +19,10 @@ candidate pairs only.
 import numpy as np
 from numba import njit
 
-from .. import kernels as K
+from ..join import kernels as K
 from ..config import Band, Equi
-from ..predicate import band_matrix, binary_parts, key_hash, key_matrix, key_widths
-from ..window import Window, footprint
+from ..join.predicate import band_matrix, binary_parts, key_hash, key_matrix, key_widths
+from ..join.window import Window, footprint
 
 _E = np.zeros(0, np.int64)
 
@@ -138,7 +138,7 @@ class BinaryJoin:
         ip, ix = self._probe(P, p, X, xbase, run, check)
         if self.residual and len(ip):
             A, B, ia, ib = (P, X, ip, ix) if p == 0 else (X, P, ix, ip)
-            from ..range_join import pair_mask
+            from ..join.range_join import pair_mask
             keep = pair_mask(self.pred, self.i, self.j, A, B, ia, ib)
             ip, ix = ip[keep], ix[keep]
         return (P, ip, X, ix) if p == 0 else (X, ix, P, ip)

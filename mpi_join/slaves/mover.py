@@ -10,10 +10,10 @@ silent double."""
 import numpy as np
 from numpy.lib.format import descr_to_dtype, dtype_to_descr
 
-from ..graph import DRIVER
-from ..headers import UnitState
-from ..protocol import DataHeader, Install, Moved, Tag
-from ..transport import pack, pack_obj, unpack, unpack_obj
+from ..runtime.graph import DRIVER
+from ..runtime.headers import UnitState
+from ..runtime.protocol import DataHeader, Install, Moved, Tag
+from ..runtime.transport import pack, pack_obj, unpack, unpack_obj
 
 
 class Mover:

@@ -7,8 +7,8 @@ waits for credit the worker takes nothing new from the driver, so backpressure r
 source."""
 from collections import deque
 
-from ..protocol import DataHeader, Tag
-from ..transport import Credits, pack
+from ..runtime.protocol import DataHeader, Tag
+from ..runtime.transport import Credits, pack
 
 
 class Outbox:

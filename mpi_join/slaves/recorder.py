@@ -4,9 +4,9 @@ import time
 
 import numpy as np
 
-from ..graph import DRIVER
-from ..kernels import Compiles, GcPauses
-from ..protocol import LoadReport
+from ..runtime.graph import DRIVER
+from ..join.kernels import Compiles, GcPauses
+from ..runtime.protocol import LoadReport
 
 SERIES = ("t", "src", "tuples", "results", "delay_ms", "cpu_s", "idle_s", "comm_s", "window_tuples", "occupancy")
 

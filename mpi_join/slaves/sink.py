@@ -6,7 +6,7 @@ against the `_tin` it carried from the core. Results in flight on a result edge 
 are channel state, recorded and replayed by the worker like input batches."""
 import numpy as np
 
-from ..operator import Operator, Output
+from ..runtime.operator import Operator, Output
 
 
 class ResultSink(Operator):

@@ -19,17 +19,16 @@ they arrive into one FIFO inbox per sending rank, and handles them one at a time
   termination probes (sent and received DATA counts, four-counter method) and FIN. A worker
   leaves once it has FIN and every end-of-stream copy meant for it (graph.eos_links): one
   still in flight would be unmatched at MPI_Finalize.
-A failing worker raises; runtime.py aborts the whole job with its rank and reason.
+A failing worker raises; ranks.py aborts the whole job with its rank and reason.
 """
 import os
 
-from ..graph import DRIVER, INPUT, RESULTS
-from ..headers import Ack, Ready
-from ..kernels import Compiles, freeze_heap
-from ..protocol import (DataHeader, Eos, Fin, Install, LoadRequest, Marker, MoveOut, Probe, ProbeReply, Tag,
-                        decode_control)
-from ..results import result_dtype
-from ..transport import pack_obj, unpack
+from ..runtime.graph import DRIVER, INPUT, RESULTS
+from ..runtime.headers import Ack, Ready
+from ..join.kernels import Compiles, freeze_heap
+from ..runtime.protocol import (DataHeader, Eos, Fin, Install, LoadRequest, Marker, MoveOut, Probe, ProbeReply, Tag, decode_control)
+from ..storage.results import result_dtype
+from ..runtime.transport import pack_obj, unpack
 from .cuts import Cuts
 from .inbox import Inbox
 from .mover import Mover

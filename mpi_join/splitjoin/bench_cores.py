@@ -32,11 +32,11 @@ predicts both curves, on this machine (P cores shared by all ranks) and on dedic
 import os
 import tempfile
 
-from ..bench import oracle_rate, run_verified, print_table, set_option, set_param
+from ..tools.bench import oracle_rate, run_verified, print_table, set_option, set_param
 from ..config import load_job
-from ..input_stats import comparisons
-from ..staged import read_staged
-from ..workloads import make
+from ..storage.input_stats import comparisons
+from ..storage.staged import read_staged
+from ..tools.workloads import make
 
 STRATEGIES = ("splitjoin", "handshake", "llhj")
 MODEL_CORES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

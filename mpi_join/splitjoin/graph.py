@@ -12,7 +12,7 @@ A core's position, which decides the tuples it stores (round-robin: position = c
 its index in the group `cores`: its place in the tree's pre-order, so every subtree holds
 consecutive positions, and a merger that reads its own flow, then its children's in order, reads
 cores in position order (what strict inner order needs)."""
-from ..graph import DRIVER, Edge, Graph, Vertex
+from ..runtime.graph import DRIVER, Edge, Graph, Vertex
 
 FLOWS = "rap"      # what a result edge carries: two punctuated flows (rap.py), R- then S-triggered
 

@@ -22,11 +22,11 @@ from collections import deque
 
 import numpy as np
 
-from ..results import result_dtype, result_rows
+from ..storage.results import result_dtype, result_rows
 from ..slaves.local_join import BinaryJoin, warm_up
-from ..operator import Fields, Operator, Output, Rows
+from ..runtime.operator import Fields, Operator, Output, Rows
 from . import rap
-from ..graph import INPUT
+from ..runtime.graph import INPUT
 from .graph import FLOWS
 
 

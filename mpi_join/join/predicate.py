@@ -1,0 +1,119 @@
+"""Turning predicate conditions into arrays the kernels read: key matrices, band columns, UDFs."""
+import functools
+import importlib
+
+import numpy as np
+
+from ..errors import ConfigError
+
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+@functools.lru_cache(maxsize=None)
+def load_udf(spec):
+    """Import "module:function" (or "/path/to/module.py:function") and return it as a numba function (compiling it if it is plain
+    Python). Cached: one dispatcher per spec, so kernels specialised for it compile once."""
+    import numba
+    mod, _, fn = spec.rpartition(":")
+    try:
+        m = _import_file(mod) if mod.endswith(".py") else importlib.import_module(mod)
+    except Exception as e:  # noqa: BLE001 - any import failure is the user's to see
+        raise ConfigError(f"cannot import module {mod!r}: {e}") from None
+    f = getattr(m, fn, None)
+    if f is None:
+        raise ConfigError(f"module {mod!r} has no function {fn!r}")
+    if isinstance(f, numba.core.registry.CPUDispatcher):
+        return f
+    import inspect
+    if not inspect.isfunction(f):
+        raise ConfigError(f"{mod}:{fn} is not a Python function ({type(f).__name__}); a UDF is a numba-compilable "
+                          f"def f(a, b) -> bool")
+    return numba.njit(f)
+
+
+def _import_file(path):
+    """A UDF module given by its file (config.py resolves modules next to the job file to their
+    path): imported under a name unique to the path."""
+    import hashlib
+    import importlib.util
+    import sys
+    name = "mpi_join_udf_" + hashlib.sha1(path.encode()).hexdigest()[:16]
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        m = importlib.util.module_from_spec(spec)
+        sys.modules[name] = m
+        try:
+            spec.loader.exec_module(m)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
+
+
+def key_widths(dt_a, cols_a, dt_b, cols_b):
+    """int64 words each equi pair takes in a key matrix: one for an integer column; for text
+    (charN), enough 8-byte words for the longer of the two sides, so both sides line up."""
+    out = []
+    for a, b in zip(cols_a, cols_b):
+        fa, fb = dt_a.fields[a][0], dt_b.fields[b][0]
+        out.append(-(-max(fa.itemsize, fb.itemsize) // 8) if fa.kind == "S" else 1)
+    return out
+
+
+def key_matrix(batch, cols, widths=None):
+    """Equi-key columns of a batch as an (n, words) int64 matrix, exact: an integer key is one
+    word, a text key its bytes zero-padded into `widths[j]` words (see key_widths), so two keys
+    are equal exactly when their matrix rows are; a hash is never the comparison."""
+    widths = widths or [-(-batch.dtype.fields[c][0].itemsize // 8) if batch.dtype.fields[c][0].kind == "S" else 1
+                        for c in cols]
+    n = len(batch)
+    out = np.empty((n, sum(widths)), np.int64)
+    k = 0
+    for c, w in zip(cols, widths):
+        col = batch[c]
+        if col.dtype.kind == "S":
+            raw = np.zeros((n, 8 * w), np.uint8)
+            size = col.dtype.itemsize
+            raw[:, :size] = np.ascontiguousarray(col).view(np.uint8).reshape(n, size)
+            out[:, k:k + w] = raw.view(np.int64)
+        else:
+            out[:, k] = col
+        k += w
+    return out
+
+
+def mix64(x):
+    """splitmix64 finaliser, vectorised: a well-spread 64-bit hash of uint64 values."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + _GOLD
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        return z ^ (z >> np.uint64(31))
+
+
+def key_hash(keys):
+    """One 64-bit hash per row of an (n, k) key matrix; equal keys always hash equal."""
+    h = np.zeros(keys.shape[0], np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(keys.shape[1]):
+            h = mix64(h * np.uint64(31) + keys[:, j].view(np.uint64))
+    return h
+
+
+def band_matrix(batch, cols):
+    """Band columns of a batch as an (n, k) float64 matrix: bands are evaluated in float64."""
+    out = np.empty((len(batch), len(cols)), np.float64)
+    for j, c in enumerate(cols):
+        out[:, j] = batch[c]
+    return out
+
+
+def binary_parts(pred, i, j):
+    """Split the conditions between streams i and j into (equi cols i, equi cols j, bands, thetas)."""
+    conds = pred.between(i, j)
+    eq = [c for c in conds if c.kind == "equi"]
+    bd = [c for c in conds if c.kind == "band"]
+    th = [c for c in conds if c.kind == "theta"]
+    return ([c.left[1] for c in eq], [c.right[1] for c in eq], bd, th)

@@ -1,0 +1,117 @@
+"""Range probes: the join step the oracle and the ring's sliced joins share.
+
+A probe row sees a contiguous row range [lo, hi) of another stream's rows (window.index_ranges:
+rows sorted by seq, so a window, a slice of one, and "older than the probe" are each a range).
+`probe_ranges` finds the pairs in those ranges that satisfy every condition between the two
+streams (an exact-code index for equi keys, a range scan for bands, the UDF for theta);
+`extend` adds one stream to a set of partial M-way combinations with it. Neither knows which
+strategy calls it: the oracle probes whole streams, a ring operator its slice.
+"""
+import numpy as np
+
+from . import kernels as K
+from ..config import Band, Equi
+from .predicate import band_matrix, binary_parts, key_matrix, key_widths, load_udf
+
+
+def extend(pred, bound, j, B, lo, hi):
+    """Join stream j's rows B to partial combinations: `bound[m] = (array, idx)` binds row
+    array[idx[c]] of stream m to combination c (idx None: array[c]); combination c may use B's
+    rows [lo[c], hi[c]). Probes through one bound stream with a condition on j (one with an equi
+    key when there is one) and filters by every other bound stream's conditions. Returns
+    (combination index, row of B)."""
+    linked = [m for m in bound if pred.between(m, j)]
+    if not linked:
+        raise ValueError(f"stream {j} has no condition with the bound streams {sorted(bound)}")
+    k = next((m for m in linked if binary_parts(pred, m, j)[0]), linked[0])
+    A, idx = bound[k]
+    ic, ij = probe_ranges(pred, k, j, A, B, lo, hi, rows=idx)
+    keep = np.ones(len(ic), bool)
+    for m in linked:
+        if m != k:
+            Am, im = bound[m]
+            keep &= pair_mask(pred, m, j, Am, B, ic if im is None else im[ic], ij)
+    return ic[keep], ij[keep]
+
+
+def probe_ranges(pred, i, j, A, B, lo, hi, rows=None):
+    """Pairs (probe row, row of B) with B's row in [lo, hi) that satisfy every condition i~j.
+    Probe row c is A[c], or A[rows[c]] when `rows` is given (A itself is never copied: its rows
+    may be large, an image)."""
+    eq_a, eq_b, bands, thetas = binary_parts(pred, i, j)
+    at = (lambda x: x) if rows is None else (lambda x: x[rows])
+    guess = 4 * len(lo) + 1024
+    if eq_a:
+        w = key_widths(A.dtype, eq_a, B.dtype, eq_b)
+        ca, cb = exact_codes(key_matrix(A, eq_a, w), key_matrix(B, eq_b, w))
+        order = np.lexsort((np.arange(len(B)), cb))
+        ia, ib = K.collect(K.range_equi, at(ca), lo, hi, cb[order], order.astype(np.int64), guess=guess)
+        if bands:
+            keep = _band_mask(A, B, ia if rows is None else rows[ia], ib, bands)
+            ia, ib = ia[keep], ib[keep]
+    elif bands:
+        Ab, Bb, eps, closed = _band_args(A, B, bands)
+        ia, ib = K.collect(K.range_band, lo, hi, at(Ab), Bb, eps, closed, guess=guess)
+    else:
+        udf = load_udf(thetas[0].udf)
+        RA, RB = _oriented(thetas[0], i, A, B)
+        rk = K.theta_kernels(udf)[1]
+        if thetas[0].streams == (i, j) and rows is None:
+            ia, ib = K.collect(rk, RA, RB, lo, hi, guess=guess)
+            thetas = thetas[1:]
+        else:  # enumerate the range; the UDF is asked below, in its own argument order
+            ia, ib = K.collect(K.range_all, lo, hi, guess=guess)
+    ra = ia if rows is None else rows[ia]
+    for t in thetas:
+        keep = _theta_mask(t, i, A, B, ra, ib)
+        ia, ib, ra = ia[keep], ib[keep], ra[keep]
+    return ia, ib
+
+
+def pair_mask(pred, i, j, A, B, ia, ib):
+    """Which candidate pairs (A[ia], B[ib]) satisfy every condition between streams i and j."""
+    keep = np.ones(len(ia), bool)
+    for c in pred.between(i, j):
+        if isinstance(c, Equi):
+            a, b = A[c.left[1]][ia], B[c.right[1]][ib]
+            keep &= (a == b) if a.dtype.kind == "S" else (a.astype(np.int64) == b.astype(np.int64))
+        elif isinstance(c, Band):
+            keep &= _band_mask(A, B, ia, ib, [c])
+        else:
+            keep &= _theta_mask(c, i, A, B, ia, ib)
+    return keep
+
+
+def exact_codes(ka, kb):
+    """Dense integer codes for key rows, equal iff the rows are equal (exact, no hashing)."""
+    both = np.concatenate([ka, kb])
+    if both.shape[1] == 1:
+        _, inv = np.unique(both[:, 0], return_inverse=True)
+    else:
+        _, inv = np.unique(both, axis=0, return_inverse=True)
+    inv = inv.reshape(-1).astype(np.int64)
+    return inv[:len(ka)], inv[len(ka):]
+
+
+def _band_args(A, B, bands):
+    Ab = band_matrix(A, [b.left[1] for b in bands])
+    Bb = band_matrix(B, [b.right[1] for b in bands])
+    eps = np.array([b.eps for b in bands], np.float64)
+    closed = np.array([b.closed for b in bands], np.bool_)
+    return Ab, Bb, eps, closed
+
+
+def _band_mask(A, B, ia, ib, bands):
+    Ab, Bb, eps, closed = _band_args(A, B, bands)
+    return K.band_mask(ia, ib, Ab, Bb, eps, closed)
+
+
+def _oriented(theta, i, A, B):
+    return (A, B) if theta.streams[0] == i else (B, A)
+
+
+def _theta_mask(theta, i, A, B, ia, ib):
+    udf = load_udf(theta.udf)
+    if theta.streams[0] == i:
+        return K.theta_mask(udf, A, B, ia, ib)
+    return K.theta_mask(udf, B, A, ib, ia)

@@ -1,0 +1,364 @@
+"""What every rank runs under `mpiexec ... mpi-join run JOB`.
+
+Rank 0 (the driver) loads and validates the job, and what it can of the input (schemas, counts,
+Parquet metadata), before anyone works, then tells the others to start or to exit with its
+one-line error. Each rank then builds its part from the strategy registry: the driver with the
+strategy's router (master/driver.py), a worker with its join module (slaves/worker.py). Any
+exception on any rank after that aborts the whole job (COMM_WORLD.Abort) with that rank's number
+and reason: no rank hangs. An input error found while reading (a row out of order) is printed as
+the same one-line error as before the start.
+"""
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+
+from .config import load_job
+from .errors import JobError
+from .runtime.metrics import RankMetrics, summarize, write_json
+from .strategies import check_runnable
+from .runtime.protocol import Start, Tag, decode_control
+from .storage.paths import LOCK
+
+
+def run_rank(job_path, overrides):
+    """Run this rank's role; returns the process exit code."""
+    from mpi4py import MPI
+    from .runtime.transport import Transport
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    ctx = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _: _interrupted(rank, ctx, signum))
+    from .join.kernels import Compiles
+    Compiles.install()
+    try:
+        tx = Transport(comm)
+        tx.hosts = comm.allgather(MPI.Get_processor_name())     # the rank-to-host map
+        try:
+            code = _driver(job_path, overrides, tx, ctx) if rank == 0 else _worker(job_path, overrides, tx, ctx)
+        finally:
+            tx.close()
+    except KeyboardInterrupt:
+        _interrupted(rank, ctx, signal.SIGINT)
+    except BaseException as e:  # noqa: BLE001 - any failure must take the whole job down
+        _release(ctx)
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if isinstance(e, JobError):
+            sys.stderr.write(f"mpi-join: error: {why} (rank {rank}; job aborted)\n")
+        else:
+            sys.stderr.write(f"mpi-join: rank {rank} failed: {type(e).__name__}: {why}\n")
+            if not isinstance(e, KeyboardInterrupt):
+                traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
+        time.sleep(0.2)          # let mpiexec forward the line before the job is torn down
+        comm.Abort(2 if isinstance(e, JobError) else 1)
+        return 1
+    # finalise here, not at interpreter exit: a message still unmatched (a protocol bug) is then
+    # an error with this rank's name, not a silent exit that makes mpiexec kill the others
+    try:
+        MPI.Finalize()
+    except MPI.Exception as e:
+        sys.stderr.write(f"mpi-join: rank {rank} failed: MPI_Finalize: {str(e).strip().splitlines()[-1]}\n")
+        return 1
+    return code
+
+
+def _interrupted(rank, ctx, signum):
+    """Ctrl-C (SIGINT) or a scheduler's cancel (SIGTERM, as `scancel` sends it) reaches every
+    rank of the launch (mpiexec and srun forward both; `mpi-join run -n N` forwards what it gets):
+    one line from rank 0, the others quiet, and every rank leaves with 128 + the signal, its
+    locks released, without MPI_Abort and without waiting in MPI_Finalize for ranks that are
+    leaving too. A signal that comes again (from the launcher as well) is ignored. Rank 0 writes
+    its line at once (mpiexec stops forwarding output soon after ranks leave) and says what is on
+    disk: results are buffered in memory up to a part file's size, so there may be none. It
+    leaves last, so that no worker sees its messages break off before its own signal arrives."""
+    if ctx.get("stopping"):
+        return
+    ctx["stopping"] = True
+    if rank == 0:
+        output = ctx.get("output")
+        where = ""
+        if output:
+            import glob
+            rdir = os.path.join(output, "results")
+            parts = glob.glob(os.path.join(rdir, "part-r*.parquet"))
+            where = (f"; {len(parts)} partial result part file(s) in {rdir} (`mpi-join collect --partial` reads "
+                     f"them)" if parts else "; no result part file had been written yet")
+            from .storage.commits import read_committed
+            try:
+                done = read_committed(output)
+            except JobError:
+                done = None
+            if done is not None:         # a followed run: what it committed stands
+                where = (f"; {done['results']:,} results committed up to input seq {done.get('input_offset') or 0:,} "
+                         f"stand ({os.path.join(output, '_COMMITTED')}; `mpi-join collect` reads them, `--resume "
+                         f"{ctx.get('checkpoint_dir')}` continues)")
+        why = "interrupted by the user" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        sys.stderr.write(f"\nmpi-join: {why}; no _SUCCESS written{where}\n")
+        sys.stderr.flush()
+        _release(ctx)
+        time.sleep(0.5)
+    sys.stderr.flush()
+    os._exit(128 + int(signum))
+
+
+def _release(ctx):
+    for lock in ctx.pop("locks", []):
+        lock.release()
+
+
+def _driver(job_path, overrides, tx, ctx):
+    from . import strategies
+    from .master.driver import Driver
+    from .master.progress import Progress, summary_table
+    t_start = time.perf_counter()
+    err, resume, driver = None, None, None
+    metrics = RankMetrics(0, "driver")
+    try:
+        job = load_job(job_path, overrides)
+        if overrides.get("follow"):
+            job = _live_job(job)              # results are committed at checkpoints (commits.py)
+        ctx["output"] = job.output
+        ctx["checkpoint_dir"] = job.checkpoint.dir if job.checkpoint else None
+        check_runnable(job, tx.size)
+        from .slaves.worker import fault_spec
+        fault_spec(tx.size)
+        info = strategies.get(job.strategy.name)
+        graph = info.build_graph(tx.size, job.strategy.params)
+        ctx["locks"] = _lock_dirs(job, overrides)
+        if overrides.get("resume"):
+            from .storage.checkpoint import latest_complete
+            root = os.path.abspath(overrides["resume"])
+            cid, man = latest_complete(root, job, tx.size, say=_say,
+                                       results_dir=os.path.join(job.output, "results"))
+            resume = (root, cid)
+        progress = Progress(0, enabled=job.run.progress)
+        tx.enable_liveness(job.run.liveness_timeout_s)
+        driver = Driver(job, tx, graph, info.load_role("driver"), metrics, progress, resume,
+                        follow=bool(overrides.get("follow")))
+        if job.checkpoint is not None:
+            from .storage.staged import hash_input, staged_files
+            driver.ckpt.input = staged_files(job, driver.manifest) or hash_input(job)
+        ctx["kept"] = man["committed"] if resume else {}
+        _prepare_output(job.output, keep=set(ctx["kept"]) if resume else None,
+                        overwrite=bool(overrides.get("overwrite")))
+        if overrides.get("follow"):
+            driver.ckpt.commits = _commits(job, resume, ctx["kept"])
+    except JobError as e:
+        err = str(e)
+        _release(ctx)
+    start = Start(err, resume[0] if resume else None, resume[1] if resume else -1).encode()
+    for r in range(1, tx.size):
+        tx.send(r, Tag.START, start)
+    tx.flush()
+    if err:
+        sys.stderr.write(f"mpi-join: error: {err}\n")
+        return 2
+    from .storage.input_warnings import warnings
+    from .storage.staged import is_log
+    growing = is_log(driver.manifest) and not driver.manifest["log"].get("ended")
+    for w in ([] if growing and overrides.get("follow") else warnings(job, driver.manifest)):
+        sys.stderr.write(f"mpi-join: warning: {w}\n")
+    if growing and not overrides.get("follow"):
+        sys.stderr.write(f"mpi-join: warning: the staged log {job.staged} has not ended: this run joins the "
+                         f"{driver.total:,} tuples committed so far; `run --follow` follows it to its end\n")
+    for r in range(1, tx.size):
+        tx.watch(r)                      # every worker must be heard from (liveness.py)
+    if resume:
+        sys.stderr.write(f"mpi-join: resuming from checkpoint {resume[1]} in {resume[0]} "
+                         f"at input offset {driver.resumed_from['input_offset']:,}\n")
+    progress.total = driver.total      # the progress line counts released tuples from seq 0, resumed or not
+    report = driver.run()
+    total = driver.total - (driver.resumed_from["input_offset"] if resume else 0)   # a followed log grew
+    worker_metrics = report.workers
+    ranks = [metrics.to_dict(tx)] + worker_metrics
+    for r in ranks:
+        r["host"] = tx.host(r["rank"])
+    summary = summarize(ranks, report.wall_s, total)
+    summary["results"], part_records = _verify_parts(job.output, ctx["kept"], worker_metrics, summary["results"])
+    from .storage.checksums import as_records, verify_snapshots
+    snapshots = as_records(row for w in worker_metrics for row in w.get("snapshot_parts", []))
+    if snapshots:                # every one as written, numbered without a gap, none other there
+        verify_snapshots(os.path.join(job.output, "aggregate"), snapshots, final=True)
+    summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=report.resumed_from,
+                   hosts=list(tx.hosts), liveness_timeout_s=job.run.liveness_timeout_s,
+                   checkpoints=report.checkpoints, topology=graph.name,
+                   startup_s=report.t_replay - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
+    mdir = os.path.join(job.output, "metrics")
+    parts = sum(r.get("result_files", 0) for r in worker_metrics)
+    summary["notes"] = report.notes + [
+        f"results: {os.path.join(job.output, 'results')} ({parts} part files)",
+        f"metrics: {os.path.join(mdir, 'summary.json')} (and rank-*.json)"]
+    for r in ranks:
+        write_json(os.path.join(mdir, f"rank-{r['rank']:04d}.json"), r)
+    write_json(os.path.join(mdir, "summary.json"), summary)
+    write_json(os.path.join(job.output, "_SUCCESS"), {"results": summary["results"], "tuples": total, "parts": part_records,
+                                                          "snapshots": snapshots})
+    if driver.ckpt.commits is not None:      # the last commit: every result, the whole log
+        driver.ckpt.commits.commit(None, driver.total, part_records, summary["results"], final=True)
+    _release(ctx)
+    if not os.environ.get("MPI_JOIN_QUIET"):
+        print(summary_table(summary), flush=True)
+    return 0
+
+
+def _live_job(job):
+    """`job` as a followed run runs it: checkpoints at least every output.commit_every (in
+    OUTPUT/_checkpoints when the job configures none), since its results commit at checkpoints."""
+    import dataclasses
+    from .storage.commits import IMPLICIT
+    from .config import Checkpoint
+    c = job.checkpoint
+    if c is None:
+        c = Checkpoint(os.path.join(job.output, IMPLICIT), None, job.commit_every_ns, 2)
+    else:
+        c = dataclasses.replace(c, every_ns=min(c.every_ns or job.commit_every_ns, job.commit_every_ns))
+    return dataclasses.replace(job, checkpoint=c)
+
+
+def _commits(job, resume, kept):
+    """A followed run's results log (commits.py): a fresh run starts it, a resumed one goes back
+    to its checkpoint's commit; a fresh run also drops the implicit checkpoints of a run before."""
+    from .storage.commits import IMPLICIT, Commits
+    if resume is None and job.checkpoint.dir == os.path.join(job.output, IMPLICIT):
+        import shutil
+        from .storage.paths import inside
+        for d in os.listdir(job.checkpoint.dir):
+            if re.fullmatch(r"ckpt-\d{6}", d):
+                shutil.rmtree(inside(job.checkpoint.dir, os.path.join(job.checkpoint.dir, d)))
+    c = Commits(job.output, resumed=resume)
+    if resume is not None:
+        c.resumed(kept, resume[1], _say)
+    return c
+
+
+def _say(line):
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _lock_dirs(job, overrides):
+    """Hold every directory this run writes or reads state from, for its life: the output
+    directory, the checkpoint directory it resumes from, and the job's own checkpoint
+    directory, where its new checkpoints go."""
+    from .storage.paths import DirLock
+    locks = [DirLock(job.output, "output.dir", say=_say)]
+    resume = overrides.get("resume")
+    if resume and not os.path.isdir(resume):
+        raise JobError(f"{os.path.abspath(resume)}: checkpoint directory not found")
+    seen = {os.path.realpath(job.output)}
+    for what, d in (("--resume", resume), ("checkpoint.dir", job.checkpoint.dir if job.checkpoint else None)):
+        if d and os.path.realpath(d) not in seen:
+            seen.add(os.path.realpath(d))
+            locks.append(DirLock(os.path.abspath(d), what, say=_say))
+    held = []
+    try:
+        for lock in locks:
+            held.append(lock.acquire())
+    except JobError:
+        for lock in held:
+            lock.release()
+        raise
+    return held
+
+
+def _verify_parts(out, kept, workers, counted):
+    """Every result part file of the run must be readable with the rows its writer wrote (the
+    files a resumed checkpoint committed were verified before the start); no other part file may
+    be there. Returns the number of results in the files, which is what the summary reports (it
+    must equal what the workers counted), and the files' records, which _SUCCESS keeps for
+    `collect` to check."""
+    from .errors import InputError
+    from .storage.checksums import as_records, verify_part
+    rdir = os.path.join(out, "results")
+    records = dict(kept, **as_records(row for w in workers for row in w.get("result_parts", [])))
+    present = {f for f in os.listdir(rdir) if _OWN["results"].fullmatch(f) and not f.endswith(".tmp")}
+    stray = sorted(present - set(records))
+    if stray:
+        raise InputError(f"{os.path.join(rdir, stray[0])}: result part file that no rank of this run wrote or "
+                         f"committed; is another run writing here?")
+    for name, rec in sorted(records.items()):
+        verify_part(os.path.join(rdir, name), rec, full=name not in kept)
+    total = sum(r["rows"] for r in records.values())
+    if total != counted:
+        raise InputError(f"{rdir}: the part files hold {total:,} results, the ranks counted {counted:,}; "
+                         f"no _SUCCESS written")
+    return total, records
+
+
+def _worker(job_path, overrides, tx, ctx):
+    from . import strategies
+    from .storage.results import ResultWriter
+    from .slaves.worker import Worker
+    from .join.window import runtime_dtype
+    _, _, buf = tx.recv(source=0, tag=Tag.START)
+    start = decode_control(buf)
+    if start.error:
+        return 2
+    job = load_job(job_path, overrides)
+    tx.enable_liveness(job.run.liveness_timeout_s)
+    tx.watch(0)                          # the driver must be heard from (liveness.py)
+    info = strategies.get(job.strategy.name)
+    graph = info.build_graph(tx.size, job.strategy.params)
+    metrics = RankMetrics(tx.rank, graph.role(tx.rank))
+    writer = ResultWriter(os.path.join(job.output, "results"), tx.rank, job.stream_names,
+                          snapshot_dir=os.path.join(job.output, "aggregate"))
+    dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
+    module = info.load_role(graph.role(tx.rank))(job, tx.rank, graph, dtypes)
+    resume = (start.resume_dir, start.resume_id) if start.resume_dir else None
+    Worker(job, tx, graph, module, metrics, writer, resume).run()
+    return 0
+
+
+MARKER = ".mpi-join-run"
+_OWN = {"commits": re.compile(r"commit-\d{6}\.json(\.tmp)?$"),
+        "results": re.compile(r"part-r\d{4}-\d{5}\.parquet(\.tmp)?$"),
+        "metrics": re.compile(r"(rank-\d{4}|summary)\.json(\.tmp)?$"),
+        "aggregate": re.compile(r"snapshot-\d{6}\.parquet(\.tmp)?$")}
+
+
+def _prepare_output(out, keep=None, overwrite=False):
+    """Make `out` ready for this run without deleting anything mpi-join did not write.
+
+    A directory is mpi-join's once it holds the MARKER file (written on first use). An existing
+    non-empty directory without it is refused unless `overwrite`. From an earlier run only
+    mpi-join's own files go: result part files, rank metrics and _SUCCESS, by their names, never
+    through a symlink (a linked results/ or metrics/ is refused); when resuming, the result files
+    the checkpoint committed (`keep`) stay."""
+    from .storage.paths import plain_dir, remove_file
+    if "://" in out:
+        raise JobError(f"output.dir: {out}: runs write results to a local or shared filesystem path")
+    try:
+        plain_dir(out, "output.dir")
+        marked = os.path.isfile(os.path.join(out, MARKER))
+        mine = {MARKER, LOCK, "_checkpoints"}
+        if os.path.isdir(out) and set(os.listdir(out)) - mine and not marked and not overwrite:
+            raise JobError(f"output.dir: {out} exists, is not empty and holds no mpi-join run; choose another "
+                           "directory, or pass --overwrite to write into it (only mpi-join's own files are replaced)")
+        rdir = os.path.join(out, "results")
+        for sub in _OWN:
+            plain_dir(os.path.join(out, sub), f"output.dir's {sub}/")
+        if keep is not None:
+            missing = [f for f in keep if not os.path.exists(os.path.join(rdir, f))]
+            if missing:
+                raise JobError(f"{rdir}: result file {missing[0]} committed by the checkpoint is missing; "
+                               "cannot resume exactly once")
+        for sub, own in _OWN.items():
+            d = os.path.join(out, sub)
+            for f in os.listdir(d) if os.path.isdir(d) else []:
+                # a resume keeps the committed result files and the snapshots (rewritten past the cut)
+                if own.fullmatch(f) and not (keep is not None and (sub in ("aggregate", "commits") or
+                                                                  (sub == "results" and f in keep))):
+                    remove_file(out, os.path.join(d, f))
+        for name in ("_SUCCESS",) + (("_COMMITTED",) if keep is None else ()):
+            if os.path.lexists(os.path.join(out, name)):
+                remove_file(out, os.path.join(out, name))
+        os.makedirs(rdir, exist_ok=True)
+        if not marked:
+            with open(os.path.join(out, MARKER), "w") as f:
+                f.write("mpi-join run output: results/, metrics/, aggregate/ and _SUCCESS are written by `mpi-join run`\n")
+    except OSError as e:
+        raise JobError(f"output.dir: cannot prepare {out}: {e.strerror}") from None

@@ -1,0 +1,308 @@
+"""The one operator interface: what a strategy supplies for every vertex of its graph, a pure
+state machine with no MPI in it. Rank 0's vertex is fed by the input source (it routes); every
+other vertex by its upstream edges (it joins, merges, dispatches or writes). The runtime
+(master/driver.py on rank 0, slaves/worker.py elsewhere) is the only caller.
+
+Every vertex:
+- `warm_up()` once, before READY: compile every kernel the run will use.
+- `on_data(src, header, batches)` once per batch, in the order each link delivered them (links
+  are FIFO; messages of different links interleave). `batches[k]` is stream k's rows (runtime
+  dtype, seq order), `header.bounds[k]` stream k's expiry bound after this batch, `header.body`
+  the strategy's typed header (headers.Header) the sender gave, or None. Rank 0's vertex gets
+  the source's batches with `src == SOURCE` and `header.order` the batch's slot in its epoch
+  (an epoch has `slots` slots). Returns an Output (or None): results to emit, batches to send to
+  named ranks, control records; rank 0's runtime sends them with credits, in order.
+- `on_control(src, msg, ctx)` for the strategy's own control records, in order with DATA on the
+  link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
+  before a queued checkpoint marker).
+- `on_eos(src)` when the end of the input has passed link `src`.
+- its state, declared (`declare(name=part, ...)`): the runtime derives `snapshot()`,
+  `restore()` and `state_dtype()` (each part's arrays under "<name>/" in the HDF5 rank file,
+  each checked against its dtype and checksum on restore) and the footprint. A part is a
+  `Fields` (named attributes: counters, lists, maps of plain values), a `Rows` (a join's
+  windows: slaves/local_join.BinaryJoin), an `Array` (one array, or None), an `Arrays` (a list
+  of arrays), or any object with
+  snapshot() -> (arrays, attrs), restore(arrays, attrs), state_dtype(name) and, if it holds
+  window rows, footprint(). An operator may instead write snapshot/restore/state_dtype itself
+  (one whose state is a single array: tests/graph_strategies.py's GrowRouter).
+- `stats()` for metrics, `footprint()` for the memory figures.
+A vertex whose state moves in units (driver.moves.begin): `unit_of(batch)`, `take(unit)` -> (arrays,
+attrs) and `put(unit, arrays, attrs)`; the runtime moves the state and the unit's queued rows.
+
+Hooks a vertex has for what only its place in the graph asks of it, each saying why:
+- fed by several links in one order: `next_order()` (graph.Edge.merge);
+- on a link that carries its own kind of rows: `link_dtypes(kind)`;
+- that must finish what is in flight before new input enters (the PSP ring's head):
+  `accepts_input()`, and `buffer_capacity` for the load metric;
+- fed by the source (rank 0), which adapts the graph's use while the input streams:
+  `annotate(batch, stream)` fills strategy columns (`_h`) as the source releases rows, once;
+  `flush()` sends what it keeps (before a cut and at the end); `quiet()` says nothing is in
+  flight that a cut could not capture; `end_of_epoch(epoch)` after each epoch, where it may ask
+  for loads and move state through `self.runtime` (the driver: `moves.begin`, `moves.settle`,
+  `request_load`, `loads_of`, `control`, `wait`, `send`, `source`); `on_moved(unit, src, dst,
+  held)` hands it a finished move's held rows; `report(workers)` lines for the summary.
+"""
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..storage.checkpoint import Checkpointed
+from ..errors import InputError
+
+SOURCE = -1          # the input source, the rank-0 vertex's one upstream
+
+
+@dataclass
+class Output:
+    """What handling one message produced."""
+    results: list = field(default_factory=list)     # (tuple of seq arrays, one per stream; tin array)
+    forward: list = field(default_factory=list)     # (dests, batches, bounds, body, order): one message, packed once
+    control: list = field(default_factory=list)     # (dest, Control)
+    snapshots: list = field(default_factory=list)   # (number, final, rows, meta): an aggregate's snapshots
+
+    @classmethod
+    def sending(cls, dests, batches, bounds, body=None, order=-1):
+        """An Output of one message to every rank of `dests` (a router's usual answer)."""
+        out = cls()
+        out.send_many(dests, batches, bounds, body, order)
+        return out
+
+    def emit(self, seqs, tin):
+        if len(tin):
+            self.results.append((tuple(seqs), tin))
+
+    def send(self, dest, batches, bounds, body=None, order=-1):
+        """Forward `batches` to rank `dest`; `body`: the strategy's typed header (headers.Header);
+        `order`: the batch's place for the receiver's ordered merge (DataHeader.order)."""
+        self.send_many((dest,), batches, bounds, body, order)
+
+    def send_many(self, dests, batches, bounds, body=None, order=-1):
+        """`send` to every rank of `dests`: the message is packed once and the same buffer goes to
+        each (a fan-out costs one copy, not one per destination)."""
+        self.forward.append((tuple(dests), batches, tuple(int(b) for b in bounds), body, int(order)))
+
+    def tell(self, dest, msg):
+        self.control.append((dest, msg))
+
+    def send_results(self, dest, rows, body=None):
+        """Send result rows (results.result_dtype: each stream's seq and `_tin`) on the result edge
+        to rank `dest`, to be written there (or sent on) instead of here."""
+        self.forward.append(((dest,), [rows], (), body, -1))
+
+    def snapshot(self, number, final, rows, meta):
+        """Write `rows` (a finished aggregate, aggregate.finish) as snapshot `number` of the run's
+        aggregate/ directory; `meta` goes into the file's metadata."""
+        self.snapshots.append((int(number), bool(final), rows, dict(meta)))
+
+    def extend(self, other):
+        if other is not None:
+            self.results += other.results
+            self.forward += other.forward
+            self.control += other.control
+            self.snapshots += other.snapshots
+        return self
+
+
+class Fields:
+    """Named attributes of an operator as state: plain values (numbers, lists, dicts), in the rank
+    file's JSON attributes. `codecs[name]` = (encode, decode) for a value JSON would not give back
+    as it was (a dict with int keys: INT_KEYS)."""
+
+    def __init__(self, owner, *names, **codecs):
+        self.owner, self.names, self.codecs = owner, names + tuple(codecs), codecs
+
+    def snapshot(self):
+        """Copies: the cut is written once every upstream marker is in, and the operator goes on
+        meanwhile (a list counted on in place would be written as it is then, not at the cut)."""
+        enc = {n: self.codecs.get(n, (None, None))[0] for n in self.names}
+        return {}, {n: (enc[n] or copy.deepcopy)(getattr(self.owner, n)) for n in self.names}
+
+    def restore(self, arrays, attrs):
+        for n in self.names:
+            dec = self.codecs.get(n, (None, None))[1]
+            setattr(self.owner, n, dec(attrs[n]) if dec else attrs[n])
+
+    def state_dtype(self, name):
+        return None
+
+
+def _int_keys(decode):
+    def code(d):
+        return None if d is None else {(int(k) if decode else str(k)): v for k, v in d.items()}
+    return code
+
+
+INT_KEYS = (_int_keys(False), _int_keys(True))     # a dict keyed by ints (or None), for Fields
+
+
+class Rows:
+    """A local join's windows as state (slaves/local_join.BinaryJoin, or a chained index): each
+    stream's rows, and the windows' base numbers (stored rows keep their numbers); indexes are
+    rebuilt on restore. Read from the owner's attribute `name` each time: a unit that hands its
+    state away replaces its join."""
+
+    def __init__(self, owner, name="join"):
+        self.owner, self.name = owner, name
+
+    @property
+    def join(self):
+        return getattr(self.owner, self.name)
+
+    def snapshot(self):
+        windows = getattr(self.join, "windows", ())
+        return self.join.snapshot("w"), {"base": [w.base for w in windows]}
+
+    def restore(self, arrays, attrs):
+        for w, b in zip(getattr(self.join, "windows", ()), attrs["base"]):
+            w.base = int(b)
+        self.join.restore(arrays, "w")
+
+    def state_dtype(self, name):
+        return self.join.state_dtype(name, "w")
+
+    def footprint(self):
+        return self.join.footprint()
+
+
+class Arrays:
+    """A list of arrays an operator holds in attribute `name` (one per stream, say), with the
+    dtype each must have."""
+
+    def __init__(self, owner, name, dtypes):
+        self.owner, self.name, self.dtypes = owner, name, dtypes
+
+    def snapshot(self):
+        return {str(k): a.copy() for k, a in enumerate(getattr(self.owner, self.name))}, {}
+
+    def restore(self, arrays, attrs):
+        setattr(self.owner, self.name, [arrays[str(k)] for k in range(len(self.dtypes))])
+
+    def state_dtype(self, name):
+        return self.dtypes[int(name)] if name.isdigit() and int(name) < len(self.dtypes) else None
+
+
+class Array:
+    """One array an operator holds in attribute `name`, or None, with the dtype it must have;
+    stored flat, with its shape."""
+
+    def __init__(self, owner, name, dtype):
+        self.owner, self.name, self.dtype = owner, name, dtype
+
+    def snapshot(self):
+        v = getattr(self.owner, self.name)
+        return ({} if v is None else {"data": v.ravel().copy()}), {"shape": None if v is None else list(v.shape)}
+
+    def restore(self, arrays, attrs):
+        shape = attrs["shape"]
+        setattr(self.owner, self.name, None if shape is None else arrays["data"].reshape(shape))
+
+    def state_dtype(self, name):
+        return np.dtype(self.dtype) if name == "data" else None
+
+
+class Operator(Checkpointed):
+    """Defaults for the optional hooks; a strategy overrides what it needs."""
+    urgent_ops = frozenset()
+    buffer_capacity = 0          # tuples, for the load metric (0: the worker's share of what may be in flight)
+    slots = 1                    # rank 0: slots per epoch (hash's sub-groups)
+    runtime = None               # rank 0: the driver, set before warm_up
+
+    def __init__(self, job, rank, graph, dtypes):
+        self.job, self.rank, self.graph, self.dtypes = job, rank, graph, dtypes
+
+    def warm_up(self):
+        pass
+
+    def on_data(self, src, header, batches):
+        raise NotImplementedError
+
+    def on_control(self, src, msg, ctx=None):
+        raise RuntimeError(f"rank {self.rank}: unexpected control record {msg.op!r} from rank {src}")
+
+    def on_eos(self, src):
+        return None
+
+    def next_order(self):
+        """The order the module takes next from its merged links (graph.Edge.merge: the worker
+        hands over the batch with the least order among the links' next batches once no link can
+        still bring a lesser one) when their orders are dense (0, 1, 2, ... across the links, none
+        missing), so the batch bearing it goes at once, without waiting for the other links to
+        pass it; None (the default): not known."""
+        return None
+
+    def accepts_input(self):
+        return True
+
+    def link_dtypes(self, kind):
+        """dtypes of the arrays on a link that carries the strategy's own kind of rows
+        (graph.Edge.carries named `kind`)."""
+        raise RuntimeError(f"rank {self.rank}: links carrying {kind!r} are not declared by this strategy")
+
+    def unit_of(self, batch):
+        raise RuntimeError(f"rank {self.rank}: {type(self).__name__} does not say which unit a row is in (unit_of)")
+
+    def take(self, unit):
+        raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
+
+    def put(self, unit, arrays, attrs):
+        raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
+
+    def stats(self):
+        return {"window_tuples": 0}
+
+    # -- state ---------------------------------------------------------------------------------
+    def declare(self, **parts):
+        """Name the pieces of this operator's state (see the module docstring)."""
+        self.__dict__.setdefault("_parts", {}).update(parts)
+
+    def snapshot(self):
+        arrays, attrs = {}, {}
+        for name, part in self.__dict__.get("_parts", {}).items():
+            a, attrs[name] = part.snapshot()
+            arrays.update({f"{name}/{k}": v for k, v in a.items()})
+        return arrays, attrs
+
+    def restore(self, arrays, attrs):
+        """Each declared part from its arrays and attributes; state of another layout (an earlier
+        version's checkpoint) is refused with one line, not a traceback."""
+        for name, part in self.__dict__.get("_parts", {}).items():
+            try:
+                part.restore({k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(name + "/")},
+                             attrs[name])
+            except (KeyError, TypeError, ValueError, IndexError) as e:
+                raise InputError(f"rank {self.rank}: the checkpoint's state of its {type(self).__name__} has no valid "
+                                 f"part {name!r} ({type(e).__name__}: {e}); it was written by another version or "
+                                 f"strategy: run without --resume") from None
+
+    def state_dtype(self, name):
+        part = self.__dict__.get("_parts", {}).get(name.partition("/")[0])
+        return part.state_dtype(name.partition("/")[2]) if part is not None else None
+
+    def footprint(self):
+        """(bytes the window state holds, spare capacity and indexes included; raw bytes of the
+        tuples in it): sampled by the worker for the memory figures of the benchmarks; the sum
+        over the declared parts that have a footprint."""
+        sizes = [p.footprint() for p in self.__dict__.get("_parts", {}).values() if hasattr(p, "footprint")]
+        return sum(h for h, _ in sizes), sum(r for _, r in sizes)
+
+    # -- rank 0, fed by the source -------------------------------------------------------------
+    def annotate(self, batch, stream):
+        pass
+
+    def flush(self):
+        pass
+
+    def quiet(self):
+        return True
+
+    def end_of_epoch(self, epoch):
+        pass
+
+    def on_moved(self, unit, src, dst, held):
+        pass
+
+    def report(self, workers):
+        """Lines for the end-of-run summary on what the strategy did (workers: their metrics)."""
+        return []
+

@@ -1,0 +1,333 @@
+"""Live staging (README "Live streams"): `mpi-join stage --follow JOB`.
+
+Spark Structured Streaming reads the files that land in each stream's raw directory (CSV, JSON
+lines or Parquet, parsed and checked exactly as `stage` does: spark/stage.py), one query for all
+streams so that every micro-batch has one id. Each micro-batch is collected to the driver and
+committed to the staged log (staged_log.py), which holds rows back until the event-time
+watermark passes them, numbers them, quarantines late rows and commits atomically. Spark's
+checkpoint (in <staged>/_spark) remembers which files were read; the log remembers which
+micro-batch it committed last, so a stager killed at any point and started again continues
+without losing or repeating a row.
+"""
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...errors import InputError, JobError
+from ...schema import SEQ, from_arrow
+from ..staged_log import LOG, LogWriter, waiting_dtype
+from .. import paths
+from .stage import _declared, _settings, _tag, _union, _utf8, csv_options
+
+SPARK_DIR = "_spark"
+SOCKET = "socket://"
+
+
+def settings(job):
+    """What a log is started with; a restart with other settings is refused (staged_log.LogWriter)."""
+    return {"stage": _settings(job), "allowed_lateness": job.allowed_lateness}
+
+
+def socket_address(s):
+    """(host, port) of a socket source (raw.path "socket://HOST:PORT"), or None."""
+    if s.raw.source is not None or not s.raw.path.startswith(SOCKET):
+        return None
+    host, _, port = s.raw.path[len(SOCKET):].rstrip("/").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise JobError(f"streams.{s.name}.raw.path: {s.raw.path}: expected socket://HOST:PORT")
+    if s.raw.format != "csv":
+        raise JobError(f"streams.{s.name}.raw.format: a socket source carries CSV lines (no header), got "
+                       f"{s.raw.format!r}")
+    return host, int(port)
+
+
+def landing_dir(s):
+    """Stream `s`'s landing directory (its raw path), which must be a local directory; a socket
+    source has none (None)."""
+    if socket_address(s) is not None or s.raw.source is not None:
+        return None
+    p = s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path
+    if "://" in p:
+        raise JobError(f"streams.{s.name}.raw.path: {s.raw.path}: live staging reads a local landing directory here "
+                       f"(a URI scheme is passed to Spark only by `stage` at rest)")
+    if not os.path.isdir(p):
+        raise InputError(f"{p}: the landing directory of stream '{s.name}' does not exist (live staging reads the "
+                         f"files that arrive in a directory; create it, or point streams.{s.name}.raw.path at one)")
+    return os.path.abspath(p)
+
+
+def _present(d):
+    return sorted(os.path.join(d, f) for f in os.listdir(d)
+                  if not f.startswith(("_", ".")) and os.path.isfile(os.path.join(d, f)))
+
+
+def _source(spark, s):
+    """The stream's landing directory as a streaming DataFrame of text columns, as stage reads a file."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+    d, want = landing_dir(s), _declared(s)
+    files = _present(d) if d else []
+    if d is None:           # a stream of records: CSV lines in the declared order, or JSON objects
+        if s.raw.format == "parquet":
+            raise JobError(f"streams.{s.name}.raw.format: a stream source carries CSV lines or JSON objects "
+                           f"in its `value`, not Parquet")
+        if s.raw.source is None:
+            host, port = socket_address(s)
+            # one partition: the lines stay in the order they came (the default deals them round
+            # robin), so a line's record is its number on the socket
+            reader = (spark.readStream.format("socket").option("host", host).option("port", port)
+                      .option("numPartitions", 1))
+        else:                # any Spark streaming source, its options passed as they are
+            reader = spark.readStream.format(s.raw.source)
+            for k, v in s.raw.options:
+                reader = reader.option(k, v)
+        value = F.col("value").cast("string")
+        if s.raw.format == "json":
+            schema = StructType([StructField(c, StringType()) for c in want])
+            parsed = F.from_json(value, schema)
+            df = reader.load().select(parsed.alias("r"), F.when(parsed.isNull(), value).alias("_corrupt")).select(
+                "r.*", "_corrupt")
+        else:
+            ddl = ", ".join(f"`{c}` STRING" for c in want) + ", `_corrupt` STRING"
+            df = reader.load().select(F.from_csv(value, ddl, {"sep": s.raw.delimiter, "mode": "PERMISSIVE",
+                                                              "columnNameOfCorruptRecord": "_corrupt"}).alias("r")
+                                      ).select("r.*")
+        df = _utf8(df, want, "csv-text")
+        return df.select(*want, F.col("_corrupt").isNotNull().alias("_bad_fields"), "_bad_utf8", F.lit(0).alias("_file"),
+                         F.lit(s.raw.path).alias("_path"), F.lit(0).cast("long").alias("_row"))
+    if s.raw.format == "csv":
+        header = want
+        if files and s.raw.header:
+            from . import fs
+            line = fs.first_line(spark, f"file://{files[0]}") or ""
+            import csv
+            header = [c.strip() for c in next(csv.reader([line.lstrip("\ufeff")], delimiter=s.raw.delimiter), [])]
+            missing = [c for c in want if c not in header]
+            if missing:
+                raise InputError(f"{files[0]}: column '{missing[0]}' of stream '{s.name}' is missing "
+                                 f"(file has: {', '.join(header) or 'no columns'})")
+        schema = StructType([StructField(c, StringType()) for c in header] + [StructField("_corrupt", StringType())])
+        df = csv_options(spark.readStream, s).option("enforceSchema", False).schema(schema).csv(d)
+        bad_fields = F.col("_corrupt").isNotNull()
+    elif s.raw.format == "json":
+        schema = StructType([StructField(c, StringType()) for c in want] + [StructField("_corrupt_record", StringType())])
+        df = spark.readStream.schema(schema).json(d)
+        bad_fields = F.lit(False)
+    else:
+        if not files:
+            raise InputError(f"{d}: live Parquet needs one file present to learn its schema; none has landed yet")
+        df = spark.readStream.schema(spark.read.parquet(f"file://{files[0]}").schema).parquet(d)
+        bad_fields = F.lit(False)
+    df = _utf8(df, want, s.raw.format)
+    return df.select(*want, bad_fields.alias("_bad_fields"), "_bad_utf8", F.lit(0).alias("_file"),
+                     F.input_file_name().alias("_path"), F.lit(0).cast("long").alias("_row"))
+
+
+def _packed(spark, job):
+    """All streams as one streaming DataFrame: _stream, _path, _reason, _why, and per stream a
+    struct _p{i} of its parsed (_v_*) and raw (_raw_*) columns (null in other streams' rows)."""
+    from pyspark.sql import functions as F
+    tagged = [_tag(_source(spark, s), s, job) for s in job.streams]
+    structs = []
+    for t in tagged:
+        bad = F.col("_reason") != ""
+        # the raw text travels only with rows that go to the quarantine (a good row's is not needed)
+        structs.append(F.struct(*[F.col(c) for c in t.columns if c.startswith("_v_")],
+                                *[F.when(bad, F.col(c)).alias(c) for c in t.columns if c.startswith("_raw_")]))
+    types = [t.select(st.alias("x")).schema["x"].dataType for t, st in zip(tagged, structs)]
+    frames = []
+    for i, t in enumerate(tagged):
+        frames.append(t.select(F.lit(i).alias("_stream"), "_path", "_reason", F.when(F.col("_reason") != "", F.col("_why")).alias("_why"),
+                               *[(structs[i] if j == i else F.lit(None).cast(types[j])).alias(f"_p{j}")
+                                 for j in range(len(tagged))]))
+    return _union(frames)
+
+
+def _records(files, mid):
+    """Each row's record number in its file (1-based), from the order Spark read them in."""
+    n = len(mid)
+    if not n:
+        return np.zeros(0, np.int64)
+    o = np.lexsort((mid, files))
+    sp = files[o]
+    start = np.r_[True, sp[1:] != sp[:-1]]
+    first = np.maximum.accumulate(np.where(start, np.arange(n), 0))
+    rec = np.empty(n, np.int64)
+    rec[o] = np.arange(n) - first + 1
+    return rec
+
+
+def _split(t, job):
+    """One collected micro-batch -> (per stream waiting rows, the batch's source paths, per stream
+    quarantined rows as Arrow tables or None)."""
+    stream = t.column("_stream").to_numpy(zero_copy_only=False)
+    pathcol = t.column("_path").to_pylist()
+    paths = sorted(set(pathcol))
+    where = {p: i for i, p in enumerate(paths)}
+    pidx = np.array([where[p] for p in pathcol], np.int32)
+    rec = _records(pidx, t.column("_mid").to_numpy(zero_copy_only=False))
+    good_mask = np.array([r == "" for r in t.column("_reason").to_pylist()], bool)
+    arrivals, bad = [], []
+    for i, s in enumerate(job.streams):
+        mine = stream == i
+        g = np.nonzero(mine & good_mask)[0]
+        sub = t.take(pa.array(g)).column(f"_p{i}")
+        sub = pa.chunked_array([c for c in sub.chunks]) if sub.num_chunks else sub
+        flat = {f.name: pc.struct_field(sub, f.name) for f in sub.type}
+        cols = {SEQ: pa.array(np.zeros(len(g), np.int64)), "ts": flat["_v__ts"],
+                **{c: flat[f"_v_{c}"] for c in s.schema}}
+        rows = from_arrow(pa.table(cols), s.dtype, f"stream '{s.name}'")
+        w = np.zeros(len(g), waiting_dtype(s))
+        for n in rows.dtype.names:
+            w[n] = rows[n]
+        w["_src"], w["_rec"] = pidx[g], rec[g]
+        arrivals.append(w)
+        b = np.nonzero(mine & ~good_mask)[0]
+        if len(b):
+            q = t.take(pa.array(b))
+            raw = q.column(f"_p{i}")
+            bad.append(pa.table({"file": q.column("_path"), "record": pa.array(rec[b]), "reason": q.column("_why"),
+                                 **{c: pc.struct_field(raw, f"_raw_{c}") for c in _declared(s)}}))
+        else:
+            bad.append(None)
+    return arrivals, paths, bad
+
+
+def clear(job, out):
+    """Remove a log (or staged input) from `out`: the stream folders' part files, the quarantine,
+    the log's folder and Spark's checkpoint, and the manifest. Only files inside `out`."""
+    import shutil
+    root = paths.real(out)
+    for sub in [s.name for s in job.streams] + ["_quarantine", LOG, SPARK_DIR]:
+        p = os.path.join(root, sub)
+        paths.plain_dir(p, "a folder the log replaces")
+        paths.inside(root, p)
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+    m = os.path.join(root, "_manifest.json")
+    if os.path.lexists(m):
+        paths.remove_file(root, m)
+
+
+def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, force=False):
+    """Stage the landing directories of `job` into the staged log at `out` until `until` ("end":
+    the files present now; an event time in the job's unit; None: until Ctrl-C or SIGTERM), then
+    write the end marker. Returns the log's manifest."""
+    if not paths.local(out):
+        raise JobError(f"{out}: a staged log is written on a local or mounted filesystem (its commits are atomic "
+                       f"renames)")
+    out = paths.real(out[len("file://"):] if out.startswith("file://") else out)
+    for s in job.streams:
+        if s.raw is None:
+            raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
+        d = landing_dir(s)
+        if d and (paths.contains(out, d) or paths.contains(d, out)):
+            raise InputError(f"{out}: the staged log overlaps the landing directory of stream '{s.name}'; "
+                             f"stage into a directory of its own")
+    os.makedirs(out, exist_ok=True)
+    lock = paths.DirLock(out, "the staged log", say=say).acquire()     # one stager per log
+    try:
+        return _follow(spark, job, out, until, trigger, say, force)
+    finally:
+        lock.release()
+
+
+def _follow(spark, job, out, until, trigger, say, force):
+    from ..staged_log import until_ts
+    if force:
+        clear(job, out)
+    cap = None if until in (None, "end") else until_ts(until, job)
+    writer = LogWriter(job, out, job.allowed_lateness, settings(job), say)
+    if writer.log["batches"]:
+        say(f"stage --follow: continuing the log in {out} after batch {writer.log['batches'] - 1} "
+            f"(seq {writer.man['total']:,}, {sum(len(p) for p in writer.pending):,} rows waiting)")
+    lock, state = threading.Lock(), {"stopping": False, "signal": None, "error": None}
+
+    def on_batch(df, batch_id):
+        from pyspark.sql import functions as F
+        with lock:
+            if state["stopping"]:
+                raise RuntimeError("the stager is stopping")
+            try:
+                t0 = time.perf_counter()
+                t = df.withColumn("_mid", F.monotonically_increasing_id()).toArrow()
+                t1 = time.perf_counter()
+                arrivals, paths, bad = _split(t, job)
+                e = writer.commit(batch_id, arrivals, paths, bad, until=cap,
+                                  timing={"spark_ms": round((t1 - t0) * 1e3, 1),
+                                          "split_ms": round((time.perf_counter() - t1) * 1e3, 1)})
+            except Exception as ex:  # noqa: BLE001 - reported by the main thread, one line
+                state["error"] = ex
+                raise
+            if e is not None:
+                _report(say, e, writer)
+
+    packed = _packed(spark, job)
+    w = packed.writeStream.foreachBatch(on_batch).option("checkpointLocation", os.path.join(out, SPARK_DIR))
+    w = w.trigger(availableNow=True) if until == "end" else w.trigger(processingTime=trigger)
+    old = {sig: signal.signal(sig, lambda n, f: state.__setitem__("signal", n)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    q = w.start()
+    say(f"stage --follow: watching {', '.join(landing_dir(s) or s.raw.path for s in job.streams)} -> {out}"
+        + (" (until the files present are staged)" if until == "end" else
+           f" (until event time {cap})" if cap is not None else " (Ctrl-C or SIGTERM ends the log)"))
+    failed = None
+    try:
+        while True:
+            try:
+                if not q.isActive:
+                    break
+                q.awaitTermination(0.25)
+            except Exception:  # noqa: BLE001 - the JVM is gone (a SIGTERM to the whole group)
+                if state["signal"] is None:
+                    raise
+                break
+            if state["signal"] is not None or state["error"] is not None:
+                break
+            wm = writer.log.get("watermark")
+            if cap is not None and wm is not None and wm >= cap:
+                break
+    finally:
+        with lock:                       # a micro-batch in flight commits first; none starts after
+            state["stopping"] = True
+        try:
+            failed = q.exception() if state["signal"] is None else None
+            q.stop()
+        except Exception:  # noqa: BLE001 - stopping a query whose JVM was signalled too
+            pass
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    if state["error"] is not None:
+        e = state["error"]
+        raise e if isinstance(e, JobError) else InputError(f"{out}: a micro-batch failed: {_first_line(e)}")
+    if failed is not None:
+        raise InputError(f"{out}: the streaming query failed: {_first_line(failed)}; the log stays open (a restart "
+                         f"continues it)")
+    reason = (f"stopped by {signal.Signals(state['signal']).name}" if state["signal"] is not None else
+              "the files present were staged" if until == "end" else f"event time {cap} reached")
+    e = writer.end(reason, until=cap)
+    _report(say, e, writer)
+    say(f"stage --follow: the log ended ({reason}); {writer.man['total']:,} tuples in {writer.log['batches']} batch(es)"
+        + (f"; {writer.log['ended']['beyond_until']:,} row(s) after event time {cap} not staged" if cap is not None
+           and writer.log["ended"]["beyond_until"] else ""))
+    return writer.man
+
+
+def _first_line(e):
+    text = str(getattr(e, "desc", None) or e)
+    return text.strip().splitlines()[0][:300] if text.strip() else type(e).__name__
+
+
+def _report(say, e, writer):
+    st = e["streams"]
+    late = sum(v["late"] for v in st.values())
+    bad = sum(v["quarantined"] for v in st.values())
+    say(f"stage --follow: batch {e['batch']}: +{e['seq'][1] - e['seq'][0]:,} tuples ("
+        + ", ".join(f"{k} {v['rows']:,}" for k, v in st.items()) + f"), seq {e['seq'][1]:,}, watermark "
+        f"{e['watermark'] if e['watermark'] is not None else '-'}, {e['pending']:,} waiting"
+        + (f", {late:,} late" if late else "") + (f", {bad:,} unparseable" if bad else ""))
+

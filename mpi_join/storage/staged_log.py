@@ -1,0 +1,376 @@
+"""The staged log (README "Live streams"): the staged layout, grown by atomic batch commits.
+
+A live stager hands each micro-batch's parsed rows to `LogWriter.commit`. Rows wait until the
+event-time watermark passes them (`advance`), then are written as one part file per stream, with
+`seq` continuing from the last batch, in (event time, stream, file, row) order. A row older than
+what has already been written is late: it goes to `_quarantine/<stream>/late-bNNNNNN.parquet`
+with "late by X". The commit point is the atomic replace of `_manifest.json`, which lists every
+committed file; readers (`staged.stream_files`) read only those, so a reader sees a batch whole
+or not at all, and every committed prefix keeps the staged layout's contract (seq dense across
+streams, ts non-decreasing in seq). The rows still waiting are saved with the commit, so a
+restarted stager continues where the last commit ended; a micro-batch the log already holds
+(Spark replays the one it was in after a kill) is skipped by its id.
+
+Layout added to the staged layout:
+    _log/batch-NNNNNN.json      one entry per committed batch (seq, event-time range, rows,
+                                files and checksums, watermark, late and quarantined counts)
+    _log/pending-NNNNNN.npz     the rows waiting for the watermark after batch NNNNNN
+    _log/end.json               the end marker (also in the manifest's log.ended)
+"""
+import json
+import os
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
+import pyarrow.parquet as pq
+
+from .durable import write_json
+from ..errors import InputError, JobError
+from .checksums import file_records, file_sha256
+from ..schema import SEQ, TS, to_arrow
+from .staged import FORMAT, MANIFEST, check_structure, is_log, read_manifest, string_columns
+from ..units import ts_unit_ns
+
+LOG = "_log"
+NOTHING = object()
+EXTRA = [("_src", np.int32), ("_rec", np.int64)]   # a waiting row's source file (index) and record
+
+
+def waiting_dtype(stream):
+    """A stream's staged row plus where it came from (file index into the log's sources, record)."""
+    return np.dtype(list(stream.dtype.descr) + EXTRA)
+
+
+def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=None):
+    """One step of the watermark (no I/O, so it is tested as it is).
+
+    `pending`, `arrivals`: per stream, rows (waiting_dtype) waiting and just arrived. `max_seen`:
+    per stream, the largest event time seen (None: none yet). `frontier`: the largest event time
+    written so far (None: nothing yet). Each stream's watermark is its max_seen less `lateness`;
+    rows at or below the smallest watermark (every stream's, so that no stream can still send an
+    older row) are released; `flush` releases every waiting row (the end of the input), `until`
+    caps the release at that event time.
+
+    Returns (released, late, pending, max_seen, frontier, bound): per stream, the rows released
+    (unordered across streams; `order` orders them), the late rows (older than `frontier`), the
+    rows still waiting; then the new max_seen and frontier, and the release bound used."""
+    M = len(arrivals)
+    max_seen, released, late, keep = list(max_seen), [], [], []
+    for k in range(M):
+        a = arrivals[k]
+        bad = a[TS] < frontier if frontier is not None else np.zeros(len(a), bool)
+        late.append(a[bad])
+        if len(a):
+            top = int(a[TS].max())
+            max_seen[k] = top if max_seen[k] is None else max(max_seen[k], top)
+        pool = np.concatenate([pending[k], a[~bad]]) if len(pending[k]) else a[~bad]
+        keep.append(pool)
+    if flush:
+        bound = until                    # None: release everything
+    elif any(m is None for m in max_seen):
+        bound = NOTHING                  # a stream not heard from yet may still send anything
+    else:
+        bound = min(m - lateness for m in max_seen)
+        bound = bound if until is None else min(bound, until)
+    for k in range(M):
+        pool = keep[k]
+        if bound is None:
+            take = np.ones(len(pool), bool)
+        elif bound is NOTHING:
+            take = np.zeros(len(pool), bool)
+        else:
+            take = pool[TS] <= bound
+        released.append(pool[take])
+        keep[k] = pool[~take]
+        if take.any():
+            top = int(released[k][TS].max())
+            frontier = top if frontier is None else max(frontier, top)
+    bound = None if bound is NOTHING else bound
+    return released, late, keep, max_seen, frontier, bound
+
+
+def order(released, sources, next_seq):
+    """Number the released rows of every stream with seq from `next_seq`, in (event time, stream,
+    source file, record) order. Returns per stream its rows in seq order, without the origin
+    columns (the staged dtype)."""
+    n = sum(len(r) for r in released)
+    if not n:
+        return [r[[f for f in r.dtype.names if f not in ("_src", "_rec")]] for r in released]
+    rank = np.empty(max(1, len(sources)), np.int64)
+    rank[np.argsort(np.array(sources, dtype=object), kind="stable")] = np.arange(len(sources))
+    ts = np.concatenate([r[TS] for r in released])
+    sid = np.concatenate([np.full(len(r), k) for k, r in enumerate(released)])
+    src = np.concatenate([rank[r["_src"]] for r in released])
+    rec = np.concatenate([r["_rec"] for r in released])
+    perm = np.lexsort((rec, src, sid, ts))
+    seq = np.empty(n, np.int64)
+    seq[perm] = np.arange(next_seq, next_seq + n)
+    out, at = [], 0
+    for k, r in enumerate(released):
+        s = seq[at:at + len(r)]
+        at += len(r)
+        o = np.argsort(s, kind="stable")
+        rows = r[o].copy()
+        rows[SEQ] = s[o]
+        out.append(rows[[f for f in r.dtype.names if f not in ("_src", "_rec")]])
+    return out
+
+
+def lateness_text(delta, ts_unit):
+    """A lateness in the job's time unit, in words ("late by 1.5 s")."""
+    s = delta * ts_unit_ns(ts_unit) / 1e9
+    return f"late by {s:g} s" if s >= 1 else f"late by {delta:,} {ts_unit}"
+
+
+class LogWriter:
+    """The stager's side of the log: opens (or starts) the log in `out`, commits batches."""
+
+    def __init__(self, job, out, lateness, settings, say=None):
+        from .paths import plain_dir, inside
+        self.job, self.out, self.lateness, self.say = job, out, int(lateness), say or (lambda m: None)
+        self.names = [s.name for s in job.streams]
+        for s in job.streams:
+            for d in (os.path.join(out, s.name), os.path.join(out, "_quarantine", s.name)):
+                plain_dir(d, "a folder the log writes")
+                inside(out, d)
+        plain_dir(os.path.join(out, LOG), "the log's folder")
+        man = read_manifest(out)
+        if man is not None and not is_log(man):
+            raise JobError(f"{out}: holds input staged at rest, not a log; stage the live input into a directory "
+                           f"of its own, or pass --force to replace it")
+        settings = json.loads(json.dumps(settings))      # as the manifest holds them (lists, not tuples)
+        if man is None:
+            man = self._fresh(settings)
+        else:
+            check_structure(man, os.path.join(out, MANIFEST))
+            if man["log"].get("ended"):
+                raise JobError(f"{os.path.join(out, LOG, 'end.json')}: the log has ended "
+                               f"({man['log']['ended']['reason']}); pass --force to start a new log")
+            if man["log"].get("settings") != settings:
+                raise JobError(f"{os.path.join(out, MANIFEST)}: the log was started with other settings (streams, "
+                               f"schemas, raw sources, allowed_lateness); pass --force to start a new log")
+        self.man = man
+        self.pending = self._load_pending()
+        self._sweep()
+
+    # -- state ---------------------------------------------------------------------------
+    def _fresh(self, settings):
+        for s in self.job.streams:
+            if string_columns(s):
+                c = string_columns(s)[0]
+                raise JobError(f"{self.job.path}: streams.{s.name}.schema.{c}: a live log holds text at a fixed "
+                               f"width; declare it char(N) (longer values are quarantined)")
+        for d in [LOG] + self.names + [os.path.join("_quarantine", n) for n in self.names]:
+            os.makedirs(os.path.join(self.out, d), exist_ok=True)
+        man = {"format": FORMAT, "ts_unit": self.job.ts_unit, "total": 0, "files": {n: {} for n in self.names},
+               "quarantined": {n: 0 for n in self.names},
+               "streams": {s.name: {"count": 0, "ts_min": None, "ts_max": None,
+                                    "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)}}
+                           for s in self.job.streams},
+               "log": {"settings": settings, "batches": 0, "spark_batch": -1, "frontier": None,
+                       "max_seen": {n: None for n in self.names}, "late": {n: 0 for n in self.names},
+                       "sources": [], "pending": None, "quarantine_files": {}, "ended": None,
+                       "allowed_lateness": self.lateness}}
+        self._write_manifest(man)
+        return man
+
+    @property
+    def log(self):
+        return self.man["log"]
+
+    def _load_pending(self):
+        empty = [np.zeros(0, waiting_dtype(s)) for s in self.job.streams]
+        rec = self.log.get("pending")
+        if not rec:
+            return empty
+        p = os.path.join(self.out, LOG, rec["file"])
+        if not os.path.isfile(p) or file_sha256(p) != rec["sha256"]:
+            raise InputError(f"{p}: the rows waiting for the watermark are missing or changed since they were "
+                             f"committed; the log cannot continue exactly once; pass --force to start a new log")
+        with np.load(p, allow_pickle=False) as z:
+            out = [z[n].astype(waiting_dtype(s)) if n in z else e for n, s, e in zip(self.names, self.job.streams, empty)]
+        return out
+
+    def _sweep(self):
+        """Remove what a batch killed before its commit left behind (never a committed file)."""
+        from .paths import remove_file
+        keep_q = {f for v in self.log["quarantine_files"].values() for f in v}
+        pend = (self.log.get("pending") or {}).get("file")
+        for n in self.names:
+            d = os.path.join(self.out, n)
+            for f in os.listdir(d):
+                if f.startswith((".part-", "part-b")) and f not in self.man["files"].get(n, {}):
+                    remove_file(self.out, os.path.join(d, f))
+            q = os.path.join(self.out, "_quarantine", n)
+            for f in os.listdir(q):
+                if f.startswith((".", "late-b", "bad-b")) and f"{n}/{f}" not in keep_q:
+                    remove_file(self.out, os.path.join(q, f))
+        d = os.path.join(self.out, LOG)
+        for f in os.listdir(d):
+            stale = (f.startswith("pending-") and f != pend) or f.startswith(".") or (
+                f.startswith("batch-") and f[6:12].isdigit() and int(f[6:12]) >= self.log["batches"])
+            if stale:
+                remove_file(self.out, os.path.join(d, f))
+
+    # -- committing ----------------------------------------------------------------------
+    def commit(self, spark_batch, arrivals, paths, bad=None, flush=False, until=None, end=None, timing=None):
+        """Commit one micro-batch. `arrivals`: per stream, staged-dtype rows with `_src` as indices
+        into `paths` (this batch's source files) and `_rec` their records; `bad`: per stream an
+        Arrow table of unparseable rows (or None). Returns the log entry, or None when the log
+        already holds this micro-batch."""
+        if spark_batch is not None and spark_batch <= self.log["spark_batch"]:
+            return None
+        srcs = self.log["sources"]
+        index = {p: i for i, p in enumerate(srcs)}
+        remap = np.array([index.setdefault(p, len(index)) for p in paths] or [0], np.int32)
+        srcs.extend(p for p in paths if index[p] >= len(srcs))
+        # a stream source (a socket) spans batches: its records continue from the last batch's
+        base = self.log.setdefault("records", {})
+        offset = np.array([base.get(p, 0) for p in paths] or [0], np.int64)
+        arr = []
+        for a in arrivals:
+            a = a.copy()
+            if len(a):
+                a["_rec"] += offset[a["_src"]]
+                a["_src"] = remap[a["_src"]]
+            arr.append(a)
+        if bad and any(p in base or _streamed(p) for p in paths):
+            bad = [_shift_records(t, base) for t in bad]
+        for i, p in enumerate(paths):
+            if _streamed(p):
+                n = [int(a["_rec"][a["_src"] == remap[i]].max()) for a in arr if (a["_src"] == remap[i]).any()]
+                n += [int(pa.compute.max(t.column("record")).as_py()) for t in (bad or []) if t is not None
+                      and t.num_rows and p in t.column("file").to_pylist()]
+                base[p] = max([base.get(p, 0)] + n)
+        max_seen = [self.log["max_seen"][n] for n in self.names]
+        released, late, keep, max_seen, frontier, bound = advance(
+            self.pending, arr, max_seen, self.log["frontier"], self.lateness, flush=flush, until=until)
+        rows = order(released, srcs, self.man["total"])
+        b = self.log["batches"]
+        t_begin = time.time_ns()
+        entry = {"batch": b, "spark_batch": spark_batch, "committed_ns": t_begin,
+                 "seq": [self.man["total"], self.man["total"] + sum(len(r) for r in rows)],
+                 "watermark": bound, "frontier": frontier, "streams": {}, **(timing or {})}
+        for k, s in enumerate(self.job.streams):
+            n = s.name
+            st = self.man["streams"][n]
+            e = {"rows": int(len(rows[k])), "late": int(len(late[k])),
+                 "quarantined": int(bad[k].num_rows) if bad and bad[k] is not None else 0, "files": {}}
+            if len(rows[k]):
+                name = f"part-b{b:06d}.parquet"
+                self._atomic_parquet(os.path.join(self.out, n), name, to_arrow(rows[k]))
+                e["files"] = file_records(os.path.join(self.out, n), [name])
+                e["seq"] = [int(rows[k][SEQ][0]), int(rows[k][SEQ][-1])]
+                e["ts"] = [int(rows[k][TS][0]), int(rows[k][TS][-1])]
+                st["count"] += len(rows[k])
+                st["ts_min"] = e["ts"][0] if st["ts_min"] is None else st["ts_min"]
+                st["ts_max"] = e["ts"][1]
+                self.man["files"][n].update(e["files"])
+            qf = []
+            if len(late[k]):
+                qf.append(self._quarantine(n, f"late-b{b:06d}.parquet", self._late_table(late[k], self.log["frontier"], srcs)))
+            if e["quarantined"]:
+                qf.append(self._quarantine(n, f"bad-b{b:06d}.parquet", bad[k]))
+            if qf:
+                self.log["quarantine_files"].setdefault(n, []).extend(qf)
+            self.log["late"][n] += e["late"]
+            self.man["quarantined"][n] += e["late"] + e["quarantined"]
+            entry["streams"][n] = e
+        self.man["total"] += sum(len(r) for r in rows)
+        old_pending = (self.log.get("pending") or {}).get("file")
+        waiting = sum(len(p) for p in keep)
+        self.log["pending"] = self._save_pending(b, keep) if waiting else None
+        entry["pending"] = waiting
+        entry["committed_ns"] = time.time_ns()          # the manifest is replaced right after
+        entry["commit_ms"] = round((entry["committed_ns"] - t_begin) / 1e6, 1)
+        self.log.update(batches=b + 1, frontier=frontier, max_seen=dict(zip(self.names, max_seen)),
+                        watermark=bound, last_commit_ns=entry["committed_ns"])
+        if spark_batch is not None:
+            self.log["spark_batch"] = spark_batch
+        if end is not None:
+            self.log["ended"] = dict(end, beyond_until=waiting, seq_end=self.man["total"])
+        self._atomic_json(os.path.join(self.out, LOG), f"batch-{b:06d}.json", entry)
+        self._write_manifest(self.man)                       # the commit point
+        self.pending = keep
+        if end is not None:
+            self._atomic_json(os.path.join(self.out, LOG), "end.json", self.log["ended"])
+        if old_pending and old_pending != (self.log.get("pending") or {}).get("file"):
+            from .paths import remove_file
+            remove_file(self.out, os.path.join(self.out, LOG, old_pending))
+        return entry
+
+    def end(self, reason, until=None):
+        """Release what waits (up to `until`, if given) and write the end marker."""
+        return self.commit(None, [np.zeros(0, waiting_dtype(s)) for s in self.job.streams], [],
+                           flush=True, until=until, end={"reason": reason, "ended_ns": time.time_ns()})
+
+    def _late_table(self, rows, frontier, srcs):
+        t = to_arrow(rows[[f for f in rows.dtype.names if f not in ("_src", "_rec", SEQ)]])
+        why = [lateness_text(int(frontier - ts), self.job.ts_unit) for ts in rows[TS]]
+        return t.add_column(0, "reason", pa.array(why)).add_column(
+            0, "record", pa.array(rows["_rec"])).add_column(0, "file", pa.array([srcs[i] for i in rows["_src"]]))
+
+    def _quarantine(self, stream, name, table):
+        self._atomic_parquet(os.path.join(self.out, "_quarantine", stream), name, table)
+        return f"{stream}/{name}"
+
+    def _save_pending(self, b, keep):
+        name = f"pending-{b:06d}.npz"
+        d = os.path.join(self.out, LOG)
+        tmp = os.path.join(d, f".{name}")
+        with open(tmp, "wb") as f:
+            np.savez(f, **{n: p for n, p in zip(self.names, keep)})
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(d, name))
+        return {"file": name, "rows": int(sum(len(p) for p in keep)), "sha256": file_sha256(os.path.join(d, name))}
+
+    def _atomic_parquet(self, d, name, table):
+        tmp = os.path.join(d, f".{name}.tmp")
+        pq.write_table(table, tmp)
+        _fsync(tmp)
+        os.replace(tmp, os.path.join(d, name))
+
+    def _atomic_json(self, d, name, obj):
+        write_json(os.path.join(d, name), obj, tmp=os.path.join(d, f".{name}.tmp"))
+
+    def _write_manifest(self, man):
+        self._atomic_json(self.out, MANIFEST, man)
+
+
+def _fsync(path):
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _streamed(path):
+    """Is this source a stream (a socket) rather than a file, whose records go on across batches?"""
+    return "://" in path and not path.startswith("file:")
+
+
+def _shift_records(t, base):
+    """Quarantined rows of a streamed source: records continue from the last batch's."""
+    if t is None or not t.num_rows:
+        return t
+    files = t.column("file").to_pylist()
+    rec = t.column("record").to_numpy() + np.array([base.get(f, 0) if _streamed(f) else 0 for f in files], np.int64)
+    return t.set_column(t.schema.get_field_index("record"), "record", pa.array(rec))
+
+
+def until_ts(text, job):
+    """`--until` as an event time in the job's unit: a number (in the job's unit) or ISO-8601 text."""
+    import datetime
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        d = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise JobError(f"--until: {text!r} is neither 'end', an event time in {job.ts_unit} nor ISO-8601 text") from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=datetime.timezone.utc)
+    ns = (d - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(microseconds=1) * 1000
+    return ns // ts_unit_ns(job.ts_unit)

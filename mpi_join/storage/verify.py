@@ -1,0 +1,139 @@
+"""Compare a results dataset with the oracle: missing, extra and duplicated results; for a
+strategy that promises an output order (splitjoin), whether the results were written in it; and
+for a run that aggregated online (an aggregate/ directory of snapshots), whether the final
+snapshot equals the aggregate of the oracle's results."""
+import os
+import re
+import time
+
+import numpy as np
+
+from ..join.oracle import run_oracle
+from ..errors import InputError
+from .checksums import read_success, verify_snapshots
+from .results import compare, read_results, read_snapshots, result_files
+from .staged import read_staged
+
+
+def order_violations(got, level):
+    """How many results (rows of seqs in the order written) come before one they should follow.
+    `outer`: grouped in the arrival (seq) order of the tuple that triggered them, the newest of
+    the result's tuples; `inner`: also, within a trigger, in the arrival order of the others."""
+    if len(got) < 2:
+        return 0
+    trig = got.max(axis=1)
+    back = trig[1:] < trig[:-1]
+    if level == "inner":
+        other = np.sort(got, axis=1)[:, -2]
+        back |= (trig[1:] == trig[:-1]) & (other[1:] < other[:-1])
+    return int(back.sum())
+
+
+def writers(results_path):
+    """The ranks whose part files make up a run's results (part-r<rank>-<n>.parquet)."""
+    ranks = set()
+    for f in result_files(results_path):
+        m = re.fullmatch(r"part-r(\d+)-\d+\.parquet$", os.path.basename(f))
+        ranks.add(int(m.group(1)) if m else -1)
+    return ranks
+
+
+def verify(results_path, job, examples=5, ordered=None, expected=None):
+    """Returns a report dict; report["ok"] is True only when the result sets are equal (and, with
+    `ordered` = "outer" or "inner", the results were written in that order). `expected`: the
+    oracle's result on this job's staged input when the caller has it already, or a function of
+    the staged arrays that gives it (a cache)."""
+    arrays = read_staged(job)
+    t0 = time.perf_counter()
+    if expected is None:
+        expected = run_oracle(job, arrays)
+    elif callable(expected):
+        expected = expected(arrays)
+    oracle_s = time.perf_counter() - t0
+    got = read_results(results_path, job.stream_names)
+    missing, extra, (dups, counts) = compare(expected, got)
+    order = None
+    if ordered:
+        who = writers(results_path)
+        if len(who) > 1 or -1 in who:
+            raise InputError(f"{results_path}: --ordered needs the part files of one writer in write order "
+                             f"(part-r<rank>-<n>.parquet of one rank, as splitjoin's combiner writes them); found "
+                             f"{'files of ranks ' + ', '.join(map(str, sorted(who))) if -1 not in who else 'other files'}")
+        order = {"level": ordered, "violations": order_violations(got, ordered)}
+    agg = check_aggregate(results_path, job, arrays, expected)
+    return {
+        "ok": not (len(missing) or len(extra) or len(dups)) and not (order and order["violations"]) and
+              not (agg and agg["difference"]),
+        "order": order,
+        "aggregate": agg,
+        "expected": int(len(expected)), "got": int(len(got)),
+        "missing": int(len(missing)), "extra": int(len(extra)),
+        "duplicated": int(len(dups)), "duplicate_copies": int((counts - 1).sum()) if len(counts) else 0,
+        "examples": {
+            "missing": missing[:examples].tolist(), "extra": extra[:examples].tolist(),
+            "duplicated": [[*r, int(c)] for r, c in zip(dups[:examples].tolist(), counts[:examples])],
+        },
+        "oracle_s": oracle_s,
+        "streams": list(job.stream_names),
+    }
+
+
+def check_aggregate(results_path, job, arrays, expected):
+    """None without snapshots; else {"snapshots", "groups", "difference"}: the final snapshot
+    against the aggregate (the spec it was written with) of the oracle's results."""
+    from ..join import aggregate
+    out = results_path if os.path.isdir(os.path.join(results_path, "aggregate")) else os.path.dirname(
+        os.path.normpath(results_path))
+    d = os.path.join(out, "aggregate")
+    done = os.path.join(out, "_SUCCESS")
+    recorded = read_success(done).get("snapshots") if os.path.isfile(done) else None
+    if recorded:                 # the run recorded its snapshots: each as written, none missing
+        verify_snapshots(d, recorded, final=True)
+    snaps = read_snapshots(d) if os.path.isdir(d) else []
+    if not snaps:
+        return None
+    numbers = [m.get("snapshot") for m, _ in snaps]
+    if numbers != list(range(len(snaps))):
+        gap = next(k for k, n in enumerate(numbers) if n != k)
+        return {"snapshots": len(snaps), "groups": snaps[-1][1].num_rows, "spec": snaps[-1][0].get("aggregate"),
+                "difference": f"{d}: aggregate snapshot {gap} is missing (snapshots are numbered 0 to "
+                              f"{numbers[-1]} without a gap)"}
+    meta, table = snaps[-1]
+    if not meta.get("final"):
+        return {"snapshots": len(snaps), "groups": table.num_rows, "spec": meta.get("aggregate"),
+                "difference": f"{d}: the last snapshot ({meta.get('snapshot')}) is not final: the run did not finish"}
+    spec = aggregate.parse(meta["aggregate"], job.streams, f"{d}: aggregate")
+    want = aggregate.of_pairs(spec, arrays, expected)
+    got = np.zeros(table.num_rows, want.dtype)
+    for name in want.dtype.names:
+        got[name] = table.column(name).to_numpy(zero_copy_only=False)
+    return {"snapshots": len(snaps), "groups": int(len(got)), "spec": spec.text,
+            "difference": aggregate.compare(spec, want, got)}
+
+
+def format_report(rep):
+    cols = ", ".join(f"{s}_seq" for s in rep["streams"])
+    lines = [f"expected {rep['expected']:,} results (oracle, {rep['oracle_s']:.2f} s), got {rep['got']:,}",
+             f"missing {rep['missing']:,}   extra {rep['extra']:,}   duplicated {rep['duplicated']:,}"
+             f" ({rep['duplicate_copies']:,} extra copies)"]
+    for k in ("missing", "extra", "duplicated"):
+        if rep["examples"][k]:
+            lab = f"({cols}" + (", copies)" if k == "duplicated" else ")")
+            lines.append(f"  {k} e.g. {lab}: " + "; ".join(map(str, rep["examples"][k])))
+    if rep.get("order"):
+        o = rep["order"]
+        what = ("the arrival order of the tuple that triggered them" if o["level"] == "outer" else
+                "the arrival order of the triggering tuple, then of the tuple it met")
+        lines.append(f"order ({o['level']}): {'every result' if not o['violations'] else str(o['violations']) + ' results'}"
+                     f"{' is' if not o['violations'] else ' are not'} written in {what}")
+    if rep.get("aggregate"):
+        a = rep["aggregate"]
+        lines.append(f"aggregate {a['spec']}: {a['snapshots']} snapshots, the final one "
+                     + ("equals the oracle's aggregate" if not a["difference"] else f"differs: {a['difference']}")
+                     + f" ({a['groups']} groups)")
+    lines.append("compared with the oracle on the staged input as given (this cannot catch a wrong time unit or "
+                 "column at staging)")
+    ordered = " and are in order" if rep.get("order") else ""
+    lines.append(f"OK: results equal the oracle{ordered}" if rep["ok"] else
+                 "DIFFERENT: results do not equal the oracle" + (" or are out of order" if rep.get("order") else ""))
+    return "\n".join(lines)

@@ -1,0 +1,212 @@
+"""`mpi-join bench` and `mpi-join demo`: real runs under mpiexec, measured against the oracle."""
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+
+from ..errors import JobError
+
+
+def run_mpi(nprocs, job_path, output, quiet=True):
+    from ..launch import mpiexec_cmd
+    env = dict(os.environ)
+    if quiet:
+        env["MPI_JOIN_QUIET"] = "1"
+    cmd = mpiexec_cmd(nprocs, ["run", job_path, "--output", output])
+    p = subprocess.run(cmd, env=env, stdout=None if not quiet else subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        lines = p.stderr.strip().splitlines()
+        why = next((x for x in lines if x.startswith("mpi-join:")), lines[-1] if lines else "")
+        raise JobError(f"mpiexec run failed (exit {p.returncode}): {why}")
+    with open(os.path.join(output, "metrics", "summary.json")) as f:
+        return json.load(f)
+
+
+def print_table(head, rows, label=True):
+    """Print rows under head in aligned columns; with `label` the first column is a left-aligned
+    label, every other column right-aligned."""
+    w = [max(len(str(r[k])) for r in [head] + list(rows)) for k in range(len(head))]
+    for r in [head] + list(rows):
+        print("  ".join(str(c).ljust(w[k]) if (label and k == 0) else str(c).rjust(w[k]) for k, c in enumerate(r)))
+
+
+def oracle_timed(job, arrays):
+    """(the oracle's result on `arrays`, its seconds), compiled on a small prefix first so that the
+    time is the join's."""
+    from ..join.oracle import run_oracle
+    run_oracle(job, [a[:100] for a in arrays])   # compile the kernels outside the timing
+    t0 = time.perf_counter()
+    res = run_oracle(job, arrays)
+    return res, time.perf_counter() - t0
+
+
+def oracle_rate(job):
+    """Single-core oracle tuples/s on the job's input (after compiling on a small prefix)."""
+    from ..storage.staged import read_staged
+    arrays = read_staged(job)
+    res, el = oracle_timed(job, arrays)
+    n = sum(len(a) for a in arrays)
+    return n / el, el, len(res)
+
+
+def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_keys=None, replay_rate=None,
+          load_fraction=None):
+    """Time the single-core oracle and `strategy` on each rank count in `ranks`, on the strategy's
+    workload, in one run; check every run equals the oracle; print tuples/s, ratios against the
+    oracle and production-delay percentiles. With `load_fraction`, also replay at that fraction of
+    the sustainable rate (see _steady_rate) of the fastest rank count and report its delays."""
+    from .. import strategies
+    from ..config import load_job
+    from .workloads import make
+    info = strategies.get(strategy)
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="mpi-join-bench-")
+        workdir = tmp.name
+    keys = ("" if info.workload != "equi" else      # keys and skew apply to the equi workload only
+            f", uniform keys over {uniform_keys:,}" if uniform_keys else f", b-model keys with b = {skew}")
+    print(f"workload {info.workload}: {tuples:,} tuples, {rate:g} tuples/s per stream (event time), window "
+          f"{window}{keys}; {strategy} on {', '.join(map(str, ranks))} ranks", flush=True)
+    job_path = make(info.workload, workdir, tuples=tuples, rate=rate, window=window, skew=skew, strategy=strategy,
+                    uniform_keys=uniform_keys)
+    for k, v in params.items():
+        set_param(job_path, k, v)
+    job = load_job(job_path)
+    total = len(ranks) + bool(load_fraction)
+    print(f"bench: the oracle on {tuples:,} tuples (the baseline)", flush=True)
+    o_rate, o_s, o_n = oracle_rate(job)
+    rows = [("oracle (1 core)", f"{o_rate:,.0f}", f"{o_s:.2f}", f"{o_n:,}", "-", "-", "-", "1.00")]
+    out = {"oracle_tps": o_rate, "runs": {}}
+    cases = [(n, replay_rate) for n in ranks]
+    for k, (n, rr) in enumerate(cases):
+        print(f"bench: run {k + 1}/{total}: {strategy} on {n} ranks", flush=True)
+        s = run_verified(job_path, workdir, job, n, rr, o_n)
+        out["runs"][n] = s
+        rows.append(_row(f"{strategy} ({n} ranks)", s, o_rate))
+    if load_fraction:
+        n = max(out["runs"], key=lambda k: out["runs"][k]["tuples_per_s"])
+        average, steady = _steady_rate(out["runs"][n])
+        per_stream = load_fraction * steady / len(job.streams)
+        print(f"sustainable rate on {n} ranks, over the second half of the input (windows full): "
+              f"{steady:,.0f} tuples/s in its slowest quarter ({average:,.0f} on average)", flush=True)
+        print(f"bench: run {total}/{total}: {strategy} on {n} ranks at {per_stream:,.0f} tuples/s per stream",
+              flush=True)
+        s = run_verified(job_path, workdir, job, n, per_stream, o_n)
+        out["loaded"] = dict(s, rate_per_stream=per_stream, ranks=n)
+        rows.append(_row(f"{strategy} ({n} ranks) at {load_fraction:.0%} = {per_stream:,.0f}/s per stream", s, o_rate))
+    print_table(("", "tuples/s", "seconds", "results", "p50 ms", "p90 ms", "p99 ms", "vs oracle"), rows)
+    print("results equal the oracle in every run")
+    if tmp:
+        tmp.cleanup()
+    return out
+
+
+def bench_memory(strategy, sizes, nprocs, workdir):
+    """Rank 0's peak RSS against the staged input's size: one run per size in `sizes` (tuples),
+    each equal to the oracle, on uniform keys over 10 M values with 1 s windows so that the
+    workers' state stays small and the driver's reading is what grows, if anything does."""
+    from .. import strategies
+    from ..config import load_job
+    from .workloads import make
+    info = strategies.get(strategy)
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="mpi-join-bench-")
+        workdir = tmp.name
+    print(f"workload {info.workload}: uniform keys over 10,000,000, 1 s windows; {strategy} on {nprocs} ranks; "
+          f"rank 0 peak RSS by staged tuples", flush=True)
+    rows, base = [], None
+    for n in sizes:
+        d = os.path.join(workdir, f"mem-{n}")
+        job_path = make(info.workload, d, tuples=n, rate=1000.0, window="1s", skew=0.7, strategy=strategy,
+                        uniform_keys=10_000_000)
+        job = load_job(job_path)
+        s = run_verified(job_path, d, job, nprocs, None, None)
+        rss = s["ranks"][0]["peak_rss_mb"]
+        base = base or rss
+        rows.append((f"{n:,}", f"{rss:.0f}", f"{rss / base:.2f}", f"{s['tuples_per_s']:,.0f}"))
+        print(f"  {n:>12,} tuples: rank 0 peak RSS {rss:7.1f} MB ({rss / base:.2f} x the smallest)", flush=True)
+    print("results equal the oracle in every run")
+    if tmp:
+        tmp.cleanup()
+    return rows
+
+
+def _steady_rate(summary):
+    """(average, sustained) tuples/s over the second half of the input, where the windows are full
+    (they fill within the first half unless --window exceeds half the event time). The whole run's
+    average overstates what the job can sustain: while windows fill each tuple has fewer partners.
+    Even the second half's average does: throughput drifts within a run, and a rate above a slow
+    stretch's builds queues there. So the sustained rate is the slowest quarter of the second half,
+    a rate the job kept up with in every stretch."""
+    marks = summary["ranks"][0].get("released_at") or []
+    half = [tuple(m) for m in marks if m[0] >= summary["tuples"] / 2]
+    if not half or half[-1][0] < summary["tuples"]:
+        half.append((summary["tuples"], summary["wall_s"]))
+    if len(half) < 2:
+        return summary["tuples_per_s"], summary["tuples_per_s"]
+    (n0, t0), (n1, t1) = half[0], half[-1]
+    average = (n1 - n0) / max(t1 - t0, 1e-9)
+    k = max(1, (len(half) - 1) // 4)
+    ends = [(half[i], half[min(i + k, len(half) - 1)]) for i in range(0, len(half) - 1, k)]
+    stretches = [(b[0] - a[0]) / max(b[1] - a[1], 1e-9) for a, b in ends if b[0] > a[0]]
+    return average, min(stretches, default=average)
+
+
+def run_verified(job_path, workdir, job, n, replay_rate, expect_n, expected=None):
+    """Run `job_path` on `n` ranks and verify it (the bench-case API: every strategy's bench
+    runs its cases through this); `expected`: the oracle's result, or a function of the staged arrays giving
+    it (verify calls it only once the run has finished, so a run that fails costs no oracle)."""
+    from ..storage.verify import verify
+    output = os.path.join(workdir, f"out-{n}" + (f"-{replay_rate:.0f}" if replay_rate else ""))
+    if replay_rate:
+        set_option(job_path, "run", "rate", f"{replay_rate:.1f}")
+    s = run_mpi(n, job_path, output)
+    if replay_rate:
+        set_option(job_path, "run", "rate", '"max"')
+    rep = verify(output, job, expected=expected)
+    if not rep["ok"]:
+        raise JobError(f"bench: results on {n} ranks differ from the oracle: missing {rep['missing']}, "
+                       f"extra {rep['extra']}, duplicated {rep['duplicated']}")
+    return s
+
+
+def _row(label, s, o_rate):
+    lat = s["latency_ms"]
+    return (label, f"{s['tuples_per_s']:,.0f}", f"{s['wall_s']:.2f}", f"{s['results']:,}", f"{lat['p50']:.2f}",
+            f"{lat['p90']:.2f}", f"{lat['p99']:.2f}", f"{s['tuples_per_s'] / o_rate:.2f}")
+
+
+def set_option(job_path, section, key, value):
+    """Set `key = value` (`value` as TOML text) in the [section] table of a job file, replacing
+    the key's line in that table if it has one."""
+    with open(job_path) as f:
+        lines = f.read().split("\n")
+    if f"[{section}]" not in lines:
+        lines += [f"[{section}]"]
+    start = lines.index(f"[{section}]")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
+    keep = [ln for ln in lines[start + 1:end] if not re.match(rf"{re.escape(key)}\s*=", ln)]
+    lines[start + 1:end] = [f"{key} = {value}"] + keep
+    with open(job_path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def set_param(job_path, key, value):
+    """Set strategy parameter `key` to the Python value `value` in a job file."""
+    v = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+    set_option(job_path, "strategy", key, v)
+
+
+def demo(nprocs, tuples, workdir, spark_master="local[*]"):
+    """The whole pipeline on a generated workload: raw CSV, then `pipeline` (stage, run under
+    mpiexec, collect with payloads, verify against the oracle). Returns the exit code."""
+    from ..pipeline import pipeline
+    from .workloads import make
+    print(f"generate workload (b) as raw CSV: {tuples:,} tuples, Poisson arrivals, b-model keys -> {workdir}/raw",
+          flush=True)
+    job_path = make("equi", workdir, tuples=tuples, raw="csv")
+    return pipeline(job_path, nprocs, with_payload=True, verify=True, master=spark_master,
+                    collect_out=os.path.join(workdir, "collected"), say=lambda m: print(m, flush=True))

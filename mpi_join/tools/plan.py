@@ -1,0 +1,133 @@
+"""`mpi-join check` and `mpi-join explain`: what a user can learn about a job before a long run.
+
+`check` validates everything a run would validate before it starts (the job file, the strategy
+against the rank count, the staged input's manifest, unit and schema, each Parquet file's
+schema and row counts) without starting MPI. `explain` prints the plan: the strategy and its
+parameters, every rank's role and links, each window in tuples at the staged arrival rate, the
+state a worker holds if the windows spread evenly, and which local join decides which condition.
+"""
+from .. import strategies
+from ..storage.staged import StreamReader, staged_files, staged_manifest
+from ..units import ts_unit_ns
+from ..join.window import runtime_dtype
+
+
+def check(job, nranks):
+    """Raise JobError on the first problem; returns the staged manifest."""
+    strategies.check_runnable(job, nranks)
+    man = staged_manifest(job)
+    staged_files(job, man)                         # part files present, none extra, sizes as staged
+    for s in job.streams:
+        r = StreamReader(job.staged, s)            # opens every file and checks its schema
+        want = man["streams"][s.name]["count"]
+        if r.count != want:
+            from ..errors import InputError
+            raise InputError(f"{job.staged}: the manifest counts {want:,} tuples of stream '{s.name}', its "
+                             f"Parquet files hold {r.count:,}; stage the input again")
+    return man
+
+
+def explain(job, nranks):
+    """The plan as lines of text (after `check`)."""
+    man = check(job, nranks)
+    info = strategies.get(job.strategy.name)
+    graph = info.build_graph(nranks, job.strategy.params)
+    out = [f"job {job.name}: {len(job.streams)} streams, {man['total']:,} staged tuples, ts in {job.ts_unit}",
+           f"strategy {info.name}: {info.summary}"]
+    out += [f"  {k} = {v!r}" + ("" if v != info.params[k].default else " (default)")
+            for k, v in job.strategy.params.items() if not info.params[k].testing]
+    out.append(f"ranks: {nranks} in a {graph.name} graph")
+    for r, d in graph.describe().items():
+        kinds = sorted({k for k in d["carries"].values() if k != "input"})
+        out.append(f"  rank {r}: {d['role']:<7} receives from {d['up'] or '-'}, sends to {d['down'] or '-'}"
+                   + (f" ({', '.join(kinds)})" if kinds else ""))
+    said = graph.explain()
+    if said:
+        out += [f"what the ranks do ({job.strategy.name}):"] + ["  " + line for line in said]
+    workers = max(1, len(graph.workers))
+    state = 0
+    out.append("windows:")
+    for k, s in enumerate(job.streams):
+        st = man["streams"][s.name]
+        span = (st["ts_max"] - st["ts_min"]) if st["count"] > 1 and st["ts_max"] is not None else 0
+        rate = (st["count"] - 1) / span if span > 0 else 0.0
+        w = s.window
+        if w.kind == "time":
+            tuples = min(st["count"], int(round(w.size * rate)))
+            how = f"{w.text} x {rate * 1e9 / ts_unit_ns(job.ts_unit):,.0f} tuples/s staged"
+        elif w.kind == "count":
+            tuples, how = min(st["count"], w.size), "count window"
+        else:
+            tuples, how = st["count"], "unbounded: every tuple"
+        row = runtime_dtype(s.dtype, len(job.streams)).itemsize
+        state += tuples * row
+        out.append(f"  {s.name}: about {tuples:,} tuples ({how}), {row} bytes a row")
+    out.append(f"state: about {state / workers / 2**20:,.1f} MB per worker if the windows spread evenly over "
+               f"{workers} workers ({state / 2**20:,.1f} MB in all)")
+    out.append("time conditions (event time, " + job.ts_unit + "):")
+    out += ["  " + line for line in time_conditions(job)]
+    out.append("local joins:")
+    out += ["  " + line for line in _local_joins(job)]
+    return out
+
+
+def _local_joins(job):
+    from ..slaves.local_join import BinaryJoin
+    method = job.strategy.params.get("local_join", "index")
+    lines = []
+    m = len(job.streams)
+    for i in range(m):
+        for j in range(i + 1, m):
+            conds = job.predicate.between(i, j)
+            if not conds:
+                continue
+            dts = [runtime_dtype(job.streams[k].dtype, m) for k in (i, j)]
+            bj = BinaryJoin(job.predicate, dts, method if m == 2 else "index", i, j)
+            decided = {"equi": "equi keys (hash index kept across batches)",
+                       "band": "the first band (sorted index kept across batches)",
+                       "bnl": "equi keys (block nested loop)", "scan": "nothing (nested loop over the window)"}
+            rest = " ; the other conditions are checked on the candidate pairs" if bj.residual else ""
+            names = f"{job.streams[i].name} x {job.streams[j].name}"
+            lines.append(f"{names}: index on {decided[bj.method]}{rest}; conditions: "
+                         + ", ".join(_show(c, job) for c in conds))
+    return lines
+
+
+def _show(c, job):
+    from ..config import Band, Equi
+    col = lambda side: f"{job.streams[side[0]].name}.{side[1]}"  # noqa: E731
+    if isinstance(c, Equi):
+        return f"{col(c.left)} = {col(c.right)}"
+    if isinstance(c, Band):
+        return f"|{col(c.left)} - {col(c.right)}| {'<=' if c.closed else '<'} {c.eps:g}"
+    return f"theta {c.udf}"
+
+
+def time_conditions(job):
+    """The effective time condition of every pair of streams, however it was written (windows or
+    an interval), e.g. `quotes.ts in [trades.ts - 5 s, trades.ts]`. With integer event times the
+    semantics' open bounds -W_a < a.ts - b.ts < W_b are the closed [a.ts - (W_b - 1), a.ts + (W_a - 1)]."""
+    from ..storage.input_warnings import duration
+    per = ts_unit_ns(job.ts_unit)
+
+    def off(sign, w):
+        return "" if w == 0 else f" {sign} {duration(w * per)}"
+    lines = []
+    m = len(job.streams)
+    for i in range(m):
+        for j in range(i + 1, m):
+            a, b = job.streams[i], job.streams[j]
+            if a.window.kind == "time" and b.window.kind == "time":
+                cond = (f"{b.name}.ts in [{a.name}.ts{off('-', b.window.size - 1)}, {a.name}.ts"
+                        f"{off('+', a.window.size - 1)}]")
+            else:
+                def one(x, y):
+                    w = x.window
+                    return (f"each {y.name} tuple joins the last {w.size:,} {x.name} tuples before it" if w.kind == "count"
+                            else f"each {y.name} tuple joins every earlier {x.name} tuple" if w.kind == "unbounded"
+                            else f"each {y.name} tuple joins {x.name} tuples less than {duration(w.size * per)} older")
+                cond = f"{one(b, a)}; {one(a, b)}"
+            if m > 2:
+                cond += " (and every tuple of a combination within its window of the newest)"
+            lines.append(cond)
+    return lines

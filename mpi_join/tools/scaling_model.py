@@ -1,0 +1,282 @@
+"""A throughput and latency model of every strategy, calibrated on a bench suite's measurements,
+checked against them, and extrapolated to machines of up to 256 cores.
+
+Each strategy names its shape in the registry (`StrategyInfo.shape`); with k worker ranks:
+  share(k)  the fraction of the input tuples the busiest worker processes
+  scope(k)  the fraction of the other stream's window one processed tuple is compared against
+  hops(k)   the network hops between the driver and the last worker a tuple reaches
+  partition  (hash)              share 1/k, scope 1/k, hops 1
+  chain      (handshake, llhj, psp)  share 1, scope 1/k, hops k
+  tree       (splitjoin)         share 1, scope 1/k, hops log2(k) + 1
+  biclique   (one dispatcher, k-1 units, half per side)  share 1/2 + 1/(k-1), scope 2/(k-1), hops 2
+  matrix     (a sqrt(k) x sqrt(k) grid of cells)  share 1/sqrt(k), scope 1/sqrt(k), hops 1
+
+Costs, per strategy and workload, from the suite's runs at 80% of the sustained rate (each
+rank's CPU seconds and input tuples, bench_suite.rank_costs):
+  t   CPU seconds per tuple a worker processes (transport, routing, window upkeep)
+  c   CPU seconds per window tuple in a processed tuple's scope (a comparison for a nested-loop
+      join; an indexed join's share of its probe)
+  d   the driver's CPU seconds per input tuple
+The busiest worker's CPU per processed tuple is y = t + c x, with x = lam W scope(k); t and c are
+the least-squares line through the measured (x, y), d the mean. With W the window (s) and lam the
+rate per stream, the sustainable rate solves
+  2 lam share(k) (t + c lam W scope(k)) = cpu(k)   and   2 lam d = cpu(k)   (the smaller lam)
+where cpu(k) = kappa min(1, cores / (k + 1)) is a rank's CPU: its share of the machine's cores
+(below 1 when the ranks oversubscribe them) times kappa, the one figure fitted on a sustained rate:
+measured over modelled at the fewest workers measured. kappa stands for what CPU seconds miss or
+count twice (a rank's helper threads, such as its result writer, run on another core); the
+other worker counts are the check. Latency at 80%: p50 = a + b hops(k), a and b fitted the same way; b is
+the per-hop cost, queueing included. The error reported is |model - measured| / measured at
+each measured worker count; beyond the machine, each rank is given a core of its own.
+Not modelled: network bandwidth (messages are batches; see `mpi-join plan` for psp's bound)."""
+import math
+import os
+
+import numpy as np
+
+from ..errors import InputError, JobError
+
+SHAPES = {
+    "partition": (lambda k: 1 / k, lambda k: 1 / k, lambda k: 1),
+    "chain": (lambda k: 1.0, lambda k: 1 / k, lambda k: k),
+    "tree": (lambda k: 1.0, lambda k: 1 / k, lambda k: math.log2(max(k, 1)) + 1),
+    "biclique": (lambda k: 0.5 + 1 / max(k - 1, 1), lambda k: 2 / max(k - 1, 2), lambda k: 2),
+    "matrix": (lambda k: 1 / math.sqrt(k), lambda k: 1 / math.sqrt(k), lambda k: 1),
+}
+EXTRAPOLATE = (8, 16, 32, 64, 128, 256)
+
+
+def _fit_line(xs, ys):
+    """Least-squares y = a + b x with a, b >= 0 (one point: the line through it and the origin's
+    slope 0)."""
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    if len(xs) < 2 or np.ptp(xs) == 0:
+        return float(max(np.mean(ys), 0.0)), 0.0
+    b, a = np.polyfit(xs, ys, 1)
+    if b < 0:
+        return float(max(np.mean(ys), 0.0)), 0.0
+    if a < 0:
+        return 0.0, float(max(np.dot(xs, ys) / np.dot(xs, xs), 0.0))
+    return float(a), float(b)
+
+
+def calibrate(cases, shape_of, window_s, cores):
+    """{(strategy, workload): costs} from the suite's cases that carry ranks_at80."""
+    groups = {}
+    for c in cases:
+        if c.get("max_rate") and c.get("ranks_at80") and shape_of(c["strategy"]):
+            groups.setdefault((c["strategy"], c["workload"]), []).append(c)
+    out = {}
+    for (name, w), cs in groups.items():
+        share, scope, hops = SHAPES[shape_of(name)]
+        xs, ys, ds, ks, p50 = [], [], [], [], []
+        for c in cs:
+            k, lam = c["workers"], 0.8 * c["max_rate"]
+            ranks = c["ranks_at80"]
+            n = max(ranks[0]["tuples_in"], 1)
+            workers = [r for r in ranks[1:] if r["cpu_s"] > 0]
+            if not workers:
+                continue
+            xs.append(lam * window_s[w] * scope(k))
+            ys.append(max(r["cpu_s"] for r in workers) / (n * share(k)))
+            ds.append(ranks[0]["cpu_s"] / n)
+            ks.append(hops(k))
+            p50.append(c["p50_ms"])
+        if not xs:
+            continue
+        t, cc = _fit_line(xs, ys)
+        a, b = _fit_line(ks, p50)
+        costs = {"shape": shape_of(name), "t_us": t * 1e6, "c_ns": cc * 1e9, "d_us": float(np.mean(ds)) * 1e6,
+                 "p50_base_ms": a, "p50_per_hop_ms": b, "window_s": window_s[w], "points": len(xs), "kappa": 1.0}
+        first = min(cs, key=lambda c: c["workers"])
+        costs["kappa"] = cpu_needed(costs, first["workers"], first["max_rate"]) / min(1.0, cores / (first["workers"] + 1))
+        costs["calibrated_at"] = first["workers"]
+        out[(name, w)] = costs
+    return out
+
+
+def _seconds(costs):
+    """(t, c, d, W) in seconds."""
+    return costs["t_us"] * 1e-6, costs["c_ns"] * 1e-9, costs["d_us"] * 1e-6, costs["window_s"]
+
+
+def cpu_needed(costs, k, lam):
+    """The CPU (in cores) the busiest rank needs at rate `lam` per stream."""
+    share, scope, _ = SHAPES[costs["shape"]]
+    t, c, d, W = _seconds(costs)
+    return max(2 * lam * share(k) * (t + c * lam * W * scope(k)), 2 * lam * d, 1e-12)
+
+
+def rate(costs, k, cores):
+    """Modelled sustainable rate per stream at k workers on `cores` cores."""
+    share, scope, _ = SHAPES[costs["shape"]]
+    cpu = costs["kappa"] * min(1.0, cores / (k + 1))
+    t, c, d, W = _seconds(costs)
+    qa, qb = 2 * share(k) * c * W * scope(k), 2 * share(k) * t
+    worker = (cpu / qb if qb > 0 else math.inf) if qa <= 0 else (-qb + math.sqrt(qb * qb + 4 * qa * cpu)) / (2 * qa)
+    driver = cpu / (2 * d) if d > 0 else math.inf
+    return min(worker, driver)
+
+
+def p50_ms(costs, k):
+    return costs["p50_base_ms"] + costs["p50_per_hop_ms"] * SHAPES[costs["shape"]][2](k)
+
+
+def check(costs, cases, name, w, cores):
+    """[(k, measured rate, model rate, error)] at the measured worker counts."""
+    out = []
+    for c in cases:
+        if c["strategy"] == name and c["workload"] == w and c.get("max_rate"):
+            m = rate(costs, c["workers"], cores)
+            out.append((c["workers"], c["max_rate"], m, abs(m - c["max_rate"]) / c["max_rate"],
+                        c.get("p50_ms"), p50_ms(costs, c["workers"])))
+    return out
+
+
+def fit(result, shape_of, window_s):
+    """The model of a suite's result: costs, its check against the measured points, and its
+    predictions with one core per rank up to 256."""
+    cores = result["machine"]["cores"]
+    cal = calibrate(result["cases"], shape_of, window_s, cores)
+    out = []
+    for (name, w), costs in sorted(cal.items()):
+        pts = check(costs, result["cases"], name, w, cores)
+        out.append({"strategy": name, "workload": w, **costs,
+                    "check": [{"workers": k, "measured": round(me), "model": round(mo), "error": round(e, 3),
+                               "p50_measured_ms": pm, "p50_model_ms": round(pp, 2)} for k, me, mo, e, pm, pp in pts],
+                    "mean_error": _mean([p[3] for p in pts if p[0] != costs["calibrated_at"]]),
+                    "predicted": [{"cores": n, "workers": n - 1, "rate": round(rate(costs, n - 1, n)),
+                                   "p50_ms": round(p50_ms(costs, n - 1), 2)} for n in EXTRAPOLATE]})
+    return out
+
+
+def _mean(xs):
+    return round(float(np.mean(xs)), 3) if xs else None
+
+
+def markdown(models):
+    if not models:
+        return ""
+    lines = ["### Scaling model", "",
+             "Calibrated on the runs above at 80% (mpi_join/tools/scaling_model.py: CPU per processed tuple t, per "
+             "window tuple in scope c, the driver's per tuple d, p50 per hop); checked against the measured "
+             "sustained rates, then one core per rank up to 256.", "",
+             "| strategy | workload | t us | c ns | d us | kappa | measured / model at 1..4 workers | error | "
+             + " | ".join(f"{n} cores" for n in EXTRAPOLATE) + " |",
+             "|---|---|---:|---:|---:|---:|---|---:|" + "---:|" * len(EXTRAPOLATE)]
+    for m in models:
+        pts = ", ".join(f"{p['measured']:,}/{p['model']:,}" for p in m["check"])
+        err = "-" if m["mean_error"] is None else f"{m['mean_error']:.0%}"
+        lines.append(f"| {m['strategy']} | {m['workload']} | {m['t_us']:.2f} | {m['c_ns']:.3g} | {m['d_us']:.2f} | "
+                     f"{m['kappa']:.2f} | {pts} | {err} | "
+                     + " | ".join(f"{p['rate']:,}" for p in m["predicted"]) + " |")
+    lines += ["", "error: the mean of |model - measured| / measured at the worker counts kappa was not fitted on "
+              "(the first of them). Rates are tuples/s per stream. Past 2 cores the measured points are oversubscribed; the "
+              "model gives each rank min(1, cores / ranks) of a core there.", ""]
+    return "\n".join(lines)
+
+
+CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calibration.json")
+
+
+def load_models(path=None):
+    """The fitted models of a bench-suite directory (its results.json) or of a models file; by
+    default the calibration shipped with mpi-join (BENCHMARKS.md's run)."""
+    p = path or CALIBRATION
+    if os.path.isdir(p):
+        p = os.path.join(p, "results.json")
+    from ..runtime.metrics import read_json
+    data = read_json(p, "a calibration")
+    models = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(models, list) or not models:
+        raise InputError(f"{p}: no fitted scaling model in it (a bench-suite results.json has one under \"model\")")
+    for i, m in enumerate(models):
+        _check_model(m, f"{p}: model[{i}]")
+    return models, (data.get("machine") or {})
+
+
+# a model's costs: (field, must be above zero); every one a finite number, none negative
+_COSTS = (("t_us", True), ("c_ns", False), ("d_us", True), ("kappa", True), ("window_s", True),
+          ("p50_base_ms", False), ("p50_per_hop_ms", False))
+
+
+def _check_model(m, where):
+    """A fitted model as `rate` and `p50_ms` read it, or one line naming the field."""
+    from .. import strategies
+    if not isinstance(m, dict):
+        raise InputError(f"{where}: expected an object, got {type(m).__name__}")
+    if m.get("shape") not in SHAPES:
+        raise InputError(f"{where}.shape: {m.get('shape')!r} is not a shape the model knows ({', '.join(SHAPES)})")
+    if m.get("workload") not in ("equi", "band"):
+        raise InputError(f"{where}.workload: {m.get('workload')!r}; expected \"equi\" or \"band\"")
+    try:
+        known = strategies.get(strategies.parse_label(m.get("strategy"))[0]) is not None
+    except (TypeError, ValueError, AttributeError):
+        known = False
+    if not known:
+        raise InputError(f"{where}.strategy: {m.get('strategy')!r} is not a strategy of this mpi-join")
+    for field, positive in _COSTS:
+        v = m.get(field)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (positive and v == 0):
+            raise InputError(f"{where}.{field}: {v!r}; expected a finite number {'above' if positive else 'at least'} 0")
+
+
+def job_workload(job):
+    """The suite workload whose costs stand for this job: equi when it has an equality condition
+    (an index finds the pairs), else band (a band index, or a scan)."""
+    return "equi" if "equi" in job.predicate.kinds else "band"
+
+
+def _as(job, case):
+    """`job` run by the case's strategy with its parameters (defaults filled in)."""
+    from dataclasses import replace
+    from ..config import Strategy
+    from ..strategies import check_strategy, parse_label
+    name, params = parse_label(case)
+    return check_strategy(replace(job, strategy=Strategy(name, params)))
+
+
+def recommend(job, n, models, lam, W, cores=None):
+    """Lines: for each strategy that can run `job` on n ranks (strategies.check_runnable, its own
+    checks included), its modelled sustainable rate and p50 delay on n ranks (one core each
+    unless `cores`), the fewest ranks that keep up with the job's rate with a quarter to spare,
+    and the recommendation: of those that keep up, the lowest delay at that count; if none does,
+    the highest rate. (lam: the job's rate per stream; W: its window, s.)"""
+    from .. import strategies
+    w = job_workload(job)
+    rows = []                       # (case, rate on n ranks, p50 on n ranks, fewest ranks, costs)
+    for m in models:
+        if m["workload"] != w:
+            continue
+        try:
+            strategies.check_runnable(_as(job, m["strategy"]), n)
+        except JobError:
+            continue
+        costs = dict(m, window_s=W)
+        info = strategies.get(strategies.parse_label(m["strategy"])[0])
+        fewest = next((k + 1 for k in range(max(1, info.min_ranks - 1), n) if rate(costs, k, cores or k + 1)
+                       >= 1.25 * lam), None)
+        rows.append((m["strategy"], rate(costs, n - 1, cores or n), p50_ms(costs, n - 1), fewest, costs))
+    if not rows:
+        raise JobError(f"{job.path}: no calibrated strategy can run this job on {n} ranks")
+    keep = [r for r in rows if r[1] >= 1.25 * lam]
+    best = (min(keep, key=lambda r: (p50_ms(r[4], (r[3] or 2) - 1), r[0])) if keep
+            else max(rows, key=lambda r: r[1]))
+    out = [f"scaling model ({w} costs; mpi_join/tools/scaling_model.py), job rate {lam:,.0f} tuples/s per stream, "
+           f"window {W:g} s, {n} ranks on {cores or n} cores:",
+           f"  {'strategy':<28} {'rate /stream':>14} {'p50 ms':>8}  fewest ranks that keep up (rate x 1.25)"]
+    for name, r, p, fewest, _ in sorted(rows, key=lambda x: -x[1]):
+        out.append(f"  {name:<28} {r:>14,.0f} {p:>8.1f}  {fewest if fewest else '-'}")
+    if keep:
+        out.append(f"recommended: {best[0]} on {best[3]} ranks: it keeps up with the lowest modelled delay "
+                   f"(job file: {_strategy_toml(best[0])}; mpi-join run JOB -n {best[3]})")
+    else:
+        out.append(f"recommended: {best[0]} on {n} ranks: no strategy keeps up with {lam:,.0f} tuples/s per "
+                   f"stream on {n} ranks here; it comes closest ({best[1]:,.0f})")
+    return out, best
+
+
+def _strategy_toml(case):
+    from ..strategies import parse_label
+    name, params = parse_label(case)
+    return "[strategy] " + ", ".join([f'name = "{name}"'] + [f'{k} = "{v}"' for k, v in params.items()])
