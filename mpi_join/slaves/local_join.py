@@ -348,8 +348,7 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x
             if K._keys_equal(p_keys, i, x_keys, j, 0) and (not check or K._visible(
                     p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
                 if n < out_a.shape[0]:
-                    out_a[n] = i
-                    out_b[n] = j
+                    out_a[n], out_b[n] = i, j
                 n += 1
     return n
 
@@ -385,8 +384,7 @@ def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq,
             if K._band_ok(p_band, i, x_band, j, eps, closed) and (not check or K._visible(
                     p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
                 if n < out_a.shape[0]:
-                    out_a[n] = i
-                    out_b[n] = j
+                    out_a[n], out_b[n] = i, j
                 n += 1
     return n
 
@@ -401,8 +399,7 @@ def scan_band(p_band, p_seq, p_coord, p_lo, x_band, x_seq, x_coord, x_lo, eps, c
             if K._band_ok(p_band, i, x_band, j, eps, closed) and (not check or K._visible(
                     p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
                 if n < out_a.shape[0]:
-                    out_a[n] = i
-                    out_b[n] = j
+                    out_a[n], out_b[n] = i, j
                 n += 1
     return n
 
@@ -416,8 +413,7 @@ def visible_pairs(p_seq, p_coord, p_lo, x_seq, x_coord, x_lo, i0, i1, check, out
         for j in range(x_seq.shape[0]):
             if not check or K._visible(p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
                 if n < out_a.shape[0]:
-                    out_a[n] = i
-                    out_b[n] = j
+                    out_a[n], out_b[n] = i, j
                 n += 1
     return n
 
