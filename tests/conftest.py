@@ -26,15 +26,23 @@ RUN_TIMEOUT = 180
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: launches mpiexec, Spark or Slurm (the full tier; "
                                        "`pytest -m 'not slow'` is the fast tier)")
+    config.addinivalue_line("markers", "xdist_group(name): run on one pytest-xdist worker with the rest of its group")
 
 
 _LAUNCHES = ("run_mpi(", "MPIEXEC", "_expect_run_error(", "spark_session", "spark_stream_join", "slurm", "kill_then_resume(",
              "kill_after_checkpoints(", "fault_after_checkpoints(")
 
 
+# Modules that start something the whole machine shares (a Slurm daemon, network namespaces
+# standing for hosts, a Spark standalone cluster): under pytest-xdist they run on one worker, one
+# after another (--dist loadgroup); every other test may run beside them.
+MACHINE_WIDE = ("test_slurm", "test_multihost", "test_spark_cluster")
+
+
 def pytest_collection_modifyitems(items):
     """Tests that launch mpiexec, Spark or Slurm are the slow tier: every test of a module that
-    sets SLOW = True, and any other test whose body launches one."""
+    sets SLOW = True, and any other test whose body launches one. Each test carries the strategy
+    it counts against (user_properties: the summary reads it from the report, also under xdist)."""
     import inspect
     for item in items:
         fn = getattr(item, "function", None)
@@ -44,6 +52,11 @@ def pytest_collection_modifyitems(items):
             src = ""
         if getattr(item.module, "SLOW", False) or any(k in src for k in _LAUNCHES):
             item.add_marker(pytest.mark.slow)
+        if item.module.__name__ in MACHINE_WIDE:
+            item.add_marker(pytest.mark.xdist_group("machine-wide"))
+        name = _strategy_of(item)
+        if name:
+            item.user_properties.append(("strategy", name))
 
 
 # Seconds of the full suite each strategy may take (its files' tests plus its rows of the shared
@@ -74,12 +87,10 @@ def _strategy_of(item):
     return name if info is not None else getattr(item.module, "STRATEGY", None)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    yield
-    name = _strategy_of(item)
+def pytest_runtest_logreport(report):
+    name = dict(report.user_properties).get("strategy")
     if name:
-        _spent[name] = _spent.get(name, 0.0) + call.duration
+        _spent[name] = _spent.get(name, 0.0) + report.duration
 
 
 def _full_suite(config):

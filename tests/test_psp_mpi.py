@@ -69,7 +69,7 @@ def _held(root, cid, ranks, M):
     for r in range(1, ranks):
         arrays, _ = ck.read_rank(root, cid, r)
         for j in range(M):
-            out[j].append(arrays[f"module/window/{j}"]["seq"])
+            out[j].append(arrays[f"module/slice/{j}"]["seq"])
     return out
 
 
