@@ -4,6 +4,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# tests run on this many pytest-xdist workers (most of a launched run's time is its ranks starting
+# and waiting; 1 runs them one after another)
+TEST_JOBS ?= 2
 
 .PHONY: demo test fast setup clean
 
@@ -22,10 +25,10 @@ demo: $(STAMP)
 	$(BIN)/mpi-join demo -n 4
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=20
+	$(BIN)/python -m pytest -q --durations=20 -n $(TEST_JOBS) --dist loadgroup
 
 fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_JOBS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) demo-run .pytest_cache .hypothesis
