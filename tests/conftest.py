@@ -43,8 +43,9 @@ _LAUNCHES = ("run_mpi(", "MPIEXEC", "_expect_run_error(", "spark_session", "spar
 
 
 # Modules that start something the whole machine shares (a Slurm daemon, network namespaces
-# standing for hosts, a Spark standalone cluster): under pytest-xdist they run on one worker, one
-# after another (--dist loadgroup); every other test may run beside them.
+# standing for hosts, a Spark standalone cluster): under pytest-xdist (--dist loadgroup) they are
+# one group, on one worker. Even so they failed beside other runs, so `make test` runs the full
+# suite one test at a time (README, Development); `make fast` has none of them.
 MACHINE_WIDE = ("test_slurm", "test_multihost", "test_spark_cluster")
 
 

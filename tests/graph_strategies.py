@@ -28,7 +28,7 @@ from mpi_join.runtime.headers import Header
 from mpi_join.partitioning import Partitioner
 from mpi_join.storage.results import result_rows
 from mpi_join.slaves.hash_join import CoreModule
-from mpi_join.runtime.operator import Fields, Operator, Output
+from mpi_join.runtime.operator import Array, Fields, Operator, Output
 from relay_strategy import RelayRouter, share
 from mpi_join.strategies import Param, StrategyInfo, register, REGISTRY
 from mpi_join.runtime.graph import DRIVER, RESULTS, Edge, Graph, tree, vertices
@@ -204,6 +204,7 @@ class GrowRouter(FanOutRouter):
         self.owner = np.ones(self.part.n_partitions, np.int64)
         self.at = int(job.strategy.params["grow_at"])
         self.moved = 0
+        self.declare(owner=Array(self, "owner", np.int64), counts=Fields(self, "moved"))
 
     def unit_of(self, batch):
         return self.part.partitions(batch["_h"])
@@ -226,16 +227,6 @@ class GrowRouter(FanOutRouter):
         self.owner[unit] = dst
         if any(len(h) for h in held):
             self.runtime.send(dst, held)
-
-    def snapshot(self):
-        return {"owner": self.owner.copy()}, {"moved": self.moved}
-
-    def restore(self, arrays, attrs):
-        self.owner = arrays["owner"].astype(np.int64)
-        self.moved = attrs["moved"]
-
-    def state_dtype(self, name):
-        return np.dtype(np.int64) if name == "owner" else None
 
     def stats(self):
         return {"units_moved": self.moved}

@@ -160,7 +160,7 @@ class Slicer:
             out.append(int(r[len(r) - held]) if held < len(r) else NEG_INF)
         return out + [edge]
 
-    # -- state (a part of the PSP router's, operator.declare) ---------------------------------------------------------------------------
+    # -- state (a part of the PSP router's, operator.declare) --------------------------------------
     def snapshot(self):
         arrays = {"cuts": self.cuts.ravel().copy(), "ends": self.ends.ravel().copy()}
         for j, r in enumerate(self.recent):

@@ -23,8 +23,7 @@ Every vertex:
   windows: slaves/local_join.BinaryJoin), an `Array` (one array, or None), an `Arrays` (a list
   of arrays), or any object with
   snapshot() -> (arrays, attrs), restore(arrays, attrs), state_dtype(name) and, if it holds
-  window rows, footprint(). An operator may instead write snapshot/restore/state_dtype itself
-  (one whose state is a single array: tests/graph_strategies.py's GrowRouter).
+  window rows, footprint().
 - `stats()` for metrics, `footprint()` for the memory figures.
 A vertex whose state moves in units (driver.moves.begin): `unit_of(batch)`, `take(unit)` -> (arrays,
 attrs) and `put(unit, arrays, attrs)`; the runtime moves the state and the unit's queued rows.
@@ -115,8 +114,8 @@ class Fields:
     def snapshot(self):
         """Copies: the cut is written once every upstream marker is in, and the operator goes on
         meanwhile (a list counted on in place would be written as it is then, not at the cut)."""
-        enc = {n: self.codecs.get(n, (None, None))[0] for n in self.names}
-        return {}, {n: (enc[n] or copy.deepcopy)(getattr(self.owner, n)) for n in self.names}
+        enc = {n: self.codecs.get(n, (None, None))[0] or (lambda v: v) for n in self.names}
+        return {}, {n: copy.deepcopy(enc[n](getattr(self.owner, n))) for n in self.names}
 
     def restore(self, arrays, attrs):
         for n in self.names:
