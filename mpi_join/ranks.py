@@ -32,8 +32,6 @@ def run_rank(job_path, overrides):
     ctx = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _: _interrupted(rank, ctx, signum))
-    from .join.kernels import Compiles
-    Compiles.install()
     try:
         tx = Transport(comm)
         tx.hosts = comm.allgather(MPI.Get_processor_name())     # the rank-to-host map

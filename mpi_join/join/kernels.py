@@ -8,79 +8,15 @@ slower). A pair (a, b) passes the window test when the later of the two (by seq)
 other inside its window: `coord[older] >= lo[newer]` (see window.py for coord and lo).
 """
 import functools
-import time
 
 import numpy as np
 from numba import njit
-from numba.core import event
+
+from .jit import Compiles
+
+Compiles.install()      # every process that imports numba through here counts its compiles
 
 _EMPTY = np.zeros(0, np.int64)
-
-
-def freeze_heap():
-    """Call once the kernels are compiled, before the replay clock starts: collect, then move
-    every object alive into the permanent generation. Compiling leaves about 130 k objects
-    (numba's typing and LLVM state) that every full garbage collection would traverse again:
-    80 to 250 ms with no batch handled, on every rank at about the same batch, which showed as
-    the worst production delays of a run."""
-    import gc
-    gc.collect()
-    gc.freeze()
-    GcPauses.install()
-
-
-class GcPauses:
-    """Garbage-collector pauses of this process since `freeze_heap` (in the rank metrics)."""
-    count, total_s, max_s = 0, 0.0, 0.0
-    _t = None
-
-    @classmethod
-    def install(cls):
-        import gc
-        cls.count, cls.total_s, cls.max_s = 0, 0.0, 0.0
-        if cls._event not in gc.callbacks:
-            gc.callbacks.append(cls._event)
-
-    @classmethod
-    def _event(cls, phase, info):
-        if phase == "start":
-            cls._t = time.perf_counter()
-        elif cls._t is not None:
-            d = time.perf_counter() - cls._t
-            cls.count, cls.total_s, cls.max_s = cls.count + 1, cls.total_s + d, max(cls.max_s, d)
-
-    @classmethod
-    def stats(cls):
-        return {"gc_collections": cls.count, "gc_pause_ms": round(cls.total_s * 1e3, 2),
-                "gc_pause_max_ms": round(cls.max_s * 1e3, 2)}
-
-
-class Compiles:
-    """Counts the numba compilations of this process (loads from the on-disk cache are not
-    compilations) and the seconds they took, through numba's compile events. The runtime uses
-    it to compile every kernel before the replay clock starts, to say so when the cache was
-    cold, and to report any kernel that still compiled during the replay."""
-    count, seconds, _depth, _t0 = 0, 0.0, 0, 0.0
-
-    @classmethod
-    def install(cls):
-        if getattr(cls, "_listener", None) is None:
-            cls._listener = _CompileListener()
-            event.register("numba:compile", cls._listener)
-        return cls
-
-
-class _CompileListener(event.Listener):
-    def on_start(self, ev):
-        if Compiles._depth == 0:
-            Compiles._t0 = time.perf_counter()
-        Compiles._depth += 1
-
-    def on_end(self, ev):
-        Compiles._depth -= 1
-        Compiles.count += 1
-        if Compiles._depth == 0:
-            Compiles.seconds += time.perf_counter() - Compiles._t0
 
 
 def collect(kernel, *args, guess=1024):

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..runtime.headers import Ack, Ready
 from ..runtime.protocol import (DataHeader, LoadReport, LoadRequest, MarkerDone, Moved, ProbeReply, Tag, decode_control)
-from ..join.kernels import Compiles, GcPauses, freeze_heap
+from ..join.jit import Compiles, GcPauses, freeze_heap
 from ..runtime.operator import SOURCE
 from ..storage.staged import staged_manifest
 from ..runtime.transport import Credits, pack, unpack_obj

@@ -5,7 +5,7 @@ import time
 import numpy as np
 
 from ..runtime.graph import DRIVER
-from ..join.kernels import Compiles, GcPauses
+from ..join.jit import Compiles, GcPauses
 from ..runtime.protocol import LoadReport
 
 SERIES = ("t", "src", "tuples", "results", "delay_ms", "cpu_s", "idle_s", "comm_s", "window_tuples", "occupancy")

@@ -25,7 +25,7 @@ import os
 
 from ..runtime.graph import DRIVER, INPUT, RESULTS
 from ..runtime.headers import Ack, Ready
-from ..join.kernels import Compiles, freeze_heap
+from ..join.jit import Compiles, freeze_heap
 from ..runtime.protocol import (DataHeader, Eos, Fin, Install, LoadRequest, Marker, MoveOut, Probe, ProbeReply, Tag, decode_control)
 from ..storage.results import result_dtype
 from ..runtime.transport import pack_obj, unpack
@@ -96,7 +96,7 @@ class Worker:
             msg = self.tx.recv()
 
     def begin(self, freeze=True):
-        """Compile, freeze the heap (kernels.freeze_heap; not where one process runs many ranks), READY."""
+        """Compile, freeze the heap (jit.freeze_heap; not where one process runs many ranks), READY."""
         self.module.warm_up()
         self.compiled = Compiles.count
         if freeze:
