@@ -100,10 +100,39 @@ def _manifest(tmp_path):
     return json.loads(p.read_text()) if p.exists() else None
 
 
-def _wait(cond, what, timeout=120):
+@pytest.fixture(autouse=True)
+def _no_process_left(monkeypatch):
+    """Every process a test starts (stagers, runs, readers) is gone when it ends, failed or not:
+    a stager left behind would stage on for the rest of the suite."""
+    started = []
+
+    class Tracked(subprocess.Popen):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            started.append(self)
+
+    monkeypatch.setattr(subprocess, "Popen", Tracked)
+    yield
+    for p in started:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                p.kill()
+            p.communicate()
+
+
+def _wait(cond, what, timeout=120, feed=None):
+    """Wait for `cond`; `feed`, if given, is called every 3 s meanwhile (more files land, as a
+    source system keeps writing: a wait for the next checkpoint then never depends on how far
+    the run had got before)."""
     t = time.time() + timeout
+    fed = time.time()
     while not cond():
         assert time.time() < t, f"timed out waiting for {what}"
+        if feed and time.time() - fed > 3:
+            feed()
+            fed = time.time()
         time.sleep(0.1)
 
 
@@ -174,7 +203,7 @@ def test_live_equi_join_exactly_once_through_a_stager_kill_and_a_rank_kill(tmp_p
     stager = _stager(tmp_path)                            # ... and continues the log
     land.round()
     _wait(lambda: any(m for _, m in ck.list_checkpoints(str(tmp_path / "ckpt"))) if (tmp_path / "ckpt").is_dir()
-          else False, "a checkpoint")
+          else False, "a checkpoint", feed=land.round)
     pids = mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 1, str(tmp_path / "job.toml"))
     assert pids, "rank 1 not found"
     os.kill(pids[0], signal.SIGKILL)                      # a join rank dies; the stager goes on
@@ -184,9 +213,10 @@ def test_live_equi_join_exactly_once_through_a_stager_kill_and_a_rank_kill(tmp_p
     run = _runner(tmp_path, "--resume", str(tmp_path / "ckpt"))
     land.round(late=2)
     # both at once: the stager and a join rank die together; both start again
-    n_ckpt = len([m for _, m in ck.list_checkpoints(str(tmp_path / "ckpt")) if m])
-    _wait(lambda: len([m for _, m in ck.list_checkpoints(str(tmp_path / "ckpt")) if m]) > n_ckpt or
-          run.poll() is not None, "a checkpoint of the resumed run")
+    def newest():          # by id: the count stays at `keep` once that many are kept
+        return max([c for c, m in ck.list_checkpoints(str(tmp_path / "ckpt")) if m], default=-1)
+    before = newest()
+    _wait(lambda: newest() > before or run.poll() is not None, "a checkpoint of the resumed run", feed=land.round)
     pids = mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 2, str(tmp_path / "job.toml"))
     assert pids and run.poll() is None, "rank 2 of the resumed run not found"
     os.killpg(stager.pid, signal.SIGKILL)
