@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # hosts did not hold up beside each other)
 TEST_JOBS ?= 2
 
-.PHONY: demo test fast setup clean
+.PHONY: demo test fast setup warm clean
 
 setup: $(STAMP)
 
@@ -22,10 +22,15 @@ $(STAMP): pyproject.toml
 	@echo "make setup: done"
 	touch $(STAMP)
 
+# Spark's class archive for this machine (README "Spark start-up"): built once, about two minutes;
+# checked in a moment when it is there
+warm: $(STAMP)
+	$(BIN)/mpi-join warm-spark
+
 demo: $(STAMP)
 	$(BIN)/mpi-join demo -n 4
 
-test: $(STAMP)
+test: $(STAMP) warm
 	$(BIN)/python -m pytest -q --durations=20
 
 fast: $(STAMP)

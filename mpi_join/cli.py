@@ -511,6 +511,30 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
     click.echo(f"staged {man['total']:,} tuples ({per}); quarantined {sum(q.values()):,}" + (f" ({bad})" if bad else ""))
 
 
+@main.command("warm-spark")
+@click.option("--force", is_flag=True, help="Build the archive again even when it is up to date.")
+@click.option("--where", is_flag=True, help="Print the archive's path (and whether it is there) and exit.")
+def warm_spark(force, where):
+    """Make Spark start about twice as fast on this machine (once, about a minute).
+
+    Runs a small stage with Spark listing the classes its JVM loads, then writes them, parsed
+    and verified, into a class-data-sharing archive that every later local Spark driver maps at
+    start-up (stage, collect, pipeline, stage --follow): a small stage goes from about 25 s to
+    about 12 s on 2 cores. The archive (about 170 MB) is kept in $MPI_JOIN_CACHE, else
+    $XDG_CACHE_HOME/mpi-join, else ~/.cache/mpi-join, under a name that hashes the java binary
+    and the Spark jars: after an upgrade of either, run this again. Without it everything works
+    as before (README "Spark start-up")."""
+    from .storage.spark import warm
+    if where:
+        path, ok = warm.archive_path(), warm.usable_archive()
+        click.echo(f"{path or '(no java found)'} ({'present' if ok else 'not built'})")
+        return
+    try:
+        warm.build(progress=lambda m: click.echo(m, err=True), force=force)
+    except JobError as e:
+        _fail(e)
+
+
 @main.command()
 @click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
 @click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=4, show_default=True, help="MPI ranks for the run.")

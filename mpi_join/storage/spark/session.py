@@ -10,11 +10,13 @@ _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.proper
 SHORT_LIVED = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
 
 
-def spark_session(master=None, app="mpi-join", conf=(), small=False):
+def spark_session(master=None, app="mpi-join", conf=(), small=False, java_extra=""):
     """Build (or reuse) the session. `master` None keeps what spark-submit set (the CLI passes
     local[*] by default). `small`: the work is small and local (stage.small_input), so a local
-    master's JVM is set up for a short life (SHORT_LIVED; `--conf spark.driver.extraJavaOptions`
-    replaces it)."""
+    master's JVM is set up for a short life (SHORT_LIVED). The driver JVM maps the class archive
+    of `mpi-join warm-spark` when there is one (warm.py: about half the start-up). `--conf
+    spark.driver.extraJavaOptions` replaces all of these."""
+    from .warm import java_options
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     from pyspark.sql import SparkSession
@@ -26,8 +28,10 @@ def spark_session(master=None, app="mpi-join", conf=(), small=False):
           .config("spark.sql.session.timeZone", "UTC")
           .config("spark.sql.shuffle.partitions", "8")
           .config("spark.driver.memory", os.environ.get("MPI_JOIN_SPARK_DRIVER_MEMORY", "2g"))
-          .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_LOG4J}"
-                  + (f" {SHORT_LIVED}" if small and str(master or "").startswith("local") else "")))
+          .config("spark.driver.extraJavaOptions", " ".join(o for o in (
+              f"-Dlog4j2.configurationFile=file:{_LOG4J}",
+              SHORT_LIVED if small and str(master or "").startswith("local") else "",
+              java_options(), java_extra) if o)))
     for kv in conf:
         k, _, v = kv.partition("=")
         b = b.config(k, v)
