@@ -65,3 +65,17 @@ def test_where_and_no_java(tmp_path):
     assert r.returncode == 0 and str(tmp_path) in r.stdout and "not built" in r.stdout
     r = run_cli("warm-spark", env=dict(os.environ, MPI_JOIN_CACHE=str(tmp_path), JAVA_HOME=str(tmp_path / "nojava")))
     assert r.returncode != 0 and "no java found" in r.stderr
+
+
+def test_archives_of_removed_installations_are_pruned(tmp_path):
+    root = tmp_path / "cache"
+    root.mkdir()
+    gone, alive, stray = root / "spark-gone.jsa", root / "spark-alive.jsa", root / "spark-stray.jsa"
+    for p, jars in ((gone, str(tmp_path / "removed-venv" / "jars")), (alive, str(tmp_path))):
+        p.write_bytes(b"x")
+        (root / (p.name + ".json")).write_text(json.dumps({"bytes": 1, "jars": jars}))
+    stray.write_bytes(b"x")                                         # no record: not ours to judge
+    said = []
+    warm._prune(str(root), keep=str(root / "spark-new.jsa"), progress=said.append)
+    assert not gone.exists() and not (root / "spark-gone.jsa.json").exists()
+    assert alive.exists() and stray.exists() and len(said) == 1 and "is gone" in said[0]

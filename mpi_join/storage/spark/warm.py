@@ -107,8 +107,30 @@ def build(progress=print, force=False):
         size = os.path.getsize(part)
         os.replace(part, path)
         with open(path + ".json.part", "w") as f:
-            json.dump({"bytes": size, "java": java_binary(), "classpath": classpath, "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
+            json.dump({"bytes": size, "java": java_binary(), "jars": _jars_dir(), "classpath": classpath, "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
         os.replace(path + ".json.part", path + ".json")
+    _prune(root, keep=path, progress=progress)
     progress(f"warm-spark: wrote {path} ({size / 2**20:.0f} MiB, {time.perf_counter() - t0:.0f} s); "
              f"later Spark drivers on this machine map it at start-up")
     return path
+
+
+def _prune(root, keep, progress):
+    """Delete the archives of Spark installations that are gone (their jars folder no longer
+    exists: a removed virtualenv), so that reinstalls do not pile up 200 MB files. Only files
+    named spark-*.jsa and their records, directly in the cache folder, are touched."""
+    import glob
+    for old in glob.glob(os.path.join(root, "spark-*.jsa")):
+        old = os.path.realpath(old)
+        if old == keep or os.path.dirname(old) != root:
+            continue
+        try:
+            with open(old + ".json") as f:
+                jars = json.load(f).get("jars")
+        except (OSError, ValueError):
+            continue                     # not ours to judge: leave it
+        if jars and not os.path.isdir(jars):
+            for p in (old, old + ".json"):
+                if os.path.exists(p):
+                    os.remove(p)
+            progress(f"warm-spark: removed {old} (its Spark installation {jars} is gone)")
