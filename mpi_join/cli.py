@@ -515,12 +515,12 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
 @click.option("--force", is_flag=True, help="Build the archive again even when it is up to date.")
 @click.option("--where", is_flag=True, help="Print the archive's path (and whether it is there) and exit.")
 def warm_spark(force, where):
-    """Make Spark start about twice as fast on this machine (once, about a minute).
+    """Make Spark start faster on this machine (once, one to two minutes).
 
     Runs a small stage with Spark listing the classes its JVM loads, then writes them, parsed
     and verified, into a class-data-sharing archive that every later local Spark driver maps at
-    start-up (stage, collect, pipeline, stage --follow): a small stage goes from about 25 s to
-    about 12 s on 2 cores. The archive (about 170 MB) is kept in $MPI_JOIN_CACHE, else
+    start-up (stage, collect, pipeline, stage --follow): a small stage went from 25 s to 15 s
+    on 2 cores. The archive (about 200 MB) is kept in $MPI_JOIN_CACHE, else
     $XDG_CACHE_HOME/mpi-join, else ~/.cache/mpi-join, under a name that hashes the java binary
     and the Spark jars: after an upgrade of either, run this again. Without it everything works
     as before (README "Spark start-up")."""

@@ -75,7 +75,13 @@ def test_archives_of_removed_installations_are_pruned(tmp_path):
         p.write_bytes(b"x")
         (root / (p.name + ".json")).write_text(json.dumps({"bytes": 1, "jars": jars}))
     stray.write_bytes(b"x")                                         # no record: not ours to judge
+    outside = tmp_path / "users-file"
+    outside.write_bytes(b"keep me")
+    link = root / "spark-link.jsa"                                   # a link: removed, never its target
+    link.symlink_to(outside)
+    (root / "spark-link.jsa.json").write_text(json.dumps({"bytes": 7, "jars": str(tmp_path / "gone-too")}))
     said = []
     warm._prune(str(root), keep=str(root / "spark-new.jsa"), progress=said.append)
     assert not gone.exists() and not (root / "spark-gone.jsa.json").exists()
-    assert alive.exists() and stray.exists() and len(said) == 1 and "is gone" in said[0]
+    assert not os.path.lexists(link) and outside.read_bytes() == b"keep me"
+    assert alive.exists() and stray.exists() and len(said) == 2 and all("is gone" in m for m in said)

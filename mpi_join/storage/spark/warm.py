@@ -1,6 +1,6 @@
 """A class-data-sharing (CDS) archive of the classes Spark loads, so that its JVM starts sooner.
 
-A local Spark driver spends most of a small stage or collect loading and verifying some 14,000
+A local Spark driver spends most of a small stage or collect loading and verifying some 18,000
 classes: about 9 s to build the session and 5 s for its first job, on 2 cores. `mpi-join
 warm-spark` runs a small stage once with the JVM listing the classes it loads, then has `java
 -Xshare:dump` write them, already parsed and verified, into one archive; every later driver JVM
@@ -23,6 +23,7 @@ import tempfile
 import time
 
 from ...errors import ConfigError
+from .. import paths
 
 
 def cache_root():
@@ -77,7 +78,7 @@ def java_options():
 
 def build(progress=print, force=False):
     """Write the archive for this java and these Spark jars; returns its path."""
-    path = archive_path()
+    java, path = java_binary(), archive_path()
     if path is None:
         raise ConfigError("warm-spark: no java found (set JAVA_HOME or put java on PATH); Spark needs Java 17")
     if usable_archive() and not force:
@@ -97,9 +98,9 @@ def build(progress=print, force=False):
         with open(cp) as f:
             classpath = f.read()
         progress(f"warm-spark: {sum(1 for _ in open(classes)):,} classes listed; writing the archive "
-                 f"(about a minute) ...")
+                 f"(one to two minutes) ...")
         part = os.path.join(tmp, "spark.jsa")
-        p = subprocess.run([java_binary(), "-Xshare:dump", f"-XX:SharedClassListFile={classes}",
+        p = subprocess.run([java, "-Xshare:dump", f"-XX:SharedClassListFile={classes}",
                             f"-XX:SharedArchiveFile={part}", "-Xlog:cds=off", "-cp", classpath],
                            capture_output=True, text=True)
         if p.returncode != 0 or not os.path.exists(part):
@@ -107,7 +108,8 @@ def build(progress=print, force=False):
         size = os.path.getsize(part)
         os.replace(part, path)
         with open(path + ".json.part", "w") as f:
-            json.dump({"bytes": size, "java": java_binary(), "jars": _jars_dir(), "classpath": classpath, "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
+            json.dump({"bytes": size, "java": java, "jars": _jars_dir(), "classpath": classpath,
+                       "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
         os.replace(path + ".json.part", path + ".json")
     _prune(root, keep=path, progress=progress)
     progress(f"warm-spark: wrote {path} ({size / 2**20:.0f} MiB, {time.perf_counter() - t0:.0f} s); "
@@ -118,11 +120,11 @@ def build(progress=print, force=False):
 def _prune(root, keep, progress):
     """Delete the archives of Spark installations that are gone (their jars folder no longer
     exists: a removed virtualenv), so that reinstalls do not pile up 200 MB files. Only files
-    named spark-*.jsa and their records, directly in the cache folder, are touched."""
+    named spark-*.jsa and their records, directly in the cache folder, are touched (a link is
+    removed, never its target: paths.remove_file)."""
     import glob
     for old in glob.glob(os.path.join(root, "spark-*.jsa")):
-        old = os.path.realpath(old)
-        if old == keep or os.path.dirname(old) != root:
+        if old == keep:
             continue
         try:
             with open(old + ".json") as f:
@@ -131,6 +133,6 @@ def _prune(root, keep, progress):
             continue                     # not ours to judge: leave it
         if jars and not os.path.isdir(jars):
             for p in (old, old + ".json"):
-                if os.path.exists(p):
-                    os.remove(p)
+                if os.path.lexists(p):
+                    paths.remove_file(root, p)
             progress(f"warm-spark: removed {old} (its Spark installation {jars} is gone)")
