@@ -6,7 +6,7 @@ import pytest
 from mpi_join.config import parse_job
 from mpi_join.errors import ConfigError
 from mpi_join.units import parse_duration_ns
-from conftest import equi_job_text, run_cli
+from conftest import cli, equi_job_text
 
 
 def _job(text):
@@ -66,7 +66,7 @@ def test_reserved_and_unknown_types():
 
 
 def test_run_help_documents_every_option():
-    p = run_cli("run", "--help")
+    p = cli("run", "--help")
     assert p.returncode == 0
     for word in ("--np", "--output", "--staged", "--strategy", "window", "batch_size", "flush_interval",
                  "rate", "max_inflight", "liveness_timeout", "equi", "band", "theta", "local_join", "partitions", "ts_unit"):

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import equi_job_text, random_streams, run_cli, run_mpi, write_job
+from conftest import cli, equi_job_text, random_streams, run_mpi, write_job
 
 
 def _one_error_line(p):
@@ -139,13 +139,13 @@ def test_non_equi_predicate_names_supporting_strategies(tmp_path):
 def test_bad_run_options(tmp_path, snippet, fragment):
     text = equi_job_text(('"5ms"', '"5ms"')).replace("[run]\n", "") + snippet + "\n"
     (tmp_path / "job.toml").write_text(text)
-    p = run_cli("verify", str(tmp_path), "--job", str(tmp_path / "job.toml"))
+    p = cli("verify", str(tmp_path), "--job", str(tmp_path / "job.toml"))
     assert p.returncode == 2 and fragment in _one_error_line(p)
 
 
 def test_bad_predicate_column(tmp_path):
     (tmp_path / "job.toml").write_text(equi_job_text(('"5ms"', '"5ms"'), predicate='equi = [["R.k", "S.nope"]]'))
-    p = run_cli("verify", str(tmp_path), "--job", str(tmp_path / "job.toml"))
+    p = cli("verify", str(tmp_path), "--job", str(tmp_path / "job.toml"))
     assert p.returncode == 2 and "predicate.equi[0]: stream 'S' has no column 'nope'" in _one_error_line(p)
 
 
@@ -162,7 +162,7 @@ def test_verify_reports_missing_extra_and_duplicated(good):
     tmp, path, job, _ = good
     p = run_mpi(3, "run", path)
     assert p.returncode == 0, p.stderr
-    ok = run_cli("verify", job.output, "--job", path)
+    ok = cli("verify", job.output, "--job", path)
     assert ok.returncode == 0 and "OK: results equal the oracle" in ok.stdout
     rdir = os.path.join(job.output, "results")
     files = sorted(os.listdir(rdir))
@@ -171,7 +171,7 @@ def test_verify_reports_missing_extra_and_duplicated(good):
     tampered = pa.concat_tables([t.slice(1), t.slice(1, 1)])          # drop one, duplicate one
     extra = pa.table({c: pa.array([10**9] if c.endswith("_seq") else [0], pa.int64()) for c in t.column_names})
     pq.write_table(pa.concat_tables([tampered, extra.cast(t.schema)]), os.path.join(rdir, files[0]))
-    bad = run_cli("verify", job.output, "--job", path)
+    bad = cli("verify", job.output, "--job", path)
     assert bad.returncode == 1
     assert "missing 1   extra 1   duplicated 1" in bad.stdout
     assert "DIFFERENT" in bad.stdout

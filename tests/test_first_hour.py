@@ -9,7 +9,7 @@ import pytest
 from mpi_join.config import parse_job
 from mpi_join.join.oracle import run_oracle
 from mpi_join.storage.staged import write_staged
-from conftest import job_toml, run_cli, run_cli_no_spark, stream_toml
+from conftest import cli, job_toml, run_cli, run_cli_no_spark, stream_toml
 from reference import as_set
 
 def trades_job(wt=None, wq=None, interval=""):
@@ -61,7 +61,7 @@ def test_interval_equals_windows_and_duckdb(tmp_path, closed, lower, upper):
            f"AND q.ts - t.ts <= {up_c}")
     want = {(int(x), int(y)) for x, y in con.execute(sql).fetchall()}
     assert want and a == b == want
-    out = run_cli("explain", p1, "-n", "3")
+    out = cli("explain", p1, "-n", "3")
     assert out.returncode == 0, out.stderr
     cond = "quotes.ts in [trades.ts" + (f" - {-lo_c / 1000:g} s" if lo_c <= -1000 and lo_c % 1000 == 0 else "")
     assert cond in out.stdout or "quotes.ts in [trades.ts -" in out.stdout, out.stdout
@@ -90,7 +90,7 @@ def test_interval_and_windows_together_are_refused():
 def test_explain_prints_the_time_condition_of_windows(tmp_path):
     arrays = trades_quotes(np.random.default_rng(1), 400)
     p, job = _job(tmp_path, "w", trades_job('"1ms"', '"5001ms"'), arrays)
-    out = run_cli("explain", p, "-n", "3")
+    out = cli("explain", p, "-n", "3")
     assert "quotes.ts in [trades.ts - 5 s, trades.ts]" in out.stdout, out.stdout
 
 
@@ -99,7 +99,7 @@ def test_float_seconds_read_as_ms_are_warned_about(tmp_path):
     arrays = trades_quotes(np.random.default_rng(2), 2000, t0=1_700_000_000)
     p, job = _job(tmp_path, "w", trades_job('"5s"', '"5s"'), arrays)
     for cmd in (["check", p, "-n", "3"], ["explain", p, "-n", "3"]):
-        out = run_cli(*cmd)
+        out = cli(*cmd)
         warn = [l for l in out.stderr.splitlines() if l.startswith("mpi-join: warning:")]
         assert out.returncode == 0 and warn and "1970-01-20" in warn[0] and "another unit" in warn[0], out.stderr
 
@@ -112,11 +112,11 @@ def test_disjoint_time_ranges_are_warned_about(tmp_path):
     seq[order] = np.arange(len(order))
     arrays[0]["seq"], arrays[1]["seq"] = seq[:len(arrays[0])], seq[len(arrays[0]):]
     p, job = _job(tmp_path, "w", trades_job('"5s"', '"5s"'), arrays)
-    out = run_cli("check", p, "-n", "3")
+    out = cli("check", p, "-n", "3")
     warn = [l for l in out.stderr.splitlines() if l.startswith("mpi-join: warning:")]
     assert out.returncode == 0 and len(warn) == 1, out.stderr
     assert "streams trades (2023-11-14" in warn[0] and "never come within their windows" in warn[0]
-    v = run_cli("verify", str(tmp_path / "w" / "nowhere"), "--job", p)
+    v = cli("verify", str(tmp_path / "w" / "nowhere"), "--job", p)
     assert v.returncode == 2
 
 
@@ -125,7 +125,7 @@ def test_verify_says_what_it_compared_and_warns_on_zero_results(tmp_path):
     arrays[1]["sym"] += 1000                   # no symbol in common
     p, job = _job(tmp_path, "w", trades_job('"5s"', '"5s"'), arrays)
     os.makedirs(os.path.join(job.output, "results"))
-    out = run_cli("verify", job.output, "--job", p)
+    out = cli("verify", job.output, "--job", p)
     assert out.returncode == 0
     assert "staged input as given" in out.stdout and "cannot catch a wrong time unit" in out.stdout
     assert "mpi-join: warning: the oracle finds 0 results" in out.stderr

@@ -1,14 +1,14 @@
 """What --help and generated scripts tell a user (fast tier: no mpiexec)."""
-from conftest import run_cli, equi_job_text, write_job
+from conftest import cli, equi_job_text, write_job
 
 
 def test_run_help_covers_staging_keys():
-    out = run_cli("run", "--help").stdout
+    out = cli("run", "--help").stdout
     assert "raw = { path" in out and "time_unit" in out and "mpi-join stage JOB" in out
 
 
 def test_generate_help_says_where_raw_data_goes():
-    out = run_cli("generate", "--help").stdout
+    out = cli("generate", "--help").stdout
     assert "raw/ with --raw" in " ".join(out.split())
 
 

@@ -199,12 +199,12 @@ def test_per_stream_ring_lengths_keep_each_stream_on_its_first_operators(interle
 
 
 def test_plan_prints_the_model_for_each_ring_length_and_the_scaling_model_for_others(tmp_path):
-    from conftest import run_cli
+    from conftest import cli
     d = str(tmp_path / "img")
-    p = run_cli("generate", "images", "--out", d, "--tuples", "600", "--rate", "50", "--window", "1s",
+    p = cli("generate", "images", "--out", d, "--tuples", "600", "--rate", "50", "--window", "1s",
                 "--predicate", "costly", "--selectivity", "0.1")
     assert p.returncode == 0, p.stderr
-    p = run_cli("plan", f"{d}/job.toml", "-n", "5", "--tn", "100")
+    p = cli("plan", f"{d}/job.toml", "-n", "5", "--tn", "100")
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "A~B: selectivity" in out and "T_j" in out and "T_n 100 us" in out
@@ -215,16 +215,16 @@ def test_plan_prints_the_model_for_each_ring_length_and_the_scaling_model_for_ot
     best = int(out.split("recommended ring length: N = ")[1].split()[0])
     assert lat[best - 1] == min(lat)
     assert "ring length per stream " in out and "A = " in out.split("ring length per stream ")[1]
-    q = run_cli("plan", f"{d}/job.toml", "-n", "5")
+    q = cli("plan", f"{d}/job.toml", "-n", "5")
     assert q.returncode == 0
-    run_cli("generate", "equi", "--out", str(tmp_path / "eq"), "--tuples", "60")
-    r = run_cli("plan", str(tmp_path / "eq" / "job.toml"))      # hash: the scaling model alone
+    cli("generate", "equi", "--out", str(tmp_path / "eq"), "--tuples", "60")
+    r = cli("plan", str(tmp_path / "eq" / "job.toml"))      # hash: the scaling model alone
     assert r.returncode == 0, r.stderr
     assert "recommended: " in r.stdout and "ring length" not in r.stdout
 
 
 def test_psp_config_errors_name_the_parameter(tmp_path):
-    from conftest import run_cli
+    from conftest import cli
     streams = "".join(f'[streams.{s}]\nschema = {{ k = "int32", v = "float32", w = "float32" }}\nwindow = "5ms"\n'
                       for s in "ABC")
     base = (f'[job]\nname = "m"\nts_unit = "ms"\n[input]\nstaged = "staged"\n[output]\ndir = "out"\n{streams}'
@@ -239,5 +239,5 @@ def test_psp_config_errors_name_the_parameter(tmp_path):
         d = tmp_path / f"c{k}"
         d.mkdir()
         (d / "job.toml").write_text(base + line + "\n")
-        p = run_cli("check", str(d / "job.toml"), "-n", "4")
+        p = cli("check", str(d / "job.toml"), "-n", "4")
         assert p.returncode != 0 and msg in p.stderr, (line, p.stderr)

@@ -9,7 +9,7 @@ from mpi_join.tools import scaling_model as sm
 from mpi_join.config import load_job
 from mpi_join.errors import InputError
 from mpi_join.tools.workloads import make
-from conftest import run_cli
+from conftest import cli
 
 
 def _cases(name, shape, t, c, d, cores=2, workload="band", W=1.0, kappa=1.0):
@@ -63,11 +63,11 @@ def test_plan_recommends_what_keeps_up_and_can_run_the_job(tmp_path):
     lines, best = sm.recommend(job, 8, models, 10 ** 7, 1.0)           # nobody keeps up: the closest
     assert "no strategy keeps up" in lines[-1] and best[0] == "handshake"
     (tmp_path / "results.json").write_text(json.dumps({"machine": {"cores": 2}, "model": models}))
-    p = run_cli("plan", path, "-n", "8", "--calibration", str(tmp_path))
+    p = cli("plan", path, "-n", "8", "--calibration", str(tmp_path))
     assert p.returncode == 0, p.stderr
     assert "recommended: handshake" in p.stdout
     (tmp_path / "results.json").write_text(json.dumps({"cases": []}))
-    p = run_cli("plan", path, "-n", "8", "--calibration", str(tmp_path / "results.json"))
+    p = cli("plan", path, "-n", "8", "--calibration", str(tmp_path / "results.json"))
     assert p.returncode == 2 and "no fitted scaling model" in p.stderr and p.stderr.count("\n") == 1
     with pytest.raises(InputError):
         sm.load_models(str(tmp_path / "results.json"))
@@ -91,7 +91,7 @@ def test_plan_refuses_a_calibration_it_cannot_use_with_one_line(tmp_path, field,
                     lambda s: "chain", {"band": 1.0, "equi": 1.0})
     models[0][field] = value
     (tmp_path / "results.json").write_text(json.dumps({"machine": {"cores": 2}, "model": models}))
-    p = run_cli("plan", path, "-n", "8", "--calibration", str(tmp_path / "results.json"))
+    p = cli("plan", path, "-n", "8", "--calibration", str(tmp_path / "results.json"))
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and says in lines[0], p.stderr
     assert "recommended" not in p.stdout

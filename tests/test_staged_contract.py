@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import equi_job_text, random_streams, run_cli, run_mpi, write_job
+from conftest import cli, equi_job_text, random_streams, run_mpi, write_job
 
 
 def _staged_then_edited(tmp_path, old, new):
@@ -30,18 +30,18 @@ def test_oracle_and_verify_refuse_a_changed_time_unit(tmp_path):
     path, job = _staged_then_edited(tmp_path, 'ts_unit = "ms"', 'ts_unit = "us"')
     os.makedirs(job.output, exist_ok=True)
     for args in (("oracle", path), ("verify", job.output, "--job", path)):
-        _refused(run_cli(*args), "_manifest.json", 'staged with ts_unit = "ms"', 'the job says "us"')
+        _refused(cli(*args), "_manifest.json", 'staged with ts_unit = "ms"', 'the job says "us"')
 
 
 def test_a_changed_column_type_is_refused(tmp_path):
     path, job = _staged_then_edited(tmp_path, 'k = "int64"', 'k = "int32"')
-    _refused(run_cli("oracle", path), "stream 'S' column 'k' was staged as int64", "declares int32")
+    _refused(cli("oracle", path), "stream 'S' column 'k' was staged as int64", "declares int32")
 
 
 def test_a_missing_manifest_is_refused(tmp_path):
     path, job = _staged_then_edited(tmp_path, "[job]", "[job]")
     os.remove(os.path.join(job.staged, "_manifest.json"))
-    _refused(run_cli("oracle", path), "_manifest.json: missing", "mpi-join stage JOB")
+    _refused(cli("oracle", path), "_manifest.json: missing", "mpi-join stage JOB")
 
 
 @pytest.mark.parametrize("ranks", [3])

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from conftest import job_toml, run_cli, stream_toml, write_job
+from conftest import cli, job_toml, stream_toml, write_job
 from mpi_join.config import load_job
 from mpi_join.join.oracle import run_oracle
 from mpi_join.storage.staged import read_staged
@@ -74,7 +74,7 @@ def test_a_job_that_changed_char_to_string_after_staging_is_refused(tmp_path):
     path, _ = _job(tmp_path, r_key="char40")
     text = open(path).read().replace('k = "char40"', 'k = "string"')
     open(path, "w").write(text)
-    p = run_cli("oracle", path)
+    p = cli("oracle", path)
     assert p.returncode == 2, p.stderr
     assert "column 'k' was staged as char40, the job declares string" in p.stderr
 
@@ -86,6 +86,6 @@ def test_a_manifest_without_the_width_of_a_string_column_is_refused(tmp_path):
     man = json.load(open(mp))
     del man["streams"]["S"]["string_bytes"]["note"]
     json.dump(man, open(mp, "w"))
-    p = run_cli("oracle", path)
+    p = cli("oracle", path)
     assert p.returncode == 2, p.stderr
     assert "streams.S.string_bytes: no width recorded for string column 'note'" in p.stderr

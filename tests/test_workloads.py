@@ -62,13 +62,13 @@ def test_images_workload_multiway(tmp_path):
 
 
 def test_generate_picks_or_names_a_strategy_that_runs_the_workload(tmp_path):
-    from conftest import run_cli
+    from conftest import cli
     from mpi_join import strategies
     from mpi_join.config import load_job
     for w, extra, runs in (("equi", [], True), ("band", [], True), ("images", [], True),
                            ("band", ["--strategy", "hash"], False)):
         out = tmp_path / (w + "".join(extra))
-        p = run_cli("generate", w, "--out", str(out), "--tuples", "60", *extra)
+        p = cli("generate", w, "--out", str(out), "--tuples", "60", *extra)
         assert p.returncode == 0, p.stderr
         job = load_job(str(out / "job.toml"))
         assert (job.strategy.name in strategies.runnable(job)) == runs
