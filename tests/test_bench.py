@@ -3,7 +3,7 @@ import os
 
 SLOW = True
 
-from conftest import run_cli
+from conftest import cli, run_cli
 
 
 def test_bench_hash_prints_ratio_against_oracle(tmp_path):
@@ -47,7 +47,7 @@ def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
     assert "| hash | 1 |" in p.stdout and "DuckDB at rest" in p.stdout
     for png in ("equi-rate.png", "equi-p99.png"):
         assert (out / png).stat().st_size > 5000
-    rep = run_cli("report", str(out))                  # the suite as one HTML page: its plots and tables
+    rep = cli("report", str(out))                  # the suite as one HTML page: its plots and tables
     assert rep.returncode == 0, rep.stderr
     html = (out / "report.html").read_text()
     assert html.count('src="data:image/png;base64,') == 2 and "<td>hash</td>" in html

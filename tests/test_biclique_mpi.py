@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import equi_job_text, random_streams, run_cli, run_mpi, write_job
+from conftest import cli, equi_job_text, random_streams, run_mpi, write_job
 from reference import assert_equals_oracle
 from test_checkpoint import kill_then_resume, paced_checkpointed_job
 
@@ -63,7 +63,7 @@ AGG = 'aggregate = "sum(S.w), count(*), avg(R.v), min(S.w), max(R.k2) by R.k"'
 
 def _verify_aggregate(path, job, snapshots_at_least):
     """`mpi-join verify` passes, the final snapshot equal to the oracle's aggregate."""
-    p = run_cli("verify", job.output, "--job", path)
+    p = cli("verify", job.output, "--job", path)
     assert p.returncode == 0, p.stdout + p.stderr
     line = next(ln for ln in p.stdout.splitlines() if ln.startswith("aggregate "))
     assert "the final one equals the oracle's aggregate" in line, line
@@ -148,11 +148,11 @@ def test_a_resumed_aggregate_is_verified_and_a_gap_is_an_error(crashed_aggregate
     assert len(done["snapshots"]) >= 2
     victim = sorted(done["snapshots"])[1]
     os.remove(os.path.join(d, victim))
-    v = run_cli("verify", job.output, "--job", path)
+    v = cli("verify", job.output, "--job", path)
     lines = [ln for ln in v.stderr.splitlines() if ln.strip()]
     assert v.returncode == 2 and len(lines) == 1 and victim in lines[0] and "is missing" in lines[0], v.stderr
     os.remove(os.path.join(job.output, "_SUCCESS"))
-    v = run_cli("verify", job.output, "--job", path)
+    v = cli("verify", job.output, "--job", path)
     assert v.returncode == 1 and "aggregate snapshot 1 is missing" in v.stdout + v.stderr, v.stdout + v.stderr
 
 

@@ -18,7 +18,7 @@ from mpi_join.partitioning import Partitioner
 from mpi_join.storage.results import read_results
 from mpi_join.slaves.hash_join import HashJoinCore
 from mpi_join.join.window import runtime_dtype
-from conftest import MPIEXEC, equi_job_text, with_text_columns, mpi_join_cmd, mpi_join_pids, random_streams, run_cli, run_mpi, write_job
+from conftest import cli, equi_job_text, mpi_join_cmd, mpi_join_pids, MPIEXEC, random_streams, run_mpi, with_text_columns, write_job
 from reference import as_set
 
 STRATEGY = "hash"   # whose time budget this file's tests count against (conftest.py)
@@ -248,7 +248,7 @@ def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):
         f.write(text.replace("rate = 4000", 'rate = "max"'))
     assert run_mpi(3, "run", path).returncode == 0
     root = job.checkpoint.dir
-    listing = run_cli("checkpoint", "inspect", root)
+    listing = cli("checkpoint", "inspect", root)
     assert listing.returncode == 0 and listing.stdout.count(" yes ") == 2, listing.stdout
     p = run_mpi(4, "run", path, "--resume", root)
     assert p.returncode == 2 and "checkpoint holds 3 ranks; resume with mpiexec -n 3 (got 4)" in p.stderr

@@ -59,7 +59,7 @@ def test_demo_sized_run_with_rate_and_metrics(tmp_path):
     assert summary["latency_ms"]["p50"] is not None and summary["latency_ms"]["p50"] < 5000
     assert {r["rank"] for r in summary["ranks"]} == {0, 1, 2}
     assert sum(r["results"] for r in summary["ranks"]) == summary["results"] > 0
-    v = __import__("conftest").run_cli("verify", str(tmp_path / "out"), "--job", path)
+    v = __import__("conftest").cli("verify", str(tmp_path / "out"), "--job", path)
     assert v.returncode == 0, v.stdout + v.stderr
 
 

@@ -17,7 +17,7 @@ from mpi_join.storage.staged import read_staged
 from mpi_join.storage.staged_log import LogWriter, waiting_dtype
 import pytest
 
-from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, mpi_join_pids, run_cli
+from conftest import cli, equi_job_text, mpi_join_cmd, mpi_join_pids, MPIEXEC, run_cli
 
 SLOW = True
 
@@ -172,7 +172,7 @@ def _check_final(tmp_path, land):
         assert all(x["reason"].startswith("late by ") for x in late)
         assert man["log"]["late"][name] == len(late)
         assert sorted(arr["ts"].tolist() + [x["ts"] for x in late]) == sorted(land.rows[name])
-    v = run_cli("verify", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"))
+    v = cli("verify", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"))
     assert v.returncode == 0 and "OK: results equal the oracle" in v.stdout, v.stdout + v.stderr
     return man
 
@@ -303,7 +303,7 @@ def test_a_run_waiting_on_the_log_uses_no_cpu_and_ends_with_it(tmp_path):
     w.end("test")
     code, out, err = _finish(run, "the run")
     assert code == 0, err[-3000:]
-    v = run_cli("verify", str(tmp_path / "out"), "--job", marker)
+    v = cli("verify", str(tmp_path / "out"), "--job", marker)
     assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
 
 
@@ -410,7 +410,7 @@ def test_every_strategy_follows_a_growing_log(tmp_path, strategy, ranks, predica
     w.end("test")
     code, out, err = _finish(run, "the run")
     assert code == 0, err[-3000:]
-    v = run_cli("verify", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"))
+    v = cli("verify", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"))
     assert v.returncode == 0 and "OK: results equal the oracle" in v.stdout, v.stdout + v.stderr
     committed = json.loads((tmp_path / "out" / "_COMMITTED").read_text())
     assert committed["final"] and committed["commits"] >= 2
@@ -471,7 +471,7 @@ def test_socket_source_stages_lines_with_records_across_batches(tmp_path):
     R, S = read_staged(job)
     late = sum(man["log"]["late"].values())
     assert len(R) + len(S) + late == 1199
-    r = run_cli("check", str(tmp_path / "job.toml"))
+    r = cli("check", str(tmp_path / "job.toml"))
     assert r.returncode == 0, r.stderr
 
 
@@ -514,7 +514,7 @@ def test_a_wait_longer_than_the_liveness_timeout_is_not_a_failure(tmp_path):
     w.end("test")
     code, out, err = _finish(run, "the run")
     assert code == 0, err[-3000:]
-    v = run_cli("verify", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"))
+    v = cli("verify", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"))
     assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mpi_join.storage.verify import order_violations, writers
-from conftest import equi_job_text, random_streams, run_cli, run_mpi, write_job
+from conftest import cli, equi_job_text, random_streams, run_mpi, write_job
 from reference import assert_equals_oracle
 from test_checkpoint import kill_then_resume, paced_checkpointed_job
 
@@ -50,7 +50,7 @@ def test_cores_and_fanouts_equal_oracle_in_strict_outer_order(tmp_path, cores, f
     p = run_mpi(cores + 2, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
-    v = run_cli("verify", job.output, "--job", path, "--ordered", "outer")
+    v = cli("verify", job.output, "--job", path, "--ordered", "outer")
     assert v.returncode == 0 and "OK: results equal the oracle and are in order" in v.stdout, v.stdout + v.stderr
 
 

@@ -10,7 +10,7 @@ import pytest
 from mpi_join.tools import tpch
 from mpi_join.config import load_job
 from mpi_join.storage.staged import read_staged
-from conftest import run_cli, run_mpi
+from conftest import cli, run_cli, run_mpi
 
 SLOW = True
 
@@ -53,7 +53,7 @@ def test_q5_staged_by_spark_and_joined_by_biclique_equals_the_oracle_and_its_agg
     assert p.returncode == 0, p.stderr
     p = run_mpi(5, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
-    p = run_cli("verify", os.path.join(out, "out"), "--job", path)
+    p = cli("verify", os.path.join(out, "out"), "--job", path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "OK: results equal the oracle" in p.stdout
     assert "the final one equals the oracle's aggregate" in p.stdout, p.stdout
