@@ -80,16 +80,26 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow):
                   allowed_lateness = "1s"  live staging: how far behind a stream's newest
                   event time a row may arrive (0 to 1 day; README "Live streams")
       [output]    dir = "dir"
+                  commit_every = "1s"      results are committed (made durable and visible) at
+                  commit_rows = 1000000    least this often and after this many rows at most
       [streams.R] schema = { x = "int32", name = "string", z = "char20", pix = "uint8[5000,3]" }
                   (names: identifiers; string: UTF-8 text; charN: at most N bytes; text up to
                   1 MB, rows up to 64 MB)
                   window = "15min" (time, up to 100 years) | 1000 (last 1000 tuples, up to 2^40)
                   | "unbounded"
                   raw = { path = "raw/R/*.csv", format = "csv" | "json" | "parquet",
-                          time = "column", time_unit = "ms" }   (for stage; time may be a timestamp)
+                          time = "column", time_unit = "ms" }   (for stage; time_unit = "timestamp"
+                          reads a timestamp or ISO-8601 text, as UTC when it names no time zone)
+                        delimiter = ",", header = true        CSV only
+                        source = "socket", options = { ... }  live: a Spark streaming source
+                          instead of files (README "Live streams")
       [predicate] equi  = [ ["R.x", "S.a"], ... ]              all must hold (AND)
                   band  = [ { left = "R.y", right = "S.b", eps = 10, closed = false } ]  (eps finite)
                   theta = [ { udf = "module:function", streams = ["R", "S"] } ]
+                  interval = { left = "R", right = "S", lower = "-5s", upper = "0s",
+                               closed = "both" | "neither" | "left" | "right" }
+                           S.ts - R.ts within [lower, upper] (Flink's between): the two streams'
+                           windows, given instead of window =
       [strategy]  name = "hash"; partitions = 60; local_join = "index" | "bnl"
       [run]       batch_size = 8192        tuples per distribution epoch at most (1..2^24)
                   flush_interval = "50ms"  an epoch closes after this long at most (up to 1 day)
@@ -97,6 +107,8 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow):
                   max_inflight = 4         unacknowledged messages per link, backpressure (1..1024)
                   progress = true          live progress line on stderr
                   liveness_timeout = "30s" a rank or link silent this long aborts the job ("off")
+                  overload_after = "2s"    replay behind the rate this long: reported overloaded
+                  stop_when_overloaded = false  an overloaded run stops with an error
       [checkpoint] dir = "ckpt"            HDF5 checkpoints (one file per rank + MANIFEST.json)
                   every_tuples = 100000   cut every N input tuples, and/or
                   every = "10s"           every interval; keep = 2 newest complete ones (1..1000)

@@ -164,7 +164,25 @@ class Job:
         return self.stream_names.index(name)
 
 
-_TOP = {"job", "input", "output", "streams", "predicate", "strategy", "run", "checkpoint"}
+# Every key a job file may hold, by the table it is in (`streams.*` for each stream's table):
+# the loader refuses any other, and `run --help` documents each one (tests/test_help.py).
+# [strategy] holds `name` and the strategy's own parameters (`mpi-join strategies`).
+JOB_KEYS = {
+    "": ("job", "input", "output", "streams", "predicate", "strategy", "run", "checkpoint"),
+    "job": ("name", "ts_unit"),
+    "input": ("staged", "allowed_lateness"),
+    "output": ("dir", "commit_every", "commit_rows"),
+    "streams.*": ("schema", "window", "raw"),
+    "streams.*.raw": ("path", "format", "time", "time_unit", "delimiter", "header", "source", "options"),
+    "predicate": ("equi", "band", "theta", "interval"),
+    "predicate.band": ("left", "right", "eps", "closed"),
+    "predicate.theta": ("udf", "streams"),
+    "predicate.interval": ("left", "right", "lower", "upper", "closed"),
+    "run": ("batch_size", "flush_interval", "rate", "max_inflight", "progress", "liveness_timeout",
+            "overload_after", "stop_when_overloaded"),
+    "checkpoint": ("dir", "every_tuples", "every", "keep"),
+}
+_TOP = set(JOB_KEYS[""])
 
 
 def load_job(path, overrides=None, udfs=True):
@@ -201,7 +219,7 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     base = os.path.dirname(os.path.abspath(path)) if path != "<job>" else os.getcwd()
     _no_unknown(raw, _TOP, "", path)
     job_t = _table(raw, "job", path, required=False)
-    _no_unknown(job_t, {"name", "ts_unit"}, "job.", path)
+    _no_unknown(job_t, JOB_KEYS["job"], "job.", path)
     name = job_t.get("name", os.path.splitext(os.path.basename(path))[0])
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{path}: job.name: expected text, got {name!r}")
@@ -211,12 +229,12 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
         raise ConfigError(f"{path}: job.ts_unit: must be one of {', '.join(TS_UNITS)}, got {ts_unit!r}")
 
     inp = _table(raw, "input", path)
-    _no_unknown(inp, {"staged", "allowed_lateness"}, "input.", path)
+    _no_unknown(inp, JOB_KEYS["input"], "input.", path)
     staged = overrides.get("staged") or _str(inp, "staged", "input.", path)
     lateness = ns_to_ts(_duration(inp.get("allowed_lateness", "1s"), "input.allowed_lateness", path, lo_ns=0),
                         ts_unit)
     out = _table(raw, "output", path)
-    _no_unknown(out, {"dir", "commit_every", "commit_rows"}, "output.", path)
+    _no_unknown(out, JOB_KEYS["output"], "output.", path)
     output = overrides.get("output") or _str(out, "dir", "output.", path)
     commit_every = _duration(out.get("commit_every", "1s"), "output.commit_every", path, lo_ns=10_000_000)
     commit_rows = _int_in(out.get("commit_rows", 1_000_000), 1, 1 << 40, "output.commit_rows", path)
@@ -281,7 +299,7 @@ def _interval(raw, ts_unit, path):
     if not isinstance(iv, dict):
         raise ConfigError(f"{where}: expected {{ left = \"R\", right = \"S\", lower = \"-5s\", upper = \"0s\", "
                           f"closed = \"both\" }}")
-    _no_unknown(iv, {"left", "right", "lower", "upper", "closed"}, "predicate.interval.", path)
+    _no_unknown(iv, JOB_KEYS["predicate.interval"], "predicate.interval.", path)
     names = list(raw.get("streams", {}) or {})
     for k in ("left", "right"):
         if iv.get(k) not in names:
@@ -335,7 +353,7 @@ def _streams(raw, ts_unit, path, base, interval=None):
         check_name(name, f"{path}: streams", "stream name")
         if not isinstance(spec, dict):
             raise ConfigError(f"{path}: {where}: expected a table with schema and window")
-        _no_unknown(spec, {"schema", "window", "raw"}, where + ".", path)
+        _no_unknown(spec, JOB_KEYS["streams.*"], where + ".", path)
         schema = spec.get("schema")
         if not isinstance(schema, dict) or not schema:
             raise ConfigError(f"{path}: {where}.schema: required, a table of column = type")
@@ -362,8 +380,7 @@ TIME_UNITS = TS_UNITS + ("timestamp",)
 def _raw_source(r, schema, where, path, base):
     if not isinstance(r, dict):
         raise ConfigError(f"{path}: {where}: expected {{ path = ..., format = ..., time = ..., time_unit = ... }}")
-    _no_unknown(r, {"path", "format", "time", "time_unit", "delimiter", "header", "source", "options"},
-                where + ".", path)
+    _no_unknown(r, JOB_KEYS["streams.*.raw"], where + ".", path)
     source, options = r.get("source"), r.get("options", {})
     if source is not None:
         if not isinstance(source, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,99}", source):
@@ -416,7 +433,7 @@ def _checkpoint(raw, path, base, overrides):
         return None
     if not isinstance(c, dict):
         raise ConfigError(f"{path}: checkpoint: expected a table")
-    _no_unknown(c, {"dir", "every_tuples", "every", "keep"}, "checkpoint.", path)
+    _no_unknown(c, JOB_KEYS["checkpoint"], "checkpoint.", path)
     d = overrides.get("checkpoint_dir") or _str(c, "dir", "checkpoint.", path)
     if "://" in d:
         raise ConfigError(f"{path}: checkpoint.dir: checkpoints are written to a local or shared filesystem path, got {d!r}")
@@ -484,7 +501,7 @@ def _pair(l, r, streams, where, path):
 
 def _predicate(raw, streams, path, base=None):
     p = _table(raw, "predicate", path)
-    _no_unknown(p, {"equi", "band", "theta", "interval"}, "predicate.", path)
+    _no_unknown(p, JOB_KEYS["predicate"], "predicate.", path)
     equi, band, theta = [], [], []
     for k, e in enumerate(p.get("equi", [])):
         where = f"predicate.equi[{k}]"
@@ -511,7 +528,7 @@ def _predicate(raw, streams, path, base=None):
         where = f"predicate.band[{k}]"
         if not isinstance(e, dict):
             raise ConfigError(f"{path}: {where}: expected {{left=\"R.x\", right=\"S.a\", eps=10}}")
-        _no_unknown(e, {"left", "right", "eps", "closed"}, where + ".", path)
+        _no_unknown(e, JOB_KEYS["predicate.band"], where + ".", path)
         a, b = _pair(e.get("left"), e.get("right"), streams, where, path)
         for (si, c) in (a, b):
             dt = streams[si].dtype.fields[c][0]
@@ -528,7 +545,7 @@ def _predicate(raw, streams, path, base=None):
         where = f"predicate.theta[{k}]"
         if not isinstance(e, dict):
             raise ConfigError(f"{path}: {where}: expected {{udf=\"module:function\", streams=[\"R\", \"S\"]}}")
-        _no_unknown(e, {"udf", "streams"}, where + ".", path)
+        _no_unknown(e, JOB_KEYS["predicate.theta"], where + ".", path)
         udf = e.get("udf")
         if not isinstance(udf, str) or udf.count(":") != 1 or not _UDF.fullmatch(udf):
             raise ConfigError(f"{path}: {where}.udf: expected \"module:function\" (dotted identifiers), got {udf!r}")
@@ -594,9 +611,7 @@ def _strategy(raw, path, overrides):
 
 def _run(raw, path):
     r = _table(raw, "run", path, required=False)
-    _no_unknown(r, {"batch_size", "flush_interval", "rate", "max_inflight", "progress", "liveness_timeout",
-                    "overload_after", "stop_when_overloaded"},
-                "run.", path)
+    _no_unknown(r, JOB_KEYS["run"], "run.", path)
     bs = _int_in(r.get("batch_size", 8192), 1, MAX_BATCH, "run.batch_size", path)
     fi = _duration(r.get("flush_interval", "50ms"), "run.flush_interval", path)
     rate = r.get("rate", "max")

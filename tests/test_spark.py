@@ -263,6 +263,7 @@ def test_trades_and_quotes_on_a_text_symbol_from_raw_csv(spark, tmp_path, band, 
     text, as wide as its longest value), 5 s windows (and a price band), staged by Spark, run on
     3 ranks, collected with payloads: equal to the oracle and to DuckDB."""
     import collections
+    import datetime as dt
     import duckdb
     from mpi_join.storage.spark.collect import collect
     from mpi_join.storage.spark.stage import stage
@@ -270,6 +271,9 @@ def test_trades_and_quotes_on_a_text_symbol_from_raw_csv(spark, tmp_path, band, 
     (tmp_path / "job.toml").write_text(TQ_JOB.format(band=band, sym=sym))
     job = load_job(str(tmp_path / "job.toml"))
     man = stage(spark, job, progress=lambda m: None)
+    utc = int(dt.datetime(2026, 1, 5, 9, 30, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    ts = read_staged(job)[0]["ts"]                  # text with no time zone is read as UTC (README)
+    assert utc <= ts.min() and ts.max() < utc + 60_000
     if sym == "string":
         assert man["streams"]["trades"]["string_bytes"] == {"symbol": 5}                    # BRK.B
         got = duckdb.sql(f"SELECT DISTINCT symbol FROM '{tmp_path}/staged/trades/*.parquet' ORDER BY 1")
