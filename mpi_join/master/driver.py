@@ -174,7 +174,8 @@ class Driver:
         self.metrics.start_clock(self.tx)
         slots, slot = self.router.slots, 0
         # (tuples released, s): 20 samples; a followed log's length is not known in advance
-        released_at, step = [], max(1, self.source.total // 20) if self.source.tail is None else 1 << 16
+        released_at = [(self.source.released, 0.0)]
+        step = max(1, self.source.total // 20) if self.source.tail is None else 1 << 16
         while not self.source.done:
             if not self.source.wait_for_input(self._idle):
                 continue
@@ -182,7 +183,7 @@ class Driver:
             batches = self.source.next_epoch()
             self.pace.check(self.source, self.t_replay)
             self.metrics.tuples_in += sum(len(b) for b in batches)
-            if self.source.released >= (len(released_at) + 1) * step:
+            if self.source.released >= len(released_at) * step:
                 released_at.append((self.source.released, round(time.perf_counter() - self.t_replay, 4)))
             header = DataHeader(-1, tuple(self.source.bounds()), None, slot % slots, self.moves.epoch)
             self._apply(self.router.on_data(SOURCE, header, batches))

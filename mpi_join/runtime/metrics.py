@@ -67,6 +67,7 @@ class RankMetrics:
         self.latency = LatencyHistogram()
         self._wall0 = time.perf_counter()
         self._cpu0 = time.process_time()
+        self.clock_start_unix = time.time()
         self.extra = {}
 
     def start_clock(self, transport):
@@ -74,6 +75,7 @@ class RankMetrics:
         compiling, waiting for the other ranks) is reported once, as the job's startup_s, so no
         rank shows more idle time than the run's wall time."""
         self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
+        self.clock_start_unix = time.time()     # where this rank's clock starts, to align the ranks' series
         transport.idle_s = transport.comm_s = 0.0
 
     def wall_s(self):
@@ -85,7 +87,7 @@ class RankMetrics:
             "rank": self.rank, "role": self.role,
             "tuples_in": self.tuples_in, "tuples_out": self.tuples_out, "results": self.results,
             "epochs": self.epochs,
-            "wall_s": self.wall_s(),
+            "wall_s": self.wall_s(), "clock_start_unix": self.clock_start_unix,
             "cpu_s": time.process_time() - self._cpu0,
             "latency_ms": self.latency.summary(),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

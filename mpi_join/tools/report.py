@@ -23,7 +23,7 @@ from ..runtime.metrics import load_run, read_json
 # the figures every rank reports (metrics.py, slaves/worker.py, master/driver.py); anything else a
 # rank reports is the strategy's own and is listed under "what the strategy did"
 COMMON = {"rank", "role", "tuples_in", "tuples_out", "results", "epochs", "wall_s", "cpu_s", "latency_ms",
-          "peak_rss_mb", "latency_hist", "idle_s", "comm_s", "bytes_in", "bytes_out", "result_files", "result_parts",
+          "peak_rss_mb", "latency_hist", "clock_start_unix", "idle_s", "comm_s", "bytes_in", "bytes_out", "result_files", "result_parts",
           "compiled_during_replay", "gc_collections", "gc_pause_ms", "gc_pause_max_ms", "series", "window_tuples",
           "peak_state_bytes", "raw_bytes_at_peak", "host", "topology", "released_at", "peak_inflight",
           "peak_buffer_bytes", "max_lag_s"}
@@ -56,6 +56,25 @@ def _f(x, fmt="{:,.1f}"):
 
 def _workers(ranks):
     return [r for r in ranks if r.get("series") and r["series"].get("t")]
+
+
+def aligned(ranks):
+    """The ranks with their times on one clock: seconds since the driver's replay began. Each rank
+    times its series from its own start (a worker's starts when its first message arrives), so
+    unshifted a worker's first results could sit before the first input was released."""
+    starts = [r["clock_start_unix"] for r in ranks if r.get("released_at") and "clock_start_unix" in r]
+    if not starts:
+        return ranks
+    out = []
+    for r in ranks:
+        shift = r.get("clock_start_unix", starts[0]) - starts[0]
+        r = dict(r)
+        if r.get("series") and r["series"].get("t"):
+            r["series"] = dict(r["series"], t=[round(t + shift, 4) for t in r["series"]["t"]])
+        if r.get("released_at"):
+            r["released_at"] = [(n, round(t + shift, 4)) for n, t in r["released_at"]]
+        out.append(r)
+    return out
 
 
 def rate_plot(ranks):
@@ -150,6 +169,7 @@ def _strategy_rows(ranks):
 
 def run_page(run_dir):
     s, ranks = load_run(run_dir)
+    ranks = aligned(ranks)
     lat = s.get("latency_ms") or {}
     summary = [("job", s.get("job")), ("strategy", s.get("strategy")), ("ranks", s.get("ranks_n", len(ranks))),
                ("topology", s.get("topology")), ("tuples", _f(s.get("tuples"), "{:,}")),
