@@ -507,7 +507,7 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
         check_layout(job_dirs(job, stage_out=out))     # before any JVM starts
         if follow:
             return _stage_follow(job, out, master, conf, force, until, trigger)
-        man = precheck(job, out, force=force, overwrite=overwrite)
+        man = precheck(job, out, force=force, overwrite=overwrite, allow_empty=allow_empty)
         if man is not None:
             click.echo(f"stage: {out or job.staged} is up to date (same settings, raw files unchanged); --force "
                        f"stages again", err=True)

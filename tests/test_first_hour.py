@@ -131,7 +131,9 @@ def test_verify_says_what_it_compared_and_warns_on_zero_results(tmp_path):
     assert "mpi-join: warning: the oracle finds 0 results" in out.stderr
 
 
-@pytest.mark.parametrize("case", ["missing raw", "missing column", "overlap", "missing run"])
+@pytest.mark.parametrize("case", ["missing raw", "missing column", "overlap", "missing run", "header only",
+                                  "ISO text in ms", "ISO text in ms (json)", "interrupted run",
+                                  "interrupted run with checkpoints"])
 def test_refusals_come_before_any_jvm(tmp_path, case):
     """Each is refused with exit 2 and one line, without importing Spark (so before any JVM
     could start). Issue: this asserted a wall-clock time, which failed on a busy machine."""
@@ -151,12 +153,35 @@ def test_refusals_come_before_any_jvm(tmp_path, case):
     elif case == "overlap":
         args += ["--out", str(tmp_path / "raw")]
         frag = "overlaps"
+    elif case == "header only":
+        (tmp_path / "raw/S/a.csv").write_text("event_time,k,v,name\n")
+        frag = "stream 'S': nothing to stage, its raw files hold no rows (a header only); pass --allow-empty"
+    elif case == "ISO text in ms":
+        (tmp_path / "raw/S/a.csv").write_text("event_time,k,v,name\n2026-01-05 09:30:00.125,1,0.5,a\n"
+                                              "2026-01-05T09:30:01Z,1,0.5,a\n")
+        frag = "column 'event_time' of stream 'S' holds dates as text ('2026-01-05 09:30:00.125'), " \
+               "but streams.S.raw.time_unit is 'ms'"
+    elif case == "ISO text in ms (json)":
+        (tmp_path / "job.toml").write_text(JOB.format(fmt="json", unit="ms"))
+        for n in "RS":
+            os.remove(tmp_path / f"raw/{n}/a.csv")
+            (tmp_path / f"raw/{n}/a.json").write_text('{"event_time": "2026-01-05T09:30:00", "k": 1, "v": 0.5, "name": "a"}\n')
+        frag = "column 'event_time' of stream 'R' holds dates as text ('2026-01-05T09:30:00')"
+    elif case.startswith("interrupted run"):
+        if case.endswith("checkpoints"):
+            with open(tmp_path / "job.toml", "a") as f:
+                f.write('[checkpoint]\ndir = "ckpt"\nevery_tuples = 1000\n')
+        os.makedirs(tmp_path / "out/results")                   # what a run stopped before its end leaves
+        args = ["collect", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"), "--out", str(tmp_path / "c")]
+        frag = ("cannot be resumed" if case == "interrupted run" else
+                f"resume it with `mpi-join run {tmp_path / 'job.toml'} --resume {tmp_path / 'ckpt'}`")
     else:
         args = ["collect", str(tmp_path / "nope"), "--job", str(tmp_path / "job.toml"), "--out", str(tmp_path / "c")]
         frag = "no such run output directory"
     p, spark_modules = run_cli_no_spark(tmp_path, *args)
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert p.returncode == 2 and len(lines) == 1 and frag in lines[0], p.stderr
+    assert case != "interrupted run" or "--resume" not in lines[0], lines[0]   # it has no checkpoint to resume
     assert spark_modules == [], f"refused after importing Spark (so after a JVM could start): {spark_modules[:3]}"
 
 

@@ -58,10 +58,18 @@ def as_rows(records):
     return [[n, r["rows"], r["bytes"], r["sha256"]] for n, r in sorted(records.items())]
 
 
-def no_success(run_dir):
-    """The error for a run without _SUCCESS, where a finished one is needed."""
-    return InputError(f"{run_dir}: no _SUCCESS: the run did not finish, so its results are partial; resume "
-                      f"it with --resume, or collect what there is with --partial")
+def no_success(run_dir, job=None):
+    """The error for a run without _SUCCESS, where a finished one is needed. It suggests --resume
+    only to a job that keeps checkpoints (`job`, when known): without them a run can only be redone."""
+    if job is not None and job.checkpoint is None:
+        again = (f"run it again (its job {job.path} keeps no checkpoints, so it cannot be resumed: add a "
+                 f"[checkpoint] table for that)")
+    elif job is not None:
+        again = f"resume it with `mpi-join run {job.path} --resume {job.checkpoint.dir}`"
+    else:
+        again = "resume it with --resume"
+    return InputError(f"{run_dir}: no _SUCCESS: the run did not finish, so its results are partial; {again}, "
+                      f"or collect what there is with --partial")
 
 
 def success_record(text, where):
@@ -165,7 +173,7 @@ def read_success(path):
     return success_record(text, path)
 
 
-def check_recorded_parts(run_dir, partial=False):
+def check_recorded_parts(run_dir, partial=False, job=None):
     """The result part files of the finished run in `run_dir` (local), checked against what the
     run recorded in `_SUCCESS`: none missing, none added (a copy under a new name included),
     each with its rows, size and SHA-256. Returns their paths. With `partial` (a run without
@@ -182,7 +190,7 @@ def check_recorded_parts(run_dir, partial=False):
         from .commits import read_committed
         committed = read_committed(run_dir)
         if committed is None:
-            raise no_success(run_dir)
+            raise no_success(run_dir, job)
         # a followed run still going or stopped: its committed prefix; later files are not yet
         sys.stderr.write(f"mpi-join: {run_dir} has not finished: collecting its committed results, "
                          f"{committed['results']:,} in {committed['commits']} commit(s), up to input seq "

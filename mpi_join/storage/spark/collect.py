@@ -42,7 +42,7 @@ def check_collect(job, run_dir, out, partial=False, overwrite=False):
             and any(not n.startswith(".") for n in os.listdir(real(out))):
         raise InputError(f"--out {out}: exists, is not empty and was not written by mpi-join collect; "
                          f"choose another directory or pass --overwrite to replace it")
-    return check_recorded_parts(real(run_dir), partial) if local(run_dir) else None
+    return check_recorded_parts(real(run_dir), partial, job) if local(run_dir) else None
 
 
 @contextlib.contextmanager
@@ -101,7 +101,7 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     from ..paths import local, real
     committed = read_committed(real(run_dir)) if not succeeded and local(run_dir) else None
     if not succeeded and not partial and committed is None:
-        raise no_success(run_dir)
+        raise no_success(run_dir, job)
     if committed is not None:            # read once: the files and the summary agree on one commit
         from ..checksums import verify_part
         rdir_local = os.path.join(real(run_dir), "results")

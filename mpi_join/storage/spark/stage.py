@@ -10,6 +10,7 @@ its partition's offset plus its position in the partition.
 """
 import csv
 import dataclasses
+import re
 import time
 import json
 
@@ -28,11 +29,13 @@ _UMAX = {"uint8": 255, "uint16": 65535, "uint32": 4294967295}
 SMALL_INPUT_BYTES = 64 << 20
 
 
-def precheck(job, out=None, force=False, overwrite=False):
+def precheck(job, out=None, force=False, overwrite=False, allow_empty=False):
     """What stage can decide without Spark, for raw input on local (or mounted) filesystems:
-    raw paths that match no file, CSV headers without a declared column, a staged directory that
-    is not one, and whether the staged input is up to date (then its manifest is returned, and
-    no JVM need start). Returns None when Spark must run; raises InputError on a refusal."""
+    raw paths that match no file, CSV headers without a declared column, raw files with no rows
+    (unless `allow_empty`), an event time written as text under a numeric time unit, a staged
+    directory that is not one, and whether the staged input is up to date (then its manifest is
+    returned, and no JVM need start). Returns None when Spark must run; raises InputError on a
+    refusal."""
     import os
     out = fs.qualify(out or job.staged)
     _check_local_targets(job, out)
@@ -49,17 +52,7 @@ def precheck(job, out=None, force=False, overwrite=False):
             return None
         if not files:
             raise _no_files(s)
-        if s.raw.format == "csv" and s.raw.header:
-            for f in files:
-                if f.lower().endswith(fs._COMPRESSED):
-                    continue
-                with open(f, encoding="utf-8", errors="replace", newline="") as fh:
-                    line = fh.readline().lstrip("\ufeff").rstrip("\r\n")
-                have = [c.strip() for c in next(csv.reader([line], delimiter=s.raw.delimiter), [])]
-                for c in _declared(s):
-                    if c not in have:
-                        raise InputError(f"file:{f}: column '{c}' of stream '{s.name}' is missing "
-                                         f"(file has: {', '.join(have) or 'no columns'})")
+        _check_first_rows(s, files, allow_empty)
         sources[s.name] = files
     if force or not paths.local(out):
         return None
@@ -77,6 +70,67 @@ def precheck(job, out=None, force=False, overwrite=False):
     if isinstance(old, dict) and old.get("staging") == staging:
         return dict(old, up_to_date=True)
     return None
+
+
+SAMPLE_ROWS = 20
+_ISO = re.compile(r"\s*\d{4}-\d{2}-\d{2}([T ]\d{1,2}:\d{2}.*)?\s*")
+
+
+def _check_first_rows(s, files, allow_empty):
+    """Stream `s`'s local raw files, read as far as their first rows (uncompressed CSV and JSON
+    lines): every declared column in each CSV header; some row in some file (else stage would
+    only find it after Spark has read everything); and an event time that is a number when
+    time_unit says it is one. Only when every sampled value is ISO-8601 text is the unit refused
+    (a few bad rows are quarantined by stage, not a reason to refuse the job)."""
+    if s.raw.format not in ("csv", "json"):
+        return
+    sample, unknown = [], False                  # (file, event-time value) of the first rows
+    for f in files:
+        if f.lower().endswith(fs._COMPRESSED):
+            unknown = True
+            continue
+        with open(f, encoding="utf-8", errors="replace", newline="") as fh:
+            if s.raw.format == "json":
+                for line in fh:
+                    if len(sample) >= SAMPLE_ROWS:
+                        break
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        unknown = unknown or bool(line.strip())     # one JSON document over many lines
+                        continue
+                    if isinstance(rec, dict):
+                        sample.append((f, rec.get(s.raw.time)))
+                continue
+            rows = csv.reader(fh, delimiter=s.raw.delimiter)
+            if s.raw.header:
+                line = fh.readline().lstrip("\ufeff").rstrip("\r\n")
+                have = [c.strip() for c in next(csv.reader([line], delimiter=s.raw.delimiter), [])]
+                for c in _declared(s):
+                    if c not in have:
+                        raise InputError(f"file:{f}: column '{c}' of stream '{s.name}' is missing "
+                                         f"(file has: {', '.join(have) or 'no columns'})")
+                at = have.index(s.raw.time) if s.raw.time in have else None
+            else:
+                at = None
+            for row in rows:
+                if len(sample) >= SAMPLE_ROWS:
+                    break
+                if row:
+                    sample.append((f, row[at] if at is not None and at < len(row) else None))
+        if len(sample) >= SAMPLE_ROWS:
+            break
+    if not sample and not unknown and not allow_empty:
+        raise InputError(f"{s.raw.path}: stream '{s.name}': nothing to stage, its raw files hold no rows"
+                         f"{' (a header only)' if s.raw.format == 'csv' and s.raw.header else ''}; "
+                         f"pass --allow-empty to stage an empty stream")
+    values = [(f, v) for f, v in sample if v not in (None, "")]
+    if s.raw.time_unit != "timestamp" and values and all(isinstance(v, str) and _ISO.fullmatch(v)
+                                                         for _, v in values):
+        f, v = values[0]
+        raise InputError(f"file:{f}: column '{s.raw.time}' of stream '{s.name}' holds dates as text ({v.strip()!r}), "
+                         f"but streams.{s.name}.raw.time_unit is {s.raw.time_unit!r} (a number of "
+                         f"{s.raw.time_unit}); set time_unit = \"timestamp\" to read it")
 
 
 def _local_files(s):
