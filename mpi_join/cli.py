@@ -521,6 +521,7 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
     per = ", ".join(f"{k} {v['count']:,}" for k, v in man["streams"].items())
     bad = ", ".join(f"{k} {v:,}" for k, v in q.items() if v)
     click.echo(f"staged {man['total']:,} tuples ({per}); quarantined {sum(q.values()):,}" + (f" ({bad})" if bad else ""))
+    _warn(job, man)          # a wrong time unit, streams that never meet: said where they are made
 
 
 @main.command("warm-spark")

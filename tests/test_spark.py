@@ -401,6 +401,25 @@ def test_up_to_date_stage_needs_no_jvm(spark, tmp_path):
     assert spark_modules == [] and "WARN" not in p.stderr, (spark_modules[:3], p.stderr)
 
 
+def test_stage_warns_of_a_time_unit_that_looks_wrong_when_it_ends(tmp_path):
+    """Event times in seconds declared "ms" stage without error (every value is a valid number),
+    but land in January 1970: stage says so when it ends, as check and run do, and again when
+    the staged input is up to date (no JVM then)."""
+    from conftest import run_cli_no_spark
+    (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="ms"))
+    for n in "RS":
+        _write_csv(str(tmp_path / f"raw/{n}/a.csv"), [f"{1_700_000_000 + i},{i % 3},0.5,ab" for i in range(50)])
+    for first in (True, False):
+        if first:
+            p = run_cli("stage", str(tmp_path / "job.toml"))
+        else:
+            p, spark_modules = run_cli_no_spark(tmp_path, "stage", str(tmp_path / "job.toml"))
+            assert spark_modules == [] and "is up to date" in p.stderr, p.stderr
+        warn = [ln for ln in p.stderr.splitlines() if ln.startswith("mpi-join: warning:")]
+        assert p.returncode == 0 and len(warn) == 2, p.stderr[-2000:]
+        assert all("1970-01-20" in w and "another unit than its time_unit says" in w for w in warn), warn
+
+
 def test_a_string_holding_a_nul_is_quarantined(spark, tmp_path):
     """A `string` value is kept whole: one holding a NUL (which the fixed-width column would
     take for padding) is quarantined with its reason, the rest staged as UTF-8 text."""
