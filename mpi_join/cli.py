@@ -65,7 +65,9 @@ def main():
               "mpi-join run has used; only mpi-join's own files there are ever replaced.")
 @click.option("--follow", is_flag=True, help="Tail a staged log (written by `stage --follow`): join its batches as "
               "they are committed, until its end marker (README \"Live streams\").")
-def run(job, nprocs, output, staged, strategy, resume, overwrite, follow):
+@click.option("--allow-empty", is_flag=True, help="Exit 0 on 0 results even when the input drew a warning (a time "
+              "unit that looks wrong, streams that never meet); without it such a run exits 3.")
+def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_empty):
     """Run JOB (a TOML job file) on the MPI ranks of this launch.
 
     Rank 0 drives: it reads the staged input, replays the merged stream in seq order and sends it
@@ -117,12 +119,14 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow):
       locks: README "Safety".
 
     \b
-    Exit codes: 0 success, 2 bad job or input (one-line error), 1 a rank failed.
+    Exit codes: 0 success, 2 bad job or input (one-line error), 1 a rank failed, 3 a complete
+    run with 0 results on input that drew a warning (unless --allow-empty).
     """
     overrides = {"output": output, "staged": staged, "strategy": strategy, "resume": resume}
     if nprocs is not None and not _under_mpi():
         args = ["run", job] + sum([[f"--{k}", v] for k, v in overrides.items() if v], []) + (
-            ["--overwrite"] if overwrite else []) + (["--follow"] if follow else [])
+            ["--overwrite"] if overwrite else []) + (["--follow"] if follow else []) + (
+            ["--allow-empty"] if allow_empty else [])
         from .launch import mpiexec_cmd, run as launch
         try:
             cmd = mpiexec_cmd(nprocs, args)
@@ -130,7 +134,7 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow):
             _fail(e)
         sys.exit(launch(cmd))
     from .ranks import run_rank
-    sys.exit(run_rank(job, dict(overrides, overwrite=overwrite, follow=follow)))
+    sys.exit(run_rank(job, dict(overrides, overwrite=overwrite, follow=follow, allow_empty=allow_empty)))
 
 
 @main.command()

@@ -158,7 +158,8 @@ def _driver(job_path, overrides, tx, ctx):
     from .storage.input_warnings import warnings
     from .storage.staged import is_log
     growing = is_log(driver.manifest) and not driver.manifest["log"].get("ended")
-    for w in ([] if growing and overrides.get("follow") else warnings(job, driver.manifest)):
+    warned = [] if growing and overrides.get("follow") else warnings(job, driver.manifest)
+    for w in warned:
         sys.stderr.write(f"mpi-join: warning: {w}\n")
     if growing and not overrides.get("follow"):
         sys.stderr.write(f"mpi-join: warning: the staged log {job.staged} has not ended: this run joins the "
@@ -200,6 +201,13 @@ def _driver(job_path, overrides, tx, ctx):
     _release(ctx)
     if not os.environ.get("MPI_JOIN_QUIET"):
         print(summary_table(summary), flush=True)
+    if summary["results"] == 0 and warned and not overrides.get("allow_empty"):
+        # complete and right, but most likely not what was meant: not the exit of a good answer
+        for w in warned:
+            sys.stderr.write(f"mpi-join: warning: {w}\n")
+        sys.stderr.write("mpi-join: error: 0 results, on input the warning above is about; exit 3 (the results "
+                         "and _SUCCESS are written; run --allow-empty accepts an empty answer)\n")
+        return 3
     return 0
 
 

@@ -1,4 +1,4 @@
-"""A new user's first hour (fast tier, no Spark or mpiexec): empty answers are warned about,
+"""A new user's first hour (fast tier, no Spark; one test runs mpiexec): empty answers are warned about,
 interval joins are written as people write them, and refusals come before any JVM."""
 import os
 import tomllib
@@ -118,6 +118,32 @@ def test_disjoint_time_ranges_are_warned_about(tmp_path):
     assert "streams trades (2023-11-14" in warn[0] and "never come within their windows" in warn[0]
     v = cli("verify", str(tmp_path / "w" / "nowhere"), "--job", p)
     assert v.returncode == 2
+
+
+def test_a_run_with_0_results_on_a_warning_exits_3_unless_allowed(tmp_path):
+    """Streams an hour apart with 5 s windows: the run is complete (its _SUCCESS is written) but
+    its 0 results are not the answer the user wanted, so it exits 3 and says the warning again
+    at the end; --allow-empty takes the empty answer with exit 0. A run of the same job whose
+    streams meet exits 0 with its results and no warning."""
+    from conftest import run_mpi
+    arrays = trades_quotes(np.random.default_rng(4), 600)
+    p_ok, _ = _job(tmp_path, "ok", trades_job('"5s"', '"5s"'), [a.copy() for a in arrays])
+    arrays[1]["ts"] += 3_600_000              # quotes an hour later than every trade
+    order = np.argsort(np.concatenate([arrays[0]["ts"], arrays[1]["ts"]]), kind="stable")
+    seq = np.empty(len(order), np.int64)
+    seq[order] = np.arange(len(order))
+    arrays[0]["seq"], arrays[1]["seq"] = seq[:len(arrays[0])], seq[len(arrays[0]):]
+    p, job = _job(tmp_path, "w", trades_job('"5s"', '"5s"'), arrays)
+    r = run_mpi(3, "run", p)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("mpi-join: ")]
+    warn = [ln for ln in lines if "never come within their windows" in ln]
+    assert r.returncode == 3 and len(warn) == 2, r.stderr[-3000:]
+    assert lines[-1].startswith("mpi-join: error: 0 results") and "--allow-empty" in lines[-1], lines
+    assert os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    r = run_mpi(3, "run", p, "--allow-empty", "--overwrite")
+    assert r.returncode == 0 and "mpi-join: error" not in r.stderr, r.stderr[-3000:]
+    r = run_mpi(3, "run", p_ok)
+    assert r.returncode == 0 and "mpi-join: warning" not in r.stderr, r.stderr[-3000:]
 
 
 def test_verify_says_what_it_compared_and_warns_on_zero_results(tmp_path):
