@@ -30,6 +30,15 @@ def trades_quotes(rng, n=3000, t0=1_700_000_000_000):
     return [T, Q]
 
 
+def _an_hour_apart(arrays):
+    """Quotes an hour later than every trade (seq renumbered in the new time order)."""
+    arrays[1]["ts"] += 3_600_000
+    order = np.argsort(np.concatenate([arrays[0]["ts"], arrays[1]["ts"]]), kind="stable")
+    seq = np.empty(len(order), np.int64)
+    seq[order] = np.arange(len(order))
+    arrays[0]["seq"], arrays[1]["seq"] = seq[:len(arrays[0])], seq[len(arrays[0]):]
+
+
 def _job(tmp, name, text, arrays):
     d = tmp / name
     d.mkdir()
@@ -106,11 +115,7 @@ def test_float_seconds_read_as_ms_are_warned_about(tmp_path):
 
 def test_disjoint_time_ranges_are_warned_about(tmp_path):
     arrays = trades_quotes(np.random.default_rng(4), 2000)
-    arrays[1]["ts"] += 3_600_000              # quotes an hour later than every trade
-    order = np.argsort(np.concatenate([arrays[0]["ts"], arrays[1]["ts"]]), kind="stable")
-    seq = np.empty(len(order), np.int64)
-    seq[order] = np.arange(len(order))
-    arrays[0]["seq"], arrays[1]["seq"] = seq[:len(arrays[0])], seq[len(arrays[0]):]
+    _an_hour_apart(arrays)
     p, job = _job(tmp_path, "w", trades_job('"5s"', '"5s"'), arrays)
     out = cli("check", p, "-n", "3")
     warn = [l for l in out.stderr.splitlines() if l.startswith("mpi-join: warning:")]
@@ -128,11 +133,7 @@ def test_a_run_with_0_results_on_a_warning_exits_3_unless_allowed(tmp_path):
     from conftest import run_mpi
     arrays = trades_quotes(np.random.default_rng(4), 600)
     p_ok, _ = _job(tmp_path, "ok", trades_job('"5s"', '"5s"'), [a.copy() for a in arrays])
-    arrays[1]["ts"] += 3_600_000              # quotes an hour later than every trade
-    order = np.argsort(np.concatenate([arrays[0]["ts"], arrays[1]["ts"]]), kind="stable")
-    seq = np.empty(len(order), np.int64)
-    seq[order] = np.arange(len(order))
-    arrays[0]["seq"], arrays[1]["seq"] = seq[:len(arrays[0])], seq[len(arrays[0]):]
+    _an_hour_apart(arrays)
     p, job = _job(tmp_path, "w", trades_job('"5s"', '"5s"'), arrays)
     r = run_mpi(3, "run", p)
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("mpi-join: ")]
