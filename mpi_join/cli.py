@@ -313,19 +313,28 @@ def _warn(job, man):
                    "(default: the one shipped with mpi-join, fitted on BENCHMARKS.md's run).")
 @click.option("--cores", type=click.IntRange(1, MAX_RANKS), default=None,
               help="Cores the ranks share (default: one per rank).")
-def plan(job_path, nprocs, tn, ts, calibration, cores):
+@click.option("--rate", "rate_text", default=None, metavar="N|max|staged",
+              help="The input rate to plan for, tuples/s per stream: a number; `max`, as fast as the staged "
+                   "input can be replayed; or `staged`, its event-time rate (a replay at event time). "
+                   "Default: JOB's [run] rate, else max.")
+@click.option("--goal", type=click.Choice(["throughput", "latency", "memory"]), default=None,
+              help="What to rank by, among the strategies that keep up: the highest rate, the lowest delay "
+                   "or the least window state. Default: throughput at --rate max, else latency.")
+def plan(job_path, nprocs, tn, ts, calibration, cores, rate_text, goal):
     """Recommend a strategy and a rank count for JOB on up to N ranks, from the scaling model.
 
     The model (README "Scaling model") is calibrated on a bench suite's measured costs; for
-    every strategy that can run JOB it gives the sustainable rate per stream and the p50 delay on
-    N ranks at JOB's staged rate and window, and the fewest ranks that keep up with a quarter to
-    spare. The recommendation: of the strategies that keep up, the lowest delay. A strategy
-    with a cost model of its own (psp: ring length, latency, output rate, bandwidth) then prints
-    that too when it is JOB's strategy.
+    every strategy that can run JOB it gives the sustainable rate per stream, the p50 delay and
+    the window state on N ranks at JOB's window, and the fewest ranks that keep up with the
+    planned rate (--rate) with a quarter to spare. The recommendation: of the strategies that
+    keep up, the best by --goal. A strategy with a cost model of its own (psp: ring length,
+    latency, output rate, bandwidth; the selectivity of each pair of streams, measured on a
+    sample of the staged input) then prints that too when it is JOB's strategy.
 
     \b
     Examples:
-      mpi-join plan job.toml -n 16
+      mpi-join plan job.toml -n 16                          # the fastest, as fast as the input replays
+      mpi-join plan job.toml -n 16 --rate 50000 --goal memory
       mpi-join plan job.toml -n 256 --calibration bench-suite    # costs measured on your machine
       mpi-join generate images --out img --streams 3 --predicate costly --selectivity 0.1
       mpi-join plan img/job.toml -n 8                            # psp's own model follows
@@ -333,7 +342,7 @@ def plan(job_path, nprocs, tn, ts, calibration, cores):
     from . import strategies
     from .config import load_job
     from .storage.input_stats import rates_and_windows
-    from .tools.scaling_model import load_models, recommend
+    from .tools.scaling_model import load_models, recommend, window_bytes
     try:
         job = strategies.check_strategy(load_job(job_path))
         info = strategies.get(job.strategy.name)
@@ -341,7 +350,9 @@ def plan(job_path, nprocs, tn, ts, calibration, cores):
         if len(job.streams) == 2:
             models, machine = load_models(calibration)
             lam, W = rates_and_windows(job)
-            said, _ = recommend(job, nprocs, models, max(lam), max(W), cores)
+            target = _plan_rate(rate_text, job, lam)
+            said, _ = recommend(job, nprocs, models, target, max(W), cores, goal,
+                                window_bytes(job, [target or x for x in lam], W))
             lines += [f"calibration: {calibration or 'shipped'} ({machine.get('cores', '?')} cores, "
                       f"{machine.get('date', '?')})"] + said
         if info.planner:
@@ -354,6 +365,23 @@ def plan(job_path, nprocs, tn, ts, calibration, cores):
         _fail(e)
     for line in lines:
         click.echo(line)
+
+
+def _plan_rate(text, job, staged):
+    """plan's --rate: tuples/s per stream, or None for as fast as the input can be replayed."""
+    if text is None:
+        return job.run.rate
+    if text == "max":
+        return None
+    if text == "staged":
+        return max(staged)
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v <= 1e9:
+        raise JobError(f"--rate: expected tuples/s per stream in (0, 1e9], max or staged, got {text!r}")
+    return v
 
 
 @main.command()

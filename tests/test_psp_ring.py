@@ -241,3 +241,29 @@ def test_psp_config_errors_name_the_parameter(tmp_path):
         (d / "job.toml").write_text(base + line + "\n")
         p = cli("check", str(d / "job.toml"), "-n", "4")
         assert p.returncode != 0 and msg in p.stderr, (line, p.stderr)
+
+
+def test_the_planners_selectivity_finds_the_matches_of_a_rare_band_join(tmp_path):
+    """Issue: `plan` reported "selectivity 0" for a band join with 11,130 results: it tried 48 x 48
+    random pairs. It now draws pairs until enough match (or says how many it tried): the
+    estimate is within a few standard errors of the fraction over every pair of the sample."""
+    from dataclasses import replace
+    from mpi_join.config import load_job
+    from mpi_join.join.range_join import pair_mask
+    from mpi_join.master.source import Source
+    from mpi_join.ring.planner import measure
+    from mpi_join.ring.psp import estimate_selectivity, measure_selectivity
+    from mpi_join.tools.workloads import make
+    job = load_job(make("band", str(tmp_path / "b"), tuples=4000, strategy="psp"))
+    batches = Source(replace(job, run=replace(job.run, batch_size=2000, rate=None))).next_epoch()
+    A, B = batches
+    ia, ib = np.repeat(np.arange(len(A)), len(B)), np.tile(np.arange(len(B)), len(A))
+    truth = float(pair_mask(job.predicate, 0, 1, A, B, ia, ib).mean())
+    assert 0 < truth < 1 / 48 ** 2                           # rarer than the old sample could see
+    assert measure_selectivity(job.predicate, batches, sample=48)[0][1] == 0.0
+    sel, tried = estimate_selectivity(job.predicate, batches, budget_s=30, enough=100)
+    n = tried[0][1]
+    print(f"truth {truth:.3g}, estimate {sel[0][1]:.3g} from {n:,} pairs")
+    assert sel[0][1] > 0 and abs(sel[0][1] - truth) < 5 * (truth / n) ** 0.5, (sel[0][1], truth, n)
+    meas = measure(job)                                      # what plan prints: how many pairs it tried
+    assert meas["tried"][0][1] >= 1024 and meas["sel"][0][1] == pytest.approx(meas["sel"][1][0])

@@ -73,6 +73,42 @@ def test_plan_recommends_what_keeps_up_and_can_run_the_job(tmp_path):
         sm.load_models(str(tmp_path / "results.json"))
 
 
+def test_plan_ranks_by_the_goal_at_the_rate_it_says_it_plans_for(tmp_path):
+    """Issue: plan modelled the event-time rate of an hour of data (56 tuples/s), so every
+    strategy "kept up", and always ranked by delay. It now plans for --rate (default: the job's
+    [run] rate, else as fast as the input replays) and says so, and ranks by --goal."""
+    path = make("equi", str(tmp_path / "w"), tuples=4000, rate=50, window="1s")
+    job = load_job(path)
+    fast, slow = "matrix", "hash"          # matrix: lower delay, but sqrt(k) copies of each window tuple
+    models = sm.fit({"machine": {"cores": 2}, "cases": _cases(slow, "partition", 8e-6, 0, 0.5e-6, workload="equi")
+                     + _cases(fast, "matrix", 2e-6, 0, 0.2e-6, workload="equi")},
+                    lambda s: {"hash": "partition"}.get(s, "matrix"), {"equi": 1.0})
+    for m in models:                        # matrix the lower delay, hash the lower rate
+        m["p50_base_ms"], m["p50_per_hop_ms"] = (1.0, 0.0) if m["strategy"] == fast else (50.0, 0.0)
+    assert sm.window_bytes(job, [50.0, 50.0], [1.0, 1.0]) == 50 * (job.streams[0].dtype.itemsize
+                                                                   + job.streams[1].dtype.itemsize)
+    state = 100 << 20
+    _, best = sm.recommend(job, 8, models, None, 1.0, goal=None, state_bytes=state)
+    assert best[0] == fast                                                  # max: throughput
+    lines, best = sm.recommend(job, 8, models, None, 1.0, goal="memory", state_bytes=state)
+    assert best[0] == slow and "the least window state" in lines[-1]
+    rows = {ln.split()[0]: ln.split() for ln in lines if ln.startswith("  ") and ln.split()[0] in (fast, slow)}
+    assert float(rows[fast][3]) > float(rows[slow][3])                     # matrix keeps more copies
+    lines, best = sm.recommend(job, 8, models, 1000.0, 1.0, goal="latency", state_bytes=state)
+    assert best[0] == fast and "planned for 1,000 tuples/s per stream" in lines[0] and "goal: latency" in lines[0]
+    (tmp_path / "results.json").write_text(json.dumps({"machine": {"cores": 2}, "model": models}))
+    p = cli("plan", path, "-n", "8", "--calibration", str(tmp_path))
+    assert p.returncode == 0 and "planned for as fast as the input can be replayed" in p.stdout, p.stdout
+    assert "goal: throughput" in p.stdout and f"recommended: {fast}" in p.stdout
+    p = cli("plan", path, "-n", "8", "--calibration", str(tmp_path), "--rate", "staged", "--goal", "memory")
+    from mpi_join.storage.input_stats import rates_and_windows
+    staged = max(rates_and_windows(job)[0])                       # the event-time rate: about 50 tuples/s
+    assert p.returncode == 0 and "goal: memory" in p.stdout and "the least window state" in p.stdout, p.stdout
+    assert 40 < staged < 60 and f"planned for {staged:,.0f} tuples/s per stream" in p.stdout, p.stdout
+    p = cli("plan", path, "--rate", "fast")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--rate: expected tuples/s per stream" in p.stderr
+
+
 @pytest.mark.parametrize("field,value,says", [
     ("shape", "spiral", "model[0].shape: 'spiral' is not a shape"),
     ("t_us", float("nan"), "model[0].t_us: nan; expected a finite number above 0"),

@@ -22,7 +22,7 @@ from ..join.range_join import pair_mask
 from ..runtime.transport import pack, unpack
 from ..storage.input_stats import rates_and_windows
 from . import cost_model as cm
-from .psp import auto_orderings, measure_selectivity, parse_ordering
+from .psp import auto_orderings, estimate_selectivity, parse_ordering
 
 
 def measure(job, sample=2000, pairs=2000):
@@ -31,7 +31,7 @@ def measure(job, sample=2000, pairs=2000):
     src = Source(replace(job, run=replace(job.run, batch_size=sample, rate=None)))
     batches = src.next_epoch()
     lam, W = rates_and_windows(job)
-    sel = measure_selectivity(job.predicate, batches, sample=48)
+    sel, tried = estimate_selectivity(job.predicate, batches)
     Tj = np.zeros((M, M))
     rng = np.random.default_rng(0)
     for m in range(M):
@@ -54,7 +54,7 @@ def measure(job, sample=2000, pairs=2000):
     given = parse_ordering(job.strategy.params.get("ordering", "auto"), [s.name for s in job.streams]) \
         if job.strategy.params.get("ordering", "auto") != "auto" else {}
     orderings = auto_orderings(job.predicate, M, sel, given)
-    return {"lam": lam, "W": W, "sel": sel, "Tj": Tj, "Ts": Ts, "tuple_size": size, "orderings": orderings,
+    return {"lam": lam, "W": W, "sel": sel, "tried": tried, "Tj": Tj, "Ts": Ts, "tuple_size": size, "orderings": orderings,
             "names": [s.name for s in job.streams], "pred": job.predicate}
 
 
@@ -107,8 +107,10 @@ def plan_lines(job, n_max, Tn=50e-6, Ts=None, meas=None):
     for m in range(M):
         for j in range(m + 1, M):
             if meas["Tj"][m, j] > 0:
-                out.append(f"  {names[m]}~{names[j]}: selectivity {meas['sel'][m][j]:.4g}, "
-                           f"T_j {meas['Tj'][m, j] * 1e6:.3g} us per pair")
+                n = meas["tried"][m][j]
+                said = (f"selectivity {meas['sel'][m][j]:.4g} ({n:,} sampled pairs)" if meas["sel"][m][j] > 0 else
+                        f"selectivity below {1 / n:.2g} (no match among {n:,} sampled pairs; the model uses 0)")
+                out.append(f"  {names[m]}~{names[j]}: {said}, T_j {meas['Tj'][m, j] * 1e6:.3g} us per pair")
     out.append(f"  T_s {Tsv * 1e6:.3g} us per tuple (pack + unpack), T_n {Tn * 1e6:.3g} us per hop (given), "
                f"{md['per_tuple']:,.4g} results per input tuple")
     out.append(f"  L_C {Lc * 1e3:.4g} ms: one input tuple's join work on one operator (1; a scanning probe "

@@ -35,6 +35,8 @@ tuple must see is met at exactly one operator.
 from collections import deque
 from dataclasses import dataclass, replace
 
+import time
+
 import numpy as np
 
 from ..runtime.headers import Header
@@ -150,6 +152,33 @@ def measure_selectivity(pred, batches, sample=32, seed=0):
             s = float(pair_mask(pred, m, j, A, B, ia, ib).mean())
             sel[m][j] = sel[j][m] = s
     return sel
+
+
+def estimate_selectivity(pred, batches, budget_s=0.5, enough=100, max_pairs=1 << 22, seed=0):
+    """(selectivity, pairs tried) for every pair of streams m, j with a condition between them:
+    the fraction of random pairs of their rows in `batches` that satisfy every condition. Pairs
+    are drawn in doubling rounds until `enough` of them match, `max_pairs` are tried or the
+    budget is spent: a fixed sample of a few thousand pairs reads 0 for any join rarer than
+    that (a narrow band, many keys), and a 0 from `tried` pairs says only "below 1/tried"."""
+    M = len(batches)
+    rng = np.random.default_rng(seed)
+    sel = [[1.0] * M for _ in range(M)]
+    tried = [[0] * M for _ in range(M)]
+    for m in range(M):
+        for j in range(m + 1, M):
+            A, B = batches[m], batches[j]
+            if not pred.between(m, j) or not len(A) or not len(B):
+                continue
+            hits = n = 0
+            chunk, t0 = 1024, time.perf_counter()
+            while hits < enough and n < max_pairs and (n == 0 or time.perf_counter() - t0 < budget_s):
+                ia, ib = rng.integers(0, len(A), chunk), rng.integers(0, len(B), chunk)
+                hits += int(pair_mask(pred, m, j, A, B, ia, ib).sum())
+                n += chunk
+                chunk = min(2 * chunk, max_pairs - n) or 1
+            sel[m][j] = sel[j][m] = hits / n
+            tried[m][j] = tried[j][m] = n
+    return sel, tried
 
 
 def batch_header(cls, batch_id, retired, orderings, cuts):

@@ -43,7 +43,12 @@ SHAPES = {
     "biclique": (lambda k: 0.5 + 1 / max(k - 1, 1), lambda k: 2 / max(k - 1, 2), lambda k: 2),
     "matrix": (lambda k: 1 / math.sqrt(k), lambda k: 1 / math.sqrt(k), lambda k: 1),
 }
+# how many workers store each window tuple, with k workers: a matrix keeps a tuple in every cell
+# of its row (or column); every other shape stores it once, wherever the join reads it from
+COPIES = {"partition": lambda k: 1, "chain": lambda k: 1, "tree": lambda k: 1, "biclique": lambda k: 1,
+          "matrix": lambda k: math.sqrt(k)}
 EXTRAPOLATE = (8, 16, 32, 64, 128, 256)
+GOALS = ("throughput", "latency", "memory")
 
 
 def _fit_line(xs, ys):
@@ -236,13 +241,25 @@ def _as(job, case):
     return check_strategy(replace(job, strategy=Strategy(name, params)))
 
 
-def recommend(job, n, models, lam, W, cores=None):
+def window_bytes(job, lam, W):
+    """The raw bytes of every stream's window at rates `lam` (per stream) and windows `W` (s): what
+    one copy of the join's state holds before indexes and spare capacity."""
+    return sum(l_ * w * s.dtype.itemsize for l_, w, s in zip(lam, W, job.streams) if math.isfinite(w))
+
+
+def recommend(job, n, models, lam, W, cores=None, goal=None, state_bytes=None):
     """Lines: for each strategy that can run `job` on n ranks (strategies.check_runnable, its own
-    checks included), its modelled sustainable rate and p50 delay on n ranks (one core each
-    unless `cores`), the fewest ranks that keep up with the job's rate with a quarter to spare,
-    and the recommendation: of those that keep up, the lowest delay at that count; if none does,
-    the highest rate. (lam: the job's rate per stream; W: its window, s.)"""
+    checks included), its modelled sustainable rate, p50 delay and window state on n ranks (one
+    core each unless `cores`), the fewest ranks that keep up with rate `lam` per stream with a
+    quarter to spare, and the recommendation by `goal`: the highest rate ("throughput"), the
+    lowest delay ("latency") or the least state ("memory"), among those that keep up. `lam` None:
+    as fast as the input can be replayed (every strategy "keeps up"; the goal defaults to
+    throughput, else to latency). If none keeps up, the highest rate. (W: the window, s;
+    state_bytes: one copy of the windows' raw bytes, window_bytes.)"""
     from .. import strategies
+    goal = goal or ("throughput" if lam is None else "latency")
+    if goal not in GOALS:
+        raise JobError(f"--goal: expected one of {', '.join(GOALS)}, got {goal!r}")
     w = job_workload(job)
     rows = []                       # (case, rate on n ranks, p50 on n ranks, fewest ranks, costs)
     for m in models:
@@ -254,22 +271,38 @@ def recommend(job, n, models, lam, W, cores=None):
             continue
         costs = dict(m, window_s=W)
         info = strategies.get(strategies.parse_label(m["strategy"])[0])
-        fewest = next((k + 1 for k in range(max(1, info.min_ranks - 1), n) if rate(costs, k, cores or k + 1)
-                       >= 1.25 * lam), None)
+        fewest = None if lam is None else next((k + 1 for k in range(max(1, info.min_ranks - 1), n)
+                                                if rate(costs, k, cores or k + 1) >= 1.25 * lam), None)
         rows.append((m["strategy"], rate(costs, n - 1, cores or n), p50_ms(costs, n - 1), fewest, costs))
     if not rows:
         raise JobError(f"{job.path}: no calibrated strategy can run this job on {n} ranks")
-    keep = [r for r in rows if r[1] >= 1.25 * lam]
-    best = (min(keep, key=lambda r: (p50_ms(r[4], (r[3] or 2) - 1), r[0])) if keep
-            else max(rows, key=lambda r: r[1]))
-    out = [f"scaling model ({w} costs; mpi_join/tools/scaling_model.py), job rate {lam:,.0f} tuples/s per stream, "
-           f"window {W:g} s, {n} ranks on {cores or n} cores:",
-           f"  {'strategy':<28} {'rate /stream':>14} {'p50 ms':>8}  fewest ranks that keep up (rate x 1.25)"]
-    for name, r, p, fewest, _ in sorted(rows, key=lambda x: -x[1]):
-        out.append(f"  {name:<28} {r:>14,.0f} {p:>8.1f}  {fewest if fewest else '-'}")
+
+    def ranks(r):
+        return r[3] or n
+
+    def state(r):
+        return COPIES[r[4]["shape"]](ranks(r) - 1) * (state_bytes or 0)
+
+    keep = rows if lam is None else [r for r in rows if r[1] >= 1.25 * lam]
+    by = {"throughput": lambda r: (-r[1], r[0]), "latency": lambda r: (p50_ms(r[4], ranks(r) - 1), r[0]),
+          "memory": lambda r: (state(r), -r[1], r[0])}[goal]
+    best = min(keep, key=by) if keep else max(rows, key=lambda r: r[1])
+    target = "as fast as the input can be replayed" if lam is None else f"{lam:,.0f} tuples/s per stream"
+    out = [f"scaling model ({w} costs; mpi_join/tools/scaling_model.py), planned for {target}, window {W:g} s, "
+           f"{n} ranks on {cores or n} cores, goal: {goal}:",
+           f"  {'strategy':<28} {'rate /stream':>14} {'p50 ms':>8} {'state MB':>9}  fewest ranks that keep up "
+           f"(rate x 1.25)"]
+    for r in sorted(rows, key=lambda x: -x[1]):
+        mb = COPIES[r[4]["shape"]](n - 1) * (state_bytes or 0) / 2**20
+        out.append(f"  {r[0]:<28} {r[1]:>14,.0f} {r[2]:>8.1f} {mb:>9.1f}  {r[3] if r[3] else '-'}")
+    out.append("  (state MB: the windows' raw bytes times the copies a strategy keeps, before indexes and spare "
+               "capacity)")
+    why = {"throughput": "the highest modelled rate", "latency": "the lowest modelled delay",
+           "memory": "the least window state"}[goal]
     if keep:
-        out.append(f"recommended: {best[0]} on {best[3]} ranks: it keeps up with the lowest modelled delay "
-                   f"(job file: {_strategy_toml(best[0])}; mpi-join run JOB -n {best[3]})")
+        out.append(f"recommended: {best[0]} on {ranks(best)} ranks: {why}"
+                   + ("" if lam is None else " of those that keep up")
+                   + f" (job file: {_strategy_toml(best[0])}; mpi-join run JOB -n {ranks(best)})")
     else:
         out.append(f"recommended: {best[0]} on {n} ranks: no strategy keeps up with {lam:,.0f} tuples/s per "
                    f"stream on {n} ranks here; it comes closest ({best[1]:,.0f})")
