@@ -102,6 +102,10 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
                                closed = "both" | "neither" | "left" | "right" }
                            S.ts - R.ts within [lower, upper] (Flink's between): the two streams'
                            windows, given instead of window =
+                  sql = "SELECT * FROM R r JOIN S s ON r.x = s.a AND ABS(r.y - s.b) < 10 AND
+                         s.ts BETWEEN r.ts - INTERVAL '5' SECOND AND r.ts"
+                           the join as one SELECT instead of equi, band and interval (README
+                           "The join in SQL"); `explain` prints the TOML form it is read as
       [strategy]  name = "hash"; partitions = 60; local_join = "index" | "bnl"
       [run]       batch_size = 8192        tuples per distribution epoch at most (1..2^24)
                   flush_interval = "50ms"  an epoch closes after this long at most (up to 1 day)

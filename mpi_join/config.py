@@ -174,7 +174,7 @@ JOB_KEYS = {
     "output": ("dir", "commit_every", "commit_rows"),
     "streams.*": ("schema", "window", "raw"),
     "streams.*.raw": ("path", "format", "time", "time_unit", "delimiter", "header", "source", "options"),
-    "predicate": ("equi", "band", "theta", "interval"),
+    "predicate": ("equi", "band", "theta", "interval", "sql"),
     "predicate.band": ("left", "right", "eps", "closed"),
     "predicate.theta": ("udf", "streams"),
     "predicate.interval": ("left", "right", "lower", "upper", "closed"),
@@ -228,6 +228,7 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     if ts_unit not in TS_UNITS:
         raise ConfigError(f"{path}: job.ts_unit: must be one of {', '.join(TS_UNITS)}, got {ts_unit!r}")
 
+    raw = _sql_predicate(raw, ts_unit, path)
     inp = _table(raw, "input", path)
     _no_unknown(inp, JOB_KEYS["input"], "input.", path)
     staged = overrides.get("staged") or _str(inp, "staged", "input.", path)
@@ -282,6 +283,26 @@ def load_udfs(job):
             load_udf(t.udf)
         except ConfigError as err:
             raise ConfigError(f"{job.path}: predicate.theta[{k}].udf: {err}") from None
+
+
+def _sql_predicate(raw, ts_unit, path):
+    """`raw` with a [predicate] sql = "SELECT ..." read into the TOML form it stands for
+    (join/sql.py), the SQL kept beside it; a theta UDF may be given with it (SQL cannot name one)."""
+    p = raw.get("predicate")
+    if not isinstance(p, dict) or "sql" not in p:
+        return raw
+    both = sorted(set(p) & {"equi", "band", "interval"})
+    if both:
+        raise ConfigError(f"{path}: predicate.sql: give the join as SQL or as {', '.join(both)}, not both")
+    from .join.sql import predicate_table
+    st = raw.get("streams") if isinstance(raw.get("streams"), dict) else {}
+    times = {n: (s.get("raw") or {}).get("time") for n, s in st.items()
+             if isinstance(s, dict) and isinstance(s.get("raw"), dict)}
+    try:
+        table = predicate_table(p["sql"], list(st), ts_unit, times)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    return dict(raw, predicate=dict(table, sql=p["sql"], **({"theta": p["theta"]} if "theta" in p else {})))
 
 
 def _interval(raw, ts_unit, path):

@@ -64,6 +64,11 @@ def explain(job, nranks):
         out.append(f"  {s.name}: about {tuples:,} tuples ({how}), {row} bytes a row")
     out.append(f"state: about {state / workers / 2**20:,.1f} MB per worker if the windows spread evenly over "
                f"{workers} workers ({state / 2**20:,.1f} MB in all)")
+    sql = ((job.raw or {}).get("predicate") or {}).get("sql")
+    if sql:
+        from ..join.sql import as_toml
+        out.append("join, as given in SQL: " + " ".join(sql.split()))
+        out += ["  read as the TOML form: [predicate] " + "; ".join(as_toml(job.raw["predicate"]))]
     out.append("time conditions (event time, " + job.ts_unit + "):")
     out += ["  " + line for line in time_conditions(job)]
     out.append("local joins:")

@@ -1,0 +1,303 @@
+"""The join written as one SQL SELECT, as Flink and DuckDB users write it, read by sqlglot (a
+maintained SQL parser) into the job file's own [predicate] table: the TOML form below is what
+the loader then checks and runs, so a SQL job and its TOML twin are one job.
+
+    SELECT * FROM trades t JOIN quotes q
+      ON t.sym = q.sym AND q.ts BETWEEN t.ts - INTERVAL '5' SECOND AND t.ts
+    ==  equi = [["trades.sym", "quotes.sym"]]
+        interval = { left = "trades", right = "quotes", lower = "-5s", upper = "0s", closed = "both" }
+
+What it takes: the streams as tables (each once, by name, with an optional alias), joined by
+JOIN ... ON, by commas with a WHERE, or both, and for psp three or more of them; a condition
+that is an AND of
+  a.x = b.y                                       equi
+  ABS(a.x - b.y) < eps (or <=), a.x BETWEEN b.y - eps AND b.y + eps      band (open, closed)
+  b.ts BETWEEN a.ts + lo AND a.ts + hi,  b.ts >= a.ts + lo (> for open) and b.ts <= a.ts + hi
+                                                  interval (b.ts - a.ts within [lo, hi])
+with `ts` (or the stream's raw time column) as each stream's event time and lo, hi as INTERVAL
+'n' UNIT (or a number in the job's ts_unit). Anything else is refused with one line naming the
+clause: an outer join, OR, a filter on one stream, GROUP BY, ORDER BY, LIMIT, a subquery, ..."""
+import sqlglot
+from sqlglot import exp
+
+from ..errors import ConfigError
+
+UNITS = {"MICROSECOND": "us", "MILLISECOND": "ms", "SECOND": "s", "MINUTE": "min", "HOUR": "h", "DAY": "d"}
+
+
+class _Refused(Exception):
+    pass
+
+
+def _no(what):
+    raise _Refused(what)
+
+
+def predicate_table(sql, streams, ts_unit, time_columns=None):
+    """The [predicate] table (equi, band, interval) that `sql` says, for a job with these stream
+    names; `time_columns`: {stream: its raw time column}, also read as its event time. Raises
+    ConfigError("predicate.sql: ...") naming what it cannot express."""
+    try:
+        return _translate(sql, list(streams), ts_unit, time_columns or {})
+    except _Refused as e:
+        raise ConfigError(f"predicate.sql: {e}") from None
+    except sqlglot.errors.ParseError as e:
+        first = str(e).splitlines()[0] if str(e) else "cannot parse it"
+        raise ConfigError(f"predicate.sql: not a SQL SELECT sqlglot can read: {first}") from None
+
+
+def _translate(sql, names, ts_unit, time_columns):
+    if not isinstance(sql, str) or not sql.strip():
+        _no("expected one SELECT ... FROM ... statement as text")
+    trees = [t for t in sqlglot.parse(sql) if t is not None]
+    if len(trees) != 1:
+        _no(f"expected one statement, found {len(trees)}")
+    q = trees[0]
+    if not isinstance(q, exp.Select):
+        _no(f"expected a SELECT, found {q.key.upper()}")
+    for arg, what in (("group", "GROUP BY"), ("having", "HAVING"), ("order", "ORDER BY"), ("limit", "LIMIT"),
+                      ("offset", "OFFSET"), ("distinct", "SELECT DISTINCT"), ("with", "WITH"),
+                      ("windows", "WINDOW"), ("qualify", "QUALIFY")):
+        if q.args.get(arg):
+            _no(f"{what}: the join's result is its matching pairs; aggregate or order them after `collect`")
+    for e in q.expressions:
+        if e.find(exp.AggFunc):
+            _no(f"an aggregate in the SELECT list ({e.sql()}): the join's result is its matching pairs")
+        if e.find(exp.Subquery, exp.Select) and e is not q:
+            _no(f"a subquery in the SELECT list ({e.sql()})")
+    alias = {}
+
+    def table(t):
+        if not isinstance(t, exp.Table):
+            _no(f"FROM {t.sql()}: only the job's streams, by name, can be joined (no subquery or function)")
+        if t.args.get("db") or t.args.get("catalog"):
+            _no(f"FROM {t.sql()}: a stream is named without a schema or catalog")
+        name = t.name
+        if name not in names:
+            _no(f"FROM {name}: not a stream of this job ({', '.join(names)})")
+        if name in alias.values():
+            _no(f"FROM {name}: the stream appears twice; a self-join is not supported")
+        a = t.alias_or_name
+        if a in alias:
+            _no(f"FROM {t.sql()}: the alias {a!r} is given twice")
+        alias[a] = name
+
+    frm = q.args.get("from_") or q.args.get("from")
+    if frm is None:
+        _no("no FROM clause: name the streams to join")
+    table(frm.this)
+    conds = []
+    for j in q.args.get("joins") or []:
+        side, kind = (j.args.get("side") or "").upper(), (j.args.get("kind") or "").upper()
+        if side in ("LEFT", "RIGHT", "FULL") or kind == "OUTER":
+            _no(f"{side or kind} JOIN: outer joins are not supported; write an inner JOIN")
+        if kind in ("SEMI", "ANTI", "NATURAL") or j.args.get("using"):
+            _no(f"{kind or 'USING'} join: write JOIN ... ON with the conditions")
+        if kind == "CROSS" and j.args.get("on"):
+            _no("CROSS JOIN with ON")
+        table(j.this)
+        if j.args.get("on") is not None:
+            conds.append(j.args["on"])
+    if q.args.get("where") is not None:
+        conds.append(q.args["where"].this)
+    if len(alias) < 2:
+        _no("one stream: a join needs two or more")
+    if len(alias) != len(names):
+        _no(f"the job has streams {', '.join(names)}, the SELECT joins {', '.join(alias.values())}")
+    atoms = []
+    for c in conds:
+        atoms += _conjuncts(c)
+    if not atoms:
+        _no("no condition between the streams (a cross product); give ON or WHERE conditions")
+    out = {"equi": [], "band": []}
+    times = {}                       # (left stream, right stream) -> {"lower": (value, closed), "upper": ...}
+    for a in atoms:
+        _atom(a, alias, time_columns, ts_unit, out, times)
+    for (left, right), b in times.items():
+        if "interval" in out:
+            _no("time conditions between more than one pair of streams: give the other streams windows")
+        if set(b) != {"lower", "upper"}:
+            _no(f"a time condition between {left} and {right} bounds one side only; give both "
+                f"(BETWEEN lo AND hi, or >= and <=)")
+        (lo, lo_closed), (hi, hi_closed) = b["lower"], b["upper"]
+        closed = {(True, True): "both", (False, False): "neither", (True, False): "left", (False, True): "right"}
+        out["interval"] = {"left": left, "right": right, "lower": lo, "upper": hi,
+                           "closed": closed[(lo_closed, hi_closed)]}
+    return {k: v for k, v in out.items() if v}
+
+
+def _conjuncts(c):
+    if isinstance(c, exp.Paren):
+        return _conjuncts(c.this)
+    if isinstance(c, exp.And):
+        return _conjuncts(c.left) + _conjuncts(c.right)
+    if isinstance(c, exp.Or):
+        _no(f"OR ({c.sql()}): conditions must all hold (AND)")
+    if isinstance(c, exp.Not):
+        _no(f"NOT ({c.sql()}): conditions must all hold as written")
+    return [c]
+
+
+def _col(e, alias):
+    """(stream, column) of a qualified column reference, else None."""
+    if not isinstance(e, exp.Column):
+        return None
+    t = e.table
+    if not t:
+        _no(f"{e.sql()}: qualify the column with its stream or alias (t.{e.name})")
+    if t not in alias:
+        _no(f"{e.sql()}: {t!r} is not a stream or alias of the FROM clause")
+    return alias[t], e.name
+
+
+def _is_time(ref, time_columns):
+    return ref is not None and ref[1] in ("ts", time_columns.get(ref[0]))
+
+
+def _offset(e, alias, time_columns, ts_unit):
+    """(stream, duration text) of `s.ts`, `s.ts + d` or `s.ts - d`, else None."""
+    ref = _col(e, alias)
+    if ref is not None:
+        return (ref[0], "0s") if _is_time(ref, time_columns) else None
+    if isinstance(e, (exp.Add, exp.Sub)):
+        ref = _col(e.left, alias)
+        if ref is None or not _is_time(ref, time_columns):
+            return None
+        d = _duration(e.right, ts_unit)
+        return ref[0], (("-" + d) if isinstance(e, exp.Sub) and d != "0s" else d)
+    return None
+
+
+def _duration(e, ts_unit):
+    """A duration as the job file writes it ("5s", "250ms", or a number in the job's ts_unit)."""
+    if isinstance(e, exp.Paren):
+        return _duration(e.this, ts_unit)
+    if isinstance(e, exp.Interval):
+        unit = e.unit.name.upper() if e.unit is not None else ""
+        unit = unit[:-1] if unit.endswith("S") else unit                  # SECONDS as SECOND
+        if unit not in UNITS:
+            _no(f"{e.sql()}: interval unit {unit or '(none)'}; use one of {', '.join(UNITS)}")
+        v = e.this.name if isinstance(e.this, exp.Literal) else None
+        try:
+            n = float(v)
+        except (TypeError, ValueError):
+            _no(f"{e.sql()}: expected INTERVAL 'n' UNIT with a number n")
+        if n != int(n) or n < 0:
+            _no(f"{e.sql()}: expected a whole, non-negative number of {unit.lower()}s")
+        return f"{int(n)}{UNITS[unit]}" if n else "0s"
+    if isinstance(e, exp.Literal) and not e.is_string:
+        n = float(e.name)
+        if n != int(n) or n < 0:
+            _no(f"{e.sql()}: expected a whole, non-negative number of {ts_unit} (or INTERVAL 'n' UNIT)")
+        return f"{int(n)}{ts_unit}" if n else "0s"
+    _no(f"{e.sql()}: expected a duration (INTERVAL '5' SECOND, or a number of {ts_unit})")
+
+
+def _number(e):
+    if isinstance(e, exp.Neg):
+        _no(f"{e.sql()}: a band's width must be positive")
+    if isinstance(e, exp.Literal) and not e.is_string:
+        return float(e.name) if any(c in e.name for c in ".eE") else int(e.name)
+    _no(f"{e.sql()}: expected a number (a band's width)")
+
+
+def _atom(a, alias, time_columns, ts_unit, out, times):
+    where = a.sql()
+    if isinstance(a, exp.EQ):
+        l, r = _col(a.left, alias), _col(a.right, alias)
+        if l is None or r is None:
+            _no(f"{where}: a filter on one stream, or an expression; an equality joins two columns "
+                f"(a.x = b.y); filter rows when staging")
+        if l[0] == r[0]:
+            _no(f"{where}: both sides are in stream {l[0]!r}; a condition relates two streams")
+        out["equi"].append([f"{l[0]}.{l[1]}", f"{r[0]}.{r[1]}"])
+        return
+    if isinstance(a, exp.Between):
+        lo_e, hi_e = a.args["low"], a.args["high"]
+        x = _col(a.this, alias)
+        if x is not None and _is_time(x, time_columns):
+            lo, hi = _offset(lo_e, alias, time_columns, ts_unit), _offset(hi_e, alias, time_columns, ts_unit)
+            if lo is None or hi is None or lo[0] != hi[0]:
+                _no(f"{where}: a time condition reads b.ts BETWEEN a.ts - d1 AND a.ts + d2")
+            _time_bound(times, lo[0], x[0], "lower", lo[1], True, where)
+            _time_bound(times, lo[0], x[0], "upper", hi[1], True, where)
+            return
+        if x is not None and isinstance(lo_e, exp.Sub) and isinstance(hi_e, exp.Add):
+            y1, y2 = _col(lo_e.left, alias), _col(hi_e.left, alias)
+            e1, e2 = _number(lo_e.right), _number(hi_e.right)
+            if y1 is not None and y1 == y2 and e1 == e2:
+                _band(out, x, y1, e1, True, where)
+                return
+        _no(f"{where}: BETWEEN reads b.y BETWEEN a.x - eps AND a.x + eps (a band) or b.ts BETWEEN a.ts - d1 "
+            f"AND a.ts + d2 (an interval)")
+    if isinstance(a, (exp.LT, exp.LTE, exp.GT, exp.GTE)):
+        closed = isinstance(a, (exp.LTE, exp.GTE))
+        left, right = (a.left, a.right) if isinstance(a, (exp.LT, exp.LTE)) else (a.right, a.left)
+        if isinstance(left, exp.Abs) or (isinstance(left, exp.Anonymous) and left.name.upper() == "ABS"):
+            arg = left.this if isinstance(left, exp.Abs) else left.expressions[0]
+            if isinstance(arg, exp.Paren):
+                arg = arg.this
+            if isinstance(arg, exp.Sub):
+                x, y = _col(arg.left, alias), _col(arg.right, alias)
+                if x is not None and y is not None:
+                    _band(out, x, y, _number(right), closed, where)
+                    return
+            _no(f"{where}: a band reads ABS(a.x - b.y) < eps")
+        # a time bound: small <= big, where one side is s.ts and the other t.ts +- d
+        small, big = (_offset(left, alias, time_columns, ts_unit), _offset(right, alias, time_columns, ts_unit))
+        if small is not None and big is not None:
+            if _col(right, alias) is not None and _col(left, alias) is not None:
+                # a.ts < b.ts: b.ts - a.ts > 0
+                _time_bound(times, small[0], big[0], "lower", "0s", closed, where)
+                return
+            if _col(right, alias) is not None:       # a.ts + d <= b.ts: b.ts - a.ts >= d
+                _time_bound(times, small[0], big[0], "lower", small[1], closed, where)
+                return
+            if _col(left, alias) is not None:        # b.ts <= a.ts + d: b.ts - a.ts <= d
+                _time_bound(times, big[0], small[0], "upper", big[1], closed, where)
+                return
+        _no(f"{where}: a comparison other than a band (ABS(a.x - b.y) < eps) or an event-time bound "
+            f"(b.ts >= a.ts - d)")
+    if isinstance(a, exp.NEQ):
+        _no(f"{where}: <> is not a condition mpi-join joins on (equi, band or interval)")
+    if isinstance(a, (exp.Like, exp.ILike, exp.In, exp.Is)):
+        _no(f"{where}: {a.key.upper()}: a filter on one stream; filter rows when staging")
+    if isinstance(a, (exp.Func, exp.Anonymous)) or a.find(exp.Subquery, exp.Exists):
+        _no(f"{where}: a function or subquery as a condition; a user-defined condition is a theta UDF in the "
+            f"TOML form ([predicate] theta)")
+    _no(f"{where}: not an equality, band or time condition")
+
+
+def _band(out, x, y, eps, closed, where):
+    if x[0] == y[0]:
+        _no(f"{where}: both sides are in stream {x[0]!r}; a condition relates two streams")
+    out["band"].append({"left": f"{x[0]}.{x[1]}", "right": f"{y[0]}.{y[1]}", "eps": eps, "closed": closed})
+
+
+def _time_bound(times, a, b, which, value, closed, where):
+    """b.ts - a.ts >= value (lower) or <= value (upper), kept per ordered pair of streams."""
+    if a == b:
+        _no(f"{where}: both sides are in stream {a!r}; a condition relates two streams")
+    key, flip = ((a, b), False) if (b, a) not in times else ((b, a), True)
+    if flip:                                   # a.ts - b.ts: the other bound of the other pair
+        which = "upper" if which == "lower" else "lower"
+        value = value[1:] if value.startswith("-") else (value if value == "0s" else "-" + value)
+    b_ = times.setdefault(key, {})
+    if which in b_:
+        _no(f"{where}: a second {which} bound on {key[1]}.ts - {key[0]}.ts")
+    b_[which] = (value, closed)
+
+
+def as_toml(table):
+    """The [predicate] table in the job file's TOML form (what `explain` prints beside the SQL)."""
+    def val(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return f'"{v}"'
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + " }"
+        if isinstance(v, list):
+            return "[" + ", ".join(val(x) for x in v) + "]"
+        return repr(v)
+    return [f"{k} = {val(v)}" for k, v in table.items() if k != "sql"]

@@ -1,0 +1,142 @@
+"""The join written as one SQL SELECT (join/sql.py, through sqlglot) is the job its TOML form
+is: the same predicate and windows after loading; what SQL cannot say is refused with one line
+naming the clause; `explain` prints both forms (fast tier)."""
+import tomllib
+
+import pytest
+
+from mpi_join.config import parse_job
+from mpi_join.errors import ConfigError
+from conftest import cli
+
+STREAMS = """
+[streams.trades]
+schema = {{ sym = "int32", px = "float64" }}
+{wt}
+raw = {{ path = "raw/trades", format = "csv", time = "time", time_unit = "ms" }}
+[streams.quotes]
+schema = {{ sym = "int32", bid = "float64" }}
+{wq}
+raw = {{ path = "raw/quotes", format = "csv", time = "time", time_unit = "ms" }}
+"""
+
+
+def _job(predicate, wt='window = "5s"', wq='window = "5s"', strategy="hash"):
+    text = ('[job]\nname = "tq"\nts_unit = "ms"\n[input]\nstaged = "staged"\n[output]\ndir = "out"\n'
+            + STREAMS.format(wt=wt, wq=wq) + f"[predicate]\n{predicate}\n[strategy]\nname = \"{strategy}\"\n")
+    return parse_job(tomllib.loads(text))
+
+
+def _sql(q):
+    return "sql = '''" + q + "'''"
+
+
+IV = ""   # (the interval forms give no windows)
+PAIRS = [
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym",
+     'equi = [["trades.sym", "quotes.sym"]]', True),
+    ("SELECT * FROM trades t, quotes q WHERE t.sym = q.sym AND ABS(t.px - q.bid) < 0.05",
+     'equi = [["trades.sym", "quotes.sym"]]\nband = [{left = "trades.px", right = "quotes.bid", eps = 0.05}]', True),
+    ("SELECT t.sym, q.bid FROM trades AS t INNER JOIN quotes AS q ON ABS(q.bid - t.px) <= 2",
+     'band = [{left = "quotes.bid", right = "trades.px", eps = 2, closed = true}]', True),
+    ("SELECT * FROM trades JOIN quotes ON trades.px BETWEEN quotes.bid - 0.5 AND quotes.bid + 0.5",
+     'band = [{left = "trades.px", right = "quotes.bid", eps = 0.5, closed = true}]', True),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts BETWEEN t.ts - INTERVAL '5' SECOND AND t.ts",
+     'equi = [["trades.sym", "quotes.sym"]]\n'
+     'interval = { left = "trades", right = "quotes", lower = "-5s", upper = "0s" }', False),
+    ("SELECT * FROM trades t, quotes q WHERE t.sym = q.sym AND q.ts >= t.ts - INTERVAL '250' MILLISECOND "
+     "AND q.ts < t.ts + INTERVAL '2' SECOND",
+     'equi = [["trades.sym", "quotes.sym"]]\n'
+     'interval = { left = "trades", right = "quotes", lower = "-250ms", upper = "2s", closed = "left" }', False),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.time > q.time - 1000 AND t.time <= q.time + 3000",
+     'equi = [["trades.sym", "quotes.sym"]]\n'
+     'interval = { left = "quotes", right = "trades", lower = "-1000ms", upper = "3s", closed = "right" }', False),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts > t.ts - INTERVAL '1' MINUTE "
+     "AND q.ts < t.ts + INTERVAL '1' SECOND",
+     'equi = [["trades.sym", "quotes.sym"]]\n'
+     'interval = { left = "trades", right = "quotes", lower = "-60s", upper = "1s", closed = "neither" }', False),
+]
+
+
+@pytest.mark.parametrize("sql,toml,windows", PAIRS, ids=[str(k) for k in range(len(PAIRS))])
+def test_each_sql_form_is_the_job_its_toml_form_is(sql, toml, windows):
+    w = {} if windows else {"wt": "", "wq": ""}
+    a, b = _job(_sql(sql), **w), _job(toml, **w)
+    assert a.predicate == b.predicate
+    assert [(s.window.kind, s.window.size) for s in a.streams] == [(s.window.kind, s.window.size) for s in b.streams]
+
+
+def test_a_multi_way_join_for_psp():
+    streams = "".join(f'[streams.{s}]\nschema = {{ k = "int32", v = "float32" }}\nwindow = "5ms"\n' for s in "ABC")
+
+    def job(pred):
+        return parse_job(tomllib.loads('[job]\nname = "m"\nts_unit = "ms"\n[input]\nstaged = "s"\n[output]\ndir = "o"\n'
+                                       + streams + f'[predicate]\n{pred}\n[strategy]\nname = "psp"\n'))
+    a = job(_sql("SELECT * FROM A a JOIN B b ON a.k = b.k JOIN C c ON b.k = c.k AND ABS(a.v - c.v) < 2"))
+    b = job('equi = [["A.k", "B.k"], ["B.k", "C.k"]]\nband = [{left = "A.v", right = "C.v", eps = 2}]')
+    assert a.predicate == b.predicate
+
+
+REFUSED = [
+    ("SELECT * FROM trades t LEFT JOIN quotes q ON t.sym = q.sym", "LEFT JOIN: outer joins"),
+    ("SELECT * FROM trades t FULL OUTER JOIN quotes q ON t.sym = q.sym", "FULL JOIN: outer joins"),
+    ("SELECT t.sym, COUNT(*) FROM trades t JOIN quotes q ON t.sym = q.sym GROUP BY t.sym", "GROUP BY"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym ORDER BY t.px", "ORDER BY"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym LIMIT 10", "LIMIT"),
+    ("SELECT DISTINCT t.sym FROM trades t JOIN quotes q ON t.sym = q.sym", "SELECT DISTINCT"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym OR t.px = q.bid", "OR (t.sym = q.sym OR t.px = q.bid)"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.px = 5", "t.px = 5: a filter on one stream"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.px > q.bid", "t.px > q.bid: a comparison other than"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym <> q.sym", "t.sym <> q.sym: <>"),
+    ("SELECT * FROM trades t JOIN (SELECT * FROM quotes) q ON t.sym = q.sym", "only the job's streams"),
+    ("SELECT * FROM trades t JOIN bids q ON t.sym = q.sym", "FROM bids: not a stream of this job"),
+    ("SELECT * FROM trades t JOIN trades u ON t.sym = u.sym", "the stream appears twice"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = x.sym", "'x' is not a stream or alias"),
+    ("SELECT * FROM trades t JOIN quotes q ON sym = q.sym", "qualify the column"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts >= t.ts - INTERVAL '5' SECOND",
+     "bounds one side only"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts BETWEEN t.ts - INTERVAL '5' WEEK AND t.ts",
+     "interval unit WEEK"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.sym IN (1, 2)", "IN: a filter on one stream"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.px LIKE 'A%'", "LIKE: a filter on one stream"),
+    ("SELECT * FROM trades t JOIN quotes q ON NOT t.sym = q.sym", "NOT (NOT t.sym = q.sym)"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND my_udf(t.px, q.bid)", "a function or subquery"),
+    ("SELECT * FROM trades t, quotes q", "no condition between the streams"),
+    ("SELECT * FROM trades t", "one stream: a join needs two or more"),
+    ("UPDATE trades SET px = 1", "expected a SELECT"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym; SELECT 1", "expected one statement, found 2"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym UNION SELECT * FROM trades", "expected a SELECT"),
+    ("SELECT * FROM trades t JOIN quotes q USING (sym)", "USING join"),
+    ("SELECT * FROM trades t JOIN quotes q ON ABS(t.px - q.bid) < -1", "a band's width must be positive"),
+    ("SELEKT * FROM trades", "predicate.sql:"),
+]
+
+
+@pytest.mark.parametrize("sql,says", REFUSED, ids=[str(k) for k in range(len(REFUSED))])
+def test_what_sql_cannot_say_is_refused_with_one_line_naming_the_clause(sql, says):
+    with pytest.raises(ConfigError) as e:
+        _job(_sql(sql), wt="", wq="")
+    msg = str(e.value)
+    assert "\n" not in msg and "predicate.sql: " in msg and says in msg, msg
+
+
+def test_sql_and_the_toml_keys_are_not_given_together():
+    with pytest.raises(ConfigError, match="predicate.sql: give the join as SQL or as equi, not both"):
+        _job(_sql("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym") + '\nequi = [["trades.sym", "quotes.sym"]]')
+
+
+def test_explain_prints_the_sql_and_the_toml_form_it_is_read_as(tmp_path):
+    import numpy as np
+    from conftest import write_job
+    from test_first_hour import trades_quotes
+    text = ('[job]\nname = "tq"\nts_unit = "ms"\n[input]\nstaged = "staged"\n[output]\ndir = "out"\n'
+            '[streams.trades]\nschema = { sym = "int32", px = "float64" }\n'
+            '[streams.quotes]\nschema = { sym = "int32", bid = "float64" }\n[predicate]\n'
+            + _sql(PAIRS[4][0]) + '\n[strategy]\nname = "hash"\n')
+    path, job = write_job(str(tmp_path), text, trades_quotes(np.random.default_rng(3), 400))
+    p = cli("explain", path, "-n", "3")
+    assert p.returncode == 0, p.stderr
+    assert "join, as given in SQL: SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym" in p.stdout
+    assert ('read as the TOML form: [predicate] equi = [["trades.sym", "quotes.sym"]]; interval = { left = '
+            '"trades", right = "quotes", lower = "-5s", upper = "0s", closed = "both" }') in p.stdout, p.stdout
+    assert "quotes.ts in [trades.ts - 5 s, trades.ts]" in p.stdout
