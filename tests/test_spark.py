@@ -271,15 +271,15 @@ def test_trades_and_quotes_on_a_text_symbol_from_raw_csv(spark, tmp_path, band, 
     (tmp_path / "job.toml").write_text(TQ_JOB.format(band=band, sym=sym))
     job = load_job(str(tmp_path / "job.toml"))
     man = stage(spark, job, progress=lambda m: None)
-    utc = int(dt.datetime(2026, 1, 5, 9, 30, tzinfo=dt.timezone.utc).timestamp() * 1000)
-    ts = read_staged(job)[0]["ts"]                  # text with no time zone is read as UTC (README)
-    assert utc <= ts.min() and ts.max() < utc + 60_000
     if sym == "string":
         assert man["streams"]["trades"]["string_bytes"] == {"symbol": 5}                    # BRK.B
         got = duckdb.sql(f"SELECT DISTINCT symbol FROM '{tmp_path}/staged/trades/*.parquet' ORDER BY 1")
         assert got.types == ["VARCHAR"] and got.fetchall() == [(x,) for x in sorted(["GOOG", "AAPL", "MSFT", "BRK.B", "A"])]
         job = load_job(str(tmp_path / "job.toml"))
         assert job.streams[0].dtype["symbol"].itemsize == 5
+    utc = int(dt.datetime(2026, 1, 5, 9, 30, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    ts = read_staged(job)[0]["ts"]                  # text with no time zone is read as UTC (README)
+    assert utc <= ts.min() and ts.max() < utc + 60_000
     p = run_mpi(3, "run", str(tmp_path / "job.toml"))
     assert p.returncode == 0, p.stderr
     s = collect(spark, job, job.output, str(tmp_path / "collected"), with_payload=True, progress=lambda m: None)
