@@ -383,7 +383,8 @@ def _plan_rate(text, job, staged):
         v = float(text)
     except ValueError:
         v = float("nan")
-    if not 0 < v <= 1e9:
+    from .config import MAX_RATE
+    if not 0 < v <= MAX_RATE:
         raise JobError(f"--rate: expected tuples/s per stream in (0, 1e9], max or staged, got {text!r}")
     return v
 

@@ -136,6 +136,14 @@ def auto_orderings(pred, M, sel, given=None):
     return out
 
 
+def _joined_pairs(pred, rows):
+    """The pairs of streams m < j with a condition between them and rows on both sides."""
+    for m in range(len(rows)):
+        for j in range(m + 1, len(rows)):
+            if pred.between(m, j) and len(rows[m]) and len(rows[j]):
+                yield m, j
+
+
 def measure_selectivity(pred, batches, sample=32, seed=0):
     """Fraction of sampled pairs of streams m, j that satisfy every condition between them (1.0
     where there is no condition or no sample)."""
@@ -143,14 +151,10 @@ def measure_selectivity(pred, batches, sample=32, seed=0):
     rng = np.random.default_rng(seed)
     picks = [b[np.sort(rng.choice(len(b), min(sample, len(b)), replace=False))] if len(b) else b for b in batches]
     sel = [[1.0] * M for _ in range(M)]
-    for m in range(M):
-        for j in range(m + 1, M):
-            A, B = picks[m], picks[j]
-            if not pred.between(m, j) or not len(A) or not len(B):
-                continue
-            ia, ib = np.repeat(np.arange(len(A)), len(B)), np.tile(np.arange(len(B)), len(A))
-            s = float(pair_mask(pred, m, j, A, B, ia, ib).mean())
-            sel[m][j] = sel[j][m] = s
+    for m, j in _joined_pairs(pred, picks):
+        A, B = picks[m], picks[j]
+        ia, ib = np.repeat(np.arange(len(A)), len(B)), np.tile(np.arange(len(B)), len(A))
+        sel[m][j] = sel[j][m] = float(pair_mask(pred, m, j, A, B, ia, ib).mean())
     return sel
 
 
@@ -164,20 +168,17 @@ def estimate_selectivity(pred, batches, budget_s=0.5, enough=100, max_pairs=1 <<
     rng = np.random.default_rng(seed)
     sel = [[1.0] * M for _ in range(M)]
     tried = [[0] * M for _ in range(M)]
-    for m in range(M):
-        for j in range(m + 1, M):
-            A, B = batches[m], batches[j]
-            if not pred.between(m, j) or not len(A) or not len(B):
-                continue
-            hits = n = 0
-            chunk, t0 = 1024, time.perf_counter()
-            while hits < enough and n < max_pairs and (n == 0 or time.perf_counter() - t0 < budget_s):
-                ia, ib = rng.integers(0, len(A), chunk), rng.integers(0, len(B), chunk)
-                hits += int(pair_mask(pred, m, j, A, B, ia, ib).sum())
-                n += chunk
-                chunk = min(2 * chunk, max_pairs - n) or 1
-            sel[m][j] = sel[j][m] = hits / n
-            tried[m][j] = tried[j][m] = n
+    for m, j in _joined_pairs(pred, batches):
+        A, B = batches[m], batches[j]
+        hits = n = 0
+        chunk, t0 = 1024, time.perf_counter()
+        while hits < enough and n < max_pairs and (n == 0 or time.perf_counter() - t0 < budget_s):
+            ia, ib = rng.integers(0, len(A), chunk), rng.integers(0, len(B), chunk)
+            hits += int(pair_mask(pred, m, j, A, B, ia, ib).sum())
+            n += chunk
+            chunk = min(2 * chunk, max_pairs - n)
+        sel[m][j] = sel[j][m] = hits / n
+        tried[m][j] = tried[j][m] = n
     return sel, tried
 
 
