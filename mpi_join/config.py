@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import ConfigError, InputError
 from .storage.paths import check_layout, check_name, check_text, job_dirs
-from .schema import INTEGER_KINDS, stream_dtype
+from .schema import INTEGER_KINDS, TS, stream_dtype
 from .units import TS_UNITS, ns_to_ts, parse_duration_ns, ts_unit_ns
 
 # ranges of the job's numbers (README "The job file"); NaN and infinity are never accepted
@@ -91,11 +91,28 @@ class Theta:
 
 
 @dataclass(frozen=True)
+class Interval:
+    """right.ts - left.ts in [lo, up] (closed, in ts units): the part of a shifted interval
+    (predicate.interval with 0 outside it) that the two windows cannot say. The windows are its
+    hull, so each side is kept exactly as long as the interval needs; this condition removes
+    the pairs inside the hull but outside the interval (`join/range_join.pair_mask`, in int64:
+    event times in ns do not fit a float64)."""
+    kind: ClassVar[str] = "interval"
+    left: tuple       # (stream index, "ts")
+    right: tuple
+    lo: int
+    up: int
+
+
+@dataclass(frozen=True)
 class Predicate:
-    """A conjunction of pairwise conditions (equi, band, theta) between streams."""
+    """A conjunction of pairwise conditions (equi, band, theta) between streams, and the
+    residual time condition of a shifted interval (`interval`; not a kind: the windows carry
+    time, and every strategy evaluates it through the shared join modules)."""
     equi: tuple = ()
     band: tuple = ()
     theta: tuple = ()
+    interval: tuple = field(default=(), repr=False)
 
     @property
     def kinds(self):
@@ -104,7 +121,7 @@ class Predicate:
     def between(self, i, j):
         """Conditions relating streams i and j, each oriented so that `left` is stream i."""
         out = []
-        for c in self.equi + self.band:
+        for c in self.equi + self.band + self.interval:
             if (c.left[0], c.right[0]) == (i, j):
                 out.append(c)
             elif (c.left[0], c.right[0]) == (j, i):
@@ -118,6 +135,8 @@ class Predicate:
 def _flip(c):
     if isinstance(c, Equi):
         return Equi(c.right, c.left)
+    if isinstance(c, Interval):
+        return Interval(c.right, c.left, -c.up, -c.lo)
     return Band(c.right, c.left, c.eps, c.closed)
 
 
@@ -243,8 +262,9 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     check_text(output, f"{path}: output.dir")
     staged, output = (p if "://" in p else os.path.join(base, p) for p in (staged, output))
 
-    streams = _streams(raw, ts_unit, path, base, _interval(raw, ts_unit, path))
-    predicate = _predicate(raw, streams, path, base)
+    windows, residual = _interval(raw, ts_unit, path)
+    streams = _streams(raw, ts_unit, path, base, windows)
+    predicate = _predicate(raw, streams, path, base, residual)
     strategy = _strategy(raw, path, overrides)
     run = _run(raw, path)
     ckpt = _checkpoint(raw, path, base, overrides)
@@ -307,15 +327,19 @@ def _sql_predicate(raw, ts_unit, path):
 
 def _interval(raw, ts_unit, path):
     """`[predicate] interval = { left = "trades", right = "quotes", lower = "-5s", upper = "0s",
-    closed = "both" }`: quotes.ts - trades.ts within [lower, upper], another way to give the two
-    time windows (Flink's between(lower, upper)). Returns {stream name: Window} or {}.
+    closed = "both" }`: quotes.ts - trades.ts within [lower, upper] (Flink's between(lower,
+    upper)), given instead of the two time windows. Returns ({stream name: Window}, residual
+    conditions); ({}, ()) for a job without one.
 
-    With integer event times, (r, s) joins iff -W_left < r.ts - s.ts < W_right, that is
-    s.ts - r.ts in (-W_right, W_left): a closed lower bound lo gives W_right = 1 - lo, an open one
-    -lo; a closed upper bound up gives W_left = up + 1, an open one up."""
+    With integer event times, an open bound is the closed one a unit further in: the interval
+    is [lo, up], closed. The windows are its hull with 0: (r, s) is in the windows iff
+    s.ts - r.ts in (-W_right, W_left), so W_left = max(up, 0) + 1 and W_right = max(-lo, 0) + 1,
+    and each side is kept only as long as a partner can still come. An interval that includes 0
+    is exactly its windows; a shifted one (0 outside it, such as [1s, 5s]) adds the condition
+    `Interval` for the pairs the hull holds but the interval does not."""
     p = raw.get("predicate")
     if not isinstance(p, dict) or "interval" not in p:
-        return {}
+        return {}, ()
     iv, where = p["interval"], f"{path}: predicate.interval"
     if not isinstance(iv, dict):
         raise ConfigError(f"{where}: expected {{ left = \"R\", right = \"S\", lower = \"-5s\", upper = \"0s\", "
@@ -354,14 +378,16 @@ def _interval(raw, ts_unit, path):
         if ns % per:
             raise ConfigError(f"{where}.{k}: {v!r} is not a whole number of {ts_unit} (job.ts_unit)")
         bounds[k] = sign * ns // per
-    lo, up = bounds["lower"], bounds["upper"]
-    w_right = (1 - lo) if closed in ("both", "left") else -lo
-    w_left = (up + 1) if closed in ("both", "right") else up
-    if lo > up or w_left < 1 or w_right < 1:
-        raise ConfigError(f"{where}: [{iv.get('lower')}, {iv.get('upper')}] ({closed} closed) must include 0 "
-                          f"({iv['right']}.ts = {iv['left']}.ts); shifted intervals are not supported")
+    lo = bounds["lower"] + (0 if closed in ("both", "left") else 1)
+    up = bounds["upper"] - (0 if closed in ("both", "right") else 1)
+    if lo > up:
+        raise ConfigError(f"{where}: [{iv.get('lower')}, {iv.get('upper')}] ({closed} closed) holds no "
+                          f"{ts_unit} value: lower must be below upper (or equal, with both closed)")
     text = f"interval {iv['right']}.ts - {iv['left']}.ts in [{iv.get('lower')}, {iv.get('upper')}] ({closed} closed)"
-    return {iv["left"]: Window("time", w_left, text), iv["right"]: Window("time", w_right, text)}
+    windows = {iv["left"]: Window("time", max(up, 0) + 1, text), iv["right"]: Window("time", max(-lo, 0) + 1, text)}
+    if lo <= 0 <= up:
+        return windows, ()
+    return windows, ((iv["left"], iv["right"], lo, up),)
 
 
 def _streams(raw, ts_unit, path, base, interval=None):
@@ -520,7 +546,7 @@ def _pair(l, r, streams, where, path):
     return a, b
 
 
-def _predicate(raw, streams, path, base=None):
+def _predicate(raw, streams, path, base=None, interval=()):
     p = _table(raw, "predicate", path)
     _no_unknown(p, JOB_KEYS["predicate"], "predicate.", path)
     equi, band, theta = [], [], []
@@ -579,7 +605,9 @@ def _predicate(raw, streams, path, base=None):
         if base and os.path.isfile(local):   # next to the job file: by path, under a private name, so
             udf = f"{os.path.abspath(local)}:{fn}"   # two jobs' same-named modules never mix in one process
         theta.append(Theta(udf, (names.index(ss[0]), names.index(ss[1]))))
-    pred = Predicate(tuple(equi), tuple(band), tuple(theta))
+    order = [s.name for s in streams]
+    iv = tuple(Interval((order.index(a), TS), (order.index(b), TS), lo, up) for a, b, lo, up in interval)
+    pred = Predicate(tuple(equi), tuple(band), tuple(theta), iv)
     if not pred.kinds:
         raise ConfigError(f"{path}: predicate: give at least one of equi, band or theta")
     # every stream must be connected to the others, or the join is a cross product

@@ -216,6 +216,8 @@ def stream_toml(name, schema, window=None, raw=None):
 
 
 def equi_job_text(windows, keys=1, strategy="hash", extra_strategy="", run="", predicate=None):
+    """A job of streams R and S; `windows` (R's, S's) as TOML values, or None when the predicate
+    gives an interval."""
     on = '[["R.k", "S.k"]]' if keys == 1 else '[["R.k", "S.k"], ["R.k2", "S.k2"]]'
     pred = f"equi = {on}" if predicate is None else predicate
     return textwrap.dedent(f"""\
@@ -228,10 +230,10 @@ def equi_job_text(windows, keys=1, strategy="hash", extra_strategy="", run="", p
         dir = "out"
         [streams.R]
         schema = {{ k = "int32", k2 = "int16", v = "float32" }}
-        window = {windows[0]}
+        {f"window = {windows[0]}" if windows else ""}
         [streams.S]
         schema = {{ k = "int64", k2 = "int16", w = "float64" }}
-        window = {windows[1]}
+        {f"window = {windows[1]}" if windows else ""}
         [predicate]
         {pred}
         [strategy]

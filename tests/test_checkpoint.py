@@ -158,11 +158,11 @@ def kill_after_checkpoints(path, root, ranks, victim, checkpoints, total):
                                    total, kill)[0]
 
 
-def paced_checkpointed_job(tmp_path, strategy, predicate, total=16000, extra_strategy=""):
+def paced_checkpointed_job(tmp_path, strategy, predicate, total=16000, extra_strategy="", windows=('"60ms"', "50")):
     """A job paced at 2,500 tuples/s per stream with a checkpoint every 1,500 tuples (so a kill
     lands mid-run, with work in flight), with a text column on each stream (a resume must read
     them back): (path, job, arrays)."""
-    text = equi_job_text(('"60ms"', "50"), strategy=strategy, predicate=predicate, extra_strategy=extra_strategy,
+    text = equi_job_text(windows, strategy=strategy, predicate=predicate, extra_strategy=extra_strategy,
                          run='batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"')
     text += '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 3\n'
     rng = np.random.default_rng(5)
@@ -238,6 +238,21 @@ def test_sigkill_then_resume_with_text_columns(tmp_path, strategy, ranks, victim
     got = read_results(job.output, job.stream_names)
     assert len(got) == len(as_set(got)), "a result was written twice"
     assert as_set(got) == as_set(run_oracle(job, arrays))
+
+
+@pytest.mark.parametrize("strategy,ranks,victim", [("hash", 3, 2), ("llhj", 4, 2)])
+def test_sigkill_then_resume_a_shifted_interval(tmp_path, strategy, ranks, victim):
+    """A shifted interval (S 5 to 40 ms after R): its residual condition is part of the job a
+    checkpoint belongs to, and a resumed run gives exactly the oracle's pairs."""
+    pred = ('equi = [["R.k", "S.k"]]\n'
+            'interval = { left = "R", right = "S", lower = "5ms", upper = "40ms", closed = "both" }')
+    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, pred, windows=None)
+    assert job.predicate.interval
+    kill_then_resume(path, job, ranks=ranks, victim=victim, total=16000)
+    got = read_results(job.output, job.stream_names)
+    expect = run_oracle(job, arrays)
+    assert len(expect) and len(got) == len(as_set(got)), "a result was written twice"
+    assert as_set(got) == as_set(expect)
 
 
 def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):

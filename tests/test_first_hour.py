@@ -50,10 +50,12 @@ def _job(tmp, name, text, arrays):
 
 
 @pytest.mark.parametrize("closed,lower,upper", [("both", "-5s", "0s"), ("left", "-5s", "1s"), ("neither", "-5s", "1s"),
-                                                ("right", "-250ms", "2s")])
+                                                ("right", "-250ms", "2s"), ("both", "1s", "5s"), ("neither", "-10s", "-5s"),
+                                                ("left", "0s", "2s"), ("right", "-2s", "0s"), ("both", "3s", "3s")])
 def test_interval_equals_windows_and_duckdb(tmp_path, closed, lower, upper):
-    """The previous-5-seconds join written as an interval equals the same join written with
-    windows, and a DuckDB query of the staged Parquet."""
+    """An interval join equals a DuckDB query of the staged Parquet with the same bounds; one that
+    includes 0 also equals the same join written with windows, and a shifted one keeps each
+    side only as long as its bounds need (the windows explain prints)."""
     duckdb = pytest.importorskip("duckdb")
     arrays = trades_quotes(np.random.default_rng(3))
     iv = f'interval = {{ left = "trades", right = "quotes", lower = "{lower}", upper = "{upper}", closed = "{closed}" }}'
@@ -61,23 +63,31 @@ def test_interval_equals_windows_and_duckdb(tmp_path, closed, lower, upper):
     lo = int(float(lower[:-2]) if lower.endswith("ms") else float(lower[:-1]) * 1000)
     up = int(float(upper[:-2]) if upper.endswith("ms") else float(upper[:-1]) * 1000)
     lo_c, up_c = (lo if closed in ("both", "left") else lo + 1), (up if closed in ("both", "right") else up - 1)
-    # windows: quotes.ts - trades.ts in [lo_c, up_c]  <=>  W_trades = up_c + 1, W_quotes = 1 - lo_c
-    p2, j2 = _job(tmp_path, "windows", trades_job(f'"{up_c + 1}ms"', f'"{1 - lo_c}ms"'), arrays)
-    a, b = as_set(run_oracle(j1, arrays)), as_set(run_oracle(j2, arrays))
+    a = as_set(run_oracle(j1, arrays))
     con = duckdb.connect()
     sql = (f"SELECT t.seq, q.seq FROM read_parquet('{j1.staged}/trades/*.parquet') t JOIN "
            f"read_parquet('{j1.staged}/quotes/*.parquet') q ON t.sym = q.sym AND q.ts - t.ts >= {lo_c} "
            f"AND q.ts - t.ts <= {up_c}")
     want = {(int(x), int(y)) for x, y in con.execute(sql).fetchall()}
-    assert want and a == b == want
+    assert want and a == want
+    # each side is kept as long as a partner can come: trades up to up_c after, quotes -lo_c
+    assert [s.window.size for s in j1.streams] == [max(up_c, 0) + 1, max(-lo_c, 0) + 1]
+    if lo_c <= 0 <= up_c:   # windows: quotes.ts - trades.ts in [lo_c, up_c] <=> W_trades = up_c + 1, W_quotes = 1 - lo_c
+        p2, j2 = _job(tmp_path, "windows", trades_job(f'"{up_c + 1}ms"', f'"{1 - lo_c}ms"'), arrays)
+        assert as_set(run_oracle(j2, arrays)) == a
+        assert not j1.predicate.interval
     out = cli("explain", p1, "-n", "3")
     assert out.returncode == 0, out.stderr
-    cond = "quotes.ts in [trades.ts" + (f" - {-lo_c / 1000:g} s" if lo_c <= -1000 and lo_c % 1000 == 0 else "")
-    assert cond in out.stdout or "quotes.ts in [trades.ts -" in out.stdout, out.stdout
+
+    def off(v):
+        return "" if v == 0 else f" {'-' if v < 0 else '+'} " + (f"{abs(v) // 1000} s" if v % 1000 == 0 else f"{abs(v)} ms")
+    assert f"quotes.ts in [trades.ts{off(lo_c)}, trades.ts{off(up_c)}]" in out.stdout, out.stdout
+    assert "kept: each trades tuple" in out.stdout
 
 
 @pytest.mark.parametrize("iv,fragment", [
-    ('{ left = "trades", right = "quotes", lower = "-10s", upper = "-5s" }', "must include 0"),
+    ('{ left = "trades", right = "quotes", lower = "5s", upper = "1s" }', "lower must be below upper"),
+    ('{ left = "trades", right = "quotes", lower = "1s", upper = "1s", closed = "left" }', "holds no ms value"),
     ('{ left = "trades", right = "nope", lower = "-1s", upper = "0s" }', "predicate.interval.right"),
     ('{ left = "trades", right = "quotes", lower = "-1s", upper = "0s", closed = "sometimes" }', "closed"),
     ('{ left = "trades", right = "quotes", lower = "-1.5ms", upper = "0s" }', "not a whole number"),

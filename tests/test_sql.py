@@ -55,6 +55,14 @@ PAIRS = [
      "AND q.ts < t.ts + INTERVAL '1' SECOND",
      'equi = [["trades.sym", "quotes.sym"]]\n'
      'interval = { left = "trades", right = "quotes", lower = "-60s", upper = "1s", closed = "neither" }', False),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym "
+     "AND q.ts BETWEEN t.ts + INTERVAL '1' SECOND AND t.ts + INTERVAL '5' SECOND",
+     'equi = [["trades.sym", "quotes.sym"]]\n'
+     'interval = { left = "trades", right = "quotes", lower = "1s", upper = "5s" }', False),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts > t.ts - INTERVAL '10' SECOND "
+     "AND q.ts < t.ts - INTERVAL '5' SECOND",
+     'equi = [["trades.sym", "quotes.sym"]]\n'
+     'interval = { left = "trades", right = "quotes", lower = "-10s", upper = "-5s", closed = "neither" }', False),
 ]
 
 

@@ -122,3 +122,31 @@ def test_nan_infinities_and_decimal_grid_bands_equal_oracle(tmp_path, strategy):
     R = dict(zip(arrays[0]["seq"].tolist(), arrays[0]["v"].tolist()))
     assert len(expect) > 0 and not any(np.isnan(R[int(a)]) or np.isinf(R[int(a)]) for a, _ in expect)
     assert len(got) == len(as_set(got)) and as_set(got) == as_set(expect)
+
+
+SHIFTED = [("both", "2ms", "9ms"), ("neither", "-8ms", "-1ms")]
+
+
+@pytest.mark.parametrize("strategy,turn", [(n, t) for n in strategies.names() if strategies.get(n).streams[0] <= 2
+                                           and not _runtime_only(n) for t in (0, 1)])
+def test_shifted_intervals_equal_oracle(tmp_path, strategy, turn):
+    """A shifted interval (0 outside it: S 2 to 9 ms after R, or 1 to 8 ms before it, open) on
+    every two-stream strategy, on two rank counts: its windows are the interval's hull and the
+    pairs inside the hull but outside the interval are left out by the shared join modules."""
+    info = strategies.get(strategy)
+    closed, lower, upper = SHIFTED[turn]
+    on = 'equi = [["R.k", "S.k"]]' if "equi" in info.predicates else 'band = [{left = "R.v", right = "S.w", eps = 2}]'
+    pred = f'{on}\ninterval = {{ left = "R", right = "S", lower = "{lower}", upper = "{upper}", closed = "{closed}" }}'
+    text = equi_job_text(None, strategy=strategy, predicate=pred, run="batch_size = 97\nmax_inflight = 2")
+    arrays = random_streams(np.random.default_rng(40 + turn), 1500, key_range=5)
+    path, job = write_job(str(tmp_path), text, arrays)
+    assert job.predicate.interval and [s.window.size for s in job.streams] == ([10, 1] if turn == 0 else [1, 8])
+    p = run_mpi(sorted({info.min_ranks, info.min_ranks + 2})[turn], "run", path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    got = read_results(job.output, job.stream_names)
+    expect = run_oracle(job, arrays)
+    R, S = (dict(zip(a["seq"].tolist(), a["ts"].tolist())) for a in arrays)
+    lo, up = (2, 9) if turn == 0 else (-7, -2)
+    assert len(expect) > 0 and all(lo <= S[int(b)] - R[int(a)] <= up for a, b in expect)
+    assert len(got) == len(as_set(got)), "duplicated results"
+    assert as_set(got) == as_set(expect)

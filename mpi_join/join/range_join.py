@@ -10,7 +10,8 @@ strategy calls it: the oracle probes whole streams, a ring operator its slice.
 import numpy as np
 
 from . import kernels as K
-from ..config import Band, Equi
+from ..config import Band, Equi, Interval
+from ..schema import TS
 from .predicate import band_matrix, binary_parts, key_matrix, key_widths, load_udf
 
 
@@ -65,7 +66,17 @@ def probe_ranges(pred, i, j, A, B, lo, hi, rows=None):
     for t in thetas:
         keep = _theta_mask(t, i, A, B, ra, ib)
         ia, ib, ra = ia[keep], ib[keep], ra[keep]
+    for c in pred.between(i, j):
+        if isinstance(c, Interval):
+            keep = interval_mask(c, A, B, ra, ib)
+            ia, ib, ra = ia[keep], ib[keep], ra[keep]
     return ia, ib
+
+
+def interval_mask(c, A, B, ia, ib):
+    """Which pairs have B.ts - A.ts in [c.lo, c.up] (c oriented A -> B), in int64."""
+    d = B[TS][ib].astype(np.int64) - A[TS][ia].astype(np.int64)
+    return (d >= c.lo) & (d <= c.up)
 
 
 def pair_mask(pred, i, j, A, B, ia, ib):
@@ -77,6 +88,8 @@ def pair_mask(pred, i, j, A, B, ia, ib):
             keep &= (a == b) if a.dtype.kind == "S" else (a.astype(np.int64) == b.astype(np.int64))
         elif isinstance(c, Band):
             keep &= _band_mask(A, B, ia, ib, [c])
+        elif isinstance(c, Interval):
+            keep &= interval_mask(c, A, B, ia, ib)
         else:
             keep &= _theta_mask(c, i, A, B, ia, ib)
     return keep

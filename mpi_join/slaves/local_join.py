@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit
 
 from ..join import kernels as K
-from ..config import Band, Equi
+from ..config import Band, Equi, Interval
 from ..join.predicate import band_matrix, binary_parts, key_hash, key_matrix, key_widths
 from ..join.window import Window, footprint
 
@@ -53,8 +53,9 @@ class BinaryJoin:
             method = "scan"
         self.method = method
         conds = pred.between(i, j)
-        # a scan over band conditions only checks them inline (no candidate list to filter)
-        self.band_scan = method == "scan" and bool(conds) and all(isinstance(c, Band) for c in conds)
+        # a scan over band conditions only checks them inline (no candidate list to filter); a
+        # shifted interval's time condition is checked on the pairs it finds (residual)
+        self.band_scan = method == "scan" and bool(bands) and all(isinstance(c, (Band, Interval)) for c in conds)
         decided = {"equi": {Equi}, "bnl": {Equi}, "band": {Band}, "scan": {Band} if self.band_scan else set()}[method]
         self.residual = any(type(c) not in decided for c in conds)
         if method == "band" and len(bands) > 1:

@@ -21,9 +21,13 @@ def human(ts, unit):
     return t.strftime("%Y-%m-%d %H:%M:%S") + (f".{(ns // 1_000_000) % 1000:03d}" if ns % 10**9 else "")
 
 
-def duration(ns):
+def duration(ns, exact=False):
+    """`ns` in words ("5 s", "1.5 min"); `exact`: in the largest unit it is a whole number of
+    ("5001 ms", not "5 s"), for a condition the join keeps to the unit."""
     for unit, per in (("d", _DAY_NS), ("h", 3_600 * 10**9), ("min", 60 * 10**9), ("s", 10**9), ("ms", 10**6),
                       ("us", 10**3)):
+        if exact and ns % per:
+            continue
         if abs(ns) >= per:
             v = ns / per
             return f"{v:g} {unit}" if v == int(v) else f"{v:.3g} {unit}"

@@ -32,6 +32,8 @@ def window_join_sql(job):
         a, b = f"r.{c.left[1]}", f"s.{c.right[1]}"
         if c.kind == "equi":
             conds.append(f"{a} = {b}")
+        elif c.kind == "interval":              # a shifted interval (config.Interval), oriented r -> s
+            conds.append(f"s.ts - r.ts BETWEEN {c.lo} AND {c.up}")
         else:                                   # |a - b| < eps as two inequalities (DuckDB's IEJoin)
             op = "<=" if c.closed else "<"
             conds.append(f"{a} - {b} {op} {c.eps!r} AND {b} - {a} {op} {c.eps!r}")
@@ -60,8 +62,8 @@ def duckdb_join(job, threads=None):
 
 def stream_join_condition(job):
     """(equi column pairs, W) of a job Spark's stream-stream join reproduces exactly, or JobError."""
-    if len(job.streams) != 2 or job.predicate.theta or job.predicate.band:
-        raise JobError(f"{job.path}: the Spark streaming peer runs two-stream equi joins only")
+    if len(job.streams) != 2 or job.predicate.theta or job.predicate.band or job.predicate.interval:
+        raise JobError(f"{job.path}: the Spark streaming peer runs two-stream equi joins with equal windows only")
     r, s = job.streams
     if r.window.kind != "time" or s.window.kind != "time" or r.window.size != s.window.size:
         raise JobError(f"{job.path}: the Spark streaming peer needs equal time windows on both streams "

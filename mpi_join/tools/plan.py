@@ -99,32 +99,39 @@ def _local_joins(job):
 
 
 def _show(c, job):
-    from ..config import Band, Equi
+    from ..config import Band, Equi, Interval
     col = lambda side: f"{job.streams[side[0]].name}.{side[1]}"  # noqa: E731
     if isinstance(c, Equi):
         return f"{col(c.left)} = {col(c.right)}"
     if isinstance(c, Band):
         return f"|{col(c.left)} - {col(c.right)}| {'<=' if c.closed else '<'} {c.eps:g}"
+    if isinstance(c, Interval):
+        return f"{col(c.right)} - {col(c.left)} in [{c.lo}, {c.up}] {job.ts_unit}"
     return f"theta {c.udf}"
 
 
 def time_conditions(job):
     """The effective time condition of every pair of streams, however it was written (windows or
-    an interval), e.g. `quotes.ts in [trades.ts - 5 s, trades.ts]`. With integer event times the
-    semantics' open bounds -W_a < a.ts - b.ts < W_b are the closed [a.ts - (W_b - 1), a.ts + (W_a - 1)]."""
+    an interval), e.g. `quotes.ts in [trades.ts - 5 s, trades.ts]`, and how long each side is
+    kept for it. With integer event times the semantics' open bounds -W_a < a.ts - b.ts < W_b
+    are the closed [a.ts - (W_b - 1), a.ts + (W_a - 1)]; a shifted interval narrows that to its
+    own bounds (config.Interval), the windows being its hull."""
+    from ..config import Interval
     from ..storage.input_warnings import duration
     per = ts_unit_ns(job.ts_unit)
 
-    def off(sign, w):
-        return "" if w == 0 else f" {sign} {duration(w * per)}"
+    def off(w):
+        return "" if w == 0 else f" {'-' if w < 0 else '+'} {duration(abs(w) * per, exact=True)}"
     lines = []
     m = len(job.streams)
     for i in range(m):
         for j in range(i + 1, m):
             a, b = job.streams[i], job.streams[j]
             if a.window.kind == "time" and b.window.kind == "time":
-                cond = (f"{b.name}.ts in [{a.name}.ts{off('-', b.window.size - 1)}, {a.name}.ts"
-                        f"{off('+', a.window.size - 1)}]")
+                iv = [c for c in job.predicate.between(i, j) if isinstance(c, Interval)]
+                lo, up = (iv[0].lo, iv[0].up) if iv else (-(b.window.size - 1), a.window.size - 1)
+                cond = (f"{b.name}.ts in [{a.name}.ts{off(lo)}, {a.name}.ts{off(up)}]; kept: each {a.name} tuple "
+                        f"{_kept(a, per)}, each {b.name} tuple {_kept(b, per)}")
             else:
                 def one(x, y):
                     w = x.window
@@ -136,3 +143,11 @@ def time_conditions(job):
                 cond += " (and every tuple of a combination within its window of the newest)"
             lines.append(cond)
     return lines
+
+
+def _kept(s, per):
+    """How long a tuple of a time window stays for later tuples to join: W - 1 units past its own
+    event time (W = 1: only for tuples with the same event time)."""
+    from ..storage.input_warnings import duration
+    w = s.window.size - 1
+    return f"{duration(w * per, exact=True)} past its event time" if w else "only for tuples of the same event time"
