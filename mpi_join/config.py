@@ -113,6 +113,7 @@ class Predicate:
     band: tuple = ()
     theta: tuple = ()
     interval: tuple = field(default=(), repr=False)
+    outer: tuple = field(default=(), repr=False)     # streams whose tuples without a partner are results too
 
     @property
     def kinds(self):
@@ -193,7 +194,7 @@ JOB_KEYS = {
     "output": ("dir", "commit_every", "commit_rows"),
     "streams.*": ("schema", "window", "raw"),
     "streams.*.raw": ("path", "format", "time", "time_unit", "delimiter", "header", "source", "options"),
-    "predicate": ("equi", "band", "theta", "interval", "sql"),
+    "predicate": ("equi", "band", "theta", "interval", "outer", "sql"),
     "predicate.band": ("left", "right", "eps", "closed"),
     "predicate.theta": ("udf", "streams"),
     "predicate.interval": ("left", "right", "lower", "upper", "closed"),
@@ -303,6 +304,31 @@ def load_udfs(job):
             load_udf(t.udf)
         except ConfigError as err:
             raise ConfigError(f"{job.path}: predicate.theta[{k}].udf: {err}") from None
+
+
+def _outer(p, streams, path):
+    """`outer = ["trades"]`: the streams whose tuples with no partner are results too, once, with
+    null for the other side (a LEFT, RIGHT or, with both, FULL outer join). Stream indices."""
+    if "outer" not in p:
+        return ()
+    o, where = p["outer"], f"{path}: predicate.outer"
+    names = [s.name for s in streams]
+    if isinstance(o, str):
+        o = [o]
+    if not (isinstance(o, list) and o and all(isinstance(x, str) for x in o) and len(set(o)) == len(o)):
+        raise ConfigError(f"{where}: expected a list of stream names whose tuples are kept without a partner, "
+                          f"such as [\"{names[0]}\"], got {p['outer']!r}")
+    for x in o:
+        if x not in names:
+            raise ConfigError(f"{where}: unknown stream {x!r} (streams: {', '.join(names)})")
+    if len(streams) != 2:
+        raise ConfigError(f"{where}: outer joins relate two streams; this job has {len(streams)}")
+    kinds = {s.window.kind for s in streams}
+    if kinds != {"time"}:
+        raise ConfigError(f"{where}: outer joins need time windows or an interval on both streams (a tuple is "
+                          f"emitted without a partner once event time has passed every partner it could have); "
+                          f"this job has {' and '.join(sorted(kinds))} windows")
+    return tuple(sorted(names.index(x) for x in o))
 
 
 def _sql_predicate(raw, ts_unit, path):
@@ -607,7 +633,7 @@ def _predicate(raw, streams, path, base=None, interval=()):
         theta.append(Theta(udf, (names.index(ss[0]), names.index(ss[1]))))
     order = [s.name for s in streams]
     iv = tuple(Interval((order.index(a), TS), (order.index(b), TS), lo, up) for a, b, lo, up in interval)
-    pred = Predicate(tuple(equi), tuple(band), tuple(theta), iv)
+    pred = Predicate(tuple(equi), tuple(band), tuple(theta), iv, _outer(p, streams, path))
     if not pred.kinds:
         raise ConfigError(f"{path}: predicate: give at least one of equi, band or theta")
     # every stream must be connected to the others, or the join is a cross product

@@ -47,6 +47,7 @@ class StrategyInfo:
     variants: tuple = ()       # (workload, params): cases bench-suite runs beside the strategy's own
     suite_budget_s: float = 0  # seconds of the full test suite its tests may take (printed, never enforced)
     testing: bool = False      # registered by the tests to check the runtime (its join is another's)
+    outer: bool = False        # runs outer joins (predicate.outer): every partner of a tuple is found on one rank
 
     def load(self, what):
         return _load(getattr(self, what))
@@ -174,7 +175,7 @@ _CHAIN_PARAMS = {
 
 REGISTRY = {
     "hash": StrategyInfo(
-        name="hash", suite_budget_s=130, shape="partition",
+        name="hash", suite_budget_s=130, shape="partition", outer=True,
         summary="master + slaves; epoch-synchronised distribution of hash-partitioned windows",
         requires=frozenset({"equi"}),
         requires_why="hash partitioning needs equal keys to meet on one slave",
@@ -466,6 +467,11 @@ def check_runnable(job, nranks):
         raise ConfigError(f"{job.path}: predicate: strategy {info.name!r} needs {' and '.join(sorted(missing))} "
                           f"conditions{why}, the job has only {', '.join(sorted(job.predicate.kinds))}; "
                           f"{', '.join(sorted(info.predicates - info.requires))} conditions may be added to them; {hint}")
+    if job.predicate.outer and not info.outer:
+        can = [n for n in names() if REGISTRY[n].outer]
+        raise ConfigError(f"{job.path}: predicate.outer: strategy {info.name!r} does not run outer joins (a tuple's "
+                          f"partners are found on several ranks, none of which knows it has none); strategies that "
+                          f"do: {', '.join(can)}; `mpi-join oracle` computes any in one process")
     if nranks < info.min_ranks:
         raise ConfigError(f"strategy {info.name!r} needs at least {info.min_ranks} MPI ranks (rank 0 drives the "
                           f"input, {info.min_ranks - 1}+ workers join), got {nranks}; launch with mpiexec -n "

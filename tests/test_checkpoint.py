@@ -240,14 +240,16 @@ def test_sigkill_then_resume_with_text_columns(tmp_path, strategy, ranks, victim
     assert as_set(got) == as_set(run_oracle(job, arrays))
 
 
-@pytest.mark.parametrize("strategy,ranks,victim", [("hash", 3, 2), ("llhj", 4, 2)])
-def test_sigkill_then_resume_a_shifted_interval(tmp_path, strategy, ranks, victim):
+@pytest.mark.parametrize("strategy,ranks,victim,outer", [("hash", 3, 2, ""), ("llhj", 4, 2, ""),
+                                                          ("hash", 4, 3, 'outer = ["R", "S"]')])
+def test_sigkill_then_resume_a_shifted_interval(tmp_path, strategy, ranks, victim, outer):
     """A shifted interval (S 5 to 40 ms after R): its residual condition is part of the job a
-    checkpoint belongs to, and a resumed run gives exactly the oracle's pairs."""
+    checkpoint belongs to, and a resumed run gives exactly the oracle's pairs; as a full outer
+    join, whether each window row has met a partner is part of the checkpoint."""
     pred = ('equi = [["R.k", "S.k"]]\n'
-            'interval = { left = "R", right = "S", lower = "5ms", upper = "40ms", closed = "both" }')
+            'interval = { left = "R", right = "S", lower = "5ms", upper = "40ms", closed = "both" }\n' + outer)
     path, job, arrays = paced_checkpointed_job(tmp_path, strategy, pred, windows=None)
-    assert job.predicate.interval
+    assert job.predicate.interval and bool(job.predicate.outer) == bool(outer)
     kill_then_resume(path, job, ranks=ranks, victim=victim, total=16000)
     got = read_results(job.output, job.stream_names)
     expect = run_oracle(job, arrays)

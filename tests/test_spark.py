@@ -14,7 +14,7 @@ from mpi_join.storage.staged import read_staged
 from mpi_join.tools.workloads import make
 SLOW = True
 
-from conftest import run_cli, run_mpi
+from conftest import cli, run_cli, run_mpi
 from reference import as_set
 
 
@@ -145,6 +145,34 @@ def test_collect_merges_results_with_payload(spark, tmp_path):
     assert set(summary["per_rank"]) == {"0", "1", "2"}
     assert summary["per_rank"]["1"]["results"] + summary["per_rank"]["2"]["results"] == len(expect)
     assert summary["latency_ms"]["p50"] > 0
+
+
+def test_collect_gives_an_outer_joins_lone_rows_null_payloads(spark, tmp_path):
+    """A left outer join's rows without a partner: null S seq in the run's part files, and null
+    S payload columns (with the R payload) after collect --with-payload; verify equals the oracle."""
+    from mpi_join.storage.spark.collect import collect
+    path = make("equi", str(tmp_path), tuples=3000, window="2s", domain_bits=10)
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("[predicate]\n", '[predicate]\nouter = ["R"]\n', 1))
+    job = load_job(path)
+    assert job.predicate.outer == (0,)
+    p = run_mpi(3, "run", path)
+    assert p.returncode == 0, p.stderr
+    v = cli("verify", job.output, "--job", path)
+    assert v.returncode == 0, v.stdout + v.stderr
+    expect = run_oracle(job, read_staged(job))
+    lone = expect[expect[:, 1] < 0]
+    assert len(lone) > 0 and len(lone) < len(expect)
+    collect(spark, job, job.output, f"file://{tmp_path}/collected", with_payload=True, progress=lambda m: None)
+    t = pq.read_table(str(tmp_path / "collected"))
+    null = np.asarray(t.column("S_seq").is_null())
+    assert int(null.sum()) == len(lone)
+    assert set(np.asarray(t.column("R_seq"))[null].tolist()) == set(lone[:, 0].tolist())
+    for c in ("S_ts", "S_key", "S_pad"):
+        assert t.column(c).null_count == len(lone)
+    assert t.column("R_key").null_count == 0 and t.column("R_pad").null_count == 0
 
 
 def test_cli_stage_and_spark_submit_collect(tmp_path):

@@ -150,3 +150,49 @@ def test_shifted_intervals_equal_oracle(tmp_path, strategy, turn):
     assert len(expect) > 0 and all(lo <= S[int(b)] - R[int(a)] <= up for a, b in expect)
     assert len(got) == len(as_set(got)), "duplicated results"
     assert as_set(got) == as_set(expect)
+
+
+@pytest.mark.parametrize("outer,interval,ranks", [
+    ('["R"]', ("both", "-5ms", "0ms"), 3), ('["R", "S"]', ("neither", "2ms", "9ms"), 4), ('["S"]', ("left", "-3ms", "3ms"), 3)])
+def test_outer_interval_joins_equal_oracle(tmp_path, outer, interval, ranks):
+    """LEFT, FULL and RIGHT outer interval joins on hash (the strategy that runs them): every
+    tuple of an outer stream without a partner is one row with null (-1) for the other side,
+    written as null in the part files; with migrations at every reorganisation, so rows move
+    with whether they have met a partner."""
+    closed, lower, upper = interval
+    pred = (f'equi = [["R.k", "S.k"]]\nouter = {outer}\n'
+            f'interval = {{ left = "R", right = "S", lower = "{lower}", upper = "{upper}", closed = "{closed}" }}')
+    text = equi_job_text(None, strategy="hash", predicate=pred, extra_strategy='reorganize_every = 1\nforce = "migrate"',
+                         run="batch_size = 97\nmax_inflight = 2")
+    arrays = random_streams(np.random.default_rng(len(outer) + ranks), 1500, key_range=12)
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(ranks, "run", path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    got = read_results(job.output, job.stream_names)
+    expect = run_oracle(job, arrays)
+    kept = [0, 1] if outer == '["R", "S"]' else [0] if outer == '["R"]' else [1]
+    for k in (0, 1):
+        lone = expect[expect[:, 1 - k] < 0][:, k]
+        assert (len(lone) > 0) == (k in kept)
+        paired = set(expect[(expect >= 0).all(axis=1)][:, k].tolist())
+        assert not paired & set(lone.tolist()) and paired | set(lone.tolist()) <= set(arrays[k]["seq"].tolist())
+        if k in kept:
+            assert paired | set(lone.tolist()) == set(arrays[k]["seq"].tolist())
+    assert len(got) == len(as_set(got)), "duplicated results"
+    assert as_set(got) == as_set(expect)
+    import pyarrow.parquet as pq
+    from mpi_join.storage.results import result_files
+    t = pq.read_table(result_files(job.output)[0])
+    assert sum(t.column(f"{n}_seq").null_count for n in job.stream_names) > 0 or len(t) == 0
+
+
+@pytest.mark.parametrize("strategy", [n for n in strategies.names() if not strategies.get(n).outer
+                                      and strategies.get(n).streams[0] <= 2 and not _runtime_only(n)])
+def test_strategies_without_outer_joins_refuse_them(tmp_path, strategy):
+    from conftest import cli
+    pred = ('equi = [["R.k", "S.k"]]\nouter = ["R"]\n'
+            'interval = { left = "R", right = "S", lower = "-5ms", upper = "0ms" }')
+    path, _ = write_job(str(tmp_path), equi_job_text(None, strategy=strategy, predicate=pred),
+                        random_streams(np.random.default_rng(1), 50))
+    p = cli("check", path, "-n", "5")
+    assert p.returncode == 2 and "predicate.outer" in p.stderr and "hash" in p.stderr, p.stderr

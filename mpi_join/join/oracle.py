@@ -18,9 +18,17 @@ def run_oracle(job, arrays):
 
     Returns an (n, M) int64 array of seqs, one column per stream, in job stream order."""
     if len(arrays) == 2:
-        parts = [_binary(job, arrays, 0, 1), _binary(job, arrays, 1, 0)[:, ::-1]]
-        return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
+        pairs = np.concatenate([_binary(job, arrays, 0, 1), _binary(job, arrays, 1, 0)[:, ::-1]])
+        return np.concatenate([pairs] + [unmatched(arrays[k][SEQ], pairs[:, k], k) for k in job.predicate.outer])
     return _multiway(job, arrays)
+
+
+def unmatched(seqs, matched, k):
+    """Outer join rows: each seq of stream k that no pair holds, with -1 (null) for the other stream."""
+    lone = seqs[~np.isin(seqs, matched)].astype(np.int64)
+    out = np.full((len(lone), 2), -1, np.int64)
+    out[:, k] = lone
+    return out
 
 
 def _binary(job, arrays, i, j):

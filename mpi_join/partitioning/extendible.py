@@ -167,6 +167,9 @@ class ExtendibleGroup:
 
     def expire(self, bounds):
         for b in self.buckets():
+            if hasattr(b.store, "expire"):          # a local join: it may keep what expires (outer joins)
+                b.store.expire(bounds)
+                continue
             for w, bound in zip(b.windows, bounds):
                 w.expire(bound)
 

@@ -23,7 +23,7 @@ from ..partitioning import Partitioner, group_rows
 from ..partitioning.extendible import ExtendibleGroup
 from .local_join import BinaryJoin, warm_up
 from ..runtime.operator import Operator, Output
-from ..join.window import footprint
+from ..join.window import POS_INF, footprint
 
 _NONE = np.zeros(0, np.int64)
 
@@ -68,6 +68,16 @@ class HashJoinModule(CoreModule):
         out.emit((sa, sb), tin)
         return out
 
+    def on_eos(self, src):
+        """The driver's link is this slave's only input (graph.star), and a moved group is in before
+        it ends (mover.py: an Install is in order on that link): an outer join's lone rows go now."""
+        if not self.job.predicate.outer:
+            return None
+        out = Output()
+        sa, sb, tin = self.core.finish()
+        out.emit((sa, sb), tin)
+        return out
+
     # -- moving a partition group (the runtime moves it: driver.moves.begin) -----------------------
     def unit_of(self, batch):
         return self.core.part.partitions(batch["_h"])
@@ -92,9 +102,11 @@ class HashJoinCore:
         self.dtypes = dtypes
         self.local_join = local_join
         self.theta, self.block_bytes = theta, block_bytes
-        self.make_store = lambda: BinaryJoin(partitioner.pred, dtypes, local_join)
+        self.lone = []                   # outer joins: rows expired without a partner (BinaryJoin.expire)
+        self.make_store = lambda: BinaryJoin(partitioner.pred, dtypes, local_join, lone=self.lone)
         self._template = self.make_store()
         self.store_dtypes = self._template.dtypes          # window rows: runtime rows + key columns
+        self.state_dtypes = self._template.state_dtypes    # what a move or checkpoint carries of a row
         self.groups = {}                 # partition -> ExtendibleGroup
 
     def _new_group(self):
@@ -126,6 +138,8 @@ class HashJoinCore:
             if self.theta:
                 g.tune()
         self.expire(bounds)
+        out += self.lone
+        self.lone.clear()
         if not out:
             return _NONE, _NONE, _NONE
         return tuple(np.concatenate([o[k] for o in out]) for k in range(3))
@@ -133,6 +147,11 @@ class HashJoinCore:
     def expire(self, bounds):
         for g in self.groups.values():
             g.expire(bounds)
+
+    def finish(self):
+        """End of input: the rows of an outer join's streams that never met a partner, as
+        on_epoch's results (every window emptied)."""
+        return self.on_epoch(np.full(2, POS_INF, np.int64), [np.zeros(0, dt) for dt in self.store_dtypes])
 
     def window_tuples(self):
         n = [0, 0]
@@ -182,5 +201,5 @@ class HashJoinCore:
         """dtype a checkpointed array must have: group/<p>/<bucket>/<stream>."""
         parts = name.split("/")
         if len(parts) == 4 and parts[0] == "group" and parts[3] in ("0", "1"):
-            return self.dtypes[int(parts[3])]
+            return self.state_dtypes[int(parts[3])]
         return None

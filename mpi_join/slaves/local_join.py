@@ -27,21 +27,30 @@ from ..join.window import Window, footprint
 _E = np.zeros(0, np.int64)
 
 
-def derived_dtype(dtype, n_keys, n_bands):
+def derived_dtype(dtype, n_keys, n_bands, hit=False):
     """A window row: the runtime row plus its equi key as int64 words (predicate.key_matrix) and
-    band columns as float64."""
+    band columns as float64; `hit` (a stream of an outer join): whether it has met a partner."""
     extra = ([("_key", np.int64, (n_keys,))] if n_keys else []) + ([("_band", np.float64, (n_bands,))] if n_bands else [])
-    return np.dtype(dtype.descr + extra)
+    return np.dtype(dtype.descr + extra + ([(HIT, np.uint8)] if hit and HIT not in dtype.names else []))
+
+
+HIT = "_hit"
 
 
 class BinaryJoin:
     """Windows of streams i=0 and j=1 of a binary predicate, with an incremental index.
 
     `method`: "index" (equi hash index if there is an equi condition, else a band index if there
-    is a band, else scan), "bnl" (block nested loop on the equi key) or "scan"."""
+    is a band, else scan), "bnl" (block nested loop on the equi key) or "scan".
 
-    def __init__(self, pred, dtypes, method="index", i=0, j=1):
+    Outer joins (pred.outer, `step` only: the hash strategy's epochs): a window row of an outer
+    stream carries `_hit`, set when a pair holds it; when it expires without one, (its seq, -1)
+    and its _tin go to `lone` (a list the owner drains), and `expire` at +inf flushes the rest."""
+
+    def __init__(self, pred, dtypes, method="index", i=0, j=1, lone=None):
         self.pred, self.i, self.j = pred, i, j
+        self.outer = [s for s, k in enumerate((i, j)) if k in pred.outer]
+        self.lone = lone if lone is not None else []
         eq_i, eq_j, bands, thetas = binary_parts(pred, i, j)
         self.key_cols = (eq_i, eq_j)
         self.band_cols = ([b.left[1] for b in bands], [b.right[1] for b in bands])
@@ -62,7 +71,9 @@ class BinaryJoin:
             self.residual = True
         self.widths = key_widths(dtypes[0], eq_i, dtypes[1], eq_j)
         self.runtime_dtypes = list(dtypes)
-        self.dtypes = [derived_dtype(dt, sum(self.widths), len(bands)) for dt in dtypes]
+        self.dtypes = [derived_dtype(dt, sum(self.widths), len(bands), s in self.outer) for s, dt in enumerate(dtypes)]
+        # what a snapshot holds: the runtime rows, and whether each row of an outer stream has met a partner
+        self.state_dtypes = [derived_dtype(dt, 0, 0, s in self.outer) for s, dt in enumerate(dtypes)]
         self.windows = [Window(dt) for dt in self.dtypes]
         self.runs = [SortedRuns(np.uint64 if method == "equi" else np.float64) for _ in (0, 1)]
 
@@ -81,6 +92,11 @@ class BinaryJoin:
             key = self._sortkey(n1, 1)
             run = SortedRuns.of(key) if key is not None else None
             out.append(self._pairs(n0, 0, n1, 0, run))
+        if self.outer:
+            for A, a, B, b in out:
+                for s, rows, idx in ((0, A, a), (1, B, b)):
+                    if s in self.outer and len(idx):
+                        rows[HIT][idx] = 1
         # results are read out before appending: an append may compact the window under its views
         n = sum(len(a) for (_, a, _, _) in out)
         res = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)) if n else (_E, _E, _E)
@@ -182,6 +198,8 @@ class BinaryJoin:
             out["_h"] = key_hash(out["_key"])
         if len(self.eps):
             out["_band"] = band_matrix(batch, self.band_cols[s])
+        if s in self.outer and HIT not in batch.dtype.names:
+            out[HIT] = 0
         return out
 
     def _sortkey(self, rows, s):
@@ -201,7 +219,15 @@ class BinaryJoin:
 
     def expire(self, bounds):
         for s, w in enumerate(self.windows):
-            w.expire(bounds[self.i if s == 0 else self.j] if len(bounds) > 2 else bounds[s])
+            bound = bounds[self.i if s == 0 else self.j] if len(bounds) > 2 else bounds[s]
+            if s in self.outer and len(w):
+                v = w.view()
+                gone = v[:int(np.searchsorted(v["_coord"], bound))]
+                lone = gone[gone[HIT] == 0]
+                if len(lone):
+                    seqs = [lone["seq"].astype(np.int64), np.full(len(lone), -1, np.int64)]
+                    self.lone.append((seqs[s], seqs[1 - s], lone["_tin"].astype(np.int64)))
+            w.expire(bound)
 
     def __len__(self):
         return len(self.windows[0]) + len(self.windows[1])
@@ -227,16 +253,16 @@ class BinaryJoin:
         """{"<prefix>/<s>": stream s's window rows in the runtime dtype}: what a checkpoint
         writes or a move carries; the derived columns and the index are rebuilt by restore."""
         return {f"{prefix}/{s}": runtime_rows(w.view(), dt)
-                for s, (w, dt) in enumerate(zip(self.windows, self.runtime_dtypes))}
+                for s, (w, dt) in enumerate(zip(self.windows, self.state_dtypes))}
 
     def restore(self, arrays, prefix="window"):
         """Fill this (new) join with snapshot()'s rows."""
-        self.load(*[arrays.get(f"{prefix}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.runtime_dtypes)])
+        self.load(*[arrays.get(f"{prefix}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.state_dtypes)])
 
     def state_dtype(self, name, prefix="window"):
         """dtype of a snapshot array, None for a name that is not one."""
         p, _, s = name.rpartition("/")
-        return self.runtime_dtypes[int(s)] if p == prefix and s in ("0", "1") else None
+        return self.state_dtypes[int(s)] if p == prefix and s in ("0", "1") else None
 
 
 def pair_rows(A, a, B, b):

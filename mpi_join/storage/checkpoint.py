@@ -51,7 +51,7 @@ def fingerprint(job):
     desc = {
         "ts_unit": job.ts_unit,
         "streams": [[s.name, s.schema, s.window.kind, s.window.size] for s in job.streams],
-        "predicate": repr(job.predicate) + (repr(job.predicate.interval) if job.predicate.interval else ""),
+        "predicate": repr(job.predicate) + "".join(repr(x) for x in (job.predicate.interval, job.predicate.outer) if x),
         "strategy": [job.strategy.name, {k: v for k, v in sorted(job.strategy.params.items()) if not (k in params and params[k].testing)}],
     }
     return hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()[:16]

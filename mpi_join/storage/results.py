@@ -161,12 +161,19 @@ def _write(chunks, names, path):
     """One part file from the buffered (seqs, emit, latency) chunks; the columns are chunked
     arrays over the same memory, so nothing is copied before Parquet encodes them."""
     cols = [[c[0][k] for c in chunks] for k in range(len(names) - 2)] + [[c[1] for c in chunks], [c[2] for c in chunks]]
-    table = pa.Table.from_arrays([pa.chunked_array([pa.array(a, pa.int64()) for a in col]) for col in cols], names=names)
+    table = pa.Table.from_arrays([pa.chunked_array([_seq_array(a) for a in col]) for col in cols], names=names)
     tmp = path + ".tmp"
     pq.write_table(table, tmp, use_dictionary=False)
     os.replace(tmp, path)
     return os.path.basename(path), {"rows": table.num_rows, "bytes": os.path.getsize(path),
                                     "sha256": file_sha256(path)}
+
+
+def _seq_array(a):
+    """A column chunk; a seq of -1 is the null side of an outer join's row (README "Outer
+    joins"), null in the file (emit and latency times are never negative)."""
+    null = a < 0
+    return pa.array(a, pa.int64(), mask=null if null.any() else None)
 
 
 def result_files(path):
@@ -189,7 +196,7 @@ def read_results(path, stream_names):
             t = pq.read_table(f, columns=cols)
         except Exception as e:  # noqa: BLE001
             raise InputError(f"{f}: cannot read result columns {cols}: {e}") from None
-        parts.append(np.stack([t.column(c).to_numpy() for c in cols], axis=1).astype(np.int64))
+        parts.append(np.stack([t.column(c).fill_null(-1).to_numpy() for c in cols], axis=1).astype(np.int64))
     return np.concatenate(parts) if parts else np.zeros((0, len(cols)), np.int64)
 
 
