@@ -247,3 +247,19 @@ def test_bench_suite_refuses_a_users_non_empty_out(tmp_path):
     assert p.returncode == 2 and len(lines) == 1 and "not written by mpi-join bench-suite" in lines[0], p.stderr
     assert str(tmp_path / "mine") in lines[0] and "--overwrite" in lines[0]
     assert (tmp_path / "mine" / "results.json").read_text() == '{"thesis": 1}'
+
+
+@pytest.mark.parametrize("outer,extra", [('["trades"]', set()), ('["trades", "quotes"]', {(-1, 2)})])
+def test_the_readmes_worked_outer_join_example(tmp_path, outer, extra):
+    """README "Exact semantics": trades t1 09:30:00, t2 09:30:20; quotes q1 09:29:58, q2
+    09:30:01; quotes of the 5 s before each trade, outer on trades: (t1, q1) and (t2, null);
+    FULL adds (null, q2)."""
+    t0 = 1_772_357_400_000                                  # 2026-03-01 09:30:00 UTC, in ms
+    T = np.zeros(2, [("seq", "i8"), ("ts", "i8"), ("sym", "i4"), ("px", "f8")])
+    Q = np.zeros(2, [("seq", "i8"), ("ts", "i8"), ("sym", "i4"), ("bid", "f8")])
+    Q["seq"], Q["ts"] = [0, 2], [t0 - 2000, t0 + 1000]      # q1, q2
+    T["seq"], T["ts"] = [1, 3], [t0, t0 + 20_000]            # t1, t2
+    iv = 'interval = { left = "trades", right = "quotes", lower = "-5s", upper = "0s" }\n' + f"outer = {outer}"
+    _, job = _job(tmp_path, "ex", trades_job(interval=iv), [T, Q])
+    got = {(int(a), int(b)) for a, b in run_oracle(job, [T, Q])}
+    assert got == {(1, 0), (3, -1)} | extra

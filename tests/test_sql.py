@@ -63,6 +63,14 @@ PAIRS = [
      "AND q.ts < t.ts - INTERVAL '5' SECOND",
      'equi = [["trades.sym", "quotes.sym"]]\n'
      'interval = { left = "trades", right = "quotes", lower = "-10s", upper = "-5s", closed = "neither" }', False),
+    ("SELECT * FROM trades t LEFT JOIN quotes q ON t.sym = q.sym "
+     "AND q.ts BETWEEN t.ts - INTERVAL '5' SECOND AND t.ts",
+     'equi = [["trades.sym", "quotes.sym"]]\nouter = ["trades"]\n'
+     'interval = { left = "trades", right = "quotes", lower = "-5s", upper = "0s" }', False),
+    ("SELECT * FROM trades t RIGHT OUTER JOIN quotes q ON t.sym = q.sym",
+     'equi = [["trades.sym", "quotes.sym"]]\nouter = ["quotes"]', True),
+    ("SELECT * FROM quotes q FULL OUTER JOIN trades t ON t.sym = q.sym",
+     'equi = [["trades.sym", "quotes.sym"]]\nouter = ["trades", "quotes"]', True),
 ]
 
 
@@ -86,8 +94,8 @@ def test_a_multi_way_join_for_psp():
 
 
 REFUSED = [
-    ("SELECT * FROM trades t LEFT JOIN quotes q ON t.sym = q.sym", "LEFT JOIN: outer joins"),
-    ("SELECT * FROM trades t FULL OUTER JOIN quotes q ON t.sym = q.sym", "FULL JOIN: outer joins"),
+    ("SELECT * FROM trades t LEFT JOIN quotes q ON t.sym = q.sym WHERE q.bid > t.px", "LEFT JOIN: an outer join"),
+    ("SELECT * FROM trades t, quotes q LEFT JOIN trades u ON u.sym = q.sym", "LEFT JOIN: an outer join"),
     ("SELECT t.sym, COUNT(*) FROM trades t JOIN quotes q ON t.sym = q.sym GROUP BY t.sym", "GROUP BY"),
     ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym ORDER BY t.px", "ORDER BY"),
     ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym LIMIT 10", "LIMIT"),

@@ -16,7 +16,8 @@ that is an AND of
                                                   interval (b.ts - a.ts within [lo, hi])
 with `ts` (or the stream's raw time column) as each stream's event time and lo, hi as INTERVAL
 'n' UNIT (or a number in the job's ts_unit). Anything else is refused with one line naming the
-clause: an outer join, OR, a filter on one stream, GROUP BY, ORDER BY, LIMIT, a subquery, ..."""
+clause: OR, a filter on one stream, GROUP BY, ORDER BY, LIMIT, a subquery, ... `A LEFT JOIN B ON
+...` keeps A's tuples without a partner (outer = ["A"]), RIGHT keeps B's, FULL both."""
 import sqlglot
 from sqlglot import exp
 
@@ -86,11 +87,18 @@ def _translate(sql, names, ts_unit, time_columns):
     if frm is None:
         _no("no FROM clause: name the streams to join")
     table(frm.this)
-    conds = []
-    for j in q.args.get("joins") or []:
+    conds, outer = [], []
+    joins = q.args.get("joins") or []
+    for j in joins:
         side, kind = (j.args.get("side") or "").upper(), (j.args.get("kind") or "").upper()
         if side in ("LEFT", "RIGHT", "FULL") or kind == "OUTER":
-            _no(f"{side or kind} JOIN: outer joins are not supported; write an inner JOIN")
+            if len(joins) != 1 or q.args.get("where") is not None or j.args.get("on") is None:
+                _no(f"{side or kind} JOIN: an outer join is of two streams, with its conditions in ON (a WHERE "
+                    f"would drop the rows without a partner, and a join of more streams is not supported)")
+            if side not in ("LEFT", "RIGHT", "FULL"):
+                _no(f"{kind} JOIN: say which side is kept: LEFT, RIGHT or FULL OUTER JOIN")
+            first, other = alias[frm.this.alias_or_name], j.this.name
+            outer = {"LEFT": [first], "RIGHT": [other], "FULL": [first, other]}[side]
         if kind in ("SEMI", "ANTI", "NATURAL") or j.args.get("using"):
             _no(f"{kind or 'USING'} join: write JOIN ... ON with the conditions")
         if kind == "CROSS" and j.args.get("on"):
@@ -123,6 +131,7 @@ def _translate(sql, names, ts_unit, time_columns):
         closed = {(True, True): "both", (False, False): "neither", (True, False): "left", (False, True): "right"}
         out["interval"] = {"left": left, "right": right, "lower": lo, "upper": hi,
                            "closed": closed[(lo_closed, hi_closed)]}
+    out["outer"] = outer
     return {k: v for k, v in out.items() if v}
 
 

@@ -142,6 +142,10 @@ def time_conditions(job):
             if m > 2:
                 cond += " (and every tuple of a combination within its window of the newest)"
             lines.append(cond)
+    names = [s.name for s in job.streams]
+    for k in job.predicate.outer:
+        lines.append(f"outer: each {names[k]} tuple without a partner is a result once no partner can still come, "
+                     f"with null {names[1 - k]} columns")
     return lines
 
 
