@@ -9,7 +9,12 @@ STAMP  := $(VENV)/.installed
 # hosts did not hold up beside each other)
 TEST_JOBS ?= 2
 
-.PHONY: demo test fast setup warm clean
+# Apache Flink's environment for the Flink tier (tests/test_flink.py): the `flink` extra of
+# pyproject.toml, installed alone (its pins conflict with pyspark's and pyarrow's; see there)
+FLINK_VENV := .venv-flink
+FLINK_STAMP := $(FLINK_VENV)/.installed
+
+.PHONY: demo test fast setup warm clean flink flink-test
 
 setup: $(STAMP)
 
@@ -27,14 +32,28 @@ $(STAMP): pyproject.toml
 warm: $(STAMP)
 	$(BIN)/mpi-join warm-spark
 
+flink: $(FLINK_STAMP)
+
+$(FLINK_STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "make flink: java not found (Flink needs Java 17)"; exit 2; }
+	@echo "make flink: creating $(FLINK_VENV) with the flink extra of pyproject.toml (about a minute)..."
+	$(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/pip install --quiet --upgrade pip
+	$(FLINK_VENV)/bin/pip install --quiet $$($(PYTHON) -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["flink"]))')
+	touch $(FLINK_STAMP)
+
+# the Flink tier alone (make test runs it too)
+flink-test: $(STAMP) flink
+	$(BIN)/python -m pytest -q -m flink
+
 demo: $(STAMP)
 	$(BIN)/mpi-join demo -n 4
 
-test: $(STAMP) warm
+test: $(STAMP) warm flink
 	$(BIN)/python -m pytest -q --durations=20
 
 fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_JOBS) --dist loadgroup
 
 clean:
-	rm -rf $(VENV) demo-run .pytest_cache .hypothesis
+	rm -rf $(VENV) $(FLINK_VENV) demo-run .pytest_cache .hypothesis

@@ -40,6 +40,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: launches mpiexec, Spark or Slurm (the full tier; "
                                        "`pytest -m 'not slow'` is the fast tier)")
     config.addinivalue_line("markers", "xdist_group(name): run on one pytest-xdist worker with the rest of its group")
+    config.addinivalue_line("markers", "flink: compares with Apache Flink (the Flink tier, also slow; `make flink` "
+                                       "builds its environment)")
 
 
 _LAUNCHES = ("run_mpi(", "MPIEXEC", "_expect_run_error(", "spark_session", "spark_stream_join", "slurm", "kill_then_resume(",

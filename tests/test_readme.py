@@ -36,3 +36,23 @@ def test_the_readme_commands_run_as_written(tmp_path):
         ran.append(cmd)
     assert any("verify" in c for c in ran) and (tmp_path / "work/equi/collected/_summary.json").exists()
     assert (tmp_path / "work/equi/slurm").is_dir()
+
+
+def test_the_readmes_flink_cases_are_the_flink_tiers():
+    """README "Checked against Apache Flink" lists the cases tests/test_flink.py runs: each row's
+    condition is one case's, with its strategies."""
+    from test_flink import CASES, ON
+    text = open(README).read()
+    table = text[text.index("### Checked against Apache Flink"):]
+    lines = table.splitlines()
+    start = next(k for k, r in enumerate(lines) if r.startswith("| case"))
+    rows = []
+    for r in lines[start + 2:]:
+        if not r.startswith("|"):
+            break
+        rows.append(r)
+    assert len(rows) == len(CASES)
+    for (sql, _, strategies), row in zip(CASES.values(), rows):
+        cond = sql.split(ON, 1)[1] if ON in sql else sql
+        assert f"`{cond}`" in row or "as inner" in row, (cond, row)
+        assert all(s.split("@")[0] in row for s in strategies), (strategies, row)

@@ -67,6 +67,10 @@ PAIRS = [
      "AND q.ts BETWEEN t.ts - INTERVAL '5' SECOND AND t.ts",
      'equi = [["trades.sym", "quotes.sym"]]\nouter = ["trades"]\n'
      'interval = { left = "trades", right = "quotes", lower = "-5s", upper = "0s" }', False),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts >= t.ts - INTERVAL '0.25' SECOND "
+     "AND q.ts < t.ts + INTERVAL '2' SECOND",
+     'equi = [["trades.sym", "quotes.sym"]]\n'
+     'interval = { left = "trades", right = "quotes", lower = "-250ms", upper = "2s", closed = "left" }', False),
     ("SELECT * FROM trades t RIGHT OUTER JOIN quotes q ON t.sym = q.sym",
      'equi = [["trades.sym", "quotes.sym"]]\nouter = ["quotes"]', True),
     ("SELECT * FROM quotes q FULL OUTER JOIN trades t ON t.sym = q.sym",
@@ -156,3 +160,41 @@ def test_explain_prints_the_sql_and_the_toml_form_it_is_read_as(tmp_path):
     assert ('read as the TOML form: [predicate] equi = [["trades.sym", "quotes.sym"]]; interval = { left = '
             '"trades", right = "quotes", lower = "-5s", upper = "0s", closed = "both" }') in p.stdout, p.stdout
     assert "quotes.ts in [trades.ts - 5 s, trades.ts]" in p.stdout
+
+
+def _readme_examples():
+    """Each ```toml block of the README with a [predicate] table and a "# SQL:" line."""
+    import os
+    import re
+    text = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
+    out = []
+    for block in re.findall(r"```toml\n(.*?)```", text, re.S):
+        sql = [ln.split("# SQL:", 1)[1].strip() for ln in block.splitlines() if ln.startswith("# SQL:")]
+        if "[predicate]" in block and sql:
+            body = block[block.index("[predicate]"):].split("\n", 1)[1]
+            body = body.split("\n[", 1)[0]
+            out.append((body, sql[0]))
+    return out
+
+
+@pytest.mark.parametrize("toml,sql", _readme_examples())
+def test_every_readme_join_example_has_its_sql_form(toml, sql):
+    """The README's join examples each carry a "# SQL:" line: it is the job its TOML form is."""
+    pred = tomllib.loads(toml)
+    refs = [x for v in pred.get("equi", []) for x in v] + [x for b in pred.get("band", []) for x in (b["left"], b["right"])]
+    cols = {}
+    for r in refs:
+        st, c = r.split(".")
+        cols.setdefault(st, set()).add(c)
+    iv = "interval" in pred
+    schema = {n: ", ".join(f'{c} = "int64"' for c in sorted(cs)) for n, cs in cols.items()}
+    streams = "".join(f"[streams.{n}]\nschema = {{ {schema[n]} }}\n" + ("" if iv else 'window = "5s"\n') for n in cols)
+    head = '[job]\nname = "x"\nts_unit = "ms"\n[input]\nstaged = "s"\n[output]\ndir = "o"\n' + streams
+
+    def job(p):
+        return parse_job(tomllib.loads(head + f"[predicate]\n{p}\n[strategy]\nname = \"hash\"\n"))
+    a, b = job(toml), job(_sql(sql))
+    assert len(_readme_examples()) >= 3
+    assert a.predicate == b.predicate and a.predicate.outer == b.predicate.outer
+    assert [s.window for s in a.streams] == [s.window for s in b.streams] or iv
+    assert [s.window.size for s in a.streams] == [s.window.size for s in b.streams]

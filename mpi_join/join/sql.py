@@ -191,8 +191,11 @@ def _duration(e, ts_unit):
             n = float(v)
         except (TypeError, ValueError):
             _no(f"{e.sql()}: expected INTERVAL 'n' UNIT with a number n")
-        if n != int(n) or n < 0:
-            _no(f"{e.sql()}: expected a whole, non-negative number of {unit.lower()}s")
+        if n < 0 or n != n or n == float("inf"):
+            _no(f"{e.sql()}: expected a non-negative number of {unit.lower()}s")
+        if n != int(n):                      # Flink writes 250 ms as INTERVAL '0.25' SECOND
+            from decimal import Decimal
+            return f"{format(Decimal(v.strip()), 'f')}{UNITS[unit]}"
         return f"{int(n)}{UNITS[unit]}" if n else "0s"
     if isinstance(e, exp.Literal) and not e.is_string:
         n = float(e.name)

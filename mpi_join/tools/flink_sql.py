@@ -1,0 +1,51 @@
+"""Run interval joins in Apache Flink SQL (a local mini-cluster): the reference the Flink tier
+compares mpi-join with (tools/flink_peer.py writes the spec and reads the answers).
+
+This file is run by the Python of the Flink environment (`make flink`: .venv-flink, where
+`apache-flink` lives apart from mpi-join's own packages, whose versions it pins otherwise), as
+a script: it imports only pyflink and the standard library, never mpi_join.
+
+    python flink_sql.py SPEC.json
+
+SPEC: {"parallelism": p, "watermark_delay_ms": d, "cases": [{"id", "sql", "out", "tables":
+[{"name", "csv", "columns": [[name, Flink SQL type], ...], "time": "ts"}]}]}. Each table is a
+CSV file whose second column, `<time>_ms`, is the event time in ms; the table gets the rowtime
+attribute `<time> AS TO_TIMESTAMP_LTZ(<time>_ms, 3)` with the watermark `<time> - d ms` (its
+rows are in event-time order; the delay only keeps rows of equal time from being late), so the
+join is Flink's interval join and its outer rows are emitted as the watermark passes. Each
+case's SELECT gives the seqs of its pairs, written to `out` as CSV lines ("" for null).
+"""
+import csv
+import json
+import sys
+import time
+
+
+def main(spec_path):
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+    with open(spec_path) as f:
+        spec = json.load(f)
+    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    env.get_config().set("parallelism.default", str(int(spec.get("parallelism", 1))))
+    delay = int(spec.get("watermark_delay_ms", 1000))
+    for case in spec["cases"]:
+        t0 = time.perf_counter()
+        for t in case["tables"]:
+            cols = ", ".join(f"`{n}` {ty}" for n, ty in t["columns"])
+            env.execute_sql(f"DROP TEMPORARY TABLE IF EXISTS `{t['name']}`")
+            env.execute_sql(
+                f"CREATE TEMPORARY TABLE `{t['name']}` ({cols}, "
+                f"`{t['time']}` AS TO_TIMESTAMP_LTZ(`{t['time']}_ms`, 3), "
+                f"WATERMARK FOR `{t['time']}` AS `{t['time']}` - INTERVAL '{delay / 1000:.3f}' SECOND) "
+                f"WITH ('connector' = 'filesystem', 'path' = 'file://{t['csv']}', 'format' = 'csv')")
+        n = 0
+        with env.execute_sql(case["sql"]).collect() as rows, open(case["out"], "w", newline="") as f:
+            w = csv.writer(f)
+            for r in rows:
+                w.writerow(["" if v is None else int(v) for v in r])
+                n += 1
+        print(f"flink: {case['id']}: {n} rows in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
