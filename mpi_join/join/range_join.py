@@ -66,7 +66,7 @@ def probe_ranges(pred, i, j, A, B, lo, hi, rows=None):
     for t in thetas:
         keep = _theta_mask(t, i, A, B, ra, ib)
         ia, ib, ra = ia[keep], ib[keep], ra[keep]
-    for c in pred.between(i, j):
+    for c in pred.between(i, j) if pred.interval else ():      # a shifted interval's time condition
         if isinstance(c, Interval):
             keep = interval_mask(c, A, B, ra, ib)
             ia, ib, ra = ia[keep], ib[keep], ra[keep]

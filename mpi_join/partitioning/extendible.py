@@ -24,7 +24,7 @@ def bucket_hash(h):
 
 class Bucket:
     """A bucket's store: anything with `windows` (two window.Window), `load(rows0, rows1)`
-    (append without joining), `snapshot(prefix)` and `restore(arrays, prefix)` -- the local
+    (append without joining), `expire(bounds)`, `snapshot(prefix)` and `restore(arrays, prefix)` -- the local
     join's windows and index (local_join.BinaryJoin), or bare windows."""
     __slots__ = ("depth", "store", "windows")
 
@@ -49,6 +49,10 @@ class _Windows:
     def load(self, *rows):
         for w, r in zip(self.windows, rows):
             w.append(r)
+
+    def expire(self, bounds):
+        for w, bound in zip(self.windows, bounds):
+            w.expire(bound)
 
     def snapshot(self, prefix):
         return {f"{prefix}/{s}": w.view() for s, w in enumerate(self.windows)}
@@ -167,11 +171,7 @@ class ExtendibleGroup:
 
     def expire(self, bounds):
         for b in self.buckets():
-            if hasattr(b.store, "expire"):          # a local join: it may keep what expires (outer joins)
-                b.store.expire(bounds)
-                continue
-            for w, bound in zip(b.windows, bounds):
-                w.expire(bound)
+            b.store.expire(bounds)          # a local join may keep what expires (outer joins)
 
     # -- state -------------------------------------------------------------------------
     def state(self):

@@ -31,7 +31,7 @@ def derived_dtype(dtype, n_keys, n_bands, hit=False):
     """A window row: the runtime row plus its equi key as int64 words (predicate.key_matrix) and
     band columns as float64; `hit` (a stream of an outer join): whether it has met a partner."""
     extra = ([("_key", np.int64, (n_keys,))] if n_keys else []) + ([("_band", np.float64, (n_bands,))] if n_bands else [])
-    return np.dtype(dtype.descr + extra + ([(HIT, np.uint8)] if hit and HIT not in dtype.names else []))
+    return np.dtype(dtype.descr + extra + ([(HIT, np.uint8)] if hit else []))
 
 
 HIT = "_hit"
@@ -219,15 +219,13 @@ class BinaryJoin:
 
     def expire(self, bounds):
         for s, w in enumerate(self.windows):
-            bound = bounds[self.i if s == 0 else self.j] if len(bounds) > 2 else bounds[s]
-            if s in self.outer and len(w):
-                v = w.view()
-                gone = v[:int(np.searchsorted(v["_coord"], bound))]
-                lone = gone[gone[HIT] == 0]
+            v = w.view()                 # expiry moves the window's start only: v still holds what left
+            k = w.expire(bounds[self.i if s == 0 else self.j] if len(bounds) > 2 else bounds[s])
+            if s in self.outer and k:
+                lone = v[:k][v[HIT][:k] == 0]
                 if len(lone):
                     seqs = [lone["seq"].astype(np.int64), np.full(len(lone), -1, np.int64)]
                     self.lone.append((seqs[s], seqs[1 - s], lone["_tin"].astype(np.int64)))
-            w.expire(bound)
 
     def __len__(self):
         return len(self.windows[0]) + len(self.windows[1])

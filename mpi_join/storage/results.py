@@ -161,7 +161,9 @@ def _write(chunks, names, path):
     """One part file from the buffered (seqs, emit, latency) chunks; the columns are chunked
     arrays over the same memory, so nothing is copied before Parquet encodes them."""
     cols = [[c[0][k] for c in chunks] for k in range(len(names) - 2)] + [[c[1] for c in chunks], [c[2] for c in chunks]]
-    table = pa.Table.from_arrays([pa.chunked_array([_seq_array(a) for a in col]) for col in cols], names=names)
+    seqs = len(names) - 2
+    table = pa.Table.from_arrays([pa.chunked_array([_seq_array(a) if k < seqs else pa.array(a, pa.int64()) for a in col])
+                                  for k, col in enumerate(cols)], names=names)
     tmp = path + ".tmp"
     pq.write_table(table, tmp, use_dictionary=False)
     os.replace(tmp, path)
@@ -170,8 +172,8 @@ def _write(chunks, names, path):
 
 
 def _seq_array(a):
-    """A column chunk; a seq of -1 is the null side of an outer join's row (README "Outer
-    joins"), null in the file (emit and latency times are never negative)."""
+    """A seq column chunk; a seq of -1 is the null side of an outer join's row (README "Exact
+    semantics"), null in the file."""
     null = a < 0
     return pa.array(a, pa.int64(), mask=null if null.any() else None)
 
