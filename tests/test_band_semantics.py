@@ -98,3 +98,40 @@ def test_float32_columns_are_compared_in_float64():
     want = expected(arrays, 0.25, True)
     for name, got in run_methods(arrays, 0.25, True, "float32", "float32").items():
         assert got == want, name
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_grid_probe_finds_exactly_the_scans_pairs(seed):
+    """range_join.band_grid (the oracle's and llhj's band index) against the plain range scan:
+    values on a decimal grid with eps on it (boundaries that rounding could move across a cell),
+    negatives, NaN, infinities, closed and open bands, a second band, row ranges of every size."""
+    from mpi_join.join import kernels as K
+    from mpi_join.join.range_join import band_grid
+    rng = np.random.default_rng(seed)
+    n, m = 300, 400
+    eps = np.array([[0.1, 0.3, 2.5, 7.0, 1e-3, 40.0][seed], 5.0])
+    closed = np.array([seed % 2 == 0, seed % 3 == 0])
+    A = np.round(rng.uniform(-30, 30, (n, 2)), 1)
+    B = np.round(rng.uniform(-30, 30, (m, 2)), 1)
+    for X in (A, B):
+        X[rng.integers(0, len(X), 8), 0] = rng.choice([np.nan, np.inf, -np.inf], 8)
+    lo = rng.integers(0, m, n)
+    hi = np.minimum(m, lo + rng.integers(0, m, n))
+    grid = band_grid(A[:, 0], B[:, 0], eps[0], lo, hi)
+    assert grid is not None
+    want = K.collect(K.range_band, lo, hi, A, B, eps, closed)
+    got = K.collect(K.range_band_grid, lo, hi, A, B, eps, closed, *grid)
+    assert len(want[0]) > 0
+    assert sorted(zip(*map(list, got))) == sorted(zip(*map(list, want)))
+
+
+def test_the_grid_is_skipped_where_it_cannot_be_exact_or_cheaper():
+    from mpi_join.join.range_join import band_grid
+    a, b = np.array([1.0, 2.0]), np.arange(100.0)
+    full_lo, full_hi = np.zeros(2, np.int64), np.full(2, 100)
+    assert band_grid(np.arange(1000.0), b, 1.0, np.zeros(1000, np.int64), np.full(1000, 100)) is not None
+    assert band_grid(a, b, 1.0, full_lo, full_hi) is None            # 200 pairs to scan: cheaper than a sort
+    assert band_grid(a, b, 0.0, full_lo, full_hi) is None            # no cell width
+    assert band_grid(np.full(1000, 1e300), b, 1e-300, np.zeros(1000, np.int64), np.full(1000, 100)) is None
+    big = np.full(1000, 1e300)                    # finite values whose cells overflow: no grid, not "never"
+    assert band_grid(big, np.full(100, 1e300), 1e-10, np.zeros(1000, np.int64), np.full(1000, 100)) is None

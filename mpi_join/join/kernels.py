@@ -128,6 +128,38 @@ def range_band(a_lo_idx, a_hi_idx, A, B, eps, closed, out_a, out_b):
 
 
 @njit(cache=True)
+def range_band_grid(a_lo_idx, a_hi_idx, A, B, eps, closed, a_cell, b_cell_sorted, b_idx_sorted, out_a, out_b):
+    """range_band through a grid on the first band column (band_grid): b rows sorted by (cell,
+    index), so each cell's rows form one block ordered by arrival; a probe visits the cells
+    a_cell - 2 .. a_cell + 2 (one cell of float rounding on either side of the three its band
+    spans), its row range in each by binary search, and tests every band on those rows only.
+    a_cell < -2**62: a probe value that is NaN or infinite, within no band."""
+    n = 0
+    nb = b_cell_sorted.shape[0]
+    for i in range(A.shape[0]):
+        k = a_cell[i]
+        if k < -(1 << 62):
+            continue
+        p = np.searchsorted(b_cell_sorted, k - 2)
+        e = np.searchsorted(b_cell_sorted, k + 2, side="right")
+        while p < e:
+            q = p + 1
+            while q < nb and b_cell_sorted[q] == b_cell_sorted[p]:
+                q += 1
+            blk = b_idx_sorted[p:q]
+            lo = p + np.searchsorted(blk, a_lo_idx[i])
+            hi = p + np.searchsorted(blk, a_hi_idx[i])
+            for r in range(lo, hi):
+                j = b_idx_sorted[r]
+                if _band_ok(A, i, B, j, eps, closed):
+                    if n < out_a.shape[0]:
+                        out_a[n], out_b[n] = i, j
+                    n += 1
+            p = q
+    return n
+
+
+@njit(cache=True)
 def band_mask(ia, ib, A, B, eps, closed):
     out = np.empty(ia.shape[0], np.bool_)
     for p in range(ia.shape[0]):
@@ -178,5 +210,5 @@ def theta_mask(udf, RA, RB, ia, ib):
     return theta_kernels(udf)[0](RA, RB, ia, ib)
 
 
-__all__ = ["collect", "equi_bnl", "range_equi", "range_band", "band_mask",
+__all__ = ["collect", "equi_bnl", "range_equi", "range_band", "range_band_grid", "band_mask",
            "range_all", "theta_kernels", "theta_mask"]

@@ -52,7 +52,11 @@ def probe_ranges(pred, i, j, A, B, lo, hi, rows=None):
             ia, ib = ia[keep], ib[keep]
     elif bands:
         Ab, Bb, eps, closed = _band_args(A, B, bands)
-        ia, ib = K.collect(K.range_band, lo, hi, at(Ab), Bb, eps, closed, guess=guess)
+        grid = band_grid(Ab[:, 0] if rows is None else Ab[rows, 0], Bb[:, 0], eps[0], lo, hi)
+        if grid is None:
+            ia, ib = K.collect(K.range_band, lo, hi, at(Ab), Bb, eps, closed, guess=guess)
+        else:
+            ia, ib = K.collect(K.range_band_grid, lo, hi, at(Ab), Bb, eps, closed, *grid, guess=guess)
     else:
         udf = load_udf(thetas[0].udf)
         RA, RB = _oriented(thetas[0], i, A, B)
@@ -71,6 +75,34 @@ def probe_ranges(pred, i, j, A, B, lo, hi, rows=None):
             keep = interval_mask(c, A, B, ra, ib)
             ia, ib, ra = ia[keep], ib[keep], ra[keep]
     return ia, ib
+
+
+GRID_MIN_SCAN = 8     # build the grid when the scan would test 8 pairs per row of B or more
+_NO_CELL = np.int64(-(1 << 63))
+
+
+def band_grid(a, b, eps, lo, hi):
+    """The grid kernels.range_band_grid probes through, or None where scanning is as cheap.
+
+    A probe value a meets b within the band only if |a - b| <= eps, so b lies in cell
+    floor(a / eps) - 1, + 0 or + 1 of a grid of width eps: a probe tests the rows of five cells
+    (rounding), not its whole range. Built (a sort of B) when the ranges to scan hold at least
+    GRID_MIN_SCAN pairs per row of B, the width is positive and every cell fits in an int64
+    exactly. NaN and infinite values are within no band: their cells are never found.
+    Returns (cells of a, cells of b sorted, b's rows in that order)."""
+    if not len(b) or not eps > 0 or int(np.sum(hi - lo)) < GRID_MIN_SCAN * len(b):
+        return None
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        fa, fb = np.floor(a / eps), np.floor(b / eps)
+    ok_a, ok_b = np.isfinite(a), np.isfinite(b)       # a value's cell, not its quotient: 1e300 / 1e-10
+    if not (np.abs(fa[ok_a]).max(initial=0) <= 2.0**52 and np.abs(fb[ok_b]).max(initial=0) <= 2.0**52):
+        return None
+    ca = np.where(ok_a, fa, 0).astype(np.int64)
+    ca[~ok_a] = _NO_CELL
+    cb = np.where(ok_b, fb, 0).astype(np.int64)
+    rows = np.flatnonzero(ok_b)
+    order = rows[np.argsort(cb[rows], kind="stable")]
+    return ca, cb[order], order.astype(np.int64)
 
 
 def interval_mask(c, A, B, ia, ib):
