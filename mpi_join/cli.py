@@ -842,19 +842,23 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
 @click.option("--spark/--no-spark", default=True, show_default=True,
               help="Run Spark Structured Streaming's stream-stream join on the equi input as a peer (a JVM "
                    "in local mode on 2 cores; about a minute on the default input).")
+@click.option("--flink/--no-flink", default=True, show_default=True,
+              help="Run Apache Flink's SQL interval join on every case's input as a peer (`make flink` builds "
+                   "its environment; left out with a note when it is missing).")
 @click.option("--rerender", is_flag=True,
               help="Run nothing: fit the scaling model and write results.md and the plots again from OUT's "
                    "results.json.")
 @click.option("--overwrite", is_flag=True, help="Write into a non-empty OUT that no earlier bench-suite wrote.")
-def bench_suite(out, names, workloads, workers, seconds, steps, spark, rerender, overwrite):
+def bench_suite(out, names, workloads, workers, seconds, steps, spark, flink, rerender, overwrite):
     """Every strategy on the shared band and equi workloads, side by side in one run.
 
     For each strategy, workload and worker count: the maximum sustainable rate per stream (by
     bracketing and bisection; each probe checked against the oracle), production-delay p50 and
     p99, peak memory per rank and window state against the raw bytes it holds, at 80% of it.
-    Beside them, on the same input: the single-core oracle, DuckDB at rest, and on equi Spark
-    Structured Streaming's stream-stream join (each peer's result set compared with the
-    oracle's). Figures past the machine's cores are marked oversubscribed. Last, the scaling
+    Beside them, on each case's own input: the single-core oracle (tuples/s, and CPU per tuple
+    against all ranks' together), Spark Structured Streaming's stream-stream join (equi) and
+    Apache Flink's SQL interval join, and DuckDB at rest on the densest input (each peer's result
+    set compared with the oracle's). Figures past the machine's cores are marked oversubscribed. Last, the scaling
     model is fitted on the runs, checked against them and extrapolated to 256 cores (`mpi-join
     plan JOB -n N --calibration OUT` then uses it).
 
@@ -872,7 +876,8 @@ def bench_suite(out, names, workloads, workers, seconds, steps, spark, rerender,
             rerender_(out)
         else:
             run(out, list(names) or None, tuple(workloads) or ("band", "equi"), tuple(workers) or (1, 2, 3, 4),
-                seconds, steps, progress=lambda m: click.echo(m, err=True), spark=spark, overwrite=overwrite)
+                seconds, steps, progress=lambda m: click.echo(m, err=True), spark=spark, overwrite=overwrite,
+                flink=flink)
     except JobError as e:
         _fail(e)
     with open(os.path.join(out, "results.md")) as f:

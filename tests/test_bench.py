@@ -1,6 +1,8 @@
 """The benchmark commands run end to end (tiny sizes) and produce their tables and plots."""
 import os
 
+import pytest
+
 SLOW = True
 
 from conftest import cli, run_cli
@@ -32,7 +34,8 @@ def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
     a FileNotFoundError after the first probe)."""
     out = tmp_path / "suite"
     p = run_cli("bench-suite", "--out", "suite", "--strategy", "hash", "--workload", "equi",
-                "-n", "1", "-n", "2", "--seconds", "0.5", "--steps", "0", "--no-spark", timeout=900, cwd=str(tmp_path))
+                "-n", "1", "-n", "2", "--seconds", "0.5", "--steps", "0", "--no-spark", "--no-flink", timeout=900,
+                cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr
     import json
     r = json.loads((out / "results.json").read_text())
@@ -42,6 +45,11 @@ def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
     assert cases[("hash", 2)]["oversubscribed"] == (3 > (os.cpu_count() or 1))
     # window state is measured: more than the raw tuples (derived columns, spare capacity, index)
     assert all(c["state_mb"] > 0 and c["state_over_raw"] > 1 for c in cases.values())
+    for c in cases.values():     # ratios on the case's own input: the oracle timed on its max-rate probe
+        assert c["vs_oracle"] == pytest.approx(2 * c["max_rate"] / c["oracle_tuples_per_s"], rel=1e-2)
+        assert c["cpu_us_per_tuple"] > 0 and c["oracle_cpu_us_per_tuple"] > 0
+        assert c["cpu_over_oracle"] == pytest.approx(c["cpu_us_per_tuple"] / c["oracle_cpu_us_per_tuple"], rel=2e-2)
+        assert "vs_flink" not in c and "vs_spark" not in c
     b = r["baselines"]["equi"]
     assert b["duckdb"]["equals_oracle"] and b["oracle_tuples_per_s"] > 0 and "spark" not in b
     assert "| hash | 1 |" in p.stdout and "DuckDB at rest" in p.stdout

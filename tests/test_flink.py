@@ -8,6 +8,8 @@ The differences on purpose (README "Checked against Apache Flink"): Flink's even
 TIMESTAMP(3), so every case here has ts_unit = "ms" (tools/flink_peer.write_csv refuses
 another); Flink emits an outer row when its watermark passes (here 1 s behind event time),
 mpi-join when its window lets the tuple go: the same rows, at other moments."""
+import os
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ from mpi_join.join.oracle import run_oracle
 from mpi_join.storage.results import read_results
 from mpi_join.storage.staged import write_staged
 from mpi_join.tools.flink_peer import run_flink
-from conftest import run_mpi
+from conftest import run_cli, run_mpi
 from reference import as_set
 
 SLOW = True
@@ -110,3 +112,39 @@ def test_mpi_join_equals_flink(flink, cid, strategy):
     got = read_results(job.output, job.stream_names)
     assert len(got) == len(as_set(got)), "a result was written twice"
     assert as_set(got) == as_set(want)
+
+
+def test_the_benchmarks_flink_peer_gives_the_oracles_checksums(tmp_path):
+    """bench-suite's Flink peer (flink_peer.time_flink): the equi and band workloads, whose event
+    time is in us (written one unit as one ms), as Flink SQL interval joins; the count and
+    checksums Flink computes equal the oracle's, and a result dropped or added changes them."""
+    from mpi_join.config import load_job
+    from mpi_join.storage.staged import read_staged
+    from mpi_join.tools.flink_peer import checksums, time_flink
+    from mpi_join.tools.workloads import make
+    cases, want = [], {}
+    for w, n, rate, par in (("equi", 20000, 5000, 2), ("band", 6000, 1500, 1)):
+        job = load_job(make(w, str(tmp_path / w), tuples=n, rate=rate, window="1s",
+                            uniform_keys=2000 if w == "equi" else None))
+        arrays = read_staged(job)
+        want[w] = run_oracle(job, arrays)
+        assert len(want[w]) > 10 and job.ts_unit == "us"
+        cases.append((w, job, arrays, par))
+    got = time_flink(cases, str(tmp_path / "work"))
+    for w, pairs in want.items():
+        assert got[w]["checksums"] == checksums(pairs) and got[w]["seconds"] > 0
+        assert checksums(pairs[1:]) != got[w]["checksums"]
+        assert checksums(np.concatenate([pairs, pairs[:1] + [0, 1]])) != got[w]["checksums"]
+
+
+def test_bench_suite_puts_flink_beside_every_case(tmp_path):
+    p = run_cli("bench-suite", "--out", str(tmp_path / "suite"), "--strategy", "hash", "--workload", "equi",
+                "-n", "1", "--seconds", "0.5", "--steps", "0", "--no-spark", timeout=900)
+    assert p.returncode == 0, p.stderr
+    import json
+    r = json.loads((tmp_path / "suite" / "results.json").read_text())
+    (case,) = r["cases"]
+    fl = r["peers"][case["input"]]["flink"]
+    assert fl["equals_oracle"] and fl["parallelism"] == (os.cpu_count() or 1)
+    assert case["vs_flink"] == pytest.approx(2 * case["max_rate"] / fl["tuples_per_s"], rel=1e-2)
+    assert "Apache Flink SQL interval join" in p.stdout and "| vs Flink |" in p.stdout

@@ -70,12 +70,17 @@ class OracleCache:
 
     def __init__(self, keep=6):
         self.keep, self.items = keep, {}
+        self.timings = {}              # input digest -> the oracle's time on it (every ratio's baseline)
+        self.last = None               # the timing of the input asked for last
+        self._warm = set()
 
     def get(self, job, arrays):
-        """The oracle's result of `job` on `arrays` (its staged input)."""
+        """The oracle's result of `job` on `arrays` (its staged input), timed (wall and CPU) the
+        first time that input is seen, after compiling its kernels on a prefix."""
         import hashlib
         from ..join.oracle import run_oracle
-        h = hashlib.sha256(repr((job.predicate, [(s.name, s.window) for s in job.streams])).encode())
+        sem = repr((job.predicate, [(s.name, s.window) for s in job.streams]))
+        h = hashlib.sha256(sem.encode())
         for a in arrays:
             h.update(dtype_text(a.dtype).encode())
             h.update(memoryview(a).cast("B"))
@@ -83,7 +88,15 @@ class OracleCache:
         if key not in self.items:
             while len(self.items) >= self.keep:
                 self.items.pop(next(iter(self.items)))
+            if sem not in self._warm:
+                run_oracle(job, [a[:100] for a in arrays])
+                self._warm.add(sem)
+            t0, c0 = time.perf_counter(), time.process_time()
             self.items[key] = run_oracle(job, arrays)
+            self.timings[key] = {"input": key[:16], "tuples": int(sum(len(a) for a in arrays)),
+                                 "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+                                 "results": int(len(self.items[key]))}
+        self.last = self.timings[key]
         return self.items[key]
 
 
@@ -109,6 +122,7 @@ def probe(strategy, workload, ranks, rate, seconds, d, params=None, stop=True, m
         if stop and "overloaded" in str(e):
             return False, None
         raise
+    s["oracle"] = dict(ORACLE.last, job=path)        # the oracle on this very input
     return s["ranks"][0].get("overloaded") is None and s["latency_ms"]["p99"] <= max_delay_ms, s
 
 
@@ -117,6 +131,24 @@ def rank_costs(summary):
     the run's wall time (cpu_s / wall_s is its utilisation)."""
     return [{"role": r.get("role"), "tuples_in": r.get("tuples_in", 0), "cpu_s": round(r.get("cpu_s", 0.0), 4),
              "wall_s": round(r.get("wall_s", 0.0), 4)} for r in summary["ranks"]]
+
+
+def same_input(rate, summary, streams=2):
+    """The max-rate probe against the oracle on its own input: tuples/s over the oracle's."""
+    o = summary["oracle"]
+    return {"oracle_tuples_per_s": round(o["tuples"] / o["wall_s"]),
+            "vs_oracle": round(streams * rate / (o["tuples"] / o["wall_s"]), 3), "input": o["input"]}
+
+
+def cpu_per_tuple(summary):
+    """CPU seconds of all ranks together per input tuple, over the single-core oracle's on the
+    same input (the CPU target: at most 1.5); load-independent, unlike a rate on a busy machine."""
+    o = summary["oracle"]
+    n = max(summary["tuples"], 1)
+    ours = sum(r.get("cpu_s", 0.0) for r in summary["ranks"]) / n
+    base = o["cpu_s"] / max(o["tuples"], 1)
+    return {"cpu_us_per_tuple": round(ours * 1e6, 3), "oracle_cpu_us_per_tuple": round(base * 1e6, 3),
+            "cpu_over_oracle": round(ours / base, 2) if base > 0 else None}
 
 
 def state_memory(ranks):
@@ -186,7 +218,7 @@ def claim(out, overwrite=False):
 
 
 def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4), seconds=2.0, steps=2,
-        lo=200.0, hi=400000.0, progress=print, spark=True, overwrite=False):
+        lo=200.0, hi=400000.0, progress=print, spark=True, overwrite=False, flink=True):
     from .. import strategies
     names = list(strategies_ or strategies.names())
     cases = plan(names, workloads, workers)
@@ -216,6 +248,8 @@ def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4),
         start[(name, w)] = max(rate, lo)
         rec = {"strategy": name, "workload": w, "workers": k, "ranks": ranks, "oversubscribed": ranks > CORES,
                "max_rate": round(rate), "probes": [[round(r), ok] for r, ok in seen]}
+        if rate > 0:
+            rec.update(same_input(rate, last[rate]), peer_job=last[rate]["oracle"]["job"])
         if rate > 0 and w == "band":            # the nested-loop work the sustained rate stands for
             rec["comparisons_per_s_core"] = _comparisons(os.path.join(d, f"r{rate:.0f}")) / seconds / min(k, CORES)
         if rate > 0:
@@ -225,7 +259,7 @@ def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4),
                        peak_rss_mb=max(r.get("peak_rss_mb", 0) for r in s["ranks"]),
                        rss_by_rank=[round(r.get("peak_rss_mb", 0), 1) for r in s["ranks"]],
                        window_tuples_peak=max((r.get("peak_window_tuples", 0) for r in s["ranks"]), default=0),
-                       **state_memory(s["ranks"]), ranks_at80=rank_costs(s))
+                       **state_memory(s["ranks"]), **cpu_per_tuple(s), ranks_at80=rank_costs(s))
             best_rate[w] = max(best_rate.get(w, (0, strategy)), (rate, strategy))
         rec["seconds"] = round(time.perf_counter() - t0, 1)
         records.append(rec)
@@ -235,9 +269,10 @@ def run(out, strategies_=None, workloads=("band", "equi"), workers=(1, 2, 3, 4),
                  + (f", at 80%: p50 {rec['p50_ms']:.1f} ms, p99 {rec['p99_ms']:.1f} ms" if rate else "")
                  + f" ({rec['seconds']:.0f} s)")
     baselines = {w: _baselines(w, best_rate[w][0], best_rate[w][1], seconds, os.path.join(work, f"baseline-{w}"),
-                               progress, spark) for w in workloads if w in best_rate}
+                               progress) for w in workloads if w in best_rate}
+    peers = same_input_peers(records, os.path.join(work, "peers"), progress, spark, flink)
     result = {"machine": _machine(), "seconds_per_probe": seconds, "cases": records, "baselines": baselines,
-              "wall_s": round(time.perf_counter() - t_start, 1)}
+              "peers": peers, "wall_s": round(time.perf_counter() - t_start, 1)}
     write_outputs(result, out)
     progress(f"bench-suite: {result['wall_s']:.0f} s; wrote {os.path.join(out, 'results.json')}, results.md and plots")
     return result
@@ -285,10 +320,78 @@ def rerender(out):
     return result
 
 
-def _baselines(workload, rate, strategy, seconds, d, progress, spark=True):
-    """The peers on the input of the workload's highest sustained rate: the single-core oracle
-    (timed once; its result is the reference), DuckDB at rest (band: on a smaller input at a lower
-    rate when the full one is beyond DUCKDB_MAX_TUPLES), and on equi Spark Structured Streaming."""
+FLINK_MAX_TUPLES = {"band": 20000}      # Flink's interval join without a key runs at parallelism 1 and
+                                        # compares every pair in the window: 9 s on 20,000 band tuples here
+
+
+def same_input_peers(records, work, progress, spark=True, flink=True):
+    """Spark Structured Streaming (equi) and Apache Flink on the input of every case's max-rate
+    probe, once per distinct input, each result set checked against the oracle's (Flink's by a
+    count and checksums it computes itself). Flink runs its SQL interval join at parallelism =
+    this machine's cores on equi; on band (no key: parallelism 1) on one input of at most
+    FLINK_MAX_TUPLES per workload, marked as not the case's input. Sets each record's vs_spark
+    and vs_flink; returns {input: {"spark": ..., "flink": ...}}."""
+    from ..config import load_job
+    from ..storage.staged import read_staged
+    from .flink_peer import checksums
+    inputs = {}
+    for r in records:
+        if r.get("peer_job"):
+            inputs.setdefault(r["input"], (r["workload"], r["peer_job"], r["strategy"], r["max_rate"]))
+    out, flink_cases, small = {}, [], {}
+    for key, (w, path, strategy, rate) in inputs.items():
+        job = load_job(path)
+        arrays = read_staged(job)
+        n = sum(len(a) for a in arrays)
+        out[key] = {"workload": w, "tuples": n, "input_rate": rate}
+        if spark and w == "equi":
+            from .peers import spark_stream_join
+            progress(f"  Spark Structured Streaming on the {w} input {key} ({n:,} tuples)...")
+            got, st = spark_stream_join(job, os.path.join(work, f"spark-{key}"))
+            out[key]["spark"] = {**_peer(got, ORACLE.get(job, arrays), st["seconds"], n, rate), **st}
+        if flink and w not in FLINK_MAX_TUPLES:
+            flink_cases.append((key, w, job, arrays, CORES))
+        elif flink and w not in small:
+            rate = FLINK_MAX_TUPLES[w] / 4.0           # 2 streams, 2 s of input
+            _, job_s = _job(strategy, w, rate, 2.0, os.path.join(work, f"flink-{w}-input"))
+            small[w] = f"{w}-small"
+            flink_cases.append((small[w], w, job_s, read_staged(job_s), 1))
+            out[small[w]] = {"workload": w, "tuples": FLINK_MAX_TUPLES[w], "input_rate": round(rate)}
+    if flink_cases:
+        from .flink_peer import time_flink
+        progress(f"  Apache Flink (SQL interval join) on {len(flink_cases)} input(s)...")
+        try:
+            got = time_flink([(c, j, a, p) for c, _, j, a, p in flink_cases], os.path.join(work, "flink"))
+        except JobError as e:
+            if "make flink" not in str(e):
+                raise
+            progress(f"  {e}: Flink's figures are left out")
+            got = {}
+        for cid, w, job, arrays, p in flink_cases:
+            if cid not in got:
+                continue
+            n = sum(len(a) for a in arrays)
+            g = got[cid]
+            fl = {"seconds": round(g["seconds"], 3), "tuples": n, "tuples_per_s": round(n / g["seconds"]),
+                  "parallelism": p, "checksums": g["checksums"],
+                  "equals_oracle": g["checksums"] == checksums(ORACLE.get(job, arrays))}
+            out[cid]["flink"] = fl
+            progress(f"  Flink on {cid}: {fl['tuples_per_s']:,} tuples/s at parallelism {p}, result set "
+                     f"{_equal(fl)} the oracle's")
+    for r in records:
+        p = out.get(r.get("input"), {})
+        for name in ("spark", "flink"):
+            peer = p.get(name) or (out.get(small.get(r["workload"]), {}).get(name) if name == "flink" else None)
+            if peer and r.get("max_rate"):
+                r[f"vs_{name}"] = round(2 * r["max_rate"] / peer["tuples_per_s"], 2)
+                r[f"{name}_same_input"] = name in p
+    return out
+
+
+def _baselines(workload, rate, strategy, seconds, d, progress):
+    """The peers at rest on the input of the workload's highest sustained rate: the single-core
+    oracle (timed once; its result is the reference) and DuckDB at rest (band: on a smaller input
+    at a lower rate when the full one is beyond DUCKDB_MAX_TUPLES)."""
     from ..join.oracle import run_oracle
     from ..storage.input_stats import comparisons
     from ..storage.staged import read_staged
@@ -316,14 +419,6 @@ def _baselines(workload, rate, strategy, seconds, d, progress, spark=True):
         out.update(duckdb=_peer(got, expect_d, d_s, sum(len(a) for a in arrays_d), rate_d))
         progress(f"  {workload}: DuckDB at rest {out['duckdb']['tuples_per_s']:,} tuples/s on "
                  f"{out['duckdb']['tuples']:,} tuples, {_equal(out['duckdb'])} the oracle's result set")
-    if spark and workload == "equi":
-        from .peers import spark_stream_join
-        progress(f"  {workload}: Spark Structured Streaming on the same {n:,} tuples (20 micro-batches)...")
-        got, st = spark_stream_join(job, d + "-spark")
-        out["spark"] = {**_peer(got, expect, st["seconds"], n, rate), **st}
-        progress(f"  {workload}: Spark stream-stream join {st['tuples_per_s']:,} tuples/s, micro-batch p50 "
-                 f"{st['batch_ms_p50']:.0f} ms, p99 {st['batch_ms_p99']:.0f} ms, {_equal(out['spark'])} the "
-                 f"oracle's result set")
     return out
 
 
@@ -354,47 +449,69 @@ def _machine():
             "machine": platform.machine(), "date": time.strftime("%Y-%m-%d")}
 
 
+def _ratio(r, key):
+    return "-" if r.get(key) is None else f"{r[key]:.2f}"
+
+
+def _peers_line(result, w, b):
+    """The peers on the workload's densest input (the oracle, DuckDB at rest) and Spark and
+    Flink where they ran: each with its result set against the oracle's."""
+    peers = [f"single-core oracle {b['oracle_tuples_per_s']:,} tuples/s"]
+    if w == "band":
+        peers[0] += f" ({b['oracle_comparisons_per_s']:.3g} comparisons/s)"
+    p = b.get("duckdb")
+    if p:
+        where = "" if p["tuples"] == b["tuples"] else f" (on {p['tuples']:,} tuples at {p['input_rate']:,}/s)"
+        peers.append(f"DuckDB at rest {p['tuples_per_s']:,} tuples/s{where}, result set {_equal(p)} the oracle's")
+    ins = [v for v in (result.get("peers") or {}).values() if v.get("workload") == w]
+    dense = max(ins, key=lambda v: v["tuples"], default={})
+    for key, label in (("spark", "Spark Structured Streaming"), ("flink", "Apache Flink SQL interval join")):
+        q = dense.get(key) or next((v[key] for v in ins if key in v), None) or b.get(key)
+        if q:
+            src = dense if dense.get(key) else next((v for v in ins if key in v), q)
+            lat = (f", micro-batches p50 {q['batch_ms_p50']:.0f} ms and p99 {q['batch_ms_p99']:.0f} ms"
+                   if "batch_ms_p50" in q else f" at parallelism {q['parallelism']}" if "parallelism" in q else "")
+            peers.append(f"{label} {q['tuples_per_s']:,} tuples/s on {src['tuples']:,} tuples at "
+                         f"{src['input_rate']:,}/s{lat}, result set {_equal(q)} the oracle's")
+    return "; ".join(peers)
+
+
 def markdown(result):
     m = result["machine"]
     lines = [f"Machine: {m['cores']} cores ({m['machine']}), Python {m['python']}, {m['date']}; "
              f"{result['seconds_per_probe']:g} s of input per probe; suite {result['wall_s']:.0f} s.", ""]
     for w, b in result["baselines"].items():
-        peers = [f"single-core oracle {b['oracle_tuples_per_s']:,} tuples/s"]
-        for key, label in (("duckdb", "DuckDB at rest"), ("spark", "Spark Structured Streaming")):
-            p = b.get(key)
-            if p:
-                where = "" if p["tuples"] == b["tuples"] else f" (on {p['tuples']:,} tuples at {p['input_rate']:,}/s)"
-                lat = (f", micro-batches p50 {p['batch_ms_p50']:.0f} ms and p99 {p['batch_ms_p99']:.0f} ms"
-                       if "batch_ms_p50" in p else "")
-                peers.append(f"{label} {p['tuples_per_s']:,} tuples/s{where}{lat}, result set {_equal(p)} the oracle's")
-        spark = b.get("spark")
         cmp_ = w == "band"
-        if cmp_:
-            peers[0] += f" ({b['oracle_comparisons_per_s']:.3g} nested-loop comparisons/s)"
+        rows = [x for x in result["cases"] if x["workload"] == w]
         lines += [f"### {w}", "",
-                  f"Peers on the input at {b['input_rate']:,} tuples/s per stream ({b['tuples']:,} tuples, "
-                  f"{b['results']:,} results): " + "; ".join(peers) + ".", "",
-                  "| strategy | workers | max rate /stream | vs oracle |" + (" vs Spark |" if spark else "")
+                  f"Peers on the densest input, at {b['input_rate']:,} tuples/s per stream ({b['tuples']:,} tuples, "
+                  f"{b['results']:,} results): " + _peers_line(result, w, b) + ".", "",
+                  "| strategy | workers | max rate /stream | vs oracle | CPU /tuple vs oracle | vs Spark | vs Flink |"
                   + (" comparisons /s /core |" if cmp_ else "")
                   + " p50 ms at 80% | p99 ms at 80% | peak RSS MB | state MB | state / raw | probes |",
-                  "|---|---:|---:|---:|" + ("---:|" if spark else "") + ("---:|" if cmp_ else "") + "---:|---:|---:|---:|---:|---:|"]
-        for r in (x for x in result["cases"] if x["workload"] == w):
-            o = b["oracle_tuples_per_s"] / 2
+                  "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if cmp_ else "") + "---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
             star = " (oversubscribed)" if r["oversubscribed"] else ""
-            vs_spark = f" {2 * r['max_rate'] / spark['tuples_per_s']:.1f} |" if spark else ""
-            lines.append(f"| {r['strategy']} | {r['workers']}{star} | {r['max_rate']:,} | {r['max_rate'] / o:.2f} |"
-                         + vs_spark + (f" {r.get('comparisons_per_s_core', 0):.3g} |" if cmp_ else "")
+            vs_o = r.get("vs_oracle", r["max_rate"] / (b["oracle_tuples_per_s"] / 2))
+            mark = {k: "" if r.get(f"{k}_same_input", True) else "*" for k in ("spark", "flink")}
+            lines.append(f"| {r['strategy']} | {r['workers']}{star} | {r['max_rate']:,} | {vs_o:.2f} | "
+                         f"{_ratio(r, 'cpu_over_oracle')} | {_ratio(r, 'vs_spark')}{mark['spark']} | "
+                         f"{_ratio(r, 'vs_flink')}{mark['flink']} |"
+                         + (f" {r.get('comparisons_per_s_core', 0):.3g} |" if cmp_ else "")
                          + (f" {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['peak_rss_mb']:.0f} | {r['state_mb']:.1f} | "
                             f"{_num(r['state_over_raw'])} |" if r["max_rate"] else " - | - | - | - | - |")
                          + f" {len(r['probes'])} |")
         lines.append("")
     lines += ["state: the window state at its peak, summed over the ranks, spare capacity and indexes included; "
               "state / raw: its ratio to the staged bytes of the tuples it held then.", "",
-              "vs oracle: the strategy's sustained tuples/s per stream over the single-core oracle's tuples/s per "
-              "stream (as fast as it goes, on the same input); vs Spark: the same over Spark's. comparisons /s "
-              "/core: the pairs a nested-loop join compares on the input at the sustained rate, per second of "
-              "input and per core used (an indexed join compares fewer). Every probe's results equal the "
-              "oracle's.", ""]
+              "vs oracle: the strategy's sustained tuples/s over the single-core oracle's on the same input (the "
+              "max-rate probe's, which the oracle checks). CPU /tuple vs oracle: the CPU seconds of all ranks "
+              "together per input tuple at 80% of that rate, over the oracle's CPU seconds per tuple on that "
+              "probe's input. vs Spark, vs Flink: the sustained tuples/s over the peer's on the same input "
+              "(* : Flink on band runs without a key at parallelism 1, on a smaller input it can finish). "
+              "comparisons /s /core: the pairs a nested-loop join compares on the input at the sustained rate, "
+              "per second of input and per core used (an indexed join compares fewer). Every probe's results "
+              "equal the oracle's.", ""]
     from .scaling_model import markdown as model_md
     return "\n".join(lines) + "\n" + model_md(result.get("model") or [])
 
