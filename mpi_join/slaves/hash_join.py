@@ -21,11 +21,12 @@ import numpy as np
 
 from ..partitioning import Partitioner, group_rows
 from ..partitioning.extendible import ExtendibleGroup
-from .local_join import BinaryJoin, warm_up
+from .local_join import BinaryJoin, runtime_rows, warm_up
 from ..runtime.operator import Operator, Output
 from ..join.window import POS_INF, footprint
 
 _NONE = np.zeros(0, np.int64)
+ONE_BUCKET = {"global_depth": 0, "directory": [0], "depths": [0]}    # a group's split information
 
 
 class CoreModule(Operator):
@@ -107,7 +108,12 @@ class HashJoinCore:
         self._template = self.make_store()
         self.store_dtypes = self._template.dtypes          # window rows: runtime rows + key columns
         self.state_dtypes = self._template.state_dtypes    # what a move or checkpoint carries of a row
-        self.groups = {}                 # partition -> ExtendibleGroup
+        self.groups = {}                 # partition -> ExtendibleGroup (buckets: theta > 0)
+        # Without buckets, every group this slave owns shares one store: rows of two partitions
+        # never match (equal keys hash alike), so one join call per epoch does the work of one
+        # per group (60 by default), and a group is cut out of it or merged into it by seq when
+        # it moves (moves are rare; epochs are not). Its windows stay in seq order (on_epoch).
+        self.merged = None if theta else self.make_store()
 
     def _new_group(self):
         return ExtendibleGroup(self.store_dtypes, self.theta, self.block_bytes, make_store=self.make_store)
@@ -122,6 +128,19 @@ class HashJoinCore:
         """Join one epoch. Returns (seq of stream 0, seq of stream 1, _tin of the newer tuple),
         three aligned int64 arrays with one entry per result."""
         batches = [self._template.derive(b, s) for s, b in enumerate(batches)]    # once per epoch
+        if self.merged is not None:
+            w = self.merged.windows
+            # a moved group's held-back rows come after newer rows of other groups: joined like
+            # any rows (each pair's visibility is tested by seq), then the windows are put back in
+            # seq order, which expiry relies on
+            late = any(len(b) and len(x) and b["seq"][0] < x.view()["seq"][-1] for b, x in zip(batches, w))
+            out = [self.merged.step(*batches)]
+            if late:
+                self._rebuild([v[np.argsort(v["seq"], kind="stable")] for v in (x.view() for x in self.merged.windows)])
+            self.expire(bounds)
+            out += self.lone
+            self.lone.clear()
+            return tuple(np.concatenate([o[k] for o in out]) for k in range(3))
         by_part = [dict(group_rows(b, self.part.partitions(b["_h"]))) for b in batches]
         out = []
         for p in sorted(set(by_part[0]) | set(by_part[1])):
@@ -145,6 +164,8 @@ class HashJoinCore:
         return tuple(np.concatenate([o[k] for o in out]) for k in range(3))
 
     def expire(self, bounds):
+        if self.merged is not None:
+            self.merged.expire(bounds)
         for g in self.groups.values():
             g.expire(bounds)
 
@@ -154,6 +175,8 @@ class HashJoinCore:
         return self.on_epoch(np.full(2, POS_INF, np.int64), [np.zeros(0, dt) for dt in self.store_dtypes])
 
     def window_tuples(self):
+        if self.merged is not None:
+            return [len(w) for w in self.merged.windows]
         n = [0, 0]
         for g in self.groups.values():
             for b in g.buckets():
@@ -162,20 +185,57 @@ class HashJoinCore:
         return n
 
     def buckets(self):
+        if self.merged is not None:
+            return 1
         return sum(len(g.buckets()) for g in self.groups.values())
 
     def footprint(self):
+        if self.merged is not None:
+            return footprint(self.merged)
         return footprint(*(b.store for g in self.groups.values() for b in g.buckets()))
+
+    # -- the merged store: groups cut out and merged in by seq --------------------------
+    def _cut(self, p):
+        """Group p's window rows of each stream out of the merged store ({} if it has none):
+        the store is rebuilt from the other rows, which keep their seq order."""
+        views = [w.view() for w in self.merged.windows]
+        mine = [self.part.partitions(v["_h"]) == p for v in views]
+        if not any(m.any() for m in mine):
+            return {}
+        self._rebuild([v[~m] for v, m in zip(views, mine)])
+        return {f"0/{s}": runtime_rows(v[m], dt) for s, (v, m, dt) in enumerate(zip(views, mine, self.state_dtypes))}
+
+    def _merge_in(self, arrays):
+        """Rows of moved or restored groups ({"<bucket>/<stream>": runtime rows}) merged into the
+        store's windows in seq order (the windows and their indexes are rebuilt once)."""
+        views = [w.view() for w in self.merged.windows]
+        rows = []
+        for s, dt in enumerate(self.state_dtypes):
+            new = [self._template.derive(a, s) for k, a in sorted(arrays.items()) if k.rsplit("/", 1)[1] == str(s)]
+            both = np.concatenate([views[s]] + new) if new else views[s]
+            rows.append(both[np.argsort(both["seq"], kind="stable")] if new else both)
+        self._rebuild(rows)
+
+    def _rebuild(self, rows):
+        store = self.make_store()
+        for s, r in enumerate(rows):
+            store.append(np.ascontiguousarray(r), s)
+        self.merged = store
 
     # -- moving a partition group (state migration) ------------------------------------
     def take_group(self, p):
         """Remove partition group p: (arrays, split information), empty if it holds nothing."""
+        if self.merged is not None:
+            return self._cut(p), dict(ONE_BUCKET)
         g = self.groups.pop(p, None)
         if g is None:
-            return {}, {"global_depth": 0, "directory": [0], "depths": [0]}
+            return {}, dict(ONE_BUCKET)
         return g.state()
 
     def put_group(self, p, arrays, info):
+        if self.merged is not None:
+            self._merge_in(arrays)
+            return
         g = self._new_group()
         g.install(arrays, info)
         self.groups[p] = g
@@ -183,6 +243,14 @@ class HashJoinCore:
     # -- state (operator.declare) -----------------------------------------------
     def snapshot(self):
         arrays, infos = {}, {}
+        if self.merged is not None:      # by group, as with buckets: a checkpoint reads the same either way
+            for s, (w, dt) in enumerate(zip(self.merged.windows, self.state_dtypes)):
+                v = w.view()
+                parts = self.part.partitions(v["_h"])
+                for p in np.unique(parts):
+                    arrays[f"group/{int(p)}/0/{s}"] = runtime_rows(v[parts == p], dt)
+                    infos[str(int(p))] = dict(ONE_BUCKET)
+            return arrays, {"groups": infos}
         for p, g in sorted(self.groups.items()):
             a, info = g.state()
             arrays.update({f"group/{p}/{k}": v for k, v in a.items() if len(v)})
@@ -194,6 +262,9 @@ class HashJoinCore:
         for name, a in arrays.items():
             _, p, b, s = name.split("/")
             per.setdefault(int(p), {})[f"{b}/{s}"] = a
+        if self.merged is not None:
+            self._merge_in({f"{p}/{k}": a for p, g in per.items() for k, a in g.items()})
+            return
         for p, info in state["groups"].items():
             self.put_group(int(p), per.get(int(p), {}), info)
 
