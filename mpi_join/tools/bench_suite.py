@@ -385,6 +385,7 @@ def same_input_peers(records, work, progress, spark=True, flink=True):
             if peer and r.get("max_rate"):
                 r[f"vs_{name}"] = round(2 * r["max_rate"] / peer["tuples_per_s"], 2)
                 r[f"{name}_same_input"] = name in p
+                r[f"{name}_equal"] = peer["equals_oracle"]
     return out
 
 
@@ -493,7 +494,8 @@ def markdown(result):
         for r in rows:
             star = " (oversubscribed)" if r["oversubscribed"] else ""
             vs_o = r.get("vs_oracle", r["max_rate"] / (b["oracle_tuples_per_s"] / 2))
-            mark = {k: "" if r.get(f"{k}_same_input", True) else "*" for k in ("spark", "flink")}
+            mark = {k: ("" if r.get(f"{k}_same_input", True) else "*") + ("" if r.get(f"{k}_equal", True) else " (wrong)")
+                    for k in ("spark", "flink")}
             lines.append(f"| {r['strategy']} | {r['workers']}{star} | {r['max_rate']:,} | {vs_o:.2f} | "
                          f"{_ratio(r, 'cpu_over_oracle')} | {_ratio(r, 'vs_spark')}{mark['spark']} | "
                          f"{_ratio(r, 'vs_flink')}{mark['flink']} |"
@@ -508,7 +510,8 @@ def markdown(result):
               "max-rate probe's, which the oracle checks). CPU /tuple vs oracle: the CPU seconds of all ranks "
               "together per input tuple at 80% of that rate, over the oracle's CPU seconds per tuple on that "
               "probe's input. vs Spark, vs Flink: the sustained tuples/s over the peer's on the same input "
-              "(* : Flink on band runs without a key at parallelism 1, on a smaller input it can finish). "
+              "(* : Flink on band runs without a key at parallelism 1, on a smaller input it can finish; "
+              "(wrong): the peer's result set differs from the oracle's there). "
               "comparisons /s /core: the pairs a nested-loop join compares on the input at the sustained rate, "
               "per second of input and per core used (an indexed join compares fewer). Every probe's results "
               "equal the oracle's.", ""]
