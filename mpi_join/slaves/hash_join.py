@@ -109,11 +109,12 @@ class HashJoinCore:
         self.store_dtypes = self._template.dtypes          # window rows: runtime rows + key columns
         self.state_dtypes = self._template.state_dtypes    # what a move or checkpoint carries of a row
         self.groups = {}                 # partition -> ExtendibleGroup (buckets: theta > 0)
-        # Without buckets, every group this slave owns shares one store: rows of two partitions
-        # never match (equal keys hash alike), so one join call per epoch does the work of one
-        # per group (60 by default), and a group is cut out of it or merged into it by seq when
-        # it moves (moves are rare; epochs are not). Its windows stay in seq order (on_epoch).
-        self.merged = None if theta else self.make_store()
+        # With an index join (its cost does not grow with the rows held; a nested loop's does, so
+        # bnl keeps a store per group), every group this slave owns shares one store: rows of two
+        # partitions never match (equal keys hash alike), so one join call per epoch does the work
+        # of one per group (60 by default), and a group is cut out of it or merged into it by seq
+        # when it moves (moves are rare; epochs are not). Its windows stay in seq order (on_epoch).
+        self.merged = None if theta or local_join == "bnl" else self.make_store()
 
     def _new_group(self):
         return ExtendibleGroup(self.store_dtypes, self.theta, self.block_bytes, make_store=self.make_store)
