@@ -135,7 +135,6 @@ def range_band_grid(a_lo_idx, a_hi_idx, A, B, eps, closed, a_cell, b_cell_sorted
     spans), its row range in each by binary search, and tests every band on those rows only.
     a_cell < -2**62: a probe value that is NaN or infinite, within no band."""
     n = 0
-    nb = b_cell_sorted.shape[0]
     for i in range(A.shape[0]):
         k = a_cell[i]
         if k < -(1 << 62):
@@ -143,9 +142,7 @@ def range_band_grid(a_lo_idx, a_hi_idx, A, B, eps, closed, a_cell, b_cell_sorted
         p = np.searchsorted(b_cell_sorted, k - 2)
         e = np.searchsorted(b_cell_sorted, k + 2, side="right")
         while p < e:
-            q = p + 1
-            while q < nb and b_cell_sorted[q] == b_cell_sorted[p]:
-                q += 1
+            q = np.searchsorted(b_cell_sorted, b_cell_sorted[p], side="right")    # the cell's end
             blk = b_idx_sorted[p:q]
             lo = p + np.searchsorted(blk, a_lo_idx[i])
             hi = p + np.searchsorted(blk, a_hi_idx[i])

@@ -137,7 +137,7 @@ class HashJoinCore:
             late = any(len(b) and len(x) and b["seq"][0] < x.view()["seq"][-1] for b, x in zip(batches, w))
             out = [self.merged.step(*batches)]
             if late:
-                self._rebuild([v[np.argsort(v["seq"], kind="stable")] for v in (x.view() for x in self.merged.windows)])
+                self._rebuild([x.view() for x in self.merged.windows])
             self.expire(bounds)
             out += self.lone
             self.lone.clear()
@@ -203,24 +203,24 @@ class HashJoinCore:
         mine = [self.part.partitions(v["_h"]) == p for v in views]
         if not any(m.any() for m in mine):
             return {}
-        self._rebuild([v[~m] for v, m in zip(views, mine)])
+        self._rebuild([v[~m] for v, m in zip(views, mine)])        # in seq order already: a cheap sort
         return {f"0/{s}": runtime_rows(v[m], dt) for s, (v, m, dt) in enumerate(zip(views, mine, self.state_dtypes))}
 
     def _merge_in(self, arrays):
-        """Rows of moved or restored groups ({"<bucket>/<stream>": runtime rows}) merged into the
-        store's windows in seq order (the windows and their indexes are rebuilt once)."""
-        views = [w.view() for w in self.merged.windows]
+        """Rows of moved or restored groups ({"...<stream>": runtime rows}, named as a move or a
+        checkpoint names them) merged into the store's windows in seq order (the windows and
+        their indexes are rebuilt once)."""
         rows = []
-        for s, dt in enumerate(self.state_dtypes):
-            new = [self._template.derive(a, s) for k, a in sorted(arrays.items()) if k.rsplit("/", 1)[1] == str(s)]
-            both = np.concatenate([views[s]] + new) if new else views[s]
-            rows.append(both[np.argsort(both["seq"], kind="stable")] if new else both)
+        for s, w in enumerate(self.merged.windows):
+            new = [self._template.derive(a, s) for k, a in arrays.items() if k.rsplit("/", 1)[1] == str(s)]
+            rows.append(np.concatenate([w.view()] + new))
         self._rebuild(rows)
 
     def _rebuild(self, rows):
+        """A new merged store holding `rows` (window rows of each stream), put in seq order."""
         store = self.make_store()
         for s, r in enumerate(rows):
-            store.append(np.ascontiguousarray(r), s)
+            store.append(r[np.argsort(r["seq"], kind="stable")], s)
         self.merged = store
 
     # -- moving a partition group (state migration) ------------------------------------
@@ -246,11 +246,9 @@ class HashJoinCore:
         arrays, infos = {}, {}
         if self.merged is not None:      # by group, as with buckets: a checkpoint reads the same either way
             for s, (w, dt) in enumerate(zip(self.merged.windows, self.state_dtypes)):
-                v = w.view()
-                parts = self.part.partitions(v["_h"])
-                for p in np.unique(parts):
-                    arrays[f"group/{int(p)}/0/{s}"] = runtime_rows(v[parts == p], dt)
-                    infos[str(int(p))] = dict(ONE_BUCKET)
+                for p, rows in group_rows(w.view(), self.part.partitions(w.view()["_h"])):
+                    arrays[f"group/{p}/0/{s}"] = runtime_rows(rows, dt)
+                    infos[str(p)] = dict(ONE_BUCKET)
             return arrays, {"groups": infos}
         for p, g in sorted(self.groups.items()):
             a, info = g.state()
@@ -259,13 +257,13 @@ class HashJoinCore:
         return arrays, {"groups": infos}
 
     def restore(self, arrays, state):
+        if self.merged is not None:      # names group/<p>/<bucket>/<stream>: every group's rows at once
+            self._merge_in(arrays)
+            return
         per = {}
         for name, a in arrays.items():
             _, p, b, s = name.split("/")
             per.setdefault(int(p), {})[f"{b}/{s}"] = a
-        if self.merged is not None:
-            self._merge_in({f"{p}/{k}": a for p, g in per.items() for k, a in g.items()})
-            return
         for p, info in state["groups"].items():
             self.put_group(int(p), per.get(int(p), {}), info)
 

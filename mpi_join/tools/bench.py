@@ -32,21 +32,22 @@ def print_table(head, rows, label=True):
         print("  ".join(str(c).ljust(w[k]) if (label and k == 0) else str(c).rjust(w[k]) for k, c in enumerate(r)))
 
 
-def oracle_timed(job, arrays):
-    """(the oracle's result on `arrays`, its seconds), compiled on a small prefix first so that the
-    time is the join's."""
+def oracle_timed(job, arrays, warm=True):
+    """(the oracle's result on `arrays`, its seconds, its CPU seconds), compiled on a small prefix
+    first (unless `warm` is false: compiled already) so that the time is the join's."""
     from ..join.oracle import run_oracle
-    run_oracle(job, [a[:100] for a in arrays])   # compile the kernels outside the timing
-    t0 = time.perf_counter()
+    if warm:
+        run_oracle(job, [a[:100] for a in arrays])   # compile the kernels outside the timing
+    t0, c0 = time.perf_counter(), time.process_time()
     res = run_oracle(job, arrays)
-    return res, time.perf_counter() - t0
+    return res, time.perf_counter() - t0, time.process_time() - c0
 
 
 def oracle_rate(job):
     """Single-core oracle tuples/s on the job's input (after compiling on a small prefix)."""
     from ..storage.staged import read_staged
     arrays = read_staged(job)
-    res, el = oracle_timed(job, arrays)
+    res, el, _ = oracle_timed(job, arrays)
     n = sum(len(a) for a in arrays)
     return n / el, el, len(res)
 
