@@ -114,6 +114,7 @@ class Predicate:
     theta: tuple = ()
     interval: tuple = field(default=(), repr=False)
     outer: tuple = field(default=(), repr=False)     # streams whose tuples without a partner are results too
+    windows: tuple = field(default=(), repr=False, compare=False)   # each stream's Window: what a join can derive from ts
 
     @property
     def kinds(self):
@@ -633,7 +634,8 @@ def _predicate(raw, streams, path, base=None, interval=()):
         theta.append(Theta(udf, (names.index(ss[0]), names.index(ss[1]))))
     order = [s.name for s in streams]
     iv = tuple(Interval((order.index(a), TS), (order.index(b), TS), lo, up) for a, b, lo, up in interval)
-    pred = Predicate(tuple(equi), tuple(band), tuple(theta), iv, _outer(p, streams, path))
+    pred = Predicate(tuple(equi), tuple(band), tuple(theta), iv, _outer(p, streams, path),
+                     tuple(s.window for s in streams))
     if not pred.kinds:
         raise ConfigError(f"{path}: predicate: give at least one of equi, band or theta")
     # every stream must be connected to the others, or the join is a cross product

@@ -55,14 +55,14 @@ def _keys_equal(a_keys, i, b_keys, j, first):
 
 
 @njit(cache=True, inline="always")
-def _match(a_keys, i, b_keys, j, first, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
+def _match(a_keys, i, b_keys, j, first, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo, a_dlo, b_dlo):
     """Keys equal (columns from `first` on) and the newer tuple sees the older one."""
-    return _keys_equal(a_keys, i, b_keys, j, first) and _visible(a_seq[i], a_coord[i], a_lo[i], b_seq[j],
-                                                                  b_coord[j], b_lo[j])
+    return _keys_equal(a_keys, i, b_keys, j, first) and _visible(a_seq[i], a_coord[i], a_lo[i] + a_dlo, b_seq[j],
+                                                                  b_coord[j], b_lo[j] + b_dlo)
 
 
 @njit(cache=True)
-def equi_bnl(a_keys, a_seq, a_coord, a_lo, b_keys, b_seq, b_coord, b_lo, out_a, out_b):
+def equi_bnl(a_keys, a_seq, a_coord, a_lo, a_dlo, b_keys, b_seq, b_coord, b_lo, b_dlo, out_a, out_b):
     """Block nested loop equi-join of batch a with batch b (the paper's local join)."""
     n = 0
     nb = b_keys.shape[0]
@@ -71,7 +71,7 @@ def equi_bnl(a_keys, a_seq, a_coord, a_lo, b_keys, b_seq, b_coord, b_lo, out_a, 
         for j in range(nb):
             if b_keys[j, 0] != k0:       # the tight loop compares the first key column only
                 continue
-            if _match(a_keys, i, b_keys, j, 1, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo):
+            if _match(a_keys, i, b_keys, j, 1, a_seq, a_coord, a_lo, b_seq, b_coord, b_lo, a_dlo, b_dlo):
                 if n < out_a.shape[0]:
                     out_a[n], out_b[n] = i, j
                 n += 1

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..runtime.graph import DRIVER
 from ..runtime.headers import Header
-from ..slaves.local_join import BinaryJoin, runtime_rows, warm_up
+from ..slaves.local_join import BinaryJoin, warm_up
 from ..runtime.operator import Fields, Operator, Output
 from ..strategies import numbers
 
@@ -135,14 +135,14 @@ class Segment:
                 if self.now is None:
                     continue
                 oldest = self.now - self.end[s] * self.sizes[s]    # older than the segment's end: move
-                stop = int(np.searchsorted(v["_coord"], oldest, side="right"))
+                stop = int(np.searchsorted(self.join.coord(v, s), oldest, side="right"))
             else:
                 cap = max(1, int(np.ceil(self.share[s] * self.sizes[s]))) if self.kinds[s] == "count" else None
                 stop = len(v) - cap if cap is not None else first
             if limit[s] is not None:
                 stop = min(stop, limit[s])
             if stop > first:
-                out[s] = runtime_rows(v[first:stop], self.dtypes[s])
+                out[s] = self.join.runtime_rows(v[first:stop], s, self.dtypes[s])
                 self.sent[s] = stop
         return out
 

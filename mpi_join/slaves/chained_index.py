@@ -18,7 +18,7 @@ from collections import deque
 
 import numpy as np
 
-from .local_join import BinaryJoin, pair_rows, runtime_rows
+from .local_join import BinaryJoin, pair_rows
 from ..join.window import footprint
 
 _E = np.zeros(0, np.int64)
@@ -59,7 +59,7 @@ class ChainedIndex:
         """Index this side's new rows (derived, coordinates non-decreasing as along any stream)."""
         rows = self.derive(rows, self.side)
         self.indexed += len(rows)
-        c = rows["_coord"]
+        c = self.proto.coord(rows, self.side)
         i = 0
         while i < len(rows):
             if not self.subs or self.subs[-1].closed:
@@ -84,7 +84,7 @@ class ChainedIndex:
         new = self.derive(new, o)
         parts = []
         if len(new):
-            reach = int(new["_lo"].max())                   # the narrowest window of the batch
+            reach = int(self.proto.lo(new, o).max())                   # the narrowest window of the batch
             for sub in self.subs:
                 check = sub.lo < reach
                 self.checked += check
@@ -119,7 +119,7 @@ class ChainedIndex:
     # -- state: the stored rows in order; the chain is rebuilt from them -----------------------
     def snapshot(self, prefix="window"):
         dt = self.proto.runtime_dtypes
-        rows = [runtime_rows(s.join.windows[self.side].view(), dt[self.side]) for s in self.subs]
+        rows = [self.proto.runtime_rows(s.join.windows[self.side].view(), self.side, dt[self.side]) for s in self.subs]
         mine = np.concatenate(rows) if rows else np.zeros(0, dt[self.side])
         return {f"{prefix}/{self.side}": mine, f"{prefix}/{1 - self.side}": np.zeros(0, dt[1 - self.side])}
 

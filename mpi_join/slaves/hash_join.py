@@ -21,7 +21,7 @@ import numpy as np
 
 from ..partitioning import Partitioner, group_rows
 from ..partitioning.extendible import ExtendibleGroup
-from .local_join import BinaryJoin, runtime_rows, warm_up
+from .local_join import BinaryJoin, warm_up
 from ..runtime.operator import Operator, Output
 from ..join.window import POS_INF, footprint
 
@@ -204,7 +204,7 @@ class HashJoinCore:
         if not any(m.any() for m in mine):
             return {}
         self._rebuild([v[~m] for v, m in zip(views, mine)])        # in seq order already: a cheap sort
-        return {f"0/{s}": runtime_rows(v[m], dt) for s, (v, m, dt) in enumerate(zip(views, mine, self.state_dtypes))}
+        return {f"0/{s}": self._template.runtime_rows(v[m], s) for s, (v, m) in enumerate(zip(views, mine))}
 
     def _merge_in(self, arrays):
         """Rows of moved or restored groups ({"...<stream>": runtime rows}, named as a move or a
@@ -245,9 +245,9 @@ class HashJoinCore:
     def snapshot(self):
         arrays, infos = {}, {}
         if self.merged is not None:      # by group, as with buckets: a checkpoint reads the same either way
-            for s, (w, dt) in enumerate(zip(self.merged.windows, self.state_dtypes)):
+            for s, w in enumerate(self.merged.windows):
                 for p, rows in group_rows(w.view(), self.part.partitions(w.view()["_h"])):
-                    arrays[f"group/{p}/0/{s}"] = runtime_rows(rows, dt)
+                    arrays[f"group/{p}/0/{s}"] = self._template.runtime_rows(rows, s)
                     infos[str(p)] = dict(ONE_BUCKET)
             return arrays, {"groups": infos}
         for p, g in sorted(self.groups.items()):

@@ -23,15 +23,28 @@ from ..join import kernels as K
 from ..config import Band, Equi, Interval
 from ..join.predicate import band_matrix, binary_parts, key_hash, key_matrix, key_widths
 from ..join.window import Window, footprint
+from ..schema import TS
 
 _E = np.zeros(0, np.int64)
 
 
-def derived_dtype(dtype, n_keys, n_bands, hit=False):
+def derived_dtype(dtype, n_keys, n_bands, hit=False, drop=()):
     """A window row: the runtime row plus its equi key as int64 words (predicate.key_matrix) and
-    band columns as float64; `hit` (a stream of an outer join): whether it has met a partner."""
+    band columns as float64; `hit` (a stream of an outer join): whether it has met a partner;
+    `drop`: runtime columns the join derives instead of storing (BinaryJoin.coord_lo)."""
     extra = ([("_key", np.int64, (n_keys,))] if n_keys else []) + ([("_band", np.float64, (n_bands,))] if n_bands else [])
-    return np.dtype(dtype.descr + extra + ([(HIT, np.uint8)] if hit else []))
+    return np.dtype([d for d in dtype.descr if d[0] not in drop] + extra + ([(HIT, np.uint8)] if hit else []))
+
+
+def coord_lo(windows, s, o):
+    """How window rows of stream s give their coordinate and their lo over stream o:
+    (coord column, lo column, shift added to lo). A time window's coordinate is the tuple's ts,
+    and lo over a time window is ts - (W - 1) (window.py), so neither is stored then: 16 bytes a
+    row. Without the windows (a predicate built by hand) both are the runtime columns."""
+    coord = TS if windows and windows[s].kind == "time" else "_coord"
+    if windows and windows[o].kind == "time":
+        return coord, TS, -(int(windows[o].size) - 1)
+    return coord, "_lo", 0
 
 
 HIT = "_hit"
@@ -49,6 +62,8 @@ class BinaryJoin:
 
     def __init__(self, pred, dtypes, method="index", i=0, j=1, lone=None):
         self.pred, self.i, self.j = pred, i, j
+        wins = pred.windows
+        self.vis = [coord_lo(wins, i, j), coord_lo(wins, j, i)]     # per side: coord, lo, lo shift
         self.outer = [s for s, k in enumerate((i, j)) if k in pred.outer]
         self.lone = lone if lone is not None else []
         eq_i, eq_j, bands, thetas = binary_parts(pred, i, j)
@@ -71,10 +86,15 @@ class BinaryJoin:
             self.residual = True
         self.widths = key_widths(dtypes[0], eq_i, dtypes[1], eq_j)
         self.runtime_dtypes = list(dtypes)
-        self.dtypes = [derived_dtype(dt, sum(self.widths), len(bands), s in self.outer) for s, dt in enumerate(dtypes)]
+        # a single int64 key is its own key matrix: read in place (a (n, 1) view), not copied
+        self.key_view = [len(c) == 1 and dt.fields[c[0]][0] == np.dtype(np.int64) for c, dt in zip(self.key_cols, dtypes)]
+        drops = [{v[0], v[1]} - {TS} for v in self.vis]
+        self.dtypes = [derived_dtype(dt, 0 if self.key_view[s] else sum(self.widths), len(bands), s in self.outer,
+                                     {"_coord", "_lo"} - drops[s])
+                       for s, dt in enumerate(dtypes)]
         # what a snapshot holds: the runtime rows, and whether each row of an outer stream has met a partner
         self.state_dtypes = [derived_dtype(dt, 0, 0, s in self.outer) for s, dt in enumerate(dtypes)]
-        self.windows = [Window(dt) for dt in self.dtypes]
+        self.windows = [Window(dt, coord=self.vis[s][0]) for s, dt in enumerate(self.dtypes)]
         self.runs = [SortedRuns(np.uint64 if method == "equi" else np.float64) for _ in (0, 1)]
 
     # -- the batch step ---------------------------------------------------------------------
@@ -161,19 +181,20 @@ class BinaryJoin:
         return (P, ip, X, ix) if p == 0 else (X, ix, P, ip)
 
     def _probe(self, P, p, X, xbase, run, check=True):
-        vis_p = (P["seq"], P["_coord"], P["_lo"])
-        vis_x = (X["seq"], X["_coord"], X["_lo"])
+        (cp, lp, dp), (cx, lx, dx) = self.vis[p], self.vis[1 - p]
+        vis_p = (P["seq"], P[cp], P[lp], dp)
+        vis_x = (X["seq"], X[cx], X[lx], dx)
         guess = 16 * len(P) + 64
         if self.method == "equi":
-            res = [K.collect(equi_run, P["_key"], P["_h"], *vis_p, rk, rp, xbase, X["_key"], *vis_x, check,
-                             guess=guess)
+            pk, xk = self.keys(P, p), self.keys(X, 1 - p)
+            res = [K.collect(equi_run, pk, P["_h"], *vis_p, rk, rp, xbase, xk, *vis_x, check, guess=guess)
                    for rk, rp in run.runs() if len(rk)]
         elif self.method == "band":
             eps = self.eps
             res = [K.collect(band_run, P["_band"], *vis_p, rk, rp, xbase, X["_band"], *vis_x, eps, self.closed,
                              check, guess=guess) for rk, rp in run.runs() if len(rk)]
         elif self.method == "bnl":
-            res = [K.collect(K.equi_bnl, P["_key"], *vis_p, X["_key"], *vis_x, guess=guess)]
+            res = [K.collect(K.equi_bnl, self.keys(P, p), *vis_p, self.keys(X, 1 - p), *vis_x, guess=guess)]
         elif self.band_scan:
             # the band columns as contiguous copies: in a window row they are 16 of ~90 bytes, and
             # the nested loop would otherwise read a cache line per comparison
@@ -188,19 +209,35 @@ class BinaryJoin:
     # -- window maintenance -----------------------------------------------------------------
     def derive(self, batch, s):
         """A batch of runtime rows as window rows (the key and band columns filled in)."""
-        if batch.dtype == self.dtypes[s]:
-            return batch
+        if batch.dtype == self.dtypes[s] and (self.dtypes[s] != self.runtime_dtypes[s] or not self.key_cols[0]):
+            return batch            # derived already (a window row that is a runtime row still needs its key hash)
         out = np.empty(len(batch), self.dtypes[s])
-        for name in batch.dtype.names:
-            out[name] = batch[name]
+        for name in self.dtypes[s].names:
+            if name in batch.dtype.names:
+                out[name] = batch[name]
         if self.key_cols[0]:
-            out["_key"] = key_matrix(batch, self.key_cols[s], self.widths)
-            out["_h"] = key_hash(out["_key"])
+            keys = key_matrix(batch, self.key_cols[s], self.widths)
+            if not self.key_view[s]:
+                out["_key"] = keys
+            out["_h"] = key_hash(keys)
         if len(self.eps):
             out["_band"] = band_matrix(batch, self.band_cols[s])
         if s in self.outer and HIT not in batch.dtype.names:
             out[HIT] = 0
         return out
+
+    def keys(self, rows, s):
+        """Stream s's equi keys of window rows as an (n, words) int64 matrix (a view)."""
+        return rows[self.key_cols[s][0]][:, None] if self.key_view[s] else rows["_key"]
+
+    def coord(self, rows, s):
+        """Stream s's coordinate of each window row (a view)."""
+        return rows[self.vis[s][0]]
+
+    def lo(self, rows, s):
+        """lo over the other stream of each of stream s's window rows."""
+        _, col, shift = self.vis[s]
+        return rows[col] + shift if shift else rows[col]
 
     def _sortkey(self, rows, s):
         if self.method == "equi":
@@ -250,8 +287,18 @@ class BinaryJoin:
     def snapshot(self, prefix="window"):
         """{"<prefix>/<s>": stream s's window rows in the runtime dtype}: what a checkpoint
         writes or a move carries; the derived columns and the index are rebuilt by restore."""
-        return {f"{prefix}/{s}": runtime_rows(w.view(), dt)
-                for s, (w, dt) in enumerate(zip(self.windows, self.state_dtypes))}
+        return {f"{prefix}/{s}": self.runtime_rows(w.view(), s) for s, w in enumerate(self.windows)}
+
+    def runtime_rows(self, rows, s, dtype=None):
+        """Window rows of stream s back to runtime rows (the state dtype unless `dtype`): what the
+        wire, a move or a checkpoint carries; the columns this join derives are filled in."""
+        dtype = dtype or self.state_dtypes[s]
+        out = runtime_rows(rows, dtype)
+        if "_coord" not in rows.dtype.names and "_coord" in dtype.names:
+            out["_coord"] = self.coord(rows, s)
+        if "_lo" not in rows.dtype.names and "_lo" in dtype.names:
+            out["_lo"] = self.lo(rows, s)
+        return out
 
     def restore(self, arrays, prefix="window"):
         """Fill this (new) join with snapshot()'s rows."""
@@ -273,10 +320,11 @@ def pair_rows(A, a, B, b):
 
 
 def runtime_rows(rows, dtype):
-    """Window rows (with derived key/band columns) back to the runtime dtype the wire carries."""
+    """The columns of `dtype` that window rows hold, copied (BinaryJoin.runtime_rows fills the rest)."""
     out = np.empty(len(rows), dtype)
     for name in dtype.names:
-        out[name] = rows[name]
+        if name in rows.dtype.names:
+            out[name] = rows[name]
     return out
 
 
@@ -355,11 +403,11 @@ def result_rows(a_seq, a_tin, b_seq, b_tin, ia, ib, out_sa, out_sb, out_tin, off
 
 
 @njit(cache=True)
-def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x_seq, x_coord, x_lo, check,
-             out_a, out_b):
+def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_keys, x_seq, x_coord, x_lo, x_dlo,
+             check, out_a, out_b):
     """Probe one run of an equi index: rows of X whose key equals the probe's and whose visibility
     holds (not tested when `check` is false: every row is known to be visible). Entries of expired
-    rows (pos < xbase) are skipped."""
+    rows (pos < xbase) are skipped. `*_dlo`: added to each side's lo (BinaryJoin.coord_lo)."""
     n = 0
     nx = x_seq.shape[0]
     for i in range(p_h.shape[0]):
@@ -371,7 +419,7 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, run_h, run_pos, xbase, x_keys, x
             if j < 0 or j >= nx:
                 continue
             if K._keys_equal(p_keys, i, x_keys, j, 0) and (not check or K._visible(
-                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
+                    p_seq[i], p_coord[i], p_lo[i] + p_dlo, x_seq[j], x_coord[j], x_lo[j] + x_dlo)):
                 if n < out_a.shape[0]:
                     out_a[n], out_b[n] = i, j
                 n += 1
@@ -389,8 +437,8 @@ def band_range(v, eps):
 
 
 @njit(cache=True)
-def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq, x_coord, x_lo, eps, closed,
-             check, out_a, out_b):
+def band_run(p_band, p_seq, p_coord, p_lo, p_dlo, run_v, run_pos, xbase, x_band, x_seq, x_coord, x_lo, x_dlo, eps,
+             closed, check, out_a, out_b):
     """Probe one run of a band index (sorted on the first band column): rows of X within every
     band of the probe, visible to each other (tested only when `check`)."""
     n = 0
@@ -407,7 +455,7 @@ def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq,
             if j < 0 or j >= nx:
                 continue
             if K._band_ok(p_band, i, x_band, j, eps, closed) and (not check or K._visible(
-                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
+                    p_seq[i], p_coord[i], p_lo[i] + p_dlo, x_seq[j], x_coord[j], x_lo[j] + x_dlo)):
                 if n < out_a.shape[0]:
                     out_a[n], out_b[n] = i, j
                 n += 1
@@ -415,14 +463,15 @@ def band_run(p_band, p_seq, p_coord, p_lo, run_v, run_pos, xbase, x_band, x_seq,
 
 
 @njit(cache=True)
-def scan_band(p_band, p_seq, p_coord, p_lo, x_band, x_seq, x_coord, x_lo, eps, closed, check, out_a, out_b):
+def scan_band(p_band, p_seq, p_coord, p_lo, p_dlo, x_band, x_seq, x_coord, x_lo, x_dlo, eps, closed, check, out_a,
+              out_b):
     """Nested loop over every probe and window row, band conditions checked inline: the
     original handshake join's comparison loop (visibility tested only when `check`)."""
     n = 0
     for i in range(p_band.shape[0]):
         for j in range(x_band.shape[0]):
             if K._band_ok(p_band, i, x_band, j, eps, closed) and (not check or K._visible(
-                    p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j])):
+                    p_seq[i], p_coord[i], p_lo[i] + p_dlo, x_seq[j], x_coord[j], x_lo[j] + x_dlo)):
                 if n < out_a.shape[0]:
                     out_a[n], out_b[n] = i, j
                 n += 1
@@ -430,13 +479,13 @@ def scan_band(p_band, p_seq, p_coord, p_lo, x_band, x_seq, x_coord, x_lo, eps, c
 
 
 @njit(cache=True)
-def visible_pairs(p_seq, p_coord, p_lo, x_seq, x_coord, x_lo, i0, i1, check, out_a, out_b):
+def visible_pairs(p_seq, p_coord, p_lo, p_dlo, x_seq, x_coord, x_lo, x_dlo, i0, i1, check, out_a, out_b):
     """Every pair (i in [i0, i1), j) of probe and window rows in which the newer sees the older
     (every pair, when `check` is false)."""
     n = 0
     for i in range(i0, i1):
         for j in range(x_seq.shape[0]):
-            if not check or K._visible(p_seq[i], p_coord[i], p_lo[i], x_seq[j], x_coord[j], x_lo[j]):
+            if not check or K._visible(p_seq[i], p_coord[i], p_lo[i] + p_dlo, x_seq[j], x_coord[j], x_lo[j] + x_dlo):
                 if n < out_a.shape[0]:
                     out_a[n], out_b[n] = i, j
                 n += 1

@@ -106,7 +106,7 @@ class JoinCore(Operator):
         view, c = w.view(), self.interval
         block = (w.base + np.searchsorted(view["seq"], stored)) // c
         hi = w.base + np.searchsorted(view["seq"], new["seq"])
-        lo = w.base + np.searchsorted(view["_coord"], new["_lo"])
+        lo = w.base + np.searchsorted(self.join.coord(view, 1 - s), new["_lo"])
         last = np.where(hi > lo, (hi - 1) // c, lo // c - 1)
         return [rows, rap.punctuate("comparisons", c, counts, new["seq"], row_count, block, (lo // c, last))]
 
