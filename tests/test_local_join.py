@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from mpi_join.config import parse_job
 from mpi_join.master.source import Source
 from mpi_join.join.oracle import run_oracle
+from mpi_join.join.predicate import key_hash, key_matrix
 from mpi_join.slaves.local_join import BinaryJoin, SortedRuns
 from conftest import equi_job_text, random_streams
 from reference import as_set
@@ -78,8 +79,17 @@ def test_sorted_runs_merge_drops_expired_rows():
     r = SortedRuns(np.uint64)
     r.add(np.array([5, 1, 3], np.uint64), 0, 0)
     r.add(np.array([2, 1], np.uint64), 3, 2)        # rows 0 and 1 expired
-    keys, pos = r.small
-    assert list(pos) == [4, 3, 2] and list(keys) == [1, 2, 3]
+    keys, offsets, base = r.small
+    assert base == 2 and list(offsets + base) == [4, 3, 2] and list(keys) == [1, 2, 3]
+    assert offsets.dtype == np.uint32                # 12 bytes an entry: rows are offsets from base
+
+
+def test_sorted_runs_refuse_a_span_past_32_bits():
+    """An offset that would not fit in 32 bits stops the run with a message, never wraps."""
+    r = SortedRuns(np.uint64)
+    r.add(np.array([1], np.uint64), 0, 0)
+    with pytest.raises(RuntimeError, match="spans more than"):
+        r.add(np.array([2], np.uint64), 1 << 32, 0)
 
 
 SYMBOLS = [b"GOOG", b"GOO", b"GOOGL", b"AAPL", b"A", b"", b"BRK.B", b"LONGERTHAN8", b"LONGERTHAN9"]
@@ -123,12 +133,7 @@ def test_equal_hashes_never_join_different_text():
     job, arrays = _text_streams(np.random.default_rng(9), 300)
     src = Source(job, arrays=arrays)
     j = BinaryJoin(job.predicate, src.dtypes, "index")
-    derive = j.derive
-    def same_hash(batch, s):
-        out = derive(batch, s)
-        out["_h"] = 7
-        return out
-    j.derive = same_hash
+    j.hashes = lambda rows, s: np.full(len(rows), 7, np.uint64)   # what the index sorts and probes by
     got = []
     while not src.done:
         b = src.next_epoch()
@@ -160,3 +165,62 @@ def test_footprint_counts_capacity_and_index_against_raw_bytes():
             assert held >= rows + 16 * sum(n) > raw > 0            # every live row has an index entry
             checked += 1
     assert checked > 5 and j.footprint()[1] == 0
+
+
+@pytest.mark.parametrize("windows,stored", [
+    (('"5ms"', '"3ms"'), {0: set(), 1: set()}),              # time: coord and lo are ts
+    (("4", '"3ms"'), {0: {"_coord"}, 1: {"_lo"}}),            # a count window's coordinates are stored
+    (("4", "6"), {0: {"_coord", "_lo"}, 1: {"_coord", "_lo"}}),
+])
+@pytest.mark.parametrize("method", ["index", "bnl", "scan"])
+def test_window_rows_store_only_what_cannot_be_derived_and_give_back_the_runtime_rows(windows, stored, method):
+    """A window row leaves out the runtime columns its join derives (coordinate and lo under time
+    windows, the key hash under the equi index, the key matrix of one int64 key: S.k is int64,
+    R.k int32), and a snapshot gives back exactly the runtime rows the source made."""
+    import dataclasses
+    job = parse_job(tomllib.loads(equi_job_text(windows)), "t.toml")
+    job = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=5))
+    arrays = random_streams(np.random.default_rng(3), 120, key_range=4)
+    src = Source(job, arrays=arrays)
+    j = BinaryJoin(job.predicate, src.dtypes, method)
+    for s in (0, 1):
+        names = set(j.dtypes[s].names)
+        assert {"_coord", "_lo"} & names == stored[s]
+        assert ("_h" in names) == (method != "index")
+        assert ("_key" in names) == (s == 0)
+    sent = [[], []]
+    while not src.done:
+        b = src.next_epoch()
+        for s in (0, 1):
+            sent[s].append(b[s])
+        j.step(b[0], b[1], src.bounds())
+        snap = j.snapshot()
+        for s in (0, 1):
+            rows = snap[f"window/{s}"]
+            every = np.concatenate(sent[s])
+            want = every[np.isin(every["seq"], rows["seq"])]
+            assert rows.dtype == src.dtypes[s] and len(rows) == len(j.windows[s])
+            for name in src.dtypes[s].names:
+                if name != "_h":
+                    assert np.array_equal(rows[name], want[name]), name
+            # the key hash is the join's own (a router stamps the same one: partitioning.hashing)
+            assert np.array_equal(rows["_h"], key_hash(key_matrix(want, ["k"])))
+
+
+def test_a_band_window_row_keeps_no_key_hash_and_gives_back_every_runtime_column():
+    import dataclasses
+    job = parse_job(tomllib.loads(equi_job_text(('"5ms"', "4"), predicate=PREDICATES["band"])), "t.toml")
+    job = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=5))
+    src = Source(job, arrays=random_streams(np.random.default_rng(5), 120))
+    j = BinaryJoin(job.predicate, src.dtypes, "index")
+    assert all("_h" not in dt.names for dt in j.dtypes)
+    sent = [[], []]
+    while not src.done:
+        b = src.next_epoch()
+        for s in (0, 1):
+            sent[s].append(b[s])
+        j.step(b[0], b[1], src.bounds())
+        for s, rows in enumerate(j.snapshot()[f"window/{s}"] for s in (0, 1)):
+            every = np.concatenate(sent[s])
+            want = every[np.isin(every["seq"], rows["seq"])]
+            assert rows.dtype == src.dtypes[s] and all(np.array_equal(rows[n], want[n]) for n in rows.dtype.names)

@@ -46,6 +46,9 @@ class _Windows:
     def footprint(self):
         return footprint(*self.windows)
 
+    def hashes(self, rows, s):
+        return rows["_h"]
+
     def load(self, *rows):
         for w, r in zip(self.windows, rows):
             w.append(r)
@@ -92,14 +95,18 @@ class ExtendibleGroup:
     def __len__(self):
         return sum(len(b) for b in self.buckets())
 
-    def route(self, batch):
-        """Split a batch (in seq order) by bucket: [(bucket, rows)], rows keep seq order."""
+    def hashes(self, rows, s):
+        """Stream s's key hash of each row (a store of an index join derives it: BinaryJoin.hashes)."""
+        return self.directory[0].store.hashes(rows, s)
+
+    def route(self, batch, s=0):
+        """Split a batch of stream s (in seq order) by bucket: [(bucket, rows)], rows keep seq order."""
         if len(self.directory) == 1:
             return [(self.directory[0], batch)]
         bs = self.buckets()
         number = {id(b): k for k, b in enumerate(bs)}
         entry_bucket = np.array([number[id(b)] for b in self.directory], np.int64)
-        idx = (bucket_hash(batch["_h"]) & np.uint64(len(self.directory) - 1)).astype(np.int64)
+        idx = (bucket_hash(self.hashes(batch, s)) & np.uint64(len(self.directory) - 1)).astype(np.int64)
         return [(bs[k], rows) for k, rows in group_rows(batch, entry_bucket[idx])]
 
     # -- tuning ------------------------------------------------------------------------
@@ -134,9 +141,9 @@ class ExtendibleGroup:
             if x is b:
                 self.directory[i] = hi if (i >> d) & 1 else lo
         parts = {False: [], True: []}
-        for w in b.windows:
+        for s, w in enumerate(b.windows):
             rows = w.view()
-            bit = ((bucket_hash(rows["_h"]) >> np.uint64(d)) & np.uint64(1)).astype(bool)
+            bit = ((bucket_hash(self.hashes(rows, s)) >> np.uint64(d)) & np.uint64(1)).astype(bool)
             parts[False].append(rows[~bit])
             parts[True].append(rows[bit])
         lo.store.load(*parts[False])
@@ -204,9 +211,9 @@ class ExtendibleGroup:
             assert len(entries) == 1 << (self.global_depth - b.depth)
             low = {i & ((1 << b.depth) - 1) for i in entries}
             assert len(low) == 1
-            for w in b.windows:
+            for s, w in enumerate(b.windows):
                 rows = w.view()
                 if len(rows):
-                    idx = (bucket_hash(rows["_h"]) & np.uint64(len(self.directory) - 1)).astype(np.int64)
+                    idx = (bucket_hash(self.hashes(rows, s)) & np.uint64(len(self.directory) - 1)).astype(np.int64)
                     assert all(self.directory[i] is b for i in np.unique(idx))
                     assert np.all(np.diff(rows["seq"]) > 0)

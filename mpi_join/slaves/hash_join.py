@@ -142,14 +142,14 @@ class HashJoinCore:
             out += self.lone
             self.lone.clear()
             return tuple(np.concatenate([o[k] for o in out]) for k in range(3))
-        by_part = [dict(group_rows(b, self.part.partitions(b["_h"]))) for b in batches]
+        by_part = [dict(group_rows(b, self.part.partitions(self._template.hashes(b, s)))) for s, b in enumerate(batches)]
         out = []
         for p in sorted(set(by_part[0]) | set(by_part[1])):
             g = self._group(p)
             new = {}
             for s in (0, 1):
                 if p in by_part[s]:
-                    for bucket, rows in g.route(by_part[s][p]):
+                    for bucket, rows in g.route(by_part[s][p], s):
                         new.setdefault(id(bucket), [bucket, batches[0][:0], batches[1][:0]])[1 + s] = rows
             for bucket, nA, nB in new.values():
                 r = bucket.store.step(nA, nB)
@@ -200,7 +200,7 @@ class HashJoinCore:
         """Group p's window rows of each stream out of the merged store ({} if it has none):
         the store is rebuilt from the other rows, which keep their seq order."""
         views = [w.view() for w in self.merged.windows]
-        mine = [self.part.partitions(v["_h"]) == p for v in views]
+        mine = [self.part.partitions(self._template.hashes(v, s)) == p for s, v in enumerate(views)]
         if not any(m.any() for m in mine):
             return {}
         self._rebuild([v[~m] for v, m in zip(views, mine)])        # in seq order already: a cheap sort
@@ -246,7 +246,7 @@ class HashJoinCore:
         arrays, infos = {}, {}
         if self.merged is not None:      # by group, as with buckets: a checkpoint reads the same either way
             for s, w in enumerate(self.merged.windows):
-                for p, rows in group_rows(w.view(), self.part.partitions(w.view()["_h"])):
+                for p, rows in group_rows(w.view(), self.part.partitions(self._template.hashes(w.view(), s))):
                     arrays[f"group/{p}/0/{s}"] = self._template.runtime_rows(rows, s)
                     infos[str(p)] = dict(ONE_BUCKET)
             return arrays, {"groups": infos}

@@ -26,6 +26,7 @@ from ..join.window import Window, footprint
 from ..schema import TS
 
 _E = np.zeros(0, np.int64)
+_EU = np.zeros(0, np.uint32)
 
 
 def derived_dtype(dtype, n_keys, n_bands, hit=False, drop=()):
@@ -88,10 +89,13 @@ class BinaryJoin:
         self.runtime_dtypes = list(dtypes)
         # a single int64 key is its own key matrix: read in place (a (n, 1) view), not copied
         self.key_view = [len(c) == 1 and dt.fields[c[0]][0] == np.dtype(np.int64) for c, dt in zip(self.key_cols, dtypes)]
-        drops = [{v[0], v[1]} - {TS} for v in self.vis]
+        # the equi index holds each row's key hash, so a row does not (hashes() recomputes it); a
+        # join without an equi key has none to keep (its routers stamp 0)
+        drops = [{"_coord", "_lo"} - {v[0], v[1]} | ({"_h"} if method == "equi" or not eq_i else set())
+                 for v in self.vis]
         self.dtypes = [derived_dtype(dt, 0 if self.key_view[s] else sum(self.widths), len(bands), s in self.outer,
-                                     {"_coord", "_lo"} - drops[s])
-                       for s, dt in enumerate(dtypes)]
+                                     drops[s]) for s, dt in enumerate(dtypes)]
+        self._hashed = ([], [])          # hashes() of the last rows asked about, per stream
         # what a snapshot holds: the runtime rows, and whether each row of an outer stream has met a partner
         self.state_dtypes = [derived_dtype(dt, 0, 0, s in self.outer) for s, dt in enumerate(dtypes)]
         self.windows = [Window(dt, coord=self.vis[s][0]) for s, dt in enumerate(self.dtypes)]
@@ -187,12 +191,12 @@ class BinaryJoin:
         guess = 16 * len(P) + 64
         if self.method == "equi":
             pk, xk = self.keys(P, p), self.keys(X, 1 - p)
-            res = [K.collect(equi_run, pk, P["_h"], *vis_p, rk, rp, xbase, xk, *vis_x, check, guess=guess)
-                   for rk, rp in run.runs() if len(rk)]
+            res = [K.collect(equi_run, pk, self.hashes(P, p), *vis_p, rk, rp, xbase - rb, xk, *vis_x, check,
+                             guess=guess) for rk, rp, rb in run.runs() if len(rk)]
         elif self.method == "band":
             eps = self.eps
-            res = [K.collect(band_run, P["_band"], *vis_p, rk, rp, xbase, X["_band"], *vis_x, eps, self.closed,
-                             check, guess=guess) for rk, rp in run.runs() if len(rk)]
+            res = [K.collect(band_run, P["_band"], *vis_p, rk, rp, xbase - rb, X["_band"], *vis_x, eps, self.closed,
+                             check, guess=guess) for rk, rp, rb in run.runs() if len(rk)]
         elif self.method == "bnl":
             res = [K.collect(K.equi_bnl, self.keys(P, p), *vis_p, self.keys(X, 1 - p), *vis_x, guess=guess)]
         elif self.band_scan:
@@ -219,7 +223,10 @@ class BinaryJoin:
             keys = key_matrix(batch, self.key_cols[s], self.widths)
             if not self.key_view[s]:
                 out["_key"] = keys
-            out["_h"] = key_hash(keys)
+            h = key_hash(keys)
+            if "_h" in out.dtype.names:
+                out["_h"] = h
+            self._remember(out, s, h)
         if len(self.eps):
             out["_band"] = band_matrix(batch, self.band_cols[s])
         if s in self.outer and HIT not in batch.dtype.names:
@@ -229,6 +236,27 @@ class BinaryJoin:
     def keys(self, rows, s):
         """Stream s's equi keys of window rows as an (n, words) int64 matrix (a view)."""
         return rows[self.key_cols[s][0]][:, None] if self.key_view[s] else rows["_key"]
+
+    def hashes(self, rows, s):
+        """Stream s's equi key hash of each (derived) row: the `_h` a row of an index join does
+        not store. The last rows asked about are remembered: a batch is derived, probed and
+        appended, one hash."""
+        if "_h" in rows.dtype.names:
+            return rows["_h"]
+        if not self.key_cols[0]:
+            return np.zeros(len(rows), np.uint64)
+        for r, h in self._hashed[s]:
+            if r is rows:
+                return h
+        h = key_hash(self.keys(rows, s))
+        self._remember(rows, s, h)
+        return h
+
+    def _remember(self, rows, s, h):
+        memo = self._hashed[s]
+        memo.append((rows, h))
+        if len(memo) > 2:
+            del memo[0]
 
     def coord(self, rows, s):
         """Stream s's coordinate of each window row (a view)."""
@@ -241,7 +269,7 @@ class BinaryJoin:
 
     def _sortkey(self, rows, s):
         if self.method == "equi":
-            return rows["_h"]
+            return self.hashes(rows, s)
         if self.method == "band":   # NaN never matches: sorted as +inf, so the runs stay totally ordered
             return np.nan_to_num(rows["_band"][:, 0], nan=np.inf, posinf=np.inf, neginf=-np.inf)
         return None
@@ -298,6 +326,8 @@ class BinaryJoin:
             out["_coord"] = self.coord(rows, s)
         if "_lo" not in rows.dtype.names and "_lo" in dtype.names:
             out["_lo"] = self.lo(rows, s)
+        if "_h" not in rows.dtype.names and "_h" in dtype.names:
+            out["_h"] = self.hashes(rows, s)
         return out
 
     def restore(self, arrays, prefix="window"):
@@ -329,18 +359,19 @@ def runtime_rows(rows, dtype):
 
 
 class SortedRuns:
-    """(key, absolute row) pairs sorted by key in two runs; see the module docstring."""
+    """(key, row) pairs sorted by key in two runs; see the module docstring. A run is (keys,
+    offsets, base): row = base + offset, the offsets uint32 (12 bytes an entry, not 16); a merge
+    re-bases on the oldest live row, so an offset spans at most the rows a window holds."""
 
     def __init__(self, key_dtype):
         self.kd = key_dtype
-        self.big = (np.zeros(0, key_dtype), _E)
-        self.small = (np.zeros(0, key_dtype), _E)
+        self.big = self.small = (np.zeros(0, key_dtype), _EU, 0)
 
     @classmethod
     def of(cls, keys):
         r = cls(keys.dtype)
         order = np.argsort(keys, kind="stable")
-        r.big = (keys[order], order.astype(np.int64))
+        r.big = (keys[order], order.astype(np.uint32), 0)
         return r
 
     def runs(self):
@@ -348,7 +379,7 @@ class SortedRuns:
 
     @property
     def nbytes(self):
-        return sum(k.nbytes + p.nbytes for k, p in (self.big, self.small))
+        return sum(k.nbytes + p.nbytes for k, p, _ in (self.big, self.small))
 
     def add(self, keys, first, live_from):
         """Entries for rows first, first+1, ... with these keys; entries below `live_from` are
@@ -357,35 +388,45 @@ class SortedRuns:
             return
         keys = np.asarray(keys, self.kd)
         order = np.argsort(keys, kind="stable")
-        new = (keys[order], order.astype(np.int64) + first)
+        new = (keys[order], order.astype(np.uint32), first)
         self.small = _merge(*self.small, *new, live_from)
         if len(self.small[0]) > len(self.big[0]) // 4 + 1024:
             self.big = _merge(*self.big, *self.small, live_from)
-            self.small = (np.zeros(0, self.kd), _E)
+            self.small = (np.zeros(0, self.kd), _EU, 0)
 
 
-def _merge(k1, p1, k2, p2, live_from):
+def _merge(k1, p1, b1, k2, p2, b2, live_from):
     n = len(k1) + len(k2)
     ko = np.empty(n, k1.dtype if len(k1) else k2.dtype)
-    po = np.empty(n, np.int64)
-    m = merge_runs(k1, p1, k2, p2, live_from, ko, po)
-    return ko[:m], po[:m]
+    po = np.empty(n, np.uint32)
+    m = merge_runs(k1, p1, b1, k2, p2, b2, live_from, ko, po)
+    if m < 0:
+        raise RuntimeError(f"a window index spans more than {MAX_SPAN} rows (from row {live_from}); "
+                           f"a rank holding that many rows needs more ranks")
+    return ko[:m], po[:m], live_from
+
+
+MAX_SPAN = (1 << 32) - 1
 
 
 @njit(cache=True)
-def merge_runs(k1, p1, k2, p2, live_from, ko, po):
-    """Merge two runs sorted by key (then row), dropping rows below live_from."""
+def merge_runs(k1, p1, b1, k2, p2, b2, live_from, ko, po):
+    """Merge two runs sorted by key (then row), dropping rows below live_from; the offsets out
+    are from live_from. -1 if one does not fit in 32 bits."""
     a = b = m = 0
     while a < k1.shape[0] or b < k2.shape[0]:
-        if b >= k2.shape[0] or (a < k1.shape[0] and (k1[a] < k2[b] or (k1[a] == k2[b] and p1[a] <= p2[b]))):
-            k, p = k1[a], p1[a]
+        if b >= k2.shape[0] or (a < k1.shape[0] and (k1[a] < k2[b] or (k1[a] == k2[b] and
+                                                                        p1[a] + b1 <= p2[b] + b2))):
+            k, p = k1[a], p1[a] + b1
             a += 1
         else:
-            k, p = k2[b], p2[b]
+            k, p = k2[b], p2[b] + b2
             b += 1
         if p >= live_from:
+            if p - live_from > 4294967295:
+                return -1
             ko[m] = k
-            po[m] = p
+            po[m] = p - live_from
             m += 1
     return m
 
@@ -512,4 +553,4 @@ def warm_up(pred, dtypes, method):
         j = BinaryJoin(pred, dtypes, method)
         for _ in range(2):          # new x new, then new x the windows they left
             j.step(np.zeros(a, dtypes[0]), np.zeros(b, dtypes[1]))
-    j.runs[0].big = _merge(j.runs[0].big[0], j.runs[0].big[1], j.runs[0].big[0], j.runs[0].big[1], 0)
+    j.runs[0].big = _merge(*j.runs[0].big, *j.runs[0].big, 0)
