@@ -60,16 +60,18 @@ class ChainedIndex:
         rows = self.derive(rows, self.side)
         self.indexed += len(rows)
         c = self.proto.coord(rows, self.side)
+        keys = self.proto._sortkey(rows, self.side)         # once, not once per subindex
         i = 0
         while i < len(rows):
             if not self.subs or self.subs[-1].closed:
-                self.subs.append(_Sub(BinaryJoin(self.pred, self.dtypes, self.method), int(c[i])))
+                self.subs.append(_Sub(BinaryJoin(self.pred, self.dtypes, self.method, hashed=self.proto._hashed),
+                                      int(c[i])))
                 self.opened += 1
             sub = self.subs[-1]
             # rows up to and including the first whose coordinate passes lo + P belong here
             end = min(len(rows), int(np.searchsorted(c, sub.lo + self.period, side="right")) + 1)
             end = max(end, i + 1)
-            sub.join.append(rows[i:end], self.side)
+            sub.join.append(rows[i:end], self.side, None if keys is None else keys[i:end])
             sub.hi = int(c[end - 1])
             if sub.hi - sub.lo > self.period:
                 sub.closed = True

@@ -61,7 +61,7 @@ class BinaryJoin:
     stream carries `_hit`, set when a pair holds it; when it expires without one, (its seq, -1)
     and its _tin go to `lone` (a list the owner drains), and `expire` at +inf flushes the rest."""
 
-    def __init__(self, pred, dtypes, method="index", i=0, j=1, lone=None):
+    def __init__(self, pred, dtypes, method="index", i=0, j=1, lone=None, hashed=None):
         self.pred, self.i, self.j = pred, i, j
         wins = pred.windows
         self.vis = [coord_lo(wins, i, j), coord_lo(wins, j, i)]     # per side: coord, lo, lo shift
@@ -95,7 +95,9 @@ class BinaryJoin:
                  for v in self.vis]
         self.dtypes = [derived_dtype(dt, 0 if self.key_view[s] else sum(self.widths), len(bands), s in self.outer,
                                      drops[s]) for s, dt in enumerate(dtypes)]
-        self._hashed = ([], [])          # hashes() of the last rows asked about, per stream
+        # hashes() of the last rows asked about, per stream (`hashed`: shared by joins that probe
+        # with the same rows, a chained index's subindexes)
+        self._hashed = hashed if hashed is not None else ([], [])
         # what a snapshot holds: the runtime rows, and whether each row of an outer stream has met a partner
         self.state_dtypes = [derived_dtype(dt, 0, 0, s in self.outer) for s, dt in enumerate(dtypes)]
         self.windows = [Window(dt, coord=self.vis[s][0]) for s, dt in enumerate(self.dtypes)]
@@ -274,11 +276,12 @@ class BinaryJoin:
             return np.nan_to_num(rows["_band"][:, 0], nan=np.inf, posinf=np.inf, neginf=-np.inf)
         return None
 
-    def append(self, rows, s):
+    def append(self, rows, s, key=None):
+        """Append derived rows of stream s (`key`: their index keys, when the caller has them)."""
         w = self.windows[s]
         first = w.base + len(w)
         w.append(rows)
-        key = self._sortkey(rows, s)
+        key = self._sortkey(rows, s) if key is None else key
         if key is not None:
             self.runs[s].add(key, first, w.base)
 
