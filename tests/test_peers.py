@@ -2,6 +2,7 @@
 band and equi workloads (time windows of different sizes on the two streams); the rate search
 brackets and bisects to the largest sustained rate; the suite's plan skips what a strategy
 cannot run."""
+import numpy as np
 import pytest
 
 from mpi_join.tools.bench_suite import max_rate, plan
@@ -11,7 +12,7 @@ from mpi_join.join.oracle import run_oracle
 from mpi_join.errors import JobError
 from mpi_join.tools.peers import duckdb_join, spark_stream_join, stream_join_condition, window_join_sql
 from mpi_join.storage.results import compare
-from mpi_join.storage.staged import read_staged
+from mpi_join.storage.staged import read_staged, write_staged
 from mpi_join.tools.workloads import make
 
 
@@ -52,12 +53,24 @@ def test_the_plan_runs_what_each_strategy_can():
 def test_spark_structured_streaming_equals_the_oracle(tmp_path):
     """The Spark peer: a stream-stream join with watermarks over the staged equi input, in
     micro-batches of one chunk per stream, finds exactly the oracle's pairs."""
-    path = make("equi", str(tmp_path), tuples=6000, rate=1500, window="500ms", uniform_keys=200)
+    path = make("equi", str(tmp_path), tuples=6000, rate=1500, window="1s", uniform_keys=200)
     job = load_job(path)
+    arrays = read_staged(job)
+    # R's first tuple at ts 0 (the epoch, where Spark's watermark starts), with the key of an S
+    # tuple 0.7 s later, in a later micro-batch: only the join's state can pair them
+    r, s_ = arrays
+    r["ts"][0] = 0
+    r["key"][0] = s_["key"][np.searchsorted(s_["ts"], 700_000)]
+    write_staged(job.staged, job.streams, arrays, job.ts_unit)
     got, st = spark_stream_join(job, str(tmp_path / "spark"), chunks=4)
-    expect = run_oracle(job, read_staged(job))
+    expect = run_oracle(job, arrays)
     missing, extra, (dups, _) = compare(expect, got)
     assert len(expect) > 20 and not len(missing) and not len(extra) and not len(dups)
+    # among them, pairs of a tuple at ts 0 (Spark's initial watermark: a row at it is late) with
+    # a partner in a later micro-batch, which only the join's state can find
+    ts = {int(q): int(t) for a in arrays for q, t in zip(a["seq"], a["ts"])}
+    first_chunk_end = np.quantile(np.concatenate([a["ts"] for a in arrays]), 0.25)
+    assert any(min(ts[a], ts[b]) == 0 and max(ts[a], ts[b]) > first_chunk_end for a, b in expect.tolist())
     assert st["batches"] == 4 and st["tuples_per_s"] > 0 and st["batch_ms_p99"] >= st["batch_ms_p50"] > 0
     # Spark takes files oldest first: the chunks' modification times must follow their event time
     # (equal times come in any order, and a later chunk first drops an earlier one's rows as late)

@@ -86,7 +86,9 @@ def spark_stream_join(job, work, chunks=20, master="local[2]"):
     from ..storage.staged import read_staged
     keys, W = stream_join_condition(job)
     unit_us = {"s": 1_000_000, "ms": 1000, "us": 1}[job.ts_unit]
+    per_s = 1_000_000 // unit_us
     arrays = read_staged(job)
+    shift = 86_400 * per_s - min((int(a["ts"][0]) for a in arrays if len(a)), default=0)
     bounds = np.quantile(np.concatenate([a["ts"] for a in arrays]), np.linspace(0, 1, chunks + 1)[1:-1])
     srcs, t_files = [], time.time() - chunks - 60
     for side, (st, a) in enumerate(zip(job.streams, arrays)):   # chunk k of both streams: the same event time
@@ -111,8 +113,11 @@ def spark_stream_join(job, work, chunks=20, master="local[2]"):
     sides = []
     for st, d, tag in zip(job.streams, srcs, ("r", "s")):
         schema = spark.read.parquet(d).schema
+        # the earliest tuple a day after the epoch: Spark's watermark starts at the epoch and a row
+        # at or before it is late, so a tuple at ts 0 was dropped from the join state (the join
+        # reads differences of time only)
         df = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(d)
-              .withColumn("et", _event_time(F, F.col("ts"), job.ts_unit)))
+              .withColumn("et", _event_time(F, F.col("ts") + shift, job.ts_unit)))
         df = df.select(*[F.col(c).alias(f"{tag}_{c}") for c in df.columns]).withWatermark(f"{tag}_et", "0 seconds")
         sides.append(df)
     r, s = sides
