@@ -167,9 +167,32 @@ def test_footprint_counts_capacity_and_index_against_raw_bytes():
     assert checked > 5 and j.footprint()[1] == 0
 
 
+def _snapshots(job, method, seed):
+    """Drive a join batch by batch; after each step, (join, [(snapshot rows, the source's runtime
+    rows of the same tuples)] per stream)."""
+    import dataclasses
+    job = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=5))
+    src = Source(job, arrays=random_streams(np.random.default_rng(seed), 120, key_range=4))
+    j = BinaryJoin(job.predicate, src.dtypes, method)
+    sent, held = [[], []], 0
+    while not src.done:
+        b = src.next_epoch()
+        for s in (0, 1):
+            sent[s].append(b[s])
+        j.step(b[0], b[1], src.bounds())
+        held = max(held, len(j))
+        out = []
+        for s in (0, 1):
+            rows, every = j.snapshot()[f"window/{s}"], np.concatenate(sent[s])
+            assert rows.dtype == src.dtypes[s] and len(rows) == len(j.windows[s])
+            out.append((rows, every[np.isin(every["seq"], rows["seq"])]))
+        yield j, out
+    assert held >= 5                       # the snapshots compared were not all empty
+
+
 @pytest.mark.parametrize("windows,stored", [
-    (('"5ms"', '"3ms"'), {0: set(), 1: set()}),              # time: coord and lo are ts
-    (("4", '"3ms"'), {0: {"_coord"}, 1: {"_lo"}}),            # a count window's coordinates are stored
+    (('"40ms"', '"25ms"'), {0: set(), 1: set()}),            # time: coord and lo are ts
+    (("4", '"25ms"'), {0: {"_coord"}, 1: {"_lo"}}),           # a count window's coordinates are stored
     (("4", "6"), {0: {"_coord", "_lo"}, 1: {"_coord", "_lo"}}),
 ])
 @pytest.mark.parametrize("method", ["index", "bnl", "scan"])
@@ -177,30 +200,13 @@ def test_window_rows_store_only_what_cannot_be_derived_and_give_back_the_runtime
     """A window row leaves out the runtime columns its join derives (coordinate and lo under time
     windows, the key hash under the equi index, the key matrix of one int64 key: S.k is int64,
     R.k int32), and a snapshot gives back exactly the runtime rows the source made."""
-    import dataclasses
     job = parse_job(tomllib.loads(equi_job_text(windows)), "t.toml")
-    job = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=5))
-    arrays = random_streams(np.random.default_rng(3), 120, key_range=4)
-    src = Source(job, arrays=arrays)
-    j = BinaryJoin(job.predicate, src.dtypes, method)
-    for s in (0, 1):
-        names = set(j.dtypes[s].names)
-        assert {"_coord", "_lo"} & names == stored[s]
-        assert ("_h" in names) == (method != "index")
-        assert ("_key" in names) == (s == 0)
-    sent = [[], []]
-    while not src.done:
-        b = src.next_epoch()
-        for s in (0, 1):
-            sent[s].append(b[s])
-        j.step(b[0], b[1], src.bounds())
-        snap = j.snapshot()
-        for s in (0, 1):
-            rows = snap[f"window/{s}"]
-            every = np.concatenate(sent[s])
-            want = every[np.isin(every["seq"], rows["seq"])]
-            assert rows.dtype == src.dtypes[s] and len(rows) == len(j.windows[s])
-            for name in src.dtypes[s].names:
+    for j, streams in _snapshots(job, method, 3):
+        for s, (rows, want) in enumerate(streams):
+            names = set(j.dtypes[s].names)
+            assert {"_coord", "_lo"} & names == stored[s]
+            assert ("_h" in names) == (method != "index") and ("_key" in names) == (s == 0)
+            for name in rows.dtype.names:
                 if name != "_h":
                     assert np.array_equal(rows[name], want[name]), name
             # the key hash is the join's own (a router stamps the same one: partitioning.hashing)
@@ -208,19 +214,8 @@ def test_window_rows_store_only_what_cannot_be_derived_and_give_back_the_runtime
 
 
 def test_a_band_window_row_keeps_no_key_hash_and_gives_back_every_runtime_column():
-    import dataclasses
     job = parse_job(tomllib.loads(equi_job_text(('"5ms"', "4"), predicate=PREDICATES["band"])), "t.toml")
-    job = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=5))
-    src = Source(job, arrays=random_streams(np.random.default_rng(5), 120))
-    j = BinaryJoin(job.predicate, src.dtypes, "index")
-    assert all("_h" not in dt.names for dt in j.dtypes)
-    sent = [[], []]
-    while not src.done:
-        b = src.next_epoch()
-        for s in (0, 1):
-            sent[s].append(b[s])
-        j.step(b[0], b[1], src.bounds())
-        for s, rows in enumerate(j.snapshot()[f"window/{s}"] for s in (0, 1)):
-            every = np.concatenate(sent[s])
-            want = every[np.isin(every["seq"], rows["seq"])]
-            assert rows.dtype == src.dtypes[s] and all(np.array_equal(rows[n], want[n]) for n in rows.dtype.names)
+    for j, streams in _snapshots(job, "index", 5):
+        assert all("_h" not in dt.names for dt in j.dtypes)
+        for rows, want in streams:
+            assert all(np.array_equal(rows[n], want[n]) for n in rows.dtype.names)
