@@ -9,6 +9,8 @@ Every window kind reduces to one integer test. Each tuple u of stream j has a co
 cnt_j(t) is the number of j tuples that arrived before t. lo is non-decreasing along each stream,
 so a window can drop every u with coord(u) < the smallest lo a future tuple can have.
 """
+import ctypes
+
 import numpy as np
 
 from ..schema import SEQ, TS
@@ -111,9 +113,14 @@ class Window:
             need, cap = live + n, len(self._buf)
             if need > cap - cap // 8 or (cap > 4096 and need < cap // 4):
                 cap = max(256, need + need // 4)       # 1.25x: a full window holds 1.14-1.25x its rows
-            new = np.empty(cap, self._buf.dtype) if cap != len(self._buf) else self._buf
-            new[:live] = self._buf[self._start:self._end]
-            self._buf, self._start, self._end = new, 0, live
+            if cap != len(self._buf):
+                new = np.empty(cap, self._buf.dtype)
+                new[:live] = self._buf[self._start:self._end]
+                self._buf = new
+            elif live:          # to the front in place: one memmove (numpy would copy an overlap twice)
+                size = self._buf.dtype.itemsize
+                ctypes.memmove(self._buf.ctypes.data, self._buf.ctypes.data + self._start * size, live * size)
+            self._start, self._end = 0, live
         self._buf[self._end:self._end + n] = batch
         self._end += n
 
