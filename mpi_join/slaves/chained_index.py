@@ -60,7 +60,7 @@ class ChainedIndex:
         rows = self.derive(rows, self.side)
         self.indexed += len(rows)
         c = self.proto.coord(rows, self.side)
-        keys = self.proto._sortkey(rows, self.side)         # once, not once per subindex
+        keys = self.proto.index_keys(rows, self.side)       # once, not once per subindex
         i = 0
         while i < len(rows):
             if not self.subs or self.subs[-1].closed:

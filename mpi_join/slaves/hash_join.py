@@ -246,7 +246,8 @@ class HashJoinCore:
         arrays, infos = {}, {}
         if self.merged is not None:      # by group, as with buckets: a checkpoint reads the same either way
             for s, w in enumerate(self.merged.windows):
-                for p, rows in group_rows(w.view(), self.part.partitions(self._template.hashes(w.view(), s))):
+                v = w.view()
+                for p, rows in group_rows(v, self.part.partitions(self._template.hashes(v, s))):
                     arrays[f"group/{p}/0/{s}"] = self._template.runtime_rows(rows, s)
                     infos[str(p)] = dict(ONE_BUCKET)
             return arrays, {"groups": infos}

@@ -115,7 +115,7 @@ class BinaryJoin:
         if len(n1) and len(w0):
             out.append(self._pairs(n1, 1, w0, self.windows[0].base, self.runs[0]))
         if len(n0) and len(n1):
-            key = self._sortkey(n1, 1)
+            key = self.index_keys(n1, 1)
             run = SortedRuns.of(key) if key is not None else None
             out.append(self._pairs(n0, 0, n1, 0, run))
         if self.outer:
@@ -269,7 +269,8 @@ class BinaryJoin:
         _, col, shift = self.vis[s]
         return rows[col] + shift if shift else rows[col]
 
-    def _sortkey(self, rows, s):
+    def index_keys(self, rows, s):
+        """The keys stream s's index sorts derived rows by (None: no index)."""
         if self.method == "equi":
             return self.hashes(rows, s)
         if self.method == "band":   # NaN never matches: sorted as +inf, so the runs stay totally ordered
@@ -281,7 +282,7 @@ class BinaryJoin:
         w = self.windows[s]
         first = w.base + len(w)
         w.append(rows)
-        key = self._sortkey(rows, s) if key is None else key
+        key = self.index_keys(rows, s) if key is None else key
         if key is not None:
             self.runs[s].add(key, first, w.base)
 
@@ -398,6 +399,9 @@ class SortedRuns:
             self.small = (np.zeros(0, self.kd), _EU, 0)
 
 
+MAX_SPAN = (1 << 32) - 1           # the largest uint32 offset from a run's base
+
+
 def _merge(k1, p1, b1, k2, p2, b2, live_from):
     n = len(k1) + len(k2)
     ko = np.empty(n, k1.dtype if len(k1) else k2.dtype)
@@ -407,9 +411,6 @@ def _merge(k1, p1, b1, k2, p2, b2, live_from):
         raise RuntimeError(f"a window index spans more than {MAX_SPAN} rows (from row {live_from}); "
                            f"a rank holding that many rows needs more ranks")
     return ko[:m], po[:m], live_from
-
-
-MAX_SPAN = (1 << 32) - 1
 
 
 @njit(cache=True)
@@ -426,7 +427,7 @@ def merge_runs(k1, p1, b1, k2, p2, b2, live_from, ko, po):
             k, p = k2[b], p2[b] + b2
             b += 1
         if p >= live_from:
-            if p - live_from > 4294967295:
+            if p - live_from > MAX_SPAN:
                 return -1
             ko[m] = k
             po[m] = p - live_from
