@@ -117,6 +117,10 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
                   liveness_timeout = "30s" a rank or link silent this long aborts the job ("off")
                   overload_after = "2s"    replay behind the rate this long: reported overloaded
                   stop_when_overloaded = false  an overloaded run stops with an error
+                  sources = 1              ranks that read and route the input (1..64): k - 1 more
+                           ranks after the strategy's, each routing every kth part of the input
+                           (README "Parallel sources")
+                  part = 65536             with sources > 1: tuples per part (rounded up to batches)
       [checkpoint] dir = "ckpt"            HDF5 checkpoints (one file per rank + MANIFEST.json)
                   every_tuples = 100000   cut every N input tuples, and/or
                   every = "10s"           every interval; keep = 2 newest complete ones (1..1000)

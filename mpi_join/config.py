@@ -19,6 +19,7 @@ from .units import TS_UNITS, ns_to_ts, parse_duration_ns, ts_unit_ns
 MAX_COUNT_WINDOW = 1 << 40          # tuples
 MAX_WINDOW_NS = 100 * 365 * 86_400 * 10**9   # 100 years
 MAX_BATCH = 1 << 24
+MAX_SOURCES = 64
 MAX_INFLIGHT = 1024
 MAX_RATE = 1e9                      # tuples/s per stream
 MAX_INTERVAL_NS = 86_400 * 10**9    # flush interval, liveness timeout, overload, checkpoint interval: 1 day
@@ -158,6 +159,8 @@ class Run:
     liveness_timeout_s: float = 30.0   # a rank or link silent this long aborts the job; 0: off
     overload_after_s: float = 2.0      # replay behind schedule this long: the run is overloaded
     stop_when_overloaded: bool = False  # an overloaded run stops with an error (a rate search's probe)
+    sources: int = 1                   # ranks that read and route the input (graph.with_sources)
+    part: int = 65536                  # with several sources: tuples per part of the input (source.py)
 
 
 @dataclass(frozen=True)
@@ -200,7 +203,7 @@ JOB_KEYS = {
     "predicate.theta": ("udf", "streams"),
     "predicate.interval": ("left", "right", "lower", "upper", "closed"),
     "run": ("batch_size", "flush_interval", "rate", "max_inflight", "progress", "liveness_timeout",
-            "overload_after", "stop_when_overloaded"),
+            "overload_after", "stop_when_overloaded", "sources", "part"),
     "checkpoint": ("dir", "every_tuples", "every", "keep"),
 }
 _TOP = set(JOB_KEYS[""])
@@ -709,7 +712,9 @@ def _run(raw, path):
     stop = r.get("stop_when_overloaded", False)
     if not isinstance(stop, bool):
         raise ConfigError(f"{path}: run.stop_when_overloaded: expected true or false, got {stop!r}")
-    return Run(bs, fi, None if rate is None else float(rate), mi, prog, lt_ns / 1e9, ov / 1e9, stop)
+    sources = _int_in(r.get("sources", 1), 1, MAX_SOURCES, "run.sources", path)
+    part = _int_in(r.get("part", 65536), 1, 1 << 40, "run.part", path)
+    return Run(bs, fi, None if rate is None else float(rate), mi, prog, lt_ns / 1e9, ov / 1e9, stop, sources, part)
 
 
 def _table(raw, key, path, required=True):

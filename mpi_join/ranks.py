@@ -117,6 +117,10 @@ def _driver(job_path, overrides, tx, ctx):
     metrics = RankMetrics(0, "driver")
     try:
         job = load_job(job_path, overrides)
+        if job.run.sources > 1 and (overrides.get("follow") or overrides.get("resume")):
+            raise JobError(f"{job.path}: run.sources = {job.run.sources} with --{'follow' if overrides.get('follow') else 'resume'}: "
+                           f"a followed or resumed run reads its input with one source in this version; set "
+                           f"run.sources = 1")
         if overrides.get("follow"):
             job = _live_job(job)              # results are committed at checkpoints (commits.py)
         ctx["output"] = job.output
@@ -125,7 +129,7 @@ def _driver(job_path, overrides, tx, ctx):
         from .slaves.worker import fault_spec
         fault_spec(tx.size)
         info = strategies.get(job.strategy.name)
-        graph = info.build_graph(tx.size, job.strategy.params)
+        graph = info.build_graph(tx.size, job.strategy.params, job.run.sources)
         ctx["locks"] = _lock_dirs(job, overrides)
         if overrides.get("resume"):
             from .storage.checkpoint import latest_complete
@@ -297,6 +301,7 @@ def _verify_parts(out, kept, workers, counted):
 
 def _worker(job_path, overrides, tx, ctx):
     from . import strategies
+    from .master.progress import Progress
     from .storage.results import ResultWriter
     from .slaves.worker import Worker
     from .join.window import runtime_dtype
@@ -308,8 +313,12 @@ def _worker(job_path, overrides, tx, ctx):
     tx.enable_liveness(job.run.liveness_timeout_s)
     tx.watch(0)                          # the driver must be heard from (liveness.py)
     info = strategies.get(job.strategy.name)
-    graph = info.build_graph(tx.size, job.strategy.params)
+    graph = info.build_graph(tx.size, job.strategy.params, job.run.sources)
     metrics = RankMetrics(tx.rank, graph.role(tx.rank))
+    if tx.rank in graph.sources:                  # an extra source: reads and routes its share
+        from .master.feeder import Feeder
+        Feeder(job, tx, graph, info.load_role("driver"), metrics, Progress(0, enabled=False)).run()
+        return 0
     writer = ResultWriter(os.path.join(job.output, "results"), tx.rank, job.stream_names,
                           snapshot_dir=os.path.join(job.output, "aggregate"))
     dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]

@@ -62,11 +62,12 @@ class StrategyInfo:
     def load_role(self, role):
         return _load(self.role_code(role))
 
-    def build_graph(self, nranks, params):
-        """The strategy's dataflow graph on `nranks` ranks, refused with one line if it does not
-        hold together (graph.Graph.check)."""
-        return _load(self.graph)(nranks, params).check(lambda role: bool(self.role_code(role)),
-                                                       f"strategy {self.name!r}")
+    def build_graph(self, nranks, params, sources=1):
+        """The strategy's dataflow graph on `nranks` ranks, `sources - 1` of them extra sources
+        (graph.Graph.with_sources), refused with one line if it does not hold together
+        (graph.Graph.check)."""
+        return _load(self.graph)(nranks - (sources - 1), params).with_sources(sources).check(
+            lambda role: bool(self.role_code(role)), f"strategy {self.name!r}")
 
 
 def _load(spec):
@@ -472,11 +473,16 @@ def check_runnable(job, nranks):
         raise ConfigError(f"{job.path}: predicate.outer: strategy {info.name!r} does not run outer joins (a tuple's "
                           f"partners are found on several ranks, none of which knows it has none); strategies that "
                           f"do: {', '.join(can)}; `mpi-join oracle` computes any in one process")
-    if nranks < info.min_ranks:
+    k = job.run.sources
+    if nranks - (k - 1) < info.min_ranks:
+        more = f" plus {k - 1} extra source rank{'s' if k > 2 else ''} (run.sources = {k})" if k > 1 else ""
         raise ConfigError(f"strategy {info.name!r} needs at least {info.min_ranks} MPI ranks (rank 0 drives the "
-                          f"input, {info.min_ranks - 1}+ workers join), got {nranks}; launch with mpiexec -n "
-                          f"{info.min_ranks} or more")
-    err = _load(info.check)(job, nranks) if info.check else None
+                          f"input, {info.min_ranks - 1}+ workers join){more}, got {nranks}; launch with mpiexec -n "
+                          f"{info.min_ranks + k - 1} or more")
+    if k > 1 and job.checkpoint is not None:
+        raise ConfigError(f"{job.path}: run.sources = {k} with [checkpoint]: checkpoints and --resume run with one "
+                          f"source in this version; set run.sources = 1 or drop [checkpoint]")
+    err = _load(info.check)(job, nranks - (k - 1)) if info.check else None
     if err:
         raise ConfigError(err)
 

@@ -119,7 +119,7 @@ class Shuffler(Operator):
             if self.body is None or self.body.version != self.version:
                 self.body = Members(self.version, self.members.flat())     # rebuilt only when the table changed
             body = self.body
-        self.next += 1
+        self.next = self.number(header, self.next) + 1
         return Output.sending((d[(self.next - 1) % len(d)],), batches, header.bounds, body, self.next - 1)
 
     # -- 2PS ----------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime.headers import Ack, Ready
-from ..runtime.protocol import (DataHeader, LoadReport, LoadRequest, MarkerDone, Moved, ProbeReply, Tag, decode_control)
+from ..runtime.protocol import (DataHeader, Go, LoadReport, LoadRequest, MarkerDone, Moved, PartEnd, ProbeReply, Tag,
+                                decode_control)
 from ..join.jit import Compiles, GcPauses, freeze_heap
 from ..runtime.operator import SOURCE
 from ..storage.staged import staged_manifest
@@ -61,14 +62,17 @@ class Driver:
         """`router_cls`: the operator of rank 0's vertex; `arrays`: replay these in-memory streams
         instead of the staged input (the simulation)."""
         self.job, self.tx, self.graph, self.metrics, self.progress = job, tx, graph, metrics, progress
-        self.workers = graph.workers
+        self.workers = graph.others        # the ranks rank 0 runs the job with (extra sources too)
         self.entries = graph.entries()
+        self.sources = graph.sources
         self.router = router_cls(job, 0, graph, [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams])
         self.router.runtime = self
         man = self.manifest = staged_manifest(job) if arrays is None else None
         counts = [man["streams"][s.name]["count"] for s in job.streams] if man else None
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts, man=man,
-                             follow=follow, arrays=arrays)
+                             follow=follow, arrays=arrays, share=(self.sources.index(tx.rank), len(self.sources)))
+        # several sources route alike only while no router changes its routing: it adapts with one
+        self.adapts = len(self.sources) == 1
         self.credits = Credits(self.entries, job.run.max_inflight)
         self.msg_no = 0                    # DATA messages made (a fan-out is one)
         self.moves = Moves(self)           # state moving between workers (moves.py)
@@ -161,17 +165,41 @@ class Driver:
         return self.source.bounds()
 
     # -- the lifecycle ----------------------------------------------------------------------
-    def run(self, freeze=True):
+    def warm_up(self):
         for k, dt in enumerate(self.source.dtypes):     # compile what annotating runs
             self.router.annotate(np.zeros(2, dt), k)
         self.router.warm_up()
+
+    def run(self, freeze=True):
+        self.warm_up()
         await_ready(self.tx, self.workers)
+        for r in self.sources[1:]:
+            self.control(r, Go())
         self.compiled_at_start = Compiles.count
         if freeze:                        # not in a process that runs many ranks (the simulation)
             freeze_heap()
         self.progress.restart(self.source.released)
         self.t_replay = time.perf_counter()
         self.metrics.start_clock(self.tx)
+        released_at = self.replay()
+        self._settle()
+        end_run(self)
+        self.wall_s = time.perf_counter() - self.t_replay
+        self.progress.update(self.source.released, sum(self.results.values()), force=True)
+        self.progress.close()
+        self.metrics.epochs = self.epoch
+        self.metrics.extra.update(compiled_during_replay=Compiles.count - self.compiled_at_start, **GcPauses.stats(),
+                                  peak_inflight=max(self.credits.peak.values(), default=0), topology=self.graph.name,
+                                  released_at=released_at, overloaded=self.pace.overloaded,
+                                  max_lag_s=round(self.pace.max_lag, 4), released_own=self.source.own,
+                                  **self.router.stats())
+        workers = [self.done[w] for w in self.workers]
+        return RunReport(workers=workers, wall_s=self.wall_s, t_replay=self.t_replay, resumed_from=self.resumed_from,
+                         checkpoints=self.ckpt.completed, notes=self.router.report(workers))
+
+    def replay(self):
+        """Release the input an epoch at a time through rank 0's operator until it ends; returns
+        (tuples released, s) samples for the summary."""
         slots, slot = self.router.slots, 0
         # (tuples released, s): 20 samples; a followed log's length is not known in advance
         released_at = [(self.source.released, 0.0)]
@@ -185,30 +213,30 @@ class Driver:
             self.metrics.tuples_in += sum(len(b) for b in batches)
             if self.source.released >= len(released_at) * step:
                 released_at.append((self.source.released, round(time.perf_counter() - self.t_replay, 4)))
-            header = DataHeader(-1, tuple(self.source.bounds()), None, slot % slots, self.moves.epoch)
+            header = DataHeader(self.source.batch_no, tuple(self.source.bounds()), None, slot % slots, self.moves.epoch)
             self._apply(self.router.on_data(SOURCE, header, batches))
             slot += 1
             if slot % slots == 0:
                 self.epoch += 1
                 if self.ckpt.due(self.source.released, sum(self.results.values())) and not self.source.done:
                     self._cut()
-                self.router.end_of_epoch(self.epoch)
+                if self.adapts:
+                    self.router.end_of_epoch(self.epoch)
+            if self.source.part_done():
+                self._end_part()
             self.drain()
             self.moves.finish()
             self.progress.update(self.source.released, sum(self.results.values()))
-        self._settle()
-        end_run(self)
-        self.wall_s = time.perf_counter() - self.t_replay
-        self.progress.update(self.source.released, sum(self.results.values()), force=True)
-        self.progress.close()
-        self.metrics.epochs = self.epoch
-        self.metrics.extra.update(compiled_during_replay=Compiles.count - self.compiled_at_start, **GcPauses.stats(),
-                                  peak_inflight=max(self.credits.peak.values(), default=0), topology=self.graph.name,
-                                  released_at=released_at, overloaded=self.pace.overloaded,
-                                  max_lag_s=round(self.pace.max_lag, 4), **self.router.stats())
-        workers = [self.done[w] for w in self.workers]
-        return RunReport(workers=workers, wall_s=self.wall_s, t_replay=self.t_replay, resumed_from=self.resumed_from,
-                         checkpoints=self.ckpt.completed, notes=self.router.report(workers))
+        return released_at
+
+    def _end_part(self):
+        """Several sources: this source's part is all sent (the router's held rows too, with the
+        part's bounds); every entry is told, then the source moves on to its next part."""
+        self.router.flush()
+        part = (self.source.released - 1) // self.source.part_rows
+        for e in self.entries:
+            self.control(e, PartEnd(part))
+        self.source.next_part()
 
     def _cut(self):
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving."""
@@ -222,7 +250,10 @@ class Driver:
 
     def _settle(self):
         """Send everything the router holds and wait until nothing it started (a migration) is
-        moving; the second flush sends what the router released while it settled."""
+        moving; the second flush sends what the router released while it settled. With several
+        sources each part's end flushed it (_end_part): nothing may follow the last PartEnd."""
+        if self.source.k > 1:
+            return
         self.router.flush()
         self.wait(lambda: self.moves.finish() or (not self.moves.on and self.router.quiet()))
         self.router.flush()

@@ -6,6 +6,13 @@ other stream (`_lo` for a binary join: over the opposite stream; `_los[j]` for M
 source also gives each stream's expiry bound: the smallest lo that any tuple still to come can
 have over it. The input is checked as it is read (seq dense across streams, ts non-decreasing,
 rows in seq order), and an error names the file and row.
+
+With several sources (run.sources = k), each releases its share: the input is dealt in parts of
+about `run.part` tuples (seq ranges, a whole number of batches), part p to source p mod k. A
+source releases whole batches of its parts (batch b holds seq [b x B, (b + 1) x B), so every
+source numbers batches alike: `batch_no`) and reads past the others' parts (their rows still
+count for count-window coordinates and the order checks), so every batch, its coordinates and
+its bounds are what one source would give.
 """
 import time
 
@@ -19,10 +26,11 @@ from ..join.window import NEG_INF, POS_INF, coords, lows, runtime_dtype
 
 class Source:
     def __init__(self, job, annotate=None, slots=1, chunk_rows=65536, counts=None, arrays=None, man=None,
-                 follow=False):
+                 follow=False, share=(0, 1)):
         """`arrays`: replay these in-memory streams instead of the staged files (tests, tools).
         `man`: the staged manifest the run read (a log is read at that commit); `follow`: tail the
-        staged log, releasing batches as they are committed, until its end marker."""
+        staged log, releasing batches as they are committed, until its end marker. `share`:
+        (i, k): release the parts of source i of k (the module docstring)."""
         self.job = job
         self.M = len(job.streams)
         self.readers = ([Prefetched(StreamReader(job.staged, s, chunk_rows, man)) for s in job.streams]
@@ -48,6 +56,43 @@ class Source:
         # with sub-groups an epoch is `slots` slots: each releases a slot's share
         self.batch_size = max(1, -(-job.run.batch_size // slots))
         self.flush_ns = job.run.flush_interval_ns / slots
+        self.index, self.k = share
+        self.part_rows = self.batch_size * max(1, -(-job.run.part // self.batch_size)) if self.k > 1 else None
+        self.batch_no = -1                       # several sources: the number of the batch last released
+        self.own = 0                             # tuples this source released (its share)
+        self._in_part = False                    # released some of the part it is on
+        if self.k > 1:
+            self._pass(self.index * self.part_rows)
+
+    @property
+    def part_end(self):
+        """Where the part being released ends (one source: the input's end)."""
+        if self.k == 1:
+            return self.total
+        return min(self.total, (self.released // self.part_rows + 1) * self.part_rows)
+
+    @property
+    def part(self):
+        return self.released // self.part_rows if self.k > 1 else 0
+
+    def part_done(self):
+        """Has this source released the whole part it was on (several sources)?"""
+        return self._in_part and (self.released % self.part_rows == 0 or self.released >= self.total)
+
+    def next_part(self):
+        """Past the other sources' parts, to this source's next one (or the input's end)."""
+        self._pass(self.released + (self.k - 1) * self.part_rows)
+
+    def _pass(self, end):
+        """Read past every tuple with seq < `end` without releasing it: checked, counted."""
+        end = min(end, self.total)
+        if end > self.released:
+            raw = [self._take(k, end) for k in range(self.M)]
+            self.check.check(raw)
+            for k, a in enumerate(raw):
+                self.cursor[k] += len(a)
+            self.released = end
+        self._in_part = False
 
     @property
     def done(self):
@@ -107,13 +152,13 @@ class Source:
         if self.t0 is None:
             self.t0 = now
             self._wall0 = time.time_ns()
-            self.start = self.released        # a resumed replay's schedule starts at its offset
-        bs = self.batch_size
+            self.start = self.released if self.k == 1 else 0   # a resumed replay's starts at its offset
+        bs = self.batch_size if self.k == 1 else min(self.batch_size, self.part_end - self.released)
         deadline = now + self.flush_ns / 1e9
         while True:
             due = self._due(now)
             pending = due - self.released
-            if pending >= bs or (pending > 0 and (now >= deadline or due >= self.total)):
+            if pending >= bs or (self.k == 1 and pending > 0 and (now >= deadline or due >= self.total)):
                 break
             if now >= deadline:     # nothing arrived this epoch: start a new one
                 deadline = now + self.flush_ns / 1e9
@@ -152,7 +197,11 @@ class Source:
             out.append(b)
         for k, a in enumerate(raw):
             self.cursor[k] += len(a)
+        self.own += end - self.released
+        if self.k > 1:
+            self.batch_no = self.released // self.batch_size
         self.released = end
+        self._in_part = self.k > 1
         return out
 
     def bounds(self):

@@ -229,5 +229,5 @@ class LowLatencyRouter(Operator):
     def on_data(self, src, header, batches):
         if not any(len(b) for b in batches):
             return
-        self.next_id += 1
+        self.next_id = self.number(header, self.next_id) + 1
         return Output.sending(self.graph.workers, batches, header.bounds, New(self.next_id - 1))

@@ -16,14 +16,19 @@ before it joins, where state may move (its group), and what `mpi-join explain` p
   all); `merge`, whether `dst` takes it in order with its other merged edges (DataHeader.order);
   `first`, whether `src` passes each batch from `feeds` on along it before joining it.
 
-Rank 0 is the driver: it replays the input and routes it (master/driver.py). A builder is called
-as `builder(nranks, params)` (params: the strategy's parameters, defaults filled in).
+Rank 0 is the driver: it replays the input and routes it (master/driver.py). With `sources = k`
+(run.sources), `with_sources` adds k - 1 source vertices after the strategy's ranks: each reads
+its share of the input and runs rank 0's operator on it, feeding the same entries as rank 0
+(master/feeder.py); an entry takes its sources' links as one flow in the input's order
+(slaves/inbox.py). A builder is called as `builder(nranks, params)` (params: the strategy's
+parameters, defaults filled in); it never sees the extra sources.
 """
 from dataclasses import dataclass
 
 from ..errors import ConfigError
 
 DRIVER = 0
+SOURCE_ROLE = "source"          # an extra source vertex (run.sources > 1): the runtime's, not a strategy's
 INPUT, RESULTS = "input", "results"
 PARTITIONERS = ("forward", "broadcast", "hash", "round-robin", "own")
 
@@ -73,7 +78,30 @@ class Graph:
 
     @property
     def workers(self):
+        """The strategy's ranks: every rank but the driver and the extra sources."""
+        return [v.rank for v in self.vertices[1:] if v.role != SOURCE_ROLE]
+
+    @property
+    def sources(self):
+        """The ranks that read and route the input: rank 0, then the extra sources."""
+        return [DRIVER] + [v.rank for v in self.vertices if v.role == SOURCE_ROLE]
+
+    @property
+    def others(self):
+        """Every rank rank 0 runs the job with (READY, probes, FIN): workers and extra sources."""
         return list(range(1, self.size))
+
+    def with_sources(self, k):
+        """This graph with k - 1 extra source vertices appended (ranks size .. size + k - 2). Each
+        feeds what rank 0 feeds, so the edges stay as the strategy built them: an entry's link
+        from the driver stands for its links from every source (slaves/inbox.py merges them)."""
+        if k <= 1:
+            return self
+        extra = [Vertex(self.size + i, SOURCE_ROLE, i + 1, k, "") for i in range(k - 1)]
+        notes = self.notes + (f"ranks {extra[0].rank}..{extra[-1].rank}: sources 2..{k} of {k}: each reads its share "
+                              f"of the input (every {k}th part) and routes it as rank 0 does; an entry merges "
+                              f"its {k} sources in seq order",)
+        return Graph(self.name, self.vertices + tuple(extra), self.edges, notes)
 
     def vertex(self, rank):
         return self.vertices[rank]
@@ -163,7 +191,7 @@ class Graph:
         for r, v in enumerate(self.vertices):
             if v.rank != r:
                 raise ConfigError(f"{where}: graph {self.name!r}: vertex {r} is numbered {v.rank}")
-            if not has_code(v.role):
+            if v.role != SOURCE_ROLE and not has_code(v.role):
                 raise ConfigError(f"{where}: graph {self.name!r}: rank {r}'s role {v.role!r} has no code")
             if not 0 <= v.index < v.count:
                 raise ConfigError(f"{where}: graph {self.name!r}: rank {r} is {v.index} of {v.count} in its group")

@@ -9,8 +9,9 @@ Every vertex:
   are FIFO; messages of different links interleave). `batches[k]` is stream k's rows (runtime
   dtype, seq order), `header.bounds[k]` stream k's expiry bound after this batch, `header.body`
   the strategy's typed header (headers.Header) the sender gave, or None. Rank 0's vertex gets
-  the source's batches with `src == SOURCE` and `header.order` the batch's slot in its epoch
-  (an epoch has `slots` slots). Returns an Output (or None): results to emit, batches to send to
+  the source's batches with `src == SOURCE`, `header.order` the batch's slot in its epoch
+  (an epoch has `slots` slots) and `header.msg_no` the batch's number in the input with several
+  sources (every source numbers alike), -1 with one (`number()`). Returns an Output (or None): results to emit, batches to send to
   named ranks, control records; rank 0's runtime sends them with credits, in order.
 - `on_control(src, msg, ctx)` for the strategy's own control records, in order with DATA on the
   link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
@@ -297,6 +298,12 @@ class Operator(Checkpointed):
 
     def end_of_epoch(self, epoch):
         pass
+
+    def number(self, header, count):
+        """The number of the source's batch `header` heads, for a router that numbers batches: with
+        several sources its number in the input (each routes a share; all number alike), with one
+        `count`, the router's own count (in its state, so a resumed run goes on from it)."""
+        return header.msg_no if header.msg_no >= 0 else count
 
     def on_moved(self, unit, src, dst, held):
         pass

@@ -121,6 +121,18 @@ class Eos(Control):
 
 
 @dataclass(frozen=True)
+class PartEnd(Control):
+    """A source -> an entry (run.sources > 1): part `part` of the input is all sent; the entry's
+    next part comes from the next source (slaves/inbox.py)."""
+    part: int = 0
+
+
+@dataclass(frozen=True)
+class Go(Control):
+    """Rank 0 -> an extra source: every rank is ready, start the replay."""
+
+
+@dataclass(frozen=True)
 class Probe(Control):
     """Termination probe (four-counter method): a worker answers with its data message counts."""
     wave: int = 0

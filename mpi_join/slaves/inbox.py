@@ -3,24 +3,32 @@ the ordered merge of the links the graph marks `merge` (graph.Edge.merge).
 
 Items are ("data", DataHeader, batches, ack) and ("ctrl", Control). Which item goes next:
 other workers' first (never held back, so a ring or a chain cannot deadlock on credits), merged
-links through the merge, and the driver's only when the worker says it may take them (its
-outboxes are empty, the module accepts input, a unit's state is in before its Install)."""
+links through the merge, and the input's only when the worker says it may take them (its
+outboxes are empty, the module accepts input, a unit's state is in before its Install).
+
+The input comes from the driver, or with several sources (run.sources = k) from each of them:
+part p of the input (master/source.py) from source p mod k, closed by a PartEnd. The inbox takes
+the sources' links as one flow in part order, so the module sees the input exactly as one source
+would send it, from the driver; end of stream passes once every source has sent its own."""
 from collections import deque
 
 import numpy as np
 
 from ..runtime.graph import DRIVER
-from ..runtime.protocol import Marker
+from ..runtime.protocol import Eos, Marker, PartEnd
 
 NO_ORDER = -(1 << 62)
 
 
 class Inbox:
-    def __init__(self, rank, merged):
+    def __init__(self, rank, merged, sources=(DRIVER,)):
         self.rank, self.merged = rank, tuple(merged)
+        self.sources = tuple(sources)                  # the input's senders, in part order
         self.queues = {}                               # src -> deque of items
         self.watermark = {src: NO_ORDER for src in self.merged}   # last order each merged link brought
-        self.buffered = 0                              # the driver's tuples waiting here
+        self.buffered = 0                              # the input's tuples waiting here
+        self.part = 0                                  # the part of the input taken next (several sources)
+        self.ended = set()                             # sources whose end of stream is in
 
     def data(self, src, header, batches, ack=True):
         """Queue a DATA message (ack False: replayed channel state, acknowledged before the cut)."""
@@ -30,7 +38,7 @@ class Inbox:
                                    f"({header.order} after {self.watermark[src]}); a merged link's "
                                    f"order must not decrease")
             self.watermark[src] = header.order
-        if src == DRIVER:
+        if src in self.sources:
             self.buffered += sum(len(b) for b in batches)
         self.queues.setdefault(src, deque()).append(("data", header, batches, ack))
 
@@ -39,7 +47,7 @@ class Inbox:
 
     def handled(self, src, n):
         """`n` tuples of a DATA message from `src` have been handled."""
-        if src == DRIVER:
+        if src in self.sources:
             self.buffered -= n
 
     def marker_queued(self, src):
@@ -49,19 +57,61 @@ class Inbox:
         return any(item[0] == "ctrl" and isinstance(item[1], Marker) for item in self.queues.get(src, ()))
 
     def next(self, take_driver, next_order, ended):
-        """(src, item) to handle next, or None. `take_driver(item)`: may the driver's first item go
+        """(src, item) to handle next, or None. `take_driver(item)`: may the input's next item go
         now; `next_order()`: the module's next order when dense (Operator.next_order);
-        `ended`: upstream ranks whose end-of-stream has been handled."""
+        `ended`: upstream ranks whose end-of-stream has been handled. An input item's `src` is
+        the source that sent it (its acknowledgement goes there); the end of the input's is the
+        driver's."""
         for src, q in self.queues.items():
-            if q and src != DRIVER and src not in self.merged:
+            if q and src not in self.sources and src not in self.merged:
                 return src, q.popleft()
         if self.merged:
             item = self._merged_next(next_order, ended)
             if item is not None:
                 return item
+        if len(self.sources) > 1:
+            return self._input_next(take_driver)
         q = self.queues.get(DRIVER)
         if q and take_driver(q[0]):
             return DRIVER, q.popleft()
+        return None
+
+    def _input_next(self, take_driver):
+        """Several sources: a control record of the driver's passes at once; the input goes part
+        by part, each from its source until its PartEnd; the end of stream once all have sent it."""
+        for src in self.sources:
+            q = self.queues.get(src)
+            if q and q[0][0] == "ctrl" and not isinstance(q[0][1], (PartEnd, Eos)) and take_driver(q[0]):
+                return src, q.popleft()
+        while len(self.ended) < len(self.sources):
+            over = bool(self.ended)             # a source's end of stream in its turn: no part is left
+            owner = self.sources[self.part % len(self.sources)]
+            for src in (s for s in self.sources if s not in self.ended) if over else (owner,):
+                q = self.queues.get(src)
+                if not q:
+                    if not over:
+                        return None
+                    continue
+                kind, msg = q[0][0], q[0][1]
+                if kind == "ctrl" and isinstance(msg, PartEnd):
+                    if msg.part != self.part or over:
+                        raise RuntimeError(f"worker {self.rank}: source rank {src} ended part {msg.part}, the "
+                                           f"input is at part {self.part}")
+                    q.popleft()
+                    self.part += 1
+                elif kind == "ctrl" and isinstance(msg, Eos):
+                    q.popleft()
+                    self.ended.add(src)
+                elif over:
+                    raise RuntimeError(f"worker {self.rank}: source rank {src} sent input after the input's end")
+                else:
+                    return (src, q.popleft()) if take_driver(q[0]) else None
+                break
+            else:
+                return None
+        if len(self.ended) == len(self.sources):
+            self.ended.add(None)                # the flow's end of stream, given once
+            return DRIVER, ("ctrl", Eos())
         return None
 
     def _merged_next(self, next_order, ended):

@@ -75,7 +75,10 @@ class Worker:
         self.rank, self.dtypes, self.writer = tx.rank, module.dtypes, writer
         self.up = graph.upstream(self.rank)
         self.link_dtypes = {src: carried(job, module, graph.carries(src, self.rank)) for src in self.up}
-        self.inbox = Inbox(self.rank, graph.merged(self.rank))
+        self.sources = graph.sources if DRIVER in self.up else [DRIVER]
+        self.inbox = Inbox(self.rank, graph.merged(self.rank), self.sources)
+        for src in self.sources[1:]:
+            self.link_dtypes[src] = self.link_dtypes[DRIVER]
         self.outbox = Outbox(tx, self.rank, graph.name, graph.downstream(self.rank), job.run.max_inflight, metrics)
         self.cuts = Cuts(self.rank, self.up, self.link_dtypes, module)
         self.mover = Mover(tx, self.rank, module, self.inbox)
@@ -197,7 +200,9 @@ class Worker:
             self._apply(self.module.on_control(src, msg, self))
 
     # -- data -------------------------------------------------------------------------------
-    def _data(self, src, header, batches, ack):
+    def _data(self, sender, header, batches, ack):
+        """A batch from `sender`; the input's, from whichever source, is the driver's to the module."""
+        src = DRIVER if sender in self.sources else sender
         m = self.metrics
         n = sum(len(b) for b in batches)
         if m.epochs == self.fault:
@@ -213,12 +218,12 @@ class Worker:
             self.outbox.data(first, header.bounds, header.body, header.order, batches)
             self.outbox.pump()
         nres, delay = self._apply(self.module.on_data(src, header, batches))
-        self.inbox.handled(src, n)
+        self.inbox.handled(sender, n)
         if src == DRIVER:
             self._pump()                         # occupancy at the end of the batch: what still waits
             self.recorder.occupied(self.inbox.buffered)
         if ack:
-            self.tx.send(src, Tag.ACK, Ack(header.msg_no, m.results, m.tuples_in).encode())
+            self.tx.send(sender, Tag.ACK, Ack(header.msg_no, m.results, m.tuples_in).encode())
         self.recorder.handled(src, n, nres, delay)
 
     def _apply(self, out):

@@ -1,0 +1,64 @@
+"""An extra source (run.sources = k > 1): a rank that reads, stamps and routes its share of the
+input, as rank 0 does with its own, so no single rank handles every input tuple.
+
+It is rank 0's lifecycle without the controller's part (driver.py): the same Source, restricted
+to every kth part of the input (source.py), the same operator (the strategy's rank-0 vertex),
+the same credits to the same entries, a PartEnd on every entry link after each part and end of
+stream after the last. Rank 0 keeps what needs one decider: it waits for every rank to be
+ready and says go, detects termination (a feeder answers the probes with the DATA it sent) and
+ends the job. Routing does not adapt with several sources (a reorganisation decided on one rank
+would have to apply on every router at one point of the input).
+"""
+import time
+
+from ..join.jit import Compiles, freeze_heap
+from ..runtime.graph import DRIVER
+from ..runtime.headers import Ready
+from ..runtime.protocol import Eos, Fin, Go, Probe, ProbeReply, Tag, decode_control
+from ..runtime.transport import pack_obj
+from .driver import Driver
+
+
+class Feeder(Driver):
+    def __init__(self, job, tx, graph, router_cls, metrics, progress):
+        super().__init__(job, tx, graph, router_cls, metrics, progress)
+        self.workers = []             # rank 0 runs the job: a feeder waits on no one but its entries
+        self.go = self.fin = False
+
+    def run(self, freeze=True):
+        self.warm_up()
+        self.tx.send(DRIVER, Tag.READY, Ready(Compiles.count, int(Compiles.seconds * 1e6)).encode())
+        self.wait(lambda: self.go)
+        if freeze:
+            freeze_heap()
+        self.metrics.start_clock(self.tx)
+        self.t_replay = time.perf_counter()
+        self.replay()                  # each part's end flushed the router (Driver._end_part)
+        for e in self.entries:
+            self.control(e, Eos())
+        self.wait(lambda: self.fin and not any(self.credits.out.values()))
+        self.metrics.extra.update(peak_inflight=max(self.credits.peak.values(), default=0), released_own=self.source.own)
+        self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
+        self.tx.flush()
+
+    def _recv(self):
+        return self.tx.recv()
+
+    def _handle(self, src, tag, buf):
+        if tag == Tag.CTRL and src == DRIVER:
+            msg = decode_control(buf)
+            if isinstance(msg, Go):
+                self.go = True
+            elif isinstance(msg, Probe):
+                self.control(DRIVER, ProbeReply(msg.wave, self.sent, 0))
+            elif isinstance(msg, Fin):
+                self.fin = True
+                self.tx.unwatch(DRIVER)
+            else:
+                raise RuntimeError(f"source rank {self.tx.rank}: unexpected control {msg.op} from rank 0")
+            return
+        if tag == Tag.ACK:
+            self.credits.acked(src)
+            return
+        raise RuntimeError(f"source rank {self.tx.rank}: unexpected {tag.name} message from rank {src}")
+

@@ -1,0 +1,145 @@
+"""Parallel sources (run.sources = k), without MPI: the k shares of the input, put back together in
+part order, are the batches one source releases, with the same coordinates, bounds and numbers;
+an entry's inbox takes k sources' links as that one flow; the graph, the config and the checks
+that refuse what several sources do not run yet."""
+import dataclasses
+import tomllib
+
+import numpy as np
+import pytest
+
+from mpi_join import strategies
+from mpi_join.config import parse_job
+from mpi_join.errors import ConfigError
+from mpi_join.master.source import Source
+from mpi_join.runtime.graph import DRIVER, SOURCE_ROLE, star
+from mpi_join.runtime.protocol import DataHeader, Eos, Fin, PartEnd
+from mpi_join.slaves.inbox import Inbox
+from conftest import equi_job_text, random_streams
+
+
+def _job(window, batch, k=1, part=1, checkpoint=""):
+    text = equi_job_text(window, run=f"batch_size = {batch}\nsources = {k}\npart = {part}") + checkpoint
+    return parse_job(tomllib.loads(text), "job.toml")
+
+
+def _released(src):
+    """Every batch a source releases: (batch_no, batches, bounds after it, part ends seen)."""
+    out = []
+    while not src.done:
+        b = src.next_epoch()
+        out.append((src.batch_no, b, tuple(src.bounds())))
+        if src.part_done():
+            src.next_part()
+    return out
+
+
+@pytest.mark.parametrize("window", [('"6ms"', '"2ms"'), ("5", "17")], ids=["time", "count"])
+@pytest.mark.parametrize("k,part,batch", [(2, 100, 30), (3, 64, 16), (4, 1, 7), (2, 5000, 50)])
+def test_shares_put_together_are_one_source(window, k, part, batch):
+    arrays = random_streams(np.random.default_rng(k * part + batch), 1200, key_range=8)
+    one = _released(Source(_job(window, batch), arrays=arrays))
+    shares = [_released(Source(_job(window, batch, k, part), arrays=arrays, share=(i, k))) for i in range(k)]
+    merged = sorted((x for s in shares for x in s), key=lambda x: x[0])
+    assert [n for n, _, _ in merged] == list(range(len(one))), "batch numbers dense from 0, each once"
+    assert len(merged) == len(one)
+    for (_, b1, bounds1), (_, bk, boundsk) in zip(one, merged):
+        for s in range(2):
+            for name in ("seq", "ts", "k", "_lo") + (("_coord",) if "_coord" in b1[s].dtype.names else ()):
+                assert np.array_equal(b1[s][name], bk[s][name]), name
+        assert bounds1 == boundsk
+    total = sum(len(a) for a in arrays)
+    per_part = batch * -(-part // batch)
+    for i, s in enumerate(shares):       # source i released exactly its parts
+        seqs = np.concatenate([np.concatenate([x["seq"] for x in b]) for _, b, _ in s]) if s else np.zeros(0)
+        assert set((seqs // per_part) % k) <= {i}
+        assert len(seqs) == sum(min(per_part, total - p * per_part) for p in range(i, -(-total // per_part), k))
+
+
+def _data(order=-1, n=1):
+    return DataHeader(0, (0, 0), None, order), [np.zeros(n, [("seq", "i8")]), np.zeros(0, [("seq", "i8")])]
+
+
+def test_inbox_takes_sources_in_part_order():
+    """Sources 0 and 5 deal parts 0, 1, 2, 3 in turn; their links arrive in any interleaving."""
+    box = Inbox(1, (), (DRIVER, 5))
+    take = lambda item: True        # noqa: E731
+    box.data(5, *_data(n=3))        # part 1, before part 0 is in
+    box.ctrl(5, PartEnd(1))
+    box.data(5, *_data(n=4))        # part 3
+    assert box.next(take, lambda: None, set()) is None, "part 0's source has sent nothing yet"
+    box.data(DRIVER, *_data(n=1))
+    box.ctrl(DRIVER, PartEnd(0))
+    box.data(DRIVER, *_data(n=2))   # part 2
+    box.ctrl(DRIVER, PartEnd(2))
+    box.ctrl(DRIVER, Eos())
+    got = []
+    while (item := box.next(take, lambda: None, set())) is not None:
+        src, it = item
+        got.append((src, len(it[2][0]) if it[0] == "data" else type(it[1]).__name__))
+        if it[0] == "data":
+            box.handled(src, len(it[2][0]))
+    assert got == [(DRIVER, 1), (5, 3), (DRIVER, 2), (5, 4)]
+    box.ctrl(5, PartEnd(3))
+    assert box.next(take, lambda: None, set()) is None, "source 5's end of stream is still to come"
+    box.ctrl(5, Eos())
+    assert box.next(take, lambda: None, set()) == (DRIVER, ("ctrl", Eos())), "one end of stream, the driver's"
+    assert box.next(take, lambda: None, set()) is None
+    box.ctrl(DRIVER, Fin())                    # rank 0's own control records pass in order
+    assert box.next(take, lambda: None, set()) == (DRIVER, ("ctrl", Fin()))
+    assert box.buffered == 0
+
+
+def test_inbox_refuses_a_part_out_of_turn_and_input_after_the_end():
+    box = Inbox(1, (), (DRIVER, 5))
+    box.ctrl(DRIVER, PartEnd(1))
+    with pytest.raises(RuntimeError, match="source rank 0 ended part 1, the input is at part 0"):
+        box.next(lambda item: True, lambda: None, set())
+    box = Inbox(1, (), (DRIVER, 5))
+    box.ctrl(DRIVER, Eos())
+    box.data(5, *_data())
+    with pytest.raises(RuntimeError, match="source rank 5 sent input after the input's end"):
+        box.next(lambda item: True, lambda: None, set())
+
+
+def test_backpressure_holds_the_sources_input():
+    box = Inbox(1, (), (DRIVER, 5))
+    box.data(DRIVER, *_data(n=2))
+    assert box.next(lambda item: False, lambda: None, set()) is None
+    assert box.next(lambda item: True, lambda: None, set())[0] == DRIVER
+
+
+def test_graph_with_sources():
+    g = star(4).with_sources(3)
+    assert g.size == 6 and g.workers == [1, 2, 3] and g.sources == [0, 4, 5] and g.others == [1, 2, 3, 4, 5]
+    assert [g.role(r) for r in (4, 5)] == [SOURCE_ROLE, SOURCE_ROLE]
+    assert g.entries() == [1, 2, 3], "the strategy's edges stand for every source's"
+    assert "sources 2..3 of 3" in g.explain()[-1]
+    g.check(lambda role: role == "worker" or role == "driver")
+    assert star(4).with_sources(1).size == 4
+
+
+def test_build_graph_counts_the_extra_sources():
+    info = strategies.get("hash")
+    g = info.build_graph(5, {k: p.default for k, p in info.params.items()}, sources=2)
+    assert g.workers == [1, 2, 3] and g.sources == [0, 4]
+
+
+def test_config_sources():
+    job = _job(('"6ms"', '"2ms"'), 64, k=3, part=1000)
+    assert job.run.sources == 3 and job.run.part == 1000
+    assert _job(('"6ms"', '"2ms"'), 64).run.sources == 1
+    with pytest.raises(ConfigError, match=r"run.sources: expected an integer in 1..64, got 0"):
+        _job(('"6ms"', '"2ms"'), 64, k=0)
+
+
+def test_check_runnable_with_sources():
+    job = _job(('"6ms"', '"2ms"'), 64, k=3)
+    with pytest.raises(ConfigError, match=r"plus 2 extra source ranks \(run.sources = 3\), got 3; launch with "
+                                          r"mpiexec -n 4 or more"):
+        strategies.check_runnable(job, 3)
+    strategies.check_runnable(job, 4)
+    ck = _job(('"6ms"', '"2ms"'), 64, k=2, checkpoint='\n[checkpoint]\ndir = "ck"\nevery_tuples = 100\n')
+    with pytest.raises(ConfigError, match=r"run.sources = 2 with \[checkpoint\]"):
+        strategies.check_runnable(ck, 4)
+    assert dataclasses.replace(ck.run, sources=1).sources == 1
