@@ -120,7 +120,9 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
                   sources = 1              ranks that read and route the input (1..64): k - 1 more
                            ranks after the strategy's, each routing every kth part of the input
                            (README "Parallel sources")
-                  part = 65536             with sources > 1: tuples per part (rounded up to batches)
+                  part = 0                 with sources > 1: tuples per part, rounded up to batches
+                           (0: four staged row groups per stream); a source link has credit
+                           for a whole part
       [checkpoint] dir = "ckpt"            HDF5 checkpoints (one file per rank + MANIFEST.json)
                   every_tuples = 100000   cut every N input tuples, and/or
                   every = "10s"           every interval; keep = 2 newest complete ones (1..1000)

@@ -160,7 +160,7 @@ class Run:
     overload_after_s: float = 2.0      # replay behind schedule this long: the run is overloaded
     stop_when_overloaded: bool = False  # an overloaded run stops with an error (a rate search's probe)
     sources: int = 1                   # ranks that read and route the input (graph.with_sources)
-    part: int = 65536                  # with several sources: tuples per part of the input (source.py)
+    part: int = 0                      # with several sources: tuples per part (source.py); 0: a credit window
 
 
 @dataclass(frozen=True)
@@ -713,7 +713,7 @@ def _run(raw, path):
     if not isinstance(stop, bool):
         raise ConfigError(f"{path}: run.stop_when_overloaded: expected true or false, got {stop!r}")
     sources = _int_in(r.get("sources", 1), 1, MAX_SOURCES, "run.sources", path)
-    part = _int_in(r.get("part", 65536), 1, 1 << 40, "run.part", path)
+    part = _int_in(r.get("part", 0), 0, 1 << 40, "run.part", path)
     return Run(bs, fi, None if rate is None else float(rate), mi, prog, lt_ns / 1e9, ov / 1e9, stop, sources, part)
 
 

@@ -129,6 +129,9 @@ def test_config_sources():
     job = _job(('"6ms"', '"2ms"'), 64, k=3, part=1000)
     assert job.run.sources == 3 and job.run.part == 1000
     assert _job(('"6ms"', '"2ms"'), 64).run.sources == 1
+    default = Source(_job(('"6ms"', '"2ms"'), 64, k=2, part=0), arrays=random_streams(np.random.default_rng(1), 50),
+                     share=(0, 2))
+    assert default.part_rows == 4 * 8192 * 2, "four row groups of each stream"
     with pytest.raises(ConfigError, match=r"run.sources: expected an integer in 1..64, got 0"):
         _job(('"6ms"', '"2ms"'), 64, k=0)
 

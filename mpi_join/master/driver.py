@@ -73,7 +73,10 @@ class Driver:
                              follow=follow, arrays=arrays, share=(self.sources.index(tx.rank), len(self.sources)))
         # several sources route alike only while no router changes its routing: it adapts with one
         self.adapts = len(self.sources) == 1
-        self.credits = Credits(self.entries, job.run.max_inflight)
+        # several sources: credit for a whole part on each link, so every source sends its next
+        # part while the entries take another's (they buffer at most k - 1 parts)
+        per_part = -(-self.source.part_rows // self.source.batch_size) if self.source.k > 1 else 0
+        self.credits = Credits(self.entries, max(job.run.max_inflight, per_part))
         self.msg_no = 0                    # DATA messages made (a fan-out is one)
         self.moves = Moves(self)           # state moving between workers (moves.py)
         self.pace = Pace(job.run)          # overload at a set rate (pace.py)

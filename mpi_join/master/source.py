@@ -8,7 +8,8 @@ have over it. The input is checked as it is read (seq dense across streams, ts n
 rows in seq order), and an error names the file and row.
 
 With several sources (run.sources = k), each releases its share: the input is dealt in parts of
-about `run.part` tuples (seq ranges, a whole number of batches), part p to source p mod k. A
+about `run.part` tuples (seq ranges, a whole number of batches; by default four row groups of
+each stream, so a source decodes little more than its own parts), part p to source p mod k. A
 source releases whole batches of its parts (batch b holds seq [b x B, (b + 1) x B), so every
 source numbers batches alike: `batch_no`) and reads past the others' parts (their rows still
 count for count-window coordinates and the order checks), so every batch, its coordinates and
@@ -20,7 +21,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..schema import SEQ, TS
-from ..storage.staged import ArrayReader, LogTail, OrderCheck, Prefetched, StreamReader
+from ..storage.staged import ROW_GROUP, ArrayReader, LogTail, OrderCheck, Prefetched, StreamReader
 from ..join.window import NEG_INF, POS_INF, coords, lows, runtime_dtype
 
 
@@ -33,6 +34,8 @@ class Source:
         (i, k): release the parts of source i of k (the module docstring)."""
         self.job = job
         self.M = len(job.streams)
+        if share[1] > 1:     # a row group at a time: a source reads little past its own parts
+            chunk_rows = min(chunk_rows, ROW_GROUP)
         self.readers = ([Prefetched(StreamReader(job.staged, s, chunk_rows, man)) for s in job.streams]
                         if arrays is None else [ArrayReader(a, chunk_rows) for a in arrays])
         self.tail = LogTail(job.staged, man, [s.name for s in job.streams]) if follow else None
@@ -57,7 +60,11 @@ class Source:
         self.batch_size = max(1, -(-job.run.batch_size // slots))
         self.flush_ns = job.run.flush_interval_ns / slots
         self.index, self.k = share
-        self.part_rows = self.batch_size * max(1, -(-job.run.part // self.batch_size)) if self.k > 1 else None
+        # a part is about four row groups of each stream by default (source i reads little more
+        # than its own parts), and every link from a source has credit for a whole part (the
+        # driver's Credits): each source can send its next part while the entries take another's
+        part = job.run.part or 4 * ROW_GROUP * self.M
+        self.part_rows = self.batch_size * max(1, -(-part // self.batch_size)) if self.k > 1 else None
         self.batch_no = -1                       # several sources: the number of the batch last released
         self.own = 0                             # tuples this source released (its share)
         self._in_part = False                    # released some of the part it is on
@@ -84,15 +91,28 @@ class Source:
         self._pass(self.released + (self.k - 1) * self.part_rows)
 
     def _pass(self, end):
-        """Read past every tuple with seq < `end` without releasing it: checked, counted."""
+        """Go past every tuple with seq < `end` without releasing it: the row groups of other
+        sources' parts are not read (StreamReader.skip_to); counts come from the files'
+        statistics. The first tuple past the part just released is checked against its last
+        (seq dense, ts not going back), so every part boundary is checked by one source."""
         end = min(end, self.total)
-        if end > self.released:
-            raw = [self._take(k, end) for k in range(self.M)]
-            self.check.check(raw)
-            for k, a in enumerate(raw):
-                self.cursor[k] += len(a)
-            self.released = end
+        if end <= self.released:
+            return
+        heads = [b[:1] if len(b) and b[SEQ][0] == self.released else b[:0] for b in self._buf]
+        if self._in_part:
+            self.check.check(heads)
+        for k in range(self.M):
+            b = self._buf[k]
+            self._buf[k] = b[int(np.searchsorted(b[SEQ], end)):]
+            if not len(self._buf[k]) and not self._eof[k]:
+                self.readers[k].skip_to(end)
+            self.cursor[k] = self.readers[k].count_before(end)
+        self.released = end
+        self.check = OrderCheck(self.job, end)
+        self.check.last_ts = None
         self._in_part = False
+        for r in self.readers:            # no reading ahead past this part (the next is another's)
+            r.upto = self.part_end
 
     @property
     def done(self):

@@ -18,6 +18,12 @@ MANIFEST = "_manifest.json"
 FORMAT = "mpi-join-staged/1"
 
 
+# Rows per Parquet row group when mpi-join writes staged files (Spark writes about as many: its
+# parquet.block.size, stage.py): a reader skips whole row groups, so several sources each decode
+# little more than their own parts (master/source.py).
+ROW_GROUP = 8192
+
+
 def write_staged(path, streams, arrays, ts_unit, rows_per_file=1_000_000, extra=None):
     """Write one Parquet dataset per stream plus the manifest. `streams` are config.Stream."""
     os.makedirs(path, exist_ok=True)
@@ -35,7 +41,7 @@ def write_staged(path, streams, arrays, ts_unit, rows_per_file=1_000_000, extra=
         for k in range(max(1, -(-len(arr) // rows_per_file))):
             chunk = arr[k * rows_per_file:(k + 1) * rows_per_file]
             names.append(f"part-{k:05d}.parquet")
-            pq.write_table(to_arrow(chunk, text), os.path.join(d, names[-1]))
+            pq.write_table(to_arrow(chunk, text), os.path.join(d, names[-1]), row_group_size=ROW_GROUP)
         man["files"][s.name] = file_records(d, names)
         man["streams"][s.name] = {
             "count": int(len(arr)),
@@ -126,6 +132,7 @@ class StreamReader:
         self._skip = -1                  # drop rows with seq below this (after a seek)
         self._last = (-1, None, 0)       # last seq read, its file and row (order checks)
         self._row = 0                    # rows read from the current file so far
+        self._counting = {}              # file -> ParquetFile for count_before
 
     def add(self, files):
         """Read these part files too (a log's newly committed batches: their seqs follow every
@@ -141,6 +148,22 @@ class StreamReader:
         new.sort(key=lambda p: (p[2][0][2] if p[2] and p[2][0][2] is not None else 2 ** 62, p[0]))
         self.parts += new
         self.count += sum(rg[1] for p in new for rg in p[2])
+
+    def _group_of(self, seq):
+        """(file, row group) of the first row group whose rows reach `seq` (by statistics)."""
+        for pi, (_, _, rgs) in enumerate(self.parts):
+            for gi, (_, n, lo, hi) in enumerate(rgs):
+                if hi is None or hi >= seq:
+                    return pi, gi
+        return len(self.parts), 0
+
+    def skip_to(self, seq):
+        """Go forward to the first row with seq >= `seq`: within the row group being read its rows
+        below are dropped as they come; row groups wholly before it are not read (seek)."""
+        if self._it is not None and self._last[0] >= 0 and self._group_of(seq) <= self._group_of(self._last[0]):
+            self._skip = max(self._skip, int(seq))
+        else:
+            self.seek(seq)
 
     def seek(self, seq):
         """Continue at the first row with seq >= `seq`; row groups wholly before it are skipped."""
@@ -181,8 +204,8 @@ class StreamReader:
             self._row += rb.num_rows
             arr = from_arrow(pa.Table.from_batches([rb]), self.stream.dtype, f)
             self._check_order(arr, f, row0)
-            if self._skip >= 0:
-                arr = arr[arr[SEQ] >= self._skip]
+            if self._skip >= 0 and len(arr) and arr[SEQ][0] < self._skip:
+                arr = arr[int(np.searchsorted(arr[SEQ], self._skip)):]
             if len(arr):
                 return arr
 
@@ -206,14 +229,16 @@ class StreamReader:
         """Rows with seq < offset, from row-group statistics (reading the seq column of at most
         one row group, the one that straddles the offset)."""
         n = 0
-        for _, pf, rgs in self.parts:
+        for f, _, rgs in self.parts:
             for g, rows, lo, hi in rgs:
                 if hi is not None and hi < offset:
                     n += rows
                     continue
                 if lo is not None and lo >= offset:
                     return n
-                seq = pf.read_row_group(g, columns=[SEQ]).column(0).to_numpy()
+                if f not in self._counting:      # a handle of its own: a read may be in flight
+                    self._counting[f] = pq.ParquetFile(f, buffer_size=1 << 20, pre_buffer=False)
+                seq = self._counting[f].read_row_group(g, columns=[SEQ]).column(0).to_numpy()
                 n += int(np.searchsorted(seq, offset))
                 if len(seq) and seq[-1] >= offset:
                     return n
@@ -232,17 +257,38 @@ class Prefetched:
         self.count = reader.count
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"read-{reader.stream.name}")
         self._ahead = None
+        self._held = None                 # a chunk to give next (kept across a skip_to)
+        self.upto = None                  # read ahead only while chunks end before this seq
 
     def next_chunk(self):
-        if self._ahead is None:
-            self._ahead = self._pool.submit(self.reader.next_chunk)
-        c = self._ahead.result()          # an input error raised while reading surfaces here
-        self._ahead = self._pool.submit(self.reader.next_chunk) if c is not None else None
+        if self._held is not None:
+            c, self._held = self._held, None
+        else:
+            if self._ahead is None:
+                self._ahead = self._pool.submit(self.reader.next_chunk)
+            c = self._ahead.result()          # an input error raised while reading surfaces here
+        more = c is not None and (self.upto is None or not len(c) or c[SEQ][-1] < self.upto)
+        self._ahead = self._pool.submit(self.reader.next_chunk) if more else None
         return c
 
     def seek(self, seq):
         self._settle()
+        self._held = None
         self.reader.seek(seq)
+
+    def skip_to(self, seq):
+        """StreamReader.skip_to; a chunk read ahead that reaches `seq` is kept (its rows from seq)."""
+        if self._held is not None and len(self._held) and self._held[SEQ][-1] >= seq:
+            self._held = self._held[self._held[SEQ] >= seq]
+            return
+        self._held = None
+        if self._ahead is not None:
+            c, self._ahead = self._ahead.result(), None
+            if c is not None and len(c) and c[SEQ][-1] >= seq:
+                self._held = c[c[SEQ] >= seq]
+                self.reader._skip = max(self.reader._skip, int(seq))
+                return
+        self.reader.skip_to(seq)
 
     def add(self, files):
         """More part files (a log's new commits): the read in flight, if any, is kept, unless it
@@ -255,8 +301,7 @@ class Prefetched:
         self.count = self.reader.count
 
     def count_before(self, offset):
-        self._settle()
-        return self.reader.count_before(offset)
+        return self.reader.count_before(offset)     # its own file handles: the read ahead goes on
 
     def _settle(self):
         """Wait for a read in flight (its chunk is dropped: the position is about to change)."""
@@ -326,6 +371,9 @@ class ArrayReader:
 
     def seek(self, seq):
         self._pos = self.count_before(seq)
+
+    def skip_to(self, seq):
+        self._pos = max(self._pos, self.count_before(seq))
 
     def count_before(self, offset):
         return int(np.searchsorted(self.arr[SEQ], offset))
