@@ -117,10 +117,9 @@ def _driver(job_path, overrides, tx, ctx):
     metrics = RankMetrics(0, "driver")
     try:
         job = load_job(job_path, overrides)
-        if job.run.sources > 1 and (overrides.get("follow") or overrides.get("resume")):
-            raise JobError(f"{job.path}: run.sources = {job.run.sources} with --{'follow' if overrides.get('follow') else 'resume'}: "
-                           f"a followed or resumed run reads its input with one source in this version; set "
-                           f"run.sources = 1")
+        if job.run.sources > 1 and overrides.get("follow"):
+            raise JobError(f"{job.path}: run.sources = {job.run.sources} with --follow: a followed run reads its log "
+                           f"with one source in this version; set run.sources = 1")
         if overrides.get("follow"):
             job = _live_job(job)              # results are committed at checkpoints (commits.py)
         ctx["output"] = job.output
@@ -136,6 +135,10 @@ def _driver(job_path, overrides, tx, ctx):
             root = os.path.abspath(overrides["resume"])
             cid, man = latest_complete(root, job, tx.size, say=_say,
                                        results_dir=os.path.join(job.output, "results"))
+            if man.get("sources", 1) != job.run.sources:
+                raise JobError(f"{os.path.join(root, f'ckpt-{cid:06d}')}: checkpoint {cid} was cut with run.sources = "
+                               f"{man.get('sources', 1)}, this run has {job.run.sources}; resume with the same "
+                               f"run.sources")
             resume = (root, cid)
         progress = Progress(0, enabled=job.run.progress)
         tx.enable_liveness(job.run.liveness_timeout_s)

@@ -479,9 +479,6 @@ def check_runnable(job, nranks):
         raise ConfigError(f"strategy {info.name!r} needs at least {info.min_ranks} MPI ranks (rank 0 drives the "
                           f"input, {info.min_ranks - 1}+ workers join){more}, got {nranks}; launch with mpiexec -n "
                           f"{info.min_ranks + k - 1} or more")
-    if k > 1 and job.checkpoint is not None:
-        raise ConfigError(f"{job.path}: run.sources = {k} with [checkpoint]: checkpoints and --resume run with one "
-                          f"source in this version; set run.sources = 1 or drop [checkpoint]")
     err = _load(info.check)(job, nranks - (k - 1)) if info.check else None
     if err:
         raise ConfigError(err)

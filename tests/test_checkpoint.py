@@ -6,6 +6,7 @@ import subprocess
 import time
 
 import numpy as np
+from mpi_join import strategies
 import pytest
 
 from mpi_join.storage import checkpoint as ck
@@ -158,12 +159,13 @@ def kill_after_checkpoints(path, root, ranks, victim, checkpoints, total):
                                    total, kill)[0]
 
 
-def paced_checkpointed_job(tmp_path, strategy, predicate, total=16000, extra_strategy="", windows=('"60ms"', "50")):
+def paced_checkpointed_job(tmp_path, strategy, predicate, total=16000, extra_strategy="", windows=('"60ms"', "50"),
+                           run=""):
     """A job paced at 2,500 tuples/s per stream with a checkpoint every 1,500 tuples (so a kill
     lands mid-run, with work in flight), with a text column on each stream (a resume must read
     them back): (path, job, arrays)."""
     text = equi_job_text(windows, strategy=strategy, predicate=predicate, extra_strategy=extra_strategy,
-                         run='batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"')
+                         run='batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"\n' + run)
     text += '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 3\n'
     rng = np.random.default_rng(5)
     text, arrays = with_text_columns(text, random_streams(rng, total, key_range=20, ts_step=2), rng)
@@ -255,6 +257,31 @@ def test_sigkill_then_resume_a_shifted_interval(tmp_path, strategy, ranks, victi
     expect = run_oracle(job, arrays)
     assert len(expect) and len(got) == len(as_set(got)), "a result was written twice"
     assert as_set(got) == as_set(expect)
+
+
+@pytest.mark.parametrize("strategy,k,victim", [(n, 2 + i % 2, "source" if i % 2 == 0 else "worker")
+                                               for i, n in enumerate(n for n in strategies.names()
+                                                                     if not strategies.get(n).testing
+                                                                     and strategies.get(n).streams[0] <= 2)])
+def test_parallel_sources_sigkill_then_resume(tmp_path, strategy, k, victim):
+    """run.sources = k: a checkpoint is cut at a part boundary every source puts its marker at;
+    an extra source or a worker killed after two checkpoints, --resume with the same k: exactly
+    the oracle's pairs, each once; another k is refused with one line."""
+    info = strategies.get(strategy)
+    workers = info.min_ranks - 1
+    ranks = 1 + workers + k - 1
+    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, None, run=f"sources = {k}\npart = 300")
+    kill_then_resume(path, job, ranks=ranks, victim=ranks - 1 if victim == "source" else 1, total=16000)
+    got = read_results(job.output, job.stream_names)
+    assert len(got) == len(as_set(got)), "a result was written twice"
+    assert as_set(got) == as_set(run_oracle(job, arrays))
+    man = [m for _, m in ck.list_checkpoints(job.checkpoint.dir) if m][-1]
+    assert man["sources"] == k and man["part_rows"] == 320, "parts of 300 tuples, rounded up to batches of 40"
+    assert man["input_offset"] % 320 == 0 and man["input_offset"] > 0, "cut at a part boundary"
+    other = path.replace("job.toml", "job-k.toml")
+    open(other, "w").write(open(path).read().replace(f"sources = {k}", "sources = 1"))
+    r = run_mpi(ranks, "run", other, "--resume", job.checkpoint.dir, "--overwrite")
+    assert r.returncode == 2 and f"was cut with run.sources = {k}, this run has 1" in r.stderr, r.stderr
 
 
 def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):

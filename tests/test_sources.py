@@ -2,7 +2,6 @@
 part order, are the batches one source releases, with the same coordinates, bounds and numbers;
 an entry's inbox takes k sources' links as that one flow; the graph, the config and the checks
 that refuse what several sources do not run yet."""
-import dataclasses
 import tomllib
 
 import numpy as np
@@ -142,7 +141,3 @@ def test_check_runnable_with_sources():
                                           r"mpiexec -n 4 or more"):
         strategies.check_runnable(job, 3)
     strategies.check_runnable(job, 4)
-    ck = _job(('"6ms"', '"2ms"'), 64, k=2, checkpoint='\n[checkpoint]\ndir = "ck"\nevery_tuples = 100\n')
-    with pytest.raises(ConfigError, match=r"run.sources = 2 with \[checkpoint\]"):
-        strategies.check_runnable(ck, 4)
-    assert dataclasses.replace(ck.run, sources=1).sources == 1

@@ -9,11 +9,17 @@ from ..runtime.protocol import Marker, Tag
 
 class Checkpointer:
     """Markers go to the entry workers (they forward them along the graph); every worker
-    reports when its rank file is written; the driver's own state and then the manifest follow."""
+    reports when its rank file is written; the driver's own state and then the manifest follow.
 
-    def __init__(self, job, tx, entries, workers, nranks, first_id=0):
+    With several sources (run.sources = k) a cut is at a part boundary: each source puts the
+    marker on its entry links itself, before its first part at or past it (driver.py), and says
+    how many DATA messages it had sent then (`marked`); the cut completes with all k counts and
+    every worker's file."""
+
+    def __init__(self, job, tx, entries, workers, nranks, first_id=0, sources=(0,), part_rows=None):
         self.cfg = job.checkpoint
         self.tx, self.entries, self.workers, self.nranks = tx, list(entries), list(workers), nranks
+        self.sources, self.part_rows = list(sources), part_rows
         self.fp = ck.fingerprint(job)
         self.next_id = first_id
         self.pending = {}
@@ -48,33 +54,49 @@ class Checkpointer:
         return self.commits is not None and self.due(offset, results) and self.cut_at != (offset, results)
 
     def cut(self, epoch, offset, arrays, attrs, results=0):
-        """Send a checkpoint marker after `epoch` on every entry link; the driver's own state at the
-        cut (`arrays`, `attrs`) is written when every worker has saved its part."""
+        """A checkpoint after `epoch` at input `offset`: with one source its marker goes on every
+        entry link now; with several, each source sends it at the offset (driver.py). The
+        driver's own state at the cut (`arrays`, `attrs`) is written when every worker has saved
+        its part. Returns the Marker."""
         self.cut_at = (offset, results)
         cid = self.next_id
         self.next_id += 1
-        cut = secrets.token_hex(8)
-        msg = Marker(cid, epoch, self.cfg.dir, cut).encode()
-        for p in self.entries:
-            self.tx.send(p, Tag.CTRL, msg)
+        marker = Marker(cid, epoch, self.cfg.dir, secrets.token_hex(8))
+        if len(self.sources) == 1:
+            msg = marker.encode()
+            for p in self.entries:
+                self.tx.send(p, Tag.CTRL, msg)
         self.pending[cid] = {"epoch": epoch, "offset": offset, "arrays": arrays, "attrs": attrs, "acks": {},
-                             "cut": cut}
+                             "cut": marker.cut, "sent": {} if len(self.sources) > 1 else {0: attrs.get("sent")}}
         self.start_clock(offset)
+        return marker
+
+    def marked(self, cid, src, sent):
+        """Source `src` has put checkpoint `cid`'s marker out after `sent` DATA messages."""
+        p = self.pending[cid]
+        p["sent"][src] = sent
+        self._maybe_finish(cid)
 
     def on_ack(self, src, msg):
         p = self.pending[msg.id]
         p["acks"][src] = msg
-        if len(p["acks"]) == len(self.workers):
-            self._finish(msg.id, self.pending.pop(msg.id))
+        self._maybe_finish(msg.id)
+
+    def _maybe_finish(self, cid):
+        p = self.pending[cid]
+        if len(p["acks"]) == len(self.workers) and len(p["sent"]) == len(self.sources):
+            self._finish(cid, self.pending.pop(cid))
 
     def _finish(self, cid, p):
-        digest = ck.write_rank(self.cfg.dir, cid, 0, p["arrays"],
-                               dict(p["attrs"], epoch=p["epoch"], input_offset=p["offset"]), p["cut"])
+        attrs = dict(p["attrs"], epoch=p["epoch"], input_offset=p["offset"], sent=p["sent"][0],
+                     sources_sent={str(r): n for r, n in p["sent"].items() if r != 0})
+        digest = ck.write_rank(self.cfg.dir, cid, 0, p["arrays"], attrs, p["cut"])
         recs = as_records(row for a in p["acks"].values() for row in a.files)
         digests = {"0": digest, **{str(src): a.digest for src, a in p["acks"].items()}}
         snaps = as_records(row for a in p["acks"].values() for row in a.snapshots)
         ck.write_manifest(self.cfg.dir, cid, {
             "epoch": p["epoch"], "input_offset": p["offset"], "ranks": self.nranks, "fingerprint": self.fp,
+            "sources": len(self.sources), "part_rows": self.part_rows,
             "cut": p["cut"], "rank_files": digests,
             "committed_files": sorted(recs), "committed": recs, "snapshots": snaps,
             "results": sum(r["rows"] for r in recs.values()), "input": self.input,
@@ -91,6 +113,6 @@ def restore_driver(driver, root, cid):
     arrays, attrs = ck.read_rank(root, cid, 0, lambda n, _: driver.router.state_dtype(n[7:]) if n.startswith("router/")
                                  else None, manifest="auto")
     driver.router.restore({k[7:]: v for k, v in arrays.items()}, attrs["router"])
-    driver.source.seek(attrs["input_offset"])
+    driver.source.resume_at(attrs["input_offset"])
     driver.ckpt.next_id = cid + 1
     return attrs

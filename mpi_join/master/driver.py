@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime.headers import Ack, Ready
-from ..runtime.protocol import (DataHeader, Go, LoadReport, LoadRequest, MarkerDone, Moved, PartEnd, ProbeReply, Tag,
-                                decode_control)
+from ..runtime.protocol import (CutSent, DataHeader, Go, Lease, LoadReport, LoadRequest, Marker, MarkerDone, Moved,
+                                PartEnd, ProbeReply, Tag, decode_control)
 from ..join.jit import Compiles, GcPauses, freeze_heap
 from ..runtime.operator import SOURCE
 from ..storage.staged import staged_manifest
@@ -86,7 +86,11 @@ class Driver:
         self.done = {}
         self.loads = {}
         self.probes = {}
-        self.ckpt = Checkpointer(job, tx, self.entries, self.workers, tx.size)
+        self.ckpt = Checkpointer(job, tx, self.entries, graph.workers, tx.size, sources=self.sources,
+                                 part_rows=self.source.part_rows)
+        self.marks = []                    # several sources: (Marker, part) to put out before that part
+        self.lease = 2 * len(self.sources)  # rank 0: parts below this may start on every source
+        self.sources_sent = {}             # a resumed run: each extra source's DATA count at the cut
         self.resumed_from = None
         if resume:
             self._restore(*resume)
@@ -177,7 +181,7 @@ class Driver:
         self.warm_up()
         await_ready(self.tx, self.workers)
         for r in self.sources[1:]:
-            self.control(r, Go())
+            self.control(r, Go(self.source.origin, self.sources_sent.get(str(r), 0), self.lease))
         self.compiled_at_start = Compiles.count
         if freeze:                        # not in a process that runs many ranks (the simulation)
             freeze_heap()
@@ -210,6 +214,10 @@ class Driver:
         while not self.source.done:
             if not self.source.wait_for_input(self._idle):
                 continue
+            if self.source.at_part_start:
+                self._start_part(self.source.part)
+                if self.source.done:
+                    break
             self.progress.total = self.source.total
             batches = self.source.next_epoch()
             self.pace.check(self.source, self.t_replay)
@@ -232,6 +240,45 @@ class Driver:
             self.progress.update(self.source.released, sum(self.results.values()))
         return released_at
 
+    # -- several sources: leases and checkpoint markers at part boundaries ---------------------
+    def _start_part(self, part):
+        """Before this source's first batch of `part`: rank 0 lets the other sources go up to two
+        rounds of parts ahead (Lease; a checkpoint is cut where none has started yet), an extra
+        source waits for that lease; then the markers of cuts at or before `part` go out."""
+        k = len(self.sources)
+        if self.tx.rank == self.sources[0]:
+            self._grant(part + 2 * k)
+        else:
+            self.wait(lambda: part < self.lease)
+        self._mark(part)
+
+    def _grant(self, upto, marker=None, at=0):
+        if upto > self.lease or marker is not None:
+            self.lease = max(self.lease, upto)
+            for r in self.sources[1:]:
+                self.control(r, Lease(self.lease) if marker is None else
+                             Lease(self.lease, marker.id, at, marker.epoch, marker.cut))
+
+    def _mark(self, part):
+        """Put out the markers of every cut at or before `part` (None: the input's end)."""
+        for m, at in [x for x in self.marks if part is None or x[1] <= part]:
+            self.marks.remove((m, at))
+            m = Marker(m.id, m.epoch, self.job.checkpoint.dir, m.cut)
+            for e in self.entries:
+                self.control(e, m)
+            self._marked(m.id)
+
+    def _marked(self, cid):
+        self.ckpt.marked(cid, 0, self.sent)
+
+    def finish_input(self):
+        """The input is all sent: markers of cuts past this source's last part go out before its
+        end of stream (the other sources may go to the end)."""
+        if len(self.sources) > 1:
+            self._mark(None)
+            if self.tx.rank == self.sources[0]:
+                self._grant(1 << 62)
+
     def _end_part(self):
         """Several sources: this source's part is all sent (the router's held rows too, with the
         part's bounds); every entry is told, then the source moves on to its next part."""
@@ -242,7 +289,19 @@ class Driver:
         self.source.next_part()
 
     def _cut(self):
-        """A consistent cut after this epoch: everything routed so far is sent, nothing is moving."""
+        """A consistent cut after this epoch: everything routed so far is sent, nothing is moving.
+        With several sources, at the first part no source has started (the lease): each puts the
+        marker out there (_mark), rank 0 too."""
+        if len(self.sources) > 1:
+            at = self.lease
+            if at * self.source.part_rows >= self.source.total:
+                return                        # every part has begun: nothing left to cut before
+            arrays, attrs = self.router.snapshot()
+            m = self.ckpt.cut(self.epoch - 1, at * self.source.part_rows, {f"router/{k}": v for k, v in arrays.items()},
+                              {"router": attrs, "tuples_out": self.metrics.tuples_out}, sum(self.results.values()))
+            self.marks.append((m, at))
+            self._grant(at + 2 * len(self.sources), m, at)
+            return
         self._settle()
         if self.source.tail is not None:      # a followed log: the part files read so far, as committed
             self.ckpt.input = self.source.tail.records
@@ -264,6 +323,8 @@ class Driver:
     def _restore(self, root, cid):
         attrs = restore_driver(self, root, cid)
         self.sent, self.metrics.tuples_out, self.epoch = attrs["sent"], attrs["tuples_out"], attrs["epoch"] + 1
+        self.sources_sent = attrs.get("sources_sent", {})
+        self.lease = self.source.origin // (self.source.part_rows or 1) + 2 * len(self.sources)
         self.resumed_from = {"checkpoint": cid, "input_offset": attrs["input_offset"]}
 
     # -- messages from workers --------------------------------------------------------------
@@ -279,6 +340,8 @@ class Driver:
                 self.moves.acked(msg)
             elif isinstance(msg, ProbeReply):
                 self.probes[src] = msg
+            elif isinstance(msg, CutSent):
+                self.ckpt.marked(msg.id, src, msg.sent)
             elif isinstance(msg, LoadReport):
                 self.loads[src] = msg
             else:

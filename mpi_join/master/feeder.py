@@ -14,7 +14,7 @@ import time
 from ..join.jit import Compiles, freeze_heap
 from ..runtime.graph import DRIVER
 from ..runtime.headers import Ready
-from ..runtime.protocol import Eos, Fin, Go, Probe, ProbeReply, Tag, decode_control
+from ..runtime.protocol import CutSent, Eos, Fin, Go, Lease, Marker, Probe, ProbeReply, Tag, decode_control
 from ..runtime.transport import pack_obj
 from .driver import Driver
 
@@ -24,6 +24,8 @@ class Feeder(Driver):
         super().__init__(job, tx, graph, router_cls, metrics, progress)
         self.workers = []             # rank 0 runs the job: a feeder waits on no one but its entries
         self.go = self.fin = False
+        self.lease = 0                # parts below this may start (rank 0's Lease)
+        self.ckpt.cfg = None          # rank 0 decides the cuts (Lease); this source puts its markers out
 
     def run(self, freeze=True):
         self.warm_up()
@@ -34,12 +36,16 @@ class Feeder(Driver):
         self.metrics.start_clock(self.tx)
         self.t_replay = time.perf_counter()
         self.replay()                  # each part's end flushed the router (Driver._end_part)
+        self.finish_input()
         for e in self.entries:
             self.control(e, Eos())
         self.wait(lambda: self.fin and not any(self.credits.out.values()))
         self.metrics.extra.update(peak_inflight=max(self.credits.peak.values(), default=0), released_own=self.source.own)
         self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
         self.tx.flush()
+
+    def _marked(self, cid):
+        self.control(DRIVER, CutSent(cid, self.sent))
 
     def _recv(self):
         return self.tx.recv()
@@ -48,7 +54,13 @@ class Feeder(Driver):
         if tag == Tag.CTRL and src == DRIVER:
             msg = decode_control(buf)
             if isinstance(msg, Go):
-                self.go = True
+                self.go, self.lease, self.sent = True, msg.upto, msg.sent
+                if msg.offset:
+                    self.source.resume_at(msg.offset)
+            elif isinstance(msg, Lease):
+                self.lease = max(self.lease, msg.upto)
+                if msg.id >= 0:
+                    self.marks.append((Marker(msg.id, msg.epoch, "", msg.cut), msg.part))
             elif isinstance(msg, Probe):
                 self.control(DRIVER, ProbeReply(msg.wave, self.sent, 0))
             elif isinstance(msg, Fin):

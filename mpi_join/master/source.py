@@ -68,6 +68,7 @@ class Source:
         self.batch_no = -1                       # several sources: the number of the batch last released
         self.own = 0                             # tuples this source released (its share)
         self._in_part = False                    # released some of the part it is on
+        self.origin = 0                          # where this run's replay starts (a resumed one's offset)
         if self.k > 1:
             self._pass(self.index * self.part_rows)
 
@@ -81,6 +82,21 @@ class Source:
     @property
     def part(self):
         return self.released // self.part_rows if self.k > 1 else 0
+
+    @property
+    def at_part_start(self):
+        """Several sources: about to release the first batch of a part (a checkpoint's marker or a
+        wait for the lease goes here: master/driver.py)."""
+        return self.k > 1 and not self._in_part and not self.done
+
+    def resume_at(self, offset):
+        """Go on from input `offset` (a checkpoint's): with several sources, from this source's
+        first part at or past it (checkpoints of several sources are at part boundaries)."""
+        self.seek(offset)
+        self.origin = int(offset)
+        if self.k > 1:
+            p = self.origin // self.part_rows
+            self._pass((p + (self.index - p) % self.k) * self.part_rows)
 
     def part_done(self):
         """Has this source released the whole part it was on (several sources)?"""
@@ -172,7 +188,7 @@ class Source:
         if self.t0 is None:
             self.t0 = now
             self._wall0 = time.time_ns()
-            self.start = self.released if self.k == 1 else 0   # a resumed replay's starts at its offset
+            self.start = self.released if self.k == 1 else self.origin   # a resumed replay's: its offset
         bs = self.batch_size if self.k == 1 else min(self.batch_size, self.part_end - self.released)
         deadline = now + self.flush_ns / 1e9
         while True:
@@ -280,5 +296,6 @@ class Source:
         # per-stream counts before the offset: what the count windows' coordinates continue from
         self.cursor = [r.count_before(offset) for r in self.readers]
         self.released = offset
+        self._in_part = False
         self.check = OrderCheck(self.job, offset)
         self.check.last_ts = None

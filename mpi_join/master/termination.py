@@ -13,6 +13,7 @@ def end_run(driver):
     """After the last input: end of stream, termination detected, every worker told to finish and
     its final metrics in (driver.done)."""
     d = driver
+    d.finish_input()
     for e in d.entries:
         d.control(e, Eos())
     d.wait(lambda: not d.ckpt.pending)

@@ -129,7 +129,32 @@ class PartEnd(Control):
 
 @dataclass(frozen=True)
 class Go(Control):
-    """Rank 0 -> an extra source: every rank is ready, start the replay."""
+    """Rank 0 -> an extra source: every rank is ready, start the replay (at input offset `offset`,
+    a resumed run's, with `sent` DATA messages counted before it), and start no part >= `upto`
+    before a Lease says so."""
+    offset: int = 0
+    sent: int = 0
+    upto: int = 0
+
+
+@dataclass(frozen=True)
+class Lease(Control):
+    """Rank 0 -> an extra source: parts below `upto` may start. With a checkpoint (`id` >= 0):
+    put its marker on every entry link before the first part >= `part` (every source cuts at the
+    same place of the input, one that no source has passed: the lease held them all below it)."""
+    upto: int = 0
+    id: int = -1
+    part: int = 0
+    epoch: int = 0
+    cut: str = ""
+
+
+@dataclass(frozen=True)
+class CutSent(Control):
+    """An extra source -> rank 0: its marker of checkpoint `id` is out, after `sent` DATA messages
+    (rank 0 keeps the count with the checkpoint, for a resumed run's termination counts)."""
+    id: int = 0
+    sent: int = 0
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ outboxes are empty, the module accepts input, a unit's state is in before its In
 The input comes from the driver, or with several sources (run.sources = k) from each of them:
 part p of the input (master/source.py) from source p mod k, closed by a PartEnd. The inbox takes
 the sources' links as one flow in part order, so the module sees the input exactly as one source
-would send it, from the driver; end of stream passes once every source has sent its own."""
+would send it, from the driver; end of stream passes once every source has sent its own. A
+checkpoint's marker, which every source puts before its first part past the cut, passes once,
+as the driver's, when the flow reaches the cut (its first copy; the others are dropped)."""
 from collections import deque
 
 import numpy as np
@@ -29,6 +31,7 @@ class Inbox:
         self.buffered = 0                              # the input's tuples waiting here
         self.part = 0                                  # the part of the input taken next (several sources)
         self.ended = set()                             # sources whose end of stream is in
+        self.marked = -1                               # the last checkpoint whose marker passed
 
     def data(self, src, header, batches, ack=True):
         """Queue a DATA message (ack False: replayed channel state, acknowledged before the cut)."""
@@ -81,7 +84,7 @@ class Inbox:
         by part, each from its source until its PartEnd; the end of stream once all have sent it."""
         for src in self.sources:
             q = self.queues.get(src)
-            if q and q[0][0] == "ctrl" and not isinstance(q[0][1], (PartEnd, Eos)) and take_driver(q[0]):
+            if q and q[0][0] == "ctrl" and not isinstance(q[0][1], (PartEnd, Eos, Marker)) and take_driver(q[0]):
                 return src, q.popleft()
         while len(self.ended) < len(self.sources):
             over = bool(self.ended)             # a source's end of stream in its turn: no part is left
@@ -102,6 +105,13 @@ class Inbox:
                 elif kind == "ctrl" and isinstance(msg, Eos):
                     q.popleft()
                     self.ended.add(src)
+                elif kind == "ctrl" and isinstance(msg, Marker):
+                    if msg.id > self.marked:           # the first copy: the cut is here
+                        if not take_driver(q[0]):
+                            return None
+                        self.marked = msg.id
+                        return DRIVER, q.popleft()
+                    q.popleft()
                 elif over:
                     raise RuntimeError(f"worker {self.rank}: source rank {src} sent input after the input's end")
                 else:

@@ -261,7 +261,8 @@ class Worker:
         self.writer.flush(wait=True)     # results up to the cut are in committed files, on disk
         arrays, attrs = self.module.snapshot()
         return arrays, attrs, {"results": self.metrics.results, "tuples_in": self.metrics.tuples_in,
-                               "sent": self.outbox.sent, "received": self.received,
+                               "sent": self.outbox.sent, "received": self.received, "input_part": self.inbox.part,
+                               "marked": self.inbox.marked,
                                "file_records": self.writer.file_records(),
                                "snapshot_records": self.writer.snapshot_records()}
 
@@ -270,6 +271,7 @@ class Worker:
         m = self.metrics
         m.results, m.tuples_in = attrs["results"], attrs["tuples_in"]
         self.outbox.sent, self.received = attrs["sent"], attrs["received"]
+        self.inbox.part, self.inbox.marked = attrs.get("input_part", 0), attrs.get("marked", -1)
         self.writer.resume(attrs["file_records"], attrs["snapshot_records"])
         for src, header, batches in channel:    # replayed, unacknowledged
             self.inbox.data(src, header, batches, ack=False)

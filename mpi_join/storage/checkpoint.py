@@ -244,7 +244,8 @@ def latest_complete(root, job, nranks, say=None, results_dir=None):
                 current = hash_input(job)
             _same_input(job, recorded, current)
             try:
-                for r in range(nranks):
+                # every rank but the extra sources (the last ranks; rank 0 keeps their counts)
+                for r in range(nranks - (int(man.get("sources", 1)) - 1)):
                     read_rank(root, cid, r, manifest=man)   # present, unchanged, of this cut, before anyone starts
                 committed = man.get("committed") or {}
                 if set(committed) != set(man.get("committed_files", [])):
