@@ -113,7 +113,7 @@ def test_graph_with_sources():
     assert g.size == 6 and g.workers == [1, 2, 3] and g.sources == [0, 4, 5] and g.others == [1, 2, 3, 4, 5]
     assert [g.role(r) for r in (4, 5)] == [SOURCE_ROLE, SOURCE_ROLE]
     assert g.entries() == [1, 2, 3], "the strategy's edges stand for every source's"
-    assert "sources 2..3 of 3" in g.explain()[-1]
+    assert "ranks 4..5: sources 2..3 of 3 (rank 0 is source 1)" in g.explain()[-1]
     g.check(lambda role: role == "worker" or role == "driver")
     assert star(4).with_sources(1).size == 4
 

@@ -228,5 +228,6 @@ def test_parallel_sources_equal_oracle(tmp_path, strategy, kind, k, workers, pre
     assert as_set(got) == as_set(expect)
     import json
     ranks = [json.load(open(os.path.join(job.output, "metrics", f"rank-{r:04d}.json"))) for r in range(workers + k - 1)]
+    assert ("routing stays as it starts" in p.stderr) == (strategy == "hash"), "hash reorganises by default; said"
     own = [r.get("released_own") for r in [ranks[0]] + ranks[workers:]]
     assert all(n and n > 0 for n in own) and sum(own) == 2000, f"every source routed its share: {own}"

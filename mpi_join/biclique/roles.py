@@ -123,6 +123,9 @@ class Shuffler(Operator):
         return Output.sending((d[(self.next - 1) % len(d)],), batches, header.bounds, body, self.next - 1)
 
     # -- 2PS ----------------------------------------------------------------------------------
+    def adapts(self):
+        return self.members is not None
+
     def end_of_epoch(self, epoch):
         if self.members is None:
             return

@@ -89,6 +89,9 @@ class HashRouter(Operator):
             self.runtime.send(s, parts)
 
     # -- reorganisation -------------------------------------------------------------------
+    def adapts(self):
+        return self.params["reorganize_every"] > 0
+
     def end_of_epoch(self, epoch):
         """Every `reorganize_every` epochs ask the active slaves for their load; reorganise at
         the first epoch end after all have answered (the replay goes on meanwhile)."""

@@ -257,6 +257,11 @@ class SlicedJoin(Operator):
     def accepts_input(self):
         return self.open < self.limit
 
+    def quiet(self):
+        """A checkpoint's marker enters the ring only between cycles (as rank 0 sends it with one
+        source: PspRouter.quiet)."""
+        return self.open == 0
+
     def on_data(self, src, header, batches):
         out = Output()
         self._handle(out, header.body, batches, header.bounds)
@@ -521,9 +526,12 @@ class PspRouter(Operator):
             sel = measure_selectivity(self.job.predicate, batches)
             self.orderings = auto_orderings(self.job.predicate, self.M, sel, self.given)
         cuts = self.slicer.next(batches)
-        self.next_id += 1
+        self.next_id = self.number(header, self.next_id) + 1
         return Output.sending((1,), batches, header.bounds, batch_header(Entering, self.next_id - 1, -1,
                                                                          self.orderings, cuts))
+
+    def adapts(self):
+        return bool(self.adapt_every or self.force)
 
     def end_of_epoch(self, epoch):
         if self.force and epoch == self.force[0]:
@@ -614,4 +622,8 @@ def check_job(job, nranks):
         except (ValueError, IndexError, AssertionError):
             return (f"{where}.force_relocate: expected EPOCH:W1,...,W{n}[:passive|aggressive] ({n} weights, "
                     f"one per operator), got {p['force_relocate']!r}")
+    if p["slice_counts"] and job.run.sources > 1:
+        return (f"{where}.slice_counts: count-bounded slices follow every tuple routed, and with run.sources = "
+                f"{job.run.sources} each source sees only its parts; use slice_counts = \"\" (time slices) or "
+                f"run.sources = 1")
     return None

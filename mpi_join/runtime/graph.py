@@ -98,9 +98,10 @@ class Graph:
         if k <= 1:
             return self
         extra = [Vertex(self.size + i, SOURCE_ROLE, i + 1, k, "") for i in range(k - 1)]
-        notes = self.notes + (f"ranks {extra[0].rank}..{extra[-1].rank}: sources 2..{k} of {k}: each reads its share "
-                              f"of the input (every {k}th part) and routes it as rank 0 does; an entry merges "
-                              f"its {k} sources in seq order",)
+        which = (f"rank {extra[0].rank}: source 2" if k == 2 else
+                 f"ranks {extra[0].rank}..{extra[-1].rank}: sources 2..{k}")
+        notes = self.notes + (f"{which} of {k} (rank 0 is source 1): each reads and routes one part of the input "
+                              f"in {k}, as rank 0 does with its own; every entry takes the parts in seq order",)
         return Graph(self.name, self.vertices + tuple(extra), self.edges, notes)
 
     def vertex(self, rank):
@@ -180,8 +181,13 @@ class Graph:
         return list(self.notes)
 
     def describe(self):
-        return {r: {"role": self.role(r), "up": self.upstream(r), "down": self.downstream(r),
-                    "carries": {d: self.carries(r, d) for d in self.downstream(r)}}
+        def down(r):                       # an extra source feeds what the driver feeds
+            return self.downstream(DRIVER if self.role(r) == SOURCE_ROLE else r)
+
+        def up(r):
+            return [u for s in self.upstream(r) for u in (self.sources if s == DRIVER else [s])]
+        return {r: {"role": self.role(r), "up": up(r), "down": down(r),
+                    "carries": {d: self.carries(DRIVER if self.role(r) == SOURCE_ROLE else r, d) for d in down(r)}}
                 for r in range(self.size)}
 
     def check(self, has_code, where="strategy"):

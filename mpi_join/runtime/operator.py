@@ -33,7 +33,8 @@ Hooks a vertex has for what only its place in the graph asks of it, each saying 
 - fed by several links in one order: `next_order()` (graph.Edge.merge);
 - on a link that carries its own kind of rows: `link_dtypes(kind)`;
 - that must finish what is in flight before new input enters (the PSP ring's head):
-  `accepts_input()`, and `buffer_capacity` for the load metric;
+  `accepts_input()`, and `buffer_capacity` for the load metric; `quiet()`, whether a checkpoint
+  marker from the input may enter now (with several sources a marker comes with the input);
 - fed by the source (rank 0), which adapts the graph's use while the input streams:
   `annotate(batch, stream)` fills strategy columns (`_h`) as the source releases rows, once;
   `flush()` sends what it keeps (before a cut and at the end); `quiet()` says nothing is in
@@ -298,6 +299,12 @@ class Operator(Checkpointed):
 
     def end_of_epoch(self, epoch):
         pass
+
+    def adapts(self):
+        """Does this router change its routing while the input streams (reorganise, scale,
+        relocate)? With several sources it does not: each would have to apply a change at the
+        same place of the input (the run says so)."""
+        return False
 
     def number(self, header, count):
         """The number of the source's batch `header` heads, for a router that numbers batches: with

@@ -139,9 +139,12 @@ class Worker:
 
     def _take_driver(self, item):
         """The driver's next item goes only while no outbox waits for credit (backpressure reaches
-        the source), DATA only while the module accepts input, an Install only once its state is in."""
+        the source), DATA only while the module accepts input, a checkpoint marker only while it is
+        quiet, an Install only once its state is in."""
         if self.outbox.waiting or self.mover.blocks(item):
             return False
+        if item[0] == "ctrl" and isinstance(item[1], Marker):
+            return self.module.quiet()
         return item[0] != "data" or self.module.accepts_input()
 
     def _pump(self):

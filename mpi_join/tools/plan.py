@@ -31,12 +31,15 @@ def explain(job, nranks):
     """The plan as lines of text (after `check`)."""
     man = check(job, nranks)
     info = strategies.get(job.strategy.name)
-    graph = info.build_graph(nranks, job.strategy.params)
+    graph = info.build_graph(nranks, job.strategy.params, job.run.sources)
     out = [f"job {job.name}: {len(job.streams)} streams, {man['total']:,} staged tuples, ts in {job.ts_unit}",
            f"strategy {info.name}: {info.summary}"]
     out += [f"  {k} = {v!r}" + ("" if v != info.params[k].default else " (default)")
             for k, v in job.strategy.params.items() if not info.params[k].testing]
-    out.append(f"ranks: {nranks} in a {graph.name} graph")
+    out.append(f"ranks: {nranks} in a {graph.name} graph"
+               + (f", {len(graph.sources)} sources (ranks {', '.join(map(str, graph.sources))}), each routing one "
+                  f"part of the input in {len(graph.sources)}; the routing stays as it starts" if len(graph.sources) > 1
+                  else ""))
     for r, d in graph.describe().items():
         kinds = sorted({k for k in d["carries"].values() if k != "input"})
         out.append(f"  rank {r}: {d['role']:<7} receives from {d['up'] or '-'}, sends to {d['down'] or '-'}"
