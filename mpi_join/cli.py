@@ -963,7 +963,9 @@ class _BenchChoice(click.Choice):
 @click.option("--case", default=None,
               help="runtime: 4.8 M tuples (20,000/s per stream over 120 s, 100,000 uniform keys, 60 s windows) "
                    "on 2 and 3 ranks, and at 80% of the sustainable rate. memory: rank 0's peak RSS with 1 M and "
-                   "8 M staged tuples (--tuples adds a size), on 2 ranks unless -n is given. A strategy's own "
+                   "8 M staged tuples (--tuples adds a size), on 2 ranks unless -n is given. sources: rank 0's "
+                   "CPU per tuple with run.sources = 1, 2 and 4 at one worker count (-n: ranks with one source; "
+                   "1.6 M tuples unless --tuples). A strategy's own "
                    "cases are listed by `mpi-join strategies` (psp: fig8a; handshake, llhj: max-rate; splitjoin: "
                    "cores, where -n values are join cores; biclique: fig6a, where -n is join units).")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Work directory (default: a temporary one).")
@@ -980,6 +982,7 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
       mpi-join bench hash -n 2 -n 3 --load 0.8  # compare rank counts, then delays at 80% load
       mpi-join bench hash --case runtime        # the 4.8 M tuple case of the README
       mpi-join bench hash --case memory         # rank 0's peak RSS, 1 M against 8 M tuples
+      mpi-join bench hash --case sources -n 3   # rank 0's CPU per tuple with 1, 2 and 4 sources
       mpi-join bench psp --case fig8a           # response time against ring length, and the model's
       mpi-join bench splitjoin --case cores     # splitjoin, handshake, llhj on 1..4 join cores, and a model
       mpi-join bench live                       # live streams end to end against Spark (= bench-live)
@@ -999,9 +1002,9 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
     tuples = tuples if tuples is not None else (3_000 if images else 400_000)
     rate = rate if rate is not None else (100.0 if images else 1000.0)
     window = window if window is not None else ("1s" if images else "60s")
-    if case is not None and case not in ("runtime", "memory") and case not in own:
+    if case is not None and case not in ("runtime", "memory", "sources") and case not in own:
         _fail(JobError(f"--case: unknown case {case!r} for strategy {strategy!r} (cases: "
-                       f"{', '.join(['runtime', 'memory', *own])})"))
+                       f"{', '.join(['runtime', 'memory', 'sources', *own])})"))
     if case in own:
         fn = own[case][0]
         mod, _, attr = fn.partition(":")
@@ -1017,6 +1020,15 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
         sizes = sorted({1_000_000, 8_000_000} | ({tuples} if given else set()))
         try:
             bench_memory(strategy, sizes, nprocs[0] if nprocs else 2, workdir)
+        except JobError as e:
+            _fail(e)
+        return
+    if case == "sources":
+        from .tools.bench import bench_sources
+        given = click.get_current_context().get_parameter_source("tuples") == click.core.ParameterSource.COMMANDLINE
+        try:
+            bench_sources(strategy, nprocs[0] if nprocs else strategies.get(strategy).min_ranks + 1,
+                          tuples if given else 1_600_000, (1, 2, 4), workdir)
         except JobError as e:
             _fail(e)
         return

@@ -42,6 +42,22 @@ def test_the_fit_recovers_the_costs_and_predicts_the_rates(name, shape):
     assert all(p["rate"] > 0 for p in m["predicted"])
 
 
+def test_sources_lift_the_rank_0_ceiling():
+    """With one source, a partitioned join stops growing where rank 0's d per tuple binds; with
+    the cores split between workers and sources it grows about linearly to 256 cores."""
+    costs = {"shape": "partition", "t_us": 2.0, "c_ns": 0.0, "d_us": 0.5, "window_s": 1.0, "kappa": 1.0}
+    one = [sm.rate(costs, n - 1, n) for n in (16, 256)]
+    assert one[1] == pytest.approx(one[0]) and one[0] == pytest.approx(1 / (2 * 0.5e-6)), "rank 0's ceiling"
+    split = {n: sm.best_split(costs, n) for n in (4, 16, 256)}
+    assert all(w + s == n and s >= 1 for n, (w, s) in split.items())
+    rates = {n: sm.rate(costs, w, n, s) for n, (w, s) in split.items()}
+    assert rates[256] / rates[4] == pytest.approx(256 / 4, rel=0.2), "within 20% of linear from 4 to 256 cores"
+    assert sm.rate(costs, 200, 256, 4) == pytest.approx(4 * sm.rate(costs, 200, 256, 1)), "4 sources: 4x the bound"
+    [p] = [x for x in sm.fit({"machine": {"cores": 2}, "cases": _cases("hash", "partition", 2e-6, 0.0, 0.5e-6)},
+                             lambda s: "partition", {"band": 1.0, "equi": 1.0})[0]["predicted"] if x["cores"] == 256]
+    assert p["sources"] > 1 and p["rate_sources"] > 5 * p["rate"]
+
+
 def test_a_machine_that_misses_the_model_shows_as_error():
     cases = _cases("hash", "partition", t=4e-6, c=0.0, d=0.2e-6)
     for c in cases[1:]:

@@ -104,6 +104,55 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
     return out
 
 
+def bench_sources(strategy, nprocs, tuples, ks, workdir, repeat=3):
+    """Parallel sources: the same job with run.sources = k for each k in `ks`, at the same worker
+    count (`nprocs` ranks with one source, k - 1 more with k), each run equal to the oracle. CPU
+    seconds are load-independent: rank 0's and every source's per input tuple, and their ratio to
+    one source's in the same run (the median of `repeat` runs of each k)."""
+    import statistics
+    from .. import strategies
+    from ..config import load_job
+    from ..storage.staged import read_staged
+    from .workloads import make
+    info = strategies.get(strategy)
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="mpi-join-bench-")
+        workdir = tmp.name
+    print(f"workload {info.workload}: {tuples:,} tuples, 20,000 tuples/s per stream (event time), 60s windows, "
+          f"uniform keys over 100,000; {strategy} with {nprocs - 1} workers and {', '.join(map(str, ks))} sources, "
+          f"{repeat} runs each", flush=True)
+    job_path = make(info.workload, workdir, tuples=tuples, rate=20000.0, window="60s", skew=0.7, strategy=strategy,
+                    uniform_keys=100_000)
+    job = load_job(job_path)
+    expected = oracle_timed(job, read_staged(job))[0]
+    rows, out = [], {}
+    for k in ks:
+        set_option(job_path, "run", "sources", str(k))
+        runs = []
+        for i in range(repeat):
+            print(f"bench: {k} source{'s' if k > 1 else ''}, run {i + 1}/{repeat} on {nprocs + k - 1} ranks", flush=True)
+            s = run_verified(job_path, workdir, job, nprocs + k - 1, None, len(expected), expected)
+            cpu = {r["rank"]: r["cpu_s"] for r in s["ranks"]}
+            srcs = [0] + list(range(nprocs, nprocs + k - 1))
+            runs.append({"tps": s["tuples_per_s"], "rank0_us": cpu[0] / s["tuples"] * 1e6,
+                         "max_source_us": max(cpu[r] for r in srcs) / s["tuples"] * 1e6,
+                         "sources_us": sum(cpu[r] for r in srcs) / s["tuples"] * 1e6})
+        out[k] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    base = out[ks[0]]
+    for k in ks:
+        m = out[k]
+        rows.append((f"{k} source{'s' if k > 1 else ''} ({nprocs + k - 1} ranks)", f"{m['tps']:,.0f}",
+                     f"{m['rank0_us']:.3f}", f"{m['rank0_us'] / base['rank0_us']:.2f}", f"{1 / k:.2f}",
+                     f"{m['max_source_us']:.3f}", f"{m['sources_us']:.3f}"))
+    print_table(("", "tuples/s", "rank 0 us/tuple", f"vs {ks[0]}", "1/k", "busiest source us/tuple",
+                 "all sources us/tuple"), rows)
+    print("CPU seconds per input tuple (medians); results equal the oracle in every run")
+    if tmp:
+        tmp.cleanup()
+    return out
+
+
 def bench_memory(strategy, sizes, nprocs, workdir):
     """Rank 0's peak RSS against the staged input's size: one run per size in `sizes` (tuples),
     each equal to the oracle, on uniform keys over 10 M values with 1 s windows so that the

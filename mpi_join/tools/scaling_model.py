@@ -18,16 +18,18 @@ rank's CPU seconds and input tuples, bench_suite.rank_costs):
       join; an indexed join's share of its probe)
   d   the driver's CPU seconds per input tuple
 The busiest worker's CPU per processed tuple is y = t + c x, with x = lam W scope(k); t and c are
-the least-squares line through the measured (x, y), d the mean. With W the window (s) and lam the
-rate per stream, the sustainable rate solves
-  2 lam share(k) (t + c lam W scope(k)) = cpu(k)   and   2 lam d = cpu(k)   (the smaller lam)
-where cpu(k) = kappa min(1, cores / (k + 1)) is a rank's CPU: its share of the machine's cores
+the least-squares line through the measured (x, y), d the mean. With W the window (s), lam the
+rate per stream and s sources (run.sources: each reads and routes one part of the input in s),
+the sustainable rate solves
+  2 lam share(k) (t + c lam W scope(k)) = cpu   and   2 lam d / s = cpu   (the smaller lam)
+where cpu = kappa min(1, cores / (k + s)) is a rank's CPU: its share of the machine's cores
 (below 1 when the ranks oversubscribe them) times kappa, the one figure fitted on a sustained rate:
 measured over modelled at the fewest workers measured. kappa stands for what CPU seconds miss or
 count twice (a rank's helper threads, such as its result writer, run on another core); the
 other worker counts are the check. Latency at 80%: p50 = a + b hops(k), a and b fitted the same way; b is
 the per-hop cost, queueing included. The error reported is |model - measured| / measured at
-each measured worker count; beyond the machine, each rank is given a core of its own.
+each measured worker count; beyond the machine, each rank is given a core of its own, and the
+cores are split between workers and sources where the modelled rate is highest.
 Not modelled: network bandwidth (messages are batches; see `mpi-join plan` for psp's bound)."""
 import math
 import os
@@ -112,15 +114,20 @@ def cpu_needed(costs, k, lam):
     return max(2 * lam * share(k) * (t + c * lam * W * scope(k)), 2 * lam * d, 1e-12)
 
 
-def rate(costs, k, cores):
-    """Modelled sustainable rate per stream at k workers on `cores` cores."""
+def rate(costs, k, cores, sources=1):
+    """Modelled sustainable rate per stream at k workers and `sources` sources on `cores` cores."""
     share, scope, _ = SHAPES[costs["shape"]]
-    cpu = costs["kappa"] * min(1.0, cores / (k + 1))
+    cpu = costs["kappa"] * min(1.0, cores / (k + sources))
     t, c, d, W = _seconds(costs)
     qa, qb = 2 * share(k) * c * W * scope(k), 2 * share(k) * t
     worker = (cpu / qb if qb > 0 else math.inf) if qa <= 0 else (-qb + math.sqrt(qb * qb + 4 * qa * cpu)) / (2 * qa)
-    driver = cpu / (2 * d) if d > 0 else math.inf
+    driver = sources * cpu / (2 * d) if d > 0 else math.inf
     return min(worker, driver)
+
+
+def best_split(costs, n):
+    """(workers, sources) of n ranks with the highest modelled rate, one core each."""
+    return max(((n - s, s) for s in range(1, max(1, n // 2) + 1)), key=lambda ws: (rate(costs, ws[0], n, ws[1]), -ws[1]))
 
 
 def p50_ms(costs, k):
@@ -150,9 +157,16 @@ def fit(result, shape_of, window_s):
                     "check": [{"workers": k, "measured": round(me), "model": round(mo), "error": round(e, 3),
                                "p50_measured_ms": pm, "p50_model_ms": round(pp, 2)} for k, me, mo, e, pm, pp in pts],
                     "mean_error": _mean([p[3] for p in pts if p[0] != costs["calibrated_at"]]),
-                    "predicted": [{"cores": n, "workers": n - 1, "rate": round(rate(costs, n - 1, n)),
-                                   "p50_ms": round(p50_ms(costs, n - 1), 2)} for n in EXTRAPOLATE]})
+                    "predicted": [_predicted(costs, n) for n in EXTRAPOLATE]})
     return out
+
+
+def _predicted(costs, n):
+    """The modelled rate on n cores: with one source, and with the best split of the cores
+    between workers and sources."""
+    w, s = best_split(costs, n)
+    return {"cores": n, "workers": n - 1, "rate": round(rate(costs, n - 1, n)), "p50_ms": round(p50_ms(costs, n - 1), 2),
+            "sources": s, "rate_sources": round(rate(costs, w, n, s))}
 
 
 def _mean(xs):
@@ -174,10 +188,12 @@ def markdown(models):
         err = "-" if m["mean_error"] is None else f"{m['mean_error']:.0%}"
         lines.append(f"| {m['strategy']} | {m['workload']} | {m['t_us']:.2f} | {m['c_ns']:.3g} | {m['d_us']:.2f} | "
                      f"{m['kappa']:.2f} | {pts} | {err} | "
-                     + " | ".join(f"{p['rate']:,}" for p in m["predicted"]) + " |")
+                     + " | ".join(f"{p['rate']:,}" + (f" / {p['rate_sources']:,} ({p['sources']} src)"
+                                                       if p.get("sources", 1) > 1 else "") for p in m["predicted"]) + " |")
     lines += ["", "error: the mean of |model - measured| / measured at the worker counts kappa was not fitted on "
               "(the first of them). Rates are tuples/s per stream. Past 2 cores the measured points are oversubscribed; the "
-              "model gives each rank min(1, cores / ranks) of a core there.", ""]
+              "model gives each rank min(1, cores / ranks) of a core there. A / B (s src): A with one source, B with "
+              "the cores split between workers and s sources (run.sources) where the model's rate is highest.", ""]
     return "\n".join(lines)
 
 
@@ -271,9 +287,10 @@ def recommend(job, n, models, lam, W, cores=None, goal=None, state_bytes=None):
             continue
         costs = dict(m, window_s=W)
         info = strategies.get(strategies.parse_label(m["strategy"])[0])
-        fewest = None if lam is None else next((k + 1 for k in range(max(1, info.min_ranks - 1), n)
-                                                if rate(costs, k, cores or k + 1) >= 1.25 * lam), None)
-        rows.append((m["strategy"], rate(costs, n - 1, cores or n), p50_ms(costs, n - 1), fewest, costs))
+        s = job.run.sources                 # the job's sources: s - 1 of the n ranks do not join
+        fewest = None if lam is None else next((k + s for k in range(max(1, info.min_ranks - 1), n - s + 1)
+                                                if rate(costs, k, cores or k + s, s) >= 1.25 * lam), None)
+        rows.append((m["strategy"], rate(costs, n - s, cores or n, s), p50_ms(costs, n - s), fewest, costs))
     if not rows:
         raise JobError(f"{job.path}: no calibrated strategy can run this job on {n} ranks")
 
@@ -288,8 +305,9 @@ def recommend(job, n, models, lam, W, cores=None, goal=None, state_bytes=None):
           "memory": lambda r: (state(r), -r[1], r[0])}[goal]
     best = min(keep, key=by) if keep else max(rows, key=lambda r: r[1])
     target = "as fast as the input can be replayed" if lam is None else f"{lam:,.0f} tuples/s per stream"
+    srcs = f" ({job.run.sources} of them sources)" if job.run.sources > 1 else ""
     out = [f"scaling model ({w} costs; mpi_join/tools/scaling_model.py), planned for {target}, window {W:g} s, "
-           f"{n} ranks on {cores or n} cores, goal: {goal}:",
+           f"{n} ranks{srcs} on {cores or n} cores, goal: {goal}:",
            f"  {'strategy':<28} {'rate /stream':>14} {'p50 ms':>8} {'state MB':>9}  fewest ranks that keep up "
            f"(rate x 1.25)"]
     for r in sorted(rows, key=lambda x: -x[1]):
