@@ -166,7 +166,7 @@ def _driver(job_path, overrides, tx, ctx):
     from .storage.staged import is_log
     growing = is_log(driver.manifest) and not driver.manifest["log"].get("ended")
     warned = [] if growing and overrides.get("follow") else warnings(job, driver.manifest)
-    if job.run.sources > 1 and driver.router.adapts():
+    if job.run.sources > 1 and driver.router.adapts() and not driver.router.adapts_with_sources:
         sys.stderr.write(f"mpi-join: warning: run.sources = {job.run.sources}: the {job.strategy.name} routing stays "
                          f"as it starts (its reorganisation, scaling or relocation runs with run.sources = 1)\n")
     for w in warned:
@@ -323,7 +323,8 @@ def _worker(job_path, overrides, tx, ctx):
     metrics = RankMetrics(tx.rank, graph.role(tx.rank))
     if tx.rank in graph.sources:                  # an extra source: reads and routes its share
         from .master.feeder import Feeder
-        Feeder(job, tx, graph, info.load_role("driver"), metrics, Progress(0, enabled=False)).run()
+        Feeder(job, tx, graph, info.load_role("driver"), metrics, Progress(0, enabled=False),
+               (start.resume_dir, start.resume_id) if start.resume_dir else None).run()
         return 0
     writer = ResultWriter(os.path.join(job.output, "results"), tx.rank, job.stream_names,
                           snapshot_dir=os.path.join(job.output, "aggregate"))

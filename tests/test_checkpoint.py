@@ -284,6 +284,20 @@ def test_parallel_sources_sigkill_then_resume(tmp_path, strategy, k, victim):
     assert r.returncode == 2 and f"was cut with run.sources = {k}, this run has 1" in r.stderr, r.stderr
 
 
+def test_parallel_sources_sigkill_with_migrations_then_resume(tmp_path):
+    """hash with two sources and a move placed at every reorganisation: a slave killed after two
+    checkpoints, --resume: every source routes by the partition map at the cut (rank 0's router
+    state, taken when its marker went out), and the result is the oracle's, each pair once."""
+    path, job, arrays = paced_checkpointed_job(tmp_path, "hash", None, run="sources = 2\npart = 300",
+                                               extra_strategy='reorganize_every = 1\nforce = "migrate"')
+    kill_then_resume(path, job, ranks=5, victim=2, total=16000)
+    got = read_results(job.output, job.stream_names)
+    assert len(got) == len(as_set(got)), "a result was written twice"
+    assert as_set(got) == as_set(run_oracle(job, arrays))
+    moved = json.load(open(os.path.join(job.output, "metrics", "rank-0000.json")))["migrations"]
+    assert moved, "moves after the resume too"
+
+
 def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):
     path, job, arrays = _slow_job(tmp_path, n=3000, every=500)
     with open(path) as f:

@@ -107,12 +107,20 @@ class Checkpointer:
             self.commits.commit(cid, p["offset"], recs, sum(r["rows"] for r in recs.values()))
 
 
-def restore_driver(driver, root, cid):
-    """The driver's part of checkpoint `cid`: the router's state, the input offset to go on from
-    and the next checkpoint's number; returns the rank file's attributes (the driver's counts)."""
+def restore_router(driver, root, cid):
+    """Rank 0's router state at checkpoint `cid` into `driver`'s router (with several sources
+    every source's router routes alike at the cut: each takes rank 0's); returns the rank file's
+    attributes."""
     arrays, attrs = ck.read_rank(root, cid, 0, lambda n, _: driver.router.state_dtype(n[7:]) if n.startswith("router/")
                                  else None, manifest="auto")
     driver.router.restore({k[7:]: v for k, v in arrays.items()}, attrs["router"])
+    return attrs
+
+
+def restore_driver(driver, root, cid):
+    """The driver's part of checkpoint `cid`: the router's state, the input offset to go on from
+    and the next checkpoint's number; returns the rank file's attributes (the driver's counts)."""
+    attrs = restore_router(driver, root, cid)
     driver.source.resume_at(attrs["input_offset"])
     driver.ckpt.next_id = cid + 1
     return attrs

@@ -71,8 +71,9 @@ class Driver:
         counts = [man["streams"][s.name]["count"] for s in job.streams] if man else None
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts, man=man,
                              follow=follow, arrays=arrays, share=(self.sources.index(tx.rank), len(self.sources)))
-        # several sources route alike only while no router changes its routing: it adapts with one
-        self.adapts = len(self.sources) == 1
+        # several sources route alike while every change of the routing is a move placed in the
+        # input (runtime.moves); a router whose adaptation is more than that adapts with one source
+        self.adapts = len(self.sources) == 1 or self.router.adapts_with_sources
         # several sources: credit for a whole part on each link, so every source sends its next
         # part while the entries take another's (they buffer at most k - 1 parts)
         per_part = -(-self.source.part_rows // self.source.batch_size) if self.source.k > 1 else 0
@@ -88,7 +89,7 @@ class Driver:
         self.probes = {}
         self.ckpt = Checkpointer(job, tx, self.entries, graph.workers, tx.size, sources=self.sources,
                                  part_rows=self.source.part_rows)
-        self.marks = []                    # several sources: (Marker, part) to put out before that part
+        self.placed = []                   # several sources: (part, "marker" | "moves", what) to do before it
         self.lease = 2 * len(self.sources)  # rank 0: parts below this may start on every source
         self.sources_sent = {}             # a resumed run: each extra source's DATA count at the cut
         self.resumed_from = None
@@ -233,6 +234,7 @@ class Driver:
                     self._cut()
                 if self.adapts:
                     self.router.end_of_epoch(self.epoch)
+                    self._place()
             if self.source.part_done():
                 self._end_part()
             self.drain()
@@ -240,42 +242,60 @@ class Driver:
             self.progress.update(self.source.released, sum(self.results.values()))
         return released_at
 
-    # -- several sources: leases and checkpoint markers at part boundaries ---------------------
+    # -- several sources: leases, and checkpoint markers and moves at part boundaries -------
     def _start_part(self, part):
         """Before this source's first batch of `part`: rank 0 lets the other sources go up to two
-        rounds of parts ahead (Lease; a checkpoint is cut where none has started yet), an extra
-        source waits for that lease; then the markers of cuts at or before `part` go out."""
+        rounds of parts ahead (Lease; a checkpoint or a move is placed where none has started
+        yet), an extra source waits for that lease; then what is placed at or before `part`
+        happens (_at)."""
         k = len(self.sources)
         if self.tx.rank == self.sources[0]:
             self._grant(part + 2 * k)
         else:
             self.wait(lambda: part < self.lease)
-        self._mark(part)
+        self._at(part)
 
-    def _grant(self, upto, marker=None, at=0):
-        if upto > self.lease or marker is not None:
+    def _grant(self, upto, marker=None, at=0, moves=()):
+        """Rank 0: raise the lease to `upto`, with a checkpoint's marker or moves placed at `at`."""
+        if upto > self.lease or marker is not None or moves:
             self.lease = max(self.lease, upto)
             for r in self.sources[1:]:
-                self.control(r, Lease(self.lease) if marker is None else
-                             Lease(self.lease, marker.id, at, marker.epoch, marker.cut))
+                self.control(r, Lease(self.lease, marker.id, at, marker.epoch, marker.cut) if marker is not None
+                             else Lease(self.lease, part=at, moves=tuple(tuple(m) for m in moves)))
 
-    def _mark(self, part):
-        """Put out the markers of every cut at or before `part` (None: the input's end)."""
-        for m, at in [x for x in self.marks if part is None or x[1] <= part]:
-            self.marks.remove((m, at))
-            m = Marker(m.id, m.epoch, self.job.checkpoint.dir, m.cut)
+    def _place(self):
+        """Rank 0, after its router's epoch end: the moves it began take effect at the lease."""
+        if self.moves.planned:
+            at, moves, self.moves.planned = self.lease, self.moves.planned, []
+            self.placed.append((at, "moves", moves))
+            self._grant(at + 2 * len(self.sources), at=at, moves=moves)
+
+    def _at(self, part):
+        """What is placed at or before `part` (None: the input's end), in the order it was placed:
+        a checkpoint's marker on every entry link, or moves (Moves.at_part)."""
+        for at, kind, what in [x for x in self.placed if part is None or x[0] <= part]:
+            self.placed.remove((at, kind, what))
+            if kind == "moves":
+                self.moves.at_part(at, what)
+                continue
+            m = Marker(what.id, what.epoch, self.job.checkpoint.dir, what.cut)
             for e in self.entries:
                 self.control(e, m)
             self._marked(m.id)
 
     def _marked(self, cid):
+        """Rank 0's marker is out: its router's state and DATA count at the cut go with it."""
+        arrays, attrs = self.router.snapshot()
+        p = self.ckpt.pending[cid]
+        p["arrays"] = {f"router/{k}": v for k, v in arrays.items()}
+        p["attrs"]["router"] = attrs
         self.ckpt.marked(cid, 0, self.sent)
 
     def finish_input(self):
         """The input is all sent: markers of cuts past this source's last part go out before its
         end of stream (the other sources may go to the end)."""
         if len(self.sources) > 1:
-            self._mark(None)
+            self._at(None)
             if self.tx.rank == self.sources[0]:
                 self._grant(1 << 62)
 
@@ -291,15 +311,14 @@ class Driver:
     def _cut(self):
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving.
         With several sources, at the first part no source has started (the lease): each puts the
-        marker out there (_mark), rank 0 too."""
+        marker out there (_at), rank 0 too."""
         if len(self.sources) > 1:
             at = self.lease
             if at * self.source.part_rows >= self.source.total:
                 return                        # every part has begun: nothing left to cut before
-            arrays, attrs = self.router.snapshot()
-            m = self.ckpt.cut(self.epoch - 1, at * self.source.part_rows, {f"router/{k}": v for k, v in arrays.items()},
-                              {"router": attrs, "tuples_out": self.metrics.tuples_out}, sum(self.results.values()))
-            self.marks.append((m, at))
+            m = self.ckpt.cut(self.epoch - 1, at * self.source.part_rows, {}, {"tuples_out": self.metrics.tuples_out},
+                              sum(self.results.values()))     # the router's state: when rank 0's marker is out
+            self.placed.append((at, "marker", m))
             self._grant(at + 2 * len(self.sources), m, at)
             return
         self._settle()

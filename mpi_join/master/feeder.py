@@ -16,16 +16,21 @@ from ..runtime.graph import DRIVER
 from ..runtime.headers import Ready
 from ..runtime.protocol import CutSent, Eos, Fin, Go, Lease, Marker, Probe, ProbeReply, Tag, decode_control
 from ..runtime.transport import pack_obj
+from .checkpointer import restore_router
 from .driver import Driver
 
 
 class Feeder(Driver):
-    def __init__(self, job, tx, graph, router_cls, metrics, progress):
+    def __init__(self, job, tx, graph, router_cls, metrics, progress, resume=None):
+        """`resume`: (checkpoint dir, id) of a resumed run: its router starts from rank 0's state
+        at the cut (Go says where in the input)."""
         super().__init__(job, tx, graph, router_cls, metrics, progress)
+        self.resume = resume
         self.workers = []             # rank 0 runs the job: a feeder waits on no one but its entries
         self.go = self.fin = False
         self.lease = 0                # parts below this may start (rank 0's Lease)
         self.ckpt.cfg = None          # rank 0 decides the cuts (Lease); this source puts its markers out
+        self.adapts = False           # and the routing's changes (moves placed in the input)
 
     def run(self, freeze=True):
         self.warm_up()
@@ -56,11 +61,14 @@ class Feeder(Driver):
             if isinstance(msg, Go):
                 self.go, self.lease, self.sent = True, msg.upto, msg.sent
                 if msg.offset:
+                    restore_router(self, *self.resume)
                     self.source.resume_at(msg.offset)
             elif isinstance(msg, Lease):
                 self.lease = max(self.lease, msg.upto)
                 if msg.id >= 0:
-                    self.marks.append((Marker(msg.id, msg.epoch, "", msg.cut), msg.part))
+                    self.placed.append((msg.part, "marker", Marker(msg.id, msg.epoch, "", msg.cut)))
+                if msg.moves:
+                    self.placed.append((msg.part, "moves", [tuple(m) for m in msg.moves]))
             elif isinstance(msg, Probe):
                 self.control(DRIVER, ProbeReply(msg.wave, self.sent, 0))
             elif isinstance(msg, Fin):

@@ -4,9 +4,16 @@
 which puts them in before its next DATA; rows of the unit routed meanwhile are held here and
 handed to the router's `on_moved` once both sides are done. Each move begins a new routing epoch
 (DataHeader.epoch). No checkpoint is cut while a move is on (it would not capture the state in
-flight)."""
+flight).
+
+With several sources a move is at a place in the input instead: rank 0 leases it to every source
+at a part none has started (driver.py), and each source, before that part, hands its router
+`on_moved` (routing the unit to its new holder from there on) and sends both holders the move in
+order with its input. The old holder takes the unit out when its input reaches that part, the
+new one puts it in there before it goes on: no rows are held anywhere."""
 import numpy as np
 
+from ..join.window import NEG_INF
 from ..runtime.protocol import Install, MoveOut
 
 
@@ -16,6 +23,7 @@ class Moves:
         self.epoch = 0                     # one more per move begun (DataHeader.epoch)
         self.on = {}                       # unit -> the move in progress
         self.finished = []                 # units whose move both sides have finished
+        self.planned = []                  # several sources: (unit, src, dst) to lease out
 
     def begin(self, unit, src, dst):
         d = self.driver
@@ -24,12 +32,26 @@ class Moves:
         if dst not in d.graph.move_targets(src):
             raise RuntimeError(f"driver: unit {unit} cannot move from rank {src} ({d.graph.role(src)}) to rank "
                                f"{dst}: state moves within a group of the graph ({d.graph.move_targets(src)})")
+        if len(d.sources) > 1:
+            self.on[unit] = {"src": src, "dst": dst, "acks": set(), "held": None}
+            self.planned.append((unit, src, dst))
+            return
         self.epoch += 1
         bounds = np.array(d.source.bounds(), np.int64)
         self.on[unit] = {"src": src, "dst": dst, "acks": set(), "bounds": bounds,
                          "held": [[] for _ in d.source.dtypes]}
         d.control(src, MoveOut(unit, dst, self.epoch))
         d.control(dst, Install(unit, src, self.epoch, tuple(int(x) for x in bounds)))
+
+    def at_part(self, part, moves):
+        """Several sources: this source is about to start `part`, where `moves` take effect: the
+        router routes each unit to its new holder from here on, and both holders are told."""
+        d = self.driver
+        for unit, src, dst in moves:
+            self.epoch += 1
+            d.router.on_moved(unit, src, dst, [np.zeros(0, dt) for dt in d.source.dtypes])
+            d.control(src, MoveOut(unit, dst, self.epoch, part))
+            d.control(dst, Install(unit, src, self.epoch, tuple(int(NEG_INF) for _ in d.source.dtypes), part))
 
     def settle(self):
         """Handle messages until every move begun is done (the router's on_moved called)."""
@@ -46,7 +68,7 @@ class Moves:
         """What a send to `dests` carries while units move: their rows held back here, and bounds
         no later than those a move to one of `dests` began with (its held rows may still need
         what they keep)."""
-        if not self.on:
+        if not any(m["held"] is not None for m in self.on.values()):
             return batches, bounds
         out = []
         for s, b in enumerate(batches):
@@ -54,6 +76,8 @@ class Moves:
                 units = self.driver.router.unit_of(b)
                 keep = np.ones(len(b), bool)
                 for u, m in self.on.items():
+                    if m["held"] is None:
+                        continue
                     mine = units == u
                     if mine.any():
                         m["held"][s].append(b[mine])
@@ -61,7 +85,7 @@ class Moves:
                 b = b if keep.all() else b[keep]
             out.append(b)
         for m in self.on.values():
-            if m["dst"] in dests:
+            if m["dst"] in dests and m["held"] is not None:
                 bounds = np.minimum(bounds, m["bounds"])
         return out, bounds
 
@@ -71,5 +95,7 @@ class Moves:
         while self.finished:
             u = self.finished.pop(0)
             m = self.on.pop(u)
+            if m["held"] is None:          # several sources: routed anew where the move is (at_part)
+                continue
             held = [np.concatenate(h) if h else np.zeros(0, dt) for h, dt in zip(m["held"], self.driver.source.dtypes)]
             self.driver.router.on_moved(u, m["src"], m["dst"], held)

@@ -300,6 +300,8 @@ class Operator(Checkpointed):
     def end_of_epoch(self, epoch):
         pass
 
+    adapts_with_sources = False     # its adaptation is moves only (runtime.moves): placed in the input
+
     def adapts(self):
         """Does this router change its routing while the input streams (reorganise, scale,
         relocate)? With several sources it does not: each would have to apply a change at the

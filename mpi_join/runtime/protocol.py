@@ -141,12 +141,15 @@ class Go(Control):
 class Lease(Control):
     """Rank 0 -> an extra source: parts below `upto` may start. With a checkpoint (`id` >= 0):
     put its marker on every entry link before the first part >= `part` (every source cuts at the
-    same place of the input, one that no source has passed: the lease held them all below it)."""
+    same place of the input, one that no source has passed: the lease held them all below it).
+    With `moves`: route each unit to its new holder from `part` on, and tell both holders where
+    in the input the move is (MoveOut and Install with that part)."""
     upto: int = 0
     id: int = -1
     part: int = 0
     epoch: int = 0
     cut: str = ""
+    moves: tuple = ()      # (unit, from, to) moves every source applies before its first part >= `part`
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,7 @@ class MoveOut(Control):
     unit: int = 0
     to: int = 0
     epoch: int = 0
+    part: int = -1         # several sources: in order with the input, at the start of this part
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,7 @@ class Install(Control):
     src: int = 0
     epoch: int = 0
     bounds: tuple = ()
+    part: int = -1         # several sources: at the start of this part of the input
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,15 @@ outboxes are empty, the module accepts input, a unit's state is in before its In
 The input comes from the driver, or with several sources (run.sources = k) from each of them:
 part p of the input (master/source.py) from source p mod k, closed by a PartEnd. The inbox takes
 the sources' links as one flow in part order, so the module sees the input exactly as one source
-would send it, from the driver; end of stream passes once every source has sent its own. A
-checkpoint's marker, which every source puts before its first part past the cut, passes once,
-as the driver's, when the flow reaches the cut (its first copy; the others are dropped)."""
+would send it, from the driver; end of stream passes once every source has sent its own. What
+every source places at a part boundary (a checkpoint's marker; a unit's MoveOut or Install)
+passes once, as the driver's, when the flow reaches it (its first copy; the others are dropped)."""
 from collections import deque
 
 import numpy as np
 
 from ..runtime.graph import DRIVER
-from ..runtime.protocol import Eos, Marker, PartEnd
+from ..runtime.protocol import Eos, Install, Marker, MoveOut, PartEnd
 
 NO_ORDER = -(1 << 62)
 
@@ -32,6 +32,7 @@ class Inbox:
         self.part = 0                                  # the part of the input taken next (several sources)
         self.ended = set()                             # sources whose end of stream is in
         self.marked = -1                               # the last checkpoint whose marker passed
+        self.moved = set()                             # (kind, unit, epoch) of placed moves passed
 
     def data(self, src, header, batches, ack=True):
         """Queue a DATA message (ack False: replayed channel state, acknowledged before the cut)."""
@@ -84,7 +85,8 @@ class Inbox:
         by part, each from its source until its PartEnd; the end of stream once all have sent it."""
         for src in self.sources:
             q = self.queues.get(src)
-            if q and q[0][0] == "ctrl" and not isinstance(q[0][1], (PartEnd, Eos, Marker)) and take_driver(q[0]):
+            if q and q[0][0] == "ctrl" and not isinstance(q[0][1], (PartEnd, Eos)) and not placed(q[0][1]) \
+                    and take_driver(q[0]):
                 return src, q.popleft()
         while len(self.ended) < len(self.sources):
             over = bool(self.ended)             # a source's end of stream in its turn: no part is left
@@ -105,11 +107,15 @@ class Inbox:
                 elif kind == "ctrl" and isinstance(msg, Eos):
                     q.popleft()
                     self.ended.add(src)
-                elif kind == "ctrl" and isinstance(msg, Marker):
-                    if msg.id > self.marked:           # the first copy: the cut is here
+                elif kind == "ctrl" and placed(msg):
+                    key = None if isinstance(msg, Marker) else (type(msg).__name__, msg.unit, msg.epoch)
+                    if (msg.id > self.marked) if key is None else (key not in self.moved):   # the first copy
                         if not take_driver(q[0]):
                             return None
-                        self.marked = msg.id
+                        if key is None:
+                            self.marked = msg.id
+                        else:
+                            self.moved.add(key)
                         return DRIVER, q.popleft()
                     q.popleft()
                 elif over:
@@ -162,3 +168,9 @@ class Inbox:
                 self.buffered -= int(mine.sum())
             q[k] = ("data", header, keep, ack)
         return [np.concatenate(t) if t else np.zeros(0, dt) for t, dt in zip(taken, dtypes)]
+
+
+def placed(msg):
+    """Is `msg` placed in the input by every source (several sources): a checkpoint marker, or a
+    move at a part (MoveOut, Install)?"""
+    return isinstance(msg, Marker) or (isinstance(msg, (MoveOut, Install)) and msg.part >= 0)

@@ -160,7 +160,8 @@ class Worker:
             self.outbox.acked(src)
         elif tag == Tag.CTRL:
             msg = decode_control(buf)
-            if isinstance(msg, (Probe, LoadRequest)) or ((isinstance(msg, MoveOut) or msg.op in self.module.urgent_ops)
+            if isinstance(msg, (Probe, LoadRequest)) or (((isinstance(msg, MoveOut) and msg.part < 0)
+                                                          or msg.op in self.module.urgent_ops)
                                                          and not self.inbox.marker_queued(src)):
                 self._urgent(src, msg)
             else:
