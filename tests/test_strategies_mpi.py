@@ -59,12 +59,9 @@ def _cases():
     return out
 
 
-@pytest.mark.parametrize("strategy,kind,ranks,pred", _cases())
-def test_strategy_equals_oracle(tmp_path, strategy, kind, ranks, pred):
-    seed = zlib.crc32(f"{strategy}{kind}{ranks}{pred}".encode())
-    text = equi_job_text(WINDOWS[kind], strategy=strategy, predicate=PREDICATES[pred],
-                         run="batch_size = 97\nmax_inflight = 2")
-    arrays = random_streams(np.random.default_rng(seed), 1500, key_range=8)
+def _equals_oracle(tmp_path, ranks, text, arrays):
+    """Run `text` on `arrays` under mpiexec on `ranks` ranks: the oracle's pairs, each once, and
+    _SUCCESS. Returns (the process, the job)."""
     path, job = write_job(str(tmp_path), text, arrays)
     p = run_mpi(ranks, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
@@ -74,6 +71,15 @@ def test_strategy_equals_oracle(tmp_path, strategy, kind, ranks, pred):
     assert len(got) == len(as_set(got)), "duplicated results"
     assert as_set(got) == as_set(expect)
     assert os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    return p, job
+
+
+@pytest.mark.parametrize("strategy,kind,ranks,pred", _cases())
+def test_strategy_equals_oracle(tmp_path, strategy, kind, ranks, pred):
+    seed = zlib.crc32(f"{strategy}{kind}{ranks}{pred}".encode())
+    text = equi_job_text(WINDOWS[kind], strategy=strategy, predicate=PREDICATES[pred],
+                         run="batch_size = 97\nmax_inflight = 2")
+    _equals_oracle(tmp_path, ranks, text, random_streams(np.random.default_rng(seed), 1500, key_range=8))
 
 
 @pytest.mark.parametrize("strategy", [n for n in strategies.names() if "equi" in strategies.get(n).predicates
@@ -217,15 +223,8 @@ def test_parallel_sources_equal_oracle(tmp_path, strategy, kind, k, workers, pre
     seed = zlib.crc32(f"sources{strategy}{kind}{k}".encode())
     text = equi_job_text(WINDOWS[kind], strategy=strategy, predicate=PREDICATES[pred],
                          run=f"batch_size = 97\nmax_inflight = 2\nsources = {k}\npart = 250")
-    arrays = random_streams(np.random.default_rng(seed), 2000, key_range=8)
-    path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(workers + k - 1, "run", path)
-    assert p.returncode == 0, p.stderr + p.stdout
-    got = read_results(job.output, job.stream_names)
-    expect = run_oracle(job, arrays)
-    assert len(expect) > 0
-    assert len(got) == len(as_set(got)), "duplicated results"
-    assert as_set(got) == as_set(expect)
+    p, job = _equals_oracle(tmp_path, workers + k - 1, text,
+                            random_streams(np.random.default_rng(seed), 2000, key_range=8))
     import json
     ranks = [json.load(open(os.path.join(job.output, "metrics", f"rank-{r:04d}.json"))) for r in range(workers + k - 1)]
     assert "routing stays as it starts" not in p.stderr, "hash's default reorganisation runs with several sources"
@@ -242,12 +241,7 @@ def test_parallel_sources_with_migrations_equal_oracle(tmp_path, k, kind, worker
     import json
     text = equi_job_text(WINDOWS[kind], strategy="hash", extra_strategy='reorganize_every = 1\nforce = "migrate"',
                          run=f"batch_size = 97\nmax_inflight = 2\nsources = {k}\npart = 250")
-    arrays = random_streams(np.random.default_rng(k), 8000, key_range=8)
-    path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(1 + workers + k - 1, "run", path)
-    assert p.returncode == 0, p.stderr + p.stdout
-    got = read_results(job.output, job.stream_names)
-    assert len(got) == len(as_set(got)) and as_set(got) == as_set(run_oracle(job, arrays))
+    _, job = _equals_oracle(tmp_path, workers + k, text, random_streams(np.random.default_rng(k), 8000, key_range=8))
     moved = json.load(open(os.path.join(job.output, "metrics", "rank-0000.json")))["migrations"]
     assert len(moved) >= 2, moved
 
@@ -255,9 +249,5 @@ def test_parallel_sources_with_migrations_equal_oracle(tmp_path, k, kind, worker
 def test_a_router_that_cannot_adapt_with_several_sources_says_so(tmp_path):
     text = equi_job_text(WINDOWS["time"], strategy="psp", extra_strategy="adapt_every = 2",
                          run="batch_size = 97\nsources = 2\npart = 250")
-    arrays = random_streams(np.random.default_rng(2), 1500, key_range=8)
-    path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(4, "run", path)
-    assert p.returncode == 0, p.stderr + p.stdout
+    p, _ = _equals_oracle(tmp_path, 4, text, random_streams(np.random.default_rng(2), 1500, key_range=8))
     assert "warning: run.sources = 2: the psp routing stays as it starts" in p.stderr
-    assert as_set(read_results(job.output, job.stream_names)) == as_set(run_oracle(job, arrays))

@@ -30,9 +30,8 @@ predicts both curves, on this machine (P cores shared by all ranks) and on dedic
   handshake join.
 """
 import os
-import tempfile
 
-from ..tools.bench import oracle_rate, run_verified, print_table, set_option, set_param
+from ..tools.bench import oracle_rate, run_verified, print_table, set_option, set_param, work_dir
 from ..config import load_job
 from ..storage.input_stats import comparisons
 from ..storage.staged import read_staged
@@ -96,10 +95,7 @@ def fit_delay(points, strategy, fanout):
 
 
 def run(cores=(1, 2, 3, 4), workdir=None, tuples=100000, event_rate=4000.0, window="4s", fanout=2):
-    tmp = None
-    if workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="mpi-join-bench-cores-")
-        workdir = tmp.name
+    workdir, tmp = work_dir(workdir, "mpi-join-bench-cores-")
     print(f"splitjoin against handshake and llhj on 1 to {max(cores)} join cores: band workload, {tuples:,} tuples "
           f"at {event_rate:g}/s per stream event time, windows {window}, nested-loop local joins; splitjoin on k + 2 "
           f"ranks (driver, k cores, combiner; fanout {fanout}), the chains on k + 1", flush=True)

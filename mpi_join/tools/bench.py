@@ -9,6 +9,14 @@ import time
 from ..errors import JobError
 
 
+def work_dir(workdir, prefix="mpi-join-bench-"):
+    """(the directory to work in, the TemporaryDirectory to clean up when none was given, else None)."""
+    if workdir is not None:
+        return workdir, None
+    tmp = tempfile.TemporaryDirectory(prefix=prefix)
+    return tmp.name, tmp
+
+
 def run_mpi(nprocs, job_path, output, quiet=True):
     from ..launch import mpiexec_cmd
     env = dict(os.environ)
@@ -62,10 +70,7 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
     from ..config import load_job
     from .workloads import make
     info = strategies.get(strategy)
-    tmp = None
-    if workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="mpi-join-bench-")
-        workdir = tmp.name
+    workdir, tmp = work_dir(workdir)
     keys = ("" if info.workload != "equi" else      # keys and skew apply to the equi workload only
             f", uniform keys over {uniform_keys:,}" if uniform_keys else f", b-model keys with b = {skew}")
     print(f"workload {info.workload}: {tuples:,} tuples, {rate:g} tuples/s per stream (event time), window "
@@ -115,10 +120,7 @@ def bench_sources(strategy, nprocs, tuples, ks, workdir, repeat=3):
     from ..storage.staged import read_staged
     from .workloads import make
     info = strategies.get(strategy)
-    tmp = None
-    if workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="mpi-join-bench-")
-        workdir = tmp.name
+    workdir, tmp = work_dir(workdir)
     print(f"workload {info.workload}: {tuples:,} tuples, 20,000 tuples/s per stream (event time), 60s windows, "
           f"uniform keys over 100,000; {strategy} with {nprocs - 1} workers and {', '.join(map(str, ks))} sources, "
           f"{repeat} runs each", flush=True)
@@ -161,10 +163,7 @@ def bench_memory(strategy, sizes, nprocs, workdir):
     from ..config import load_job
     from .workloads import make
     info = strategies.get(strategy)
-    tmp = None
-    if workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="mpi-join-bench-")
-        workdir = tmp.name
+    workdir, tmp = work_dir(workdir)
     print(f"workload {info.workload}: uniform keys over 10,000,000, 1 s windows; {strategy} on {nprocs} ranks; "
           f"rank 0 peak RSS by staged tuples", flush=True)
     rows, base = [], None
