@@ -141,3 +141,30 @@ def test_check_runnable_with_sources():
                                           r"mpiexec -n 4 or more"):
         strategies.check_runnable(job, 3)
     strategies.check_runnable(job, 4)
+
+
+def test_a_source_decodes_little_more_than_its_share(tmp_path, monkeypatch):
+    """Staged files have ROW_GROUP-row row groups, and a source skips the row groups of other
+    sources' parts: of two sources, each decodes well under all of the input (half, plus the row
+    groups its parts' edges share), and the shares put together are the input."""
+    from conftest import write_job
+    import mpi_join.storage.staged as staged
+    from mpi_join.storage.staged import ROW_GROUP, staged_manifest
+    n = 64 * ROW_GROUP
+    arrays = random_streams(np.random.default_rng(9), n, key_range=8)
+    _, job = write_job(str(tmp_path), equi_job_text(('"6ms"', '"2ms"'), run="batch_size = 4096\nsources = 2"), arrays)
+    decoded = [0]
+    real = staged.from_arrow
+
+    def counting(table, *a, **kw):
+        decoded[0] += table.num_rows
+        return real(table, *a, **kw)
+    monkeypatch.setattr(staged, "from_arrow", counting)
+    seqs = []
+    for i in range(2):
+        decoded[0] = 0
+        got = _released(Source(job, man=staged_manifest(job), share=(i, 2)))
+        seqs += [np.concatenate([b["seq"] for b in x[1]]) for x in got]
+        assert sum(sum(len(b) for b in x[1]) for x in got) == n // 2
+        assert decoded[0] < 0.7 * n, f"source {i} decoded {decoded[0]:,} of {n:,} rows"
+    assert np.array_equal(np.sort(np.concatenate(seqs)), np.arange(n))
