@@ -854,8 +854,11 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
 @click.option("--rerender", is_flag=True,
               help="Run nothing: fit the scaling model and write results.md and the plots again from OUT's "
                    "results.json.")
+@click.option("--peers", "peers_only", is_flag=True,
+              help="Run only the peers again (--spark, --flink), on the inputs of OUT's finished cases, and "
+                   "write results.md again: Flink's figures after `make flink`, say.")
 @click.option("--overwrite", is_flag=True, help="Write into a non-empty OUT that no earlier bench-suite wrote.")
-def bench_suite(out, names, workloads, workers, seconds, steps, spark, flink, rerender, overwrite):
+def bench_suite(out, names, workloads, workers, seconds, steps, spark, flink, rerender, peers_only, overwrite):
     """Every strategy on the shared band and equi workloads, side by side in one run.
 
     For each strategy, workload and worker count: the maximum sustainable rate per stream (by
@@ -873,13 +876,16 @@ def bench_suite(out, names, workloads, workers, seconds, steps, spark, flink, re
       mpi-join bench-suite                                   # everything (about 30 minutes on 2 cores)
       mpi-join bench-suite --strategy hash --workload equi -n 1 -n 2 --seconds 1
       mpi-join bench-suite --out bench-suite --rerender      # tables, plots and model again
+      mpi-join bench-suite --out bench-suite --peers --no-spark   # Flink on its inputs (after make flink)
       mpi-join report bench-suite                            # the whole run as one HTML page
     """
-    from .tools.bench_suite import rerender as rerender_, run
+    from .tools.bench_suite import peers_again, rerender as rerender_, run
     out = os.path.abspath(out)
     try:
         if rerender:
             rerender_(out)
+        elif peers_only:
+            peers_again(out, spark, flink, progress=lambda m: click.echo(m, err=True))
         else:
             run(out, list(names) or None, tuple(workloads) or ("band", "equi"), tuple(workers) or (1, 2, 3, 4),
                 seconds, steps, progress=lambda m: click.echo(m, err=True), spark=spark, overwrite=overwrite,

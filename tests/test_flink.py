@@ -138,10 +138,15 @@ def test_the_benchmarks_flink_peer_gives_the_oracles_checksums(tmp_path):
 
 
 def test_bench_suite_puts_flink_beside_every_case(tmp_path):
-    p = run_cli("bench-suite", "--out", str(tmp_path / "suite"), "--strategy", "hash", "--workload", "equi",
-                "-n", "1", "--seconds", "0.5", "--steps", "0", "--no-spark", timeout=900)
-    assert p.returncode == 0, p.stderr
+    """Run without Flink, then `--peers` adds it on the same inputs (as after `make flink`)."""
     import json
+    p = run_cli("bench-suite", "--out", str(tmp_path / "suite"), "--strategy", "hash", "--workload", "equi",
+                "-n", "1", "--seconds", "0.5", "--steps", "0", "--no-spark", "--no-flink", timeout=900)
+    assert p.returncode == 0, p.stderr
+    r = json.loads((tmp_path / "suite" / "results.json").read_text())
+    assert not any("flink" in v for v in r["peers"].values()) and "vs_flink" not in r["cases"][0]
+    p = run_cli("bench-suite", "--out", str(tmp_path / "suite"), "--peers", "--no-spark", timeout=900)
+    assert p.returncode == 0, p.stderr
     r = json.loads((tmp_path / "suite" / "results.json").read_text())
     (case,) = r["cases"]
     fl = r["peers"][case["input"]]["flink"]

@@ -127,7 +127,8 @@ def test_plan_ranks_by_the_goal_at_the_rate_it_says_it_plans_for(tmp_path):
 
 @pytest.mark.parametrize("field,value,says", [
     ("shape", "spiral", "model[0].shape: 'spiral' is not a shape"),
-    ("t_us", float("nan"), "model[0].t_us: nan; expected a finite number above 0"),
+    ("t_us", float("nan"), "model[0].t_us: nan; expected a finite number at least 0"),
+    ("t_us", -0.5, "model[0].t_us: -0.5; expected a finite number at least 0"),
     ("d_us", float("inf"), "model[0].d_us: inf"),
     ("kappa", 0, "model[0].kappa: 0; expected a finite number above 0"),
     ("c_ns", -1.0, "model[0].c_ns: -1.0; expected a finite number at least 0"),

@@ -217,7 +217,7 @@ def load_models(path=None):
 
 
 # a model's costs: (field, must be above zero); every one a finite number, none negative
-_COSTS = (("t_us", True), ("c_ns", False), ("d_us", True), ("kappa", True), ("window_s", True),
+_COSTS = (("t_us", False), ("c_ns", False), ("d_us", True), ("kappa", True), ("window_s", True),
           ("p50_base_ms", False), ("p50_per_hop_ms", False))
 
 
