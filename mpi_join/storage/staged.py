@@ -18,9 +18,9 @@ MANIFEST = "_manifest.json"
 FORMAT = "mpi-join-staged/1"
 
 
-# Rows per Parquet row group when mpi-join writes staged files itself (write_staged; Spark's
-# stage writes its own, larger ones): a reader skips whole row groups, so several sources each
-# decode little more than their own parts (master/source.py).
+# Rows per Parquet row group of staged files (write_staged; Spark's stage sets its block size
+# to about as many, stage.py): a reader skips whole row groups, so several sources each decode
+# little more than their own parts (master/source.py).
 ROW_GROUP = 8192
 
 
