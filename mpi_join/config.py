@@ -160,7 +160,7 @@ class Run:
     overload_after_s: float = 2.0      # replay behind schedule this long: the run is overloaded
     stop_when_overloaded: bool = False  # an overloaded run stops with an error (a rate search's probe)
     sources: int = 1                   # ranks that read and route the input (graph.with_sources)
-    part: int = 0                      # with several sources: tuples per part (source.py); 0: a credit window
+    part: int = 0                      # with several sources: tuples per part (source.py); 0: four row groups a stream
 
 
 @dataclass(frozen=True)

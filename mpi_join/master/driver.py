@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime.headers import Ack, Ready
-from ..runtime.protocol import (CutSent, DataHeader, Go, Lease, LoadReport, LoadRequest, Marker, MarkerDone, Moved,
+from ..runtime.protocol import (CutSent, DataHeader, Eos, Go, Lease, LoadReport, LoadRequest, Marker, MarkerDone, Moved,
                                 PartEnd, ProbeReply, Tag, decode_control)
 from ..join.jit import Compiles, GcPauses, freeze_heap
 from ..runtime.operator import SOURCE
@@ -259,9 +259,10 @@ class Driver:
         """Rank 0: raise the lease to `upto`, with a checkpoint's marker or moves placed at `at`."""
         if upto > self.lease or marker is not None or moves:
             self.lease = max(self.lease, upto)
+            lease = (Lease(self.lease, marker.id, at, marker.epoch, marker.cut) if marker is not None
+                     else Lease(self.lease, part=at, moves=tuple(tuple(m) for m in moves)))
             for r in self.sources[1:]:
-                self.control(r, Lease(self.lease, marker.id, at, marker.epoch, marker.cut) if marker is not None
-                             else Lease(self.lease, part=at, moves=tuple(tuple(m) for m in moves)))
+                self.control(r, lease)
 
     def _place(self):
         """Rank 0, after its router's epoch end: the moves it began take effect at the lease."""
@@ -292,12 +293,15 @@ class Driver:
         self.ckpt.marked(cid, 0, self.sent)
 
     def finish_input(self):
-        """The input is all sent: markers of cuts past this source's last part go out before its
-        end of stream (the other sources may go to the end)."""
+        """The input is all sent: end of stream on every entry link; with several sources, what
+        was placed past this source's last part goes out before it (and the others may go to
+        the end)."""
         if len(self.sources) > 1:
             self._at(None)
             if self.tx.rank == self.sources[0]:
                 self._grant(1 << 62)
+        for e in self.entries:
+            self.control(e, Eos())
 
     def _end_part(self):
         """Several sources: this source's part is all sent (the router's held rows too, with the

@@ -5,16 +5,16 @@ It is rank 0's lifecycle without the controller's part (driver.py): the same Sou
 to every kth part of the input (source.py), the same operator (the strategy's rank-0 vertex),
 the same credits to the same entries, a PartEnd on every entry link after each part and end of
 stream after the last. Rank 0 keeps what needs one decider: it waits for every rank to be
-ready and says go, detects termination (a feeder answers the probes with the DATA it sent) and
-ends the job. Routing does not adapt with several sources (a reorganisation decided on one rank
-would have to apply on every router at one point of the input).
+ready and says go, decides checkpoints and moves (it leases them to every source at a part none
+has started: Lease), detects termination (a feeder answers the probes with the DATA it sent)
+and ends the job.
 """
 import time
 
 from ..join.jit import Compiles, freeze_heap
 from ..runtime.graph import DRIVER
 from ..runtime.headers import Ready
-from ..runtime.protocol import CutSent, Eos, Fin, Go, Lease, Marker, Probe, ProbeReply, Tag, decode_control
+from ..runtime.protocol import CutSent, Fin, Go, Lease, Marker, Probe, ProbeReply, Tag, decode_control
 from ..runtime.transport import pack_obj
 from .checkpointer import restore_router
 from .driver import Driver
@@ -42,8 +42,6 @@ class Feeder(Driver):
         self.t_replay = time.perf_counter()
         self.replay()                  # each part's end flushed the router (Driver._end_part)
         self.finish_input()
-        for e in self.entries:
-            self.control(e, Eos())
         self.wait(lambda: self.fin and not any(self.credits.out.values()))
         self.metrics.extra.update(peak_inflight=max(self.credits.peak.values(), default=0), released_own=self.source.own)
         self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))

@@ -11,9 +11,9 @@ With several sources (run.sources = k), each releases its share: the input is de
 about `run.part` tuples (seq ranges, a whole number of batches; by default four row groups of
 each stream, so a source decodes little more than its own parts), part p to source p mod k. A
 source releases whole batches of its parts (batch b holds seq [b x B, (b + 1) x B), so every
-source numbers batches alike: `batch_no`) and reads past the others' parts (their rows still
-count for count-window coordinates and the order checks), so every batch, its coordinates and
-its bounds are what one source would give.
+source numbers batches alike: `batch_no`) and skips the others' parts (count-window coordinates
+continue from the files' counts), so every batch, its coordinates and its bounds are what one
+source would give. Each source checks its own parts, and the first tuple past each of them.
 """
 import time
 
@@ -125,7 +125,6 @@ class Source:
             self.cursor[k] = self.readers[k].count_before(end)
         self.released = end
         self.check = OrderCheck(self.job, end)
-        self.check.last_ts = None
         self._in_part = False
         for r in self.readers:            # no reading ahead past this part (the next is another's)
             r.upto = self.part_end
@@ -188,7 +187,7 @@ class Source:
         if self.t0 is None:
             self.t0 = now
             self._wall0 = time.time_ns()
-            self.start = self.released if self.k == 1 else self.origin   # a resumed replay's: its offset
+            self.start = self.origin          # a resumed replay's schedule starts at its offset
         bs = self.batch_size if self.k == 1 else min(self.batch_size, self.part_end - self.released)
         deadline = now + self.flush_ns / 1e9
         while True:
@@ -298,4 +297,3 @@ class Source:
         self.released = offset
         self._in_part = False
         self.check = OrderCheck(self.job, offset)
-        self.check.last_ts = None

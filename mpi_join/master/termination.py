@@ -6,16 +6,14 @@ run."""
 import time
 
 from ..errors import JobError
-from ..runtime.protocol import Eos, Fin, Probe
+from ..runtime.protocol import Fin, Probe
 
 
 def end_run(driver):
     """After the last input: end of stream, termination detected, every worker told to finish and
     its final metrics in (driver.done)."""
     d = driver
-    d.finish_input()
-    for e in d.entries:
-        d.control(e, Eos())
+    d.finish_input()                # end of stream on every entry link
     d.wait(lambda: not d.ckpt.pending)
     terminate(d)
     for w in d.workers:

@@ -11,8 +11,9 @@ Every vertex:
   the strategy's typed header (headers.Header) the sender gave, or None. Rank 0's vertex gets
   the source's batches with `src == SOURCE`, `header.order` the batch's slot in its epoch
   (an epoch has `slots` slots) and `header.msg_no` the batch's number in the input with several
-  sources (every source numbers alike), -1 with one (`number()`). Returns an Output (or None): results to emit, batches to send to
-  named ranks, control records; rank 0's runtime sends them with credits, in order.
+  sources (every source numbers alike), -1 with one (`number()`). Returns an Output (or None):
+  results to emit, batches to send to named ranks, control records; rank 0's runtime sends them
+  with credits, in order.
 - `on_control(src, msg, ctx)` for the strategy's own control records, in order with DATA on the
   link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
   before a queued checkpoint marker).

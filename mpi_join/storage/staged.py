@@ -168,14 +168,8 @@ class StreamReader:
     def seek(self, seq):
         """Continue at the first row with seq >= `seq`; row groups wholly before it are skipped."""
         self._it, self._skip, self._last = None, int(seq), (-1, None, 0)
-        for pi, (_, _, rgs) in enumerate(self.parts):
-            row = 0
-            for gi, (_, n, lo, hi) in enumerate(rgs):
-                if hi is None or hi >= seq:
-                    self._pos, self._row = (pi, gi), row
-                    return
-                row += n
-        self._pos, self._row = (len(self.parts), 0), 0
+        pi, gi = self._pos = self._group_of(seq)
+        self._row = sum(rg[1] for rg in self.parts[pi][2][:gi]) if pi < len(self.parts) else 0
 
     def _open(self):
         pi, gi = self._pos
@@ -277,18 +271,15 @@ class Prefetched:
         self.reader.seek(seq)
 
     def skip_to(self, seq):
-        """StreamReader.skip_to; a chunk read ahead that reaches `seq` is kept (its rows from seq)."""
-        if self._held is not None and len(self._held) and self._held[SEQ][-1] >= seq:
-            self._held = self._held[self._held[SEQ] >= seq]
-            return
-        self._held = None
-        if self._ahead is not None:
+        """StreamReader.skip_to; the chunk already read (held or read ahead) is kept from `seq` on
+        if it reaches it (the reader is past it then), else the reader skips."""
+        c, self._held = self._held, None
+        if c is None and self._ahead is not None:
             c, self._ahead = self._ahead.result(), None
-            if c is not None and len(c) and c[SEQ][-1] >= seq:
-                self._held = c[c[SEQ] >= seq]
-                self.reader._skip = max(self.reader._skip, int(seq))
-                return
-        self.reader.skip_to(seq)
+        if c is not None and len(c) and c[SEQ][-1] >= seq:
+            self._held = c[int(np.searchsorted(c[SEQ], seq)):]
+        else:
+            self.reader.skip_to(seq)
 
     def add(self, files):
         """More part files (a log's new commits): the read in flight, if any, is kept, unless it

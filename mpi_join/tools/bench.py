@@ -117,6 +117,7 @@ def bench_sources(strategy, nprocs, tuples, ks, workdir, repeat=3):
     import statistics
     from .. import strategies
     from ..config import load_job
+    from ..runtime.graph import SOURCE_ROLE
     from ..storage.staged import read_staged
     from .workloads import make
     info = strategies.get(strategy)
@@ -135,11 +136,9 @@ def bench_sources(strategy, nprocs, tuples, ks, workdir, repeat=3):
         for i in range(repeat):
             print(f"bench: {k} source{'s' if k > 1 else ''}, run {i + 1}/{repeat} on {nprocs + k - 1} ranks", flush=True)
             s = run_verified(job_path, workdir, job, nprocs + k - 1, None, len(expected), expected)
-            cpu = {r["rank"]: r["cpu_s"] for r in s["ranks"]}
-            srcs = [0] + list(range(nprocs, nprocs + k - 1))
-            runs.append({"tps": s["tuples_per_s"], "rank0_us": cpu[0] / s["tuples"] * 1e6,
-                         "max_source_us": max(cpu[r] for r in srcs) / s["tuples"] * 1e6,
-                         "sources_us": sum(cpu[r] for r in srcs) / s["tuples"] * 1e6})
+            cpu = [r["cpu_s"] / s["tuples"] * 1e6 for r in s["ranks"] if r["role"] in ("driver", SOURCE_ROLE)]
+            runs.append({"tps": s["tuples_per_s"], "rank0_us": cpu[0], "max_source_us": max(cpu),
+                         "sources_us": sum(cpu)})
         out[k] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     base = out[ks[0]]
     for k in ks:
