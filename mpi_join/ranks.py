@@ -166,9 +166,9 @@ def _driver(job_path, overrides, tx, ctx):
     from .storage.staged import is_log
     growing = is_log(driver.manifest) and not driver.manifest["log"].get("ended")
     warned = [] if growing and overrides.get("follow") else warnings(job, driver.manifest)
-    if job.run.sources > 1 and driver.router.adapts() and not driver.router.adapts_with_sources:
-        sys.stderr.write(f"mpi-join: warning: run.sources = {job.run.sources}: the {job.strategy.name} routing stays "
-                         f"as it starts (its reorganisation, scaling or relocation runs with run.sources = 1)\n")
+    unadapted = driver.router.with_sources(job.run.sources) if job.run.sources > 1 and driver.router.adapts() else None
+    if unadapted:
+        sys.stderr.write(f"mpi-join: warning: run.sources = {job.run.sources}: {unadapted}\n")
     for w in warned:
         sys.stderr.write(f"mpi-join: warning: {w}\n")
     if growing and not overrides.get("follow"):

@@ -210,6 +210,38 @@ def test_2ps_scales_out_and_down_with_the_window_load_without_losing_a_result(tm
     assert {e["decision"] for e in events} == {"out", "down"}, events
 
 
+def test_2ps_scales_with_several_sources(tmp_path):
+    """run.sources = 2: each scaling decision (a spare unit joins, a unit drains, a drained unit
+    is released) is a change of the Members table placed in the input, which both sources apply
+    at the same part: the table every batch carries is the same as from one source there."""
+    text = equi_job_text(('"200ms"', '"200ms"'), strategy="biclique", predicate=PRED["equi"],
+                         extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.01\n"
+                                        "scale_every_ms = 15\nconfirmations = 2",
+                         run='batch_size = 25\nrate = 4000\nflush_interval = "5ms"\nsources = 2\npart = 500')
+    arrays = _phased_streams(np.random.default_rng(11), 15000, (1, 60, 1))
+    _, _, ranks = _run_checked(tmp_path, 8, text, arrays)
+    events = next(r for r in ranks if r["role"] == "driver")["scaling_events"]
+    assert {e["decision"] for e in events} == {"out", "down"}, events
+    assert next(r for r in ranks if r["role"] == "source")["released_own"] > 5000
+
+
+def test_2ps_full_history_with_several_sources_scales_out_and_says_it_does_not_scale_down(tmp_path):
+    text = equi_job_text(WINDOWS["full"], strategy="biclique", predicate=PRED["equi"],
+                         extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.06\n"
+                                        "scale_every_ms = 15\nconfirmations = 2",
+                         run='batch_size = 20\nrate = 2500\nflush_interval = "5ms"\nsources = 2\npart = 500')
+    arrays = random_streams(np.random.default_rng(12), 5000, key_range=40, ts_step=1)
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(8, "run", path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    _check(job, arrays)
+    assert "2PS scales the full-history side of R, S out but not down" in p.stderr, p.stderr
+    ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
+    driver = next(r for r in ranks if r["role"] == "driver")
+    assert {e["decision"] for e in driver["scaling_events"]} == {"out"}, driver["scaling_events"]
+    assert driver["scale_downs_kept"] > 0
+
+
 def test_2ps_full_history_moves_a_leaving_units_state_with_the_runtime(tmp_path):
     """Full history: a unit leaving its subgroup hands its state to one that stays (the
     runtime's move, after both have processed every batch sent); later the growing state
@@ -253,3 +285,16 @@ def test_sigkill_while_scaling_then_resume_is_exactly_once(tmp_path):
     _check(job, arrays)
     ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
     assert next(r for r in ranks if r["role"] == "driver")["active_units"] == [2, 3]   # the spares joined
+
+
+def test_sigkill_while_scaling_with_two_sources_then_resume_is_exactly_once(tmp_path):
+    """As above with run.sources = 2: the Members table is in rank 0's checkpoint as it was when its
+    marker went out, and both sources start from it."""
+    path, job, arrays = paced_checkpointed_job(
+        tmp_path, "biclique", PRED["equi"],
+        extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.001\nscale_every_ms = 20\n"
+                       "confirmations = 2", run="sources = 2\npart = 400")
+    kill_then_resume(path, job, ranks=8, victim=7, total=16000)
+    _check(job, arrays)
+    ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
+    assert next(r for r in ranks if r["role"] == "driver")["active_units"] == [2, 3]

@@ -246,8 +246,17 @@ def test_parallel_sources_with_migrations_equal_oracle(tmp_path, k, kind, worker
     assert len(moved) >= 2, moved
 
 
-def test_a_router_that_cannot_adapt_with_several_sources_says_so(tmp_path):
-    text = equi_job_text(WINDOWS["time"], strategy="psp", extra_strategy="adapt_every = 2",
-                         run="batch_size = 97\nsources = 2\npart = 250")
-    p, _ = _equals_oracle(tmp_path, 4, text, random_streams(np.random.default_rng(2), 1500, key_range=8))
-    assert "warning: run.sources = 2: the psp routing stays as it starts" in p.stderr
+@pytest.mark.parametrize("k,mode", [(2, "passive"), (3, "aggressive")])
+def test_psp_relocates_with_several_sources(tmp_path, k, mode):
+    """A relocation is a change placed in the input: every source's slicer takes the new shares
+    at the same part, and the head keeps the cuts from going back (each slicer sees only its own
+    parts). The head's slice goes to 0 mid-run; results equal the oracle."""
+    import json
+    text = equi_job_text(('"300ms"', '"200ms"'), strategy="psp", extra_strategy=f'force_relocate = "6:0,1,3:{mode}"',
+                         run=f"batch_size = 97\nmax_inflight = 2\nsources = {k}\npart = 250")
+    p, job = _equals_oracle(tmp_path, 3 + k, text, random_streams(np.random.default_rng(k), 3000, key_range=8))
+    assert "warning: run.sources" not in p.stderr, p.stderr
+    ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
+    assert ranks[0]["relocations"] == [[6, [0.0, 1.0, 3.0], mode]]
+    held = {r["rank"]: r["window_tuples"] for r in ranks if r["role"] in ("head", "ring", "tail")}
+    assert held[1] < held[3], f"the head's slice went to 0 and the tail's grew threefold (without it the head holds more): {held}"

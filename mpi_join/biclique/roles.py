@@ -97,7 +97,10 @@ class Shuffler(Operator):
         self.full = [s.window.kind == "unbounded" for s in job.streams]
         self.delay = int(p["max_delay"])
         self.last_coord = [NEG_INF, NEG_INF]     # of the last tuple of each side routed
-        self.draining = {}                      # (side, unit) -> last_coord of its side when it began to drain
+        self.draining = {}                      # (side, unit) -> the first coord of its side routed after
+        # it began to drain (None until one is): the unit stores none from there on
+        self.mlv = {}                           # the loads the last scaling decision was made on
+        self.kept = 0                           # full-history scale-downs not made (several sources)
         self.asked = self.last_ask = None
         self.reached = {}
         self.trace, self.events, self.t0 = [], [], None
@@ -116,6 +119,9 @@ class Shuffler(Operator):
             for s, b in enumerate(batches):
                 if len(b):
                     self.last_coord[s] = int(b["_coord"][-1])
+            for key, c in self.draining.items():
+                if c is None and len(batches[key[0]]):
+                    self.draining[key] = int(batches[key[0]]["_coord"][-1])
             if self.body is None or self.body.version != self.version:
                 self.body = Members(self.version, self.members.flat())     # rebuilt only when the table changed
             body = self.body
@@ -126,8 +132,15 @@ class Shuffler(Operator):
     def adapts(self):
         return self.members is not None
 
+    def with_sources(self, k):
+        full = [s.name for s, f in zip(self.job.streams, self.full) if f]
+        return (f"2PS scales the full-history side of {', '.join(full)} out but not down: a leaving unit's state "
+                f"moves with run.sources = 1 only" if self.members is not None and full else None)
+
     def end_of_epoch(self, epoch):
-        if self.members is None:
+        """2PS's phases, at rank 0; each decision is a change of the Members table placed in the
+        input (runtime.change), and the next waits until it is applied here."""
+        if self.members is None or self.runtime.changing:
             return
         now = time.perf_counter()
         self.t0 = self.t0 or now
@@ -145,13 +158,24 @@ class Shuffler(Operator):
                                 mlv_mb=round(sum(mlv[(o["side"], u)] for u in
                                                           self.members.active(o["side"], o["group"])) / 1e6, 3))
                            for o in seen]
+            self.mlv = mlv
             for a in actions:
-                self.apply(*a, mlv=mlv)
+                if a[0] == "down" and self.full[a[1]] and len(self.runtime.sources) > 1:
+                    self.kept += 1                # with_sources says so
+                    continue
+                self.runtime.change(["scale", a[0], a[1], a[2], [int(u) for u in a[3]]])
                 self.events.append({"t_s": t, "decision": a[0], "side": a[1], "group": a[2], "units": list(a[3]),
                                     "order": self.next})
         elif self.last_ask is None or now - self.last_ask >= self.period:
             self.runtime.request_load(units)
             self.asked = self.last_ask = now
+
+    def apply_change(self, what):
+        if what[0] == "scale":
+            self.apply(*what[1:], mlv=self.mlv)
+        else:                                    # ["release", side, units]
+            self.members.release(what[1], what[2])
+            self.version += 1
 
     def apply(self, decision, side, g, units, mlv=None):
         """The scaling phase, before batch `self.next`: spare units join subgroup g ("out"), or
@@ -162,19 +186,19 @@ class Shuffler(Operator):
         elif not self.full[side]:
             self.members.drain(side, units)
             for u in units:
-                self.draining[(side, u)] = self.last_coord[side]
+                self.draining[(side, u)] = None
         else:
             self._move_away(side, g, units, mlv or {})
         self.version += 1
 
     def release_drained(self):
-        """Draining units whose every tuple is out of every future window become spare."""
+        """Draining units whose every tuple is out of every future window become spare (a change
+        placed in the input: later batches have later bounds)."""
         bounds = self.runtime.bounds()
-        done = [(s, u) for (s, u), c in self.draining.items() if c < int(bounds[s]) - self.delay]
+        done = [(s, u) for (s, u), c in self.draining.items() if c is not None and c < int(bounds[s]) - self.delay]
         for s, u in done:
             del self.draining[(s, u)]
-            self.members.release(s, [u])
-            self.version += 1
+            self.runtime.change(["release", s, [u]])
 
     def _move_away(self, side, g, units, mlv):
         """Full history: once the leaving units and their heirs have processed every batch sent
@@ -207,7 +231,7 @@ class Shuffler(Operator):
     def stats(self):
         if self.members is None:
             return {}
-        return {"scaling_events": self.events, "scaling_trace": self.trace,
+        return {"scaling_events": self.events, "scaling_trace": self.trace, "scale_downs_kept": self.kept,
                 "active_units": [sum(len(self.members.active(s, g)) for g in range(self.members.groups[s]))
                                  for s in (0, 1)]}
 

@@ -71,9 +71,7 @@ class Driver:
         counts = [man["streams"][s.name]["count"] for s in job.streams] if man else None
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts, man=man,
                              follow=follow, arrays=arrays, share=(self.sources.index(tx.rank), len(self.sources)))
-        # several sources route alike while every change of the routing is a move placed in the
-        # input (runtime.moves); a router whose adaptation is more than that adapts with one source
-        self.adapts = len(self.sources) == 1 or self.router.adapts_with_sources
+        self.adapts = True                 # rank 0's router decides the routing's changes (a feeder's not)
         # several sources: credit for a whole part on each link, so every source sends its next
         # part while the entries take another's (they buffer at most k - 1 parts)
         per_part = -(-self.source.part_rows // self.source.batch_size) if self.source.k > 1 else 0
@@ -89,7 +87,8 @@ class Driver:
         self.probes = {}
         self.ckpt = Checkpointer(job, tx, self.entries, graph.workers, tx.size, sources=self.sources,
                                  part_rows=self.source.part_rows)
-        self.placed = []                   # several sources: (part, "marker" | "moves", what) to do before it
+        self.placed = []                   # several sources: (part, "marker" | "moves" | "changes", what)
+        self.changes = []                  # several sources: the router's changes to lease out (change)
         self.lease = 2 * len(self.sources)  # rank 0: parts below this may start on every source
         self.sources_sent = {}             # a resumed run: each extra source's DATA count at the cut
         self.resumed_from = None
@@ -122,6 +121,21 @@ class Driver:
             self.sent += 1
             self.metrics.tuples_out += n
             self.credits.sent(dest)
+
+    def change(self, what):
+        """A change of its routing that rank 0's router decided (`what`: JSON values): applied
+        now with one source. With several, every source applies it (router.apply_change) before
+        its first part at or past the lease, so all route alike from the same place of the input."""
+        if len(self.sources) == 1:
+            self.router.apply_change(what)
+        else:
+            self.changes.append(what)
+
+    @property
+    def changing(self):
+        """Has rank 0's router a change placed that it has not applied yet? (It decides on the
+        routing it applies: the next decision waits.)"""
+        return bool(self.changes) or any(kind == "changes" for _, kind, _ in self.placed)
 
     def control(self, dest, msg):
         self.tx.send(dest, Tag.CTRL, msg.encode())
@@ -255,29 +269,36 @@ class Driver:
             self.wait(lambda: part < self.lease)
         self._at(part)
 
-    def _grant(self, upto, marker=None, at=0, moves=()):
-        """Rank 0: raise the lease to `upto`, with a checkpoint's marker or moves placed at `at`."""
-        if upto > self.lease or marker is not None or moves:
+    def _grant(self, upto, marker=None, at=0, moves=(), changes=()):
+        """Rank 0: raise the lease to `upto`, with a checkpoint's marker, or moves and the
+        router's changes, placed at `at`."""
+        if upto > self.lease or marker is not None or moves or changes:
             self.lease = max(self.lease, upto)
             lease = (Lease(self.lease, marker.id, at, marker.epoch, marker.cut) if marker is not None
-                     else Lease(self.lease, part=at, moves=tuple(tuple(m) for m in moves)))
+                     else Lease(self.lease, part=at, moves=tuple(tuple(m) for m in moves), changes=tuple(changes)))
             for r in self.sources[1:]:
                 self.control(r, lease)
 
     def _place(self):
-        """Rank 0, after its router's epoch end: the moves it began take effect at the lease."""
-        if self.moves.planned:
-            at, moves, self.moves.planned = self.lease, self.moves.planned, []
-            self.placed.append((at, "moves", moves))
-            self._grant(at + 2 * len(self.sources), at=at, moves=moves)
+        """Rank 0, after its router's epoch end: the moves it began and the changes it decided
+        take effect at the lease (moves first)."""
+        moves, changes = self.moves.planned, self.changes
+        if moves or changes:
+            at, self.moves.planned, self.changes = self.lease, [], []
+            self.placed += [x for x in ((at, "moves", moves), (at, "changes", changes)) if x[2]]
+            self._grant(at + 2 * len(self.sources), at=at, moves=moves, changes=changes)
 
     def _at(self, part):
         """What is placed at or before `part` (None: the input's end), in the order it was placed:
-        a checkpoint's marker on every entry link, or moves (Moves.at_part)."""
+        a checkpoint's marker on every entry link, moves (Moves.at_part), or the router's changes."""
         for at, kind, what in [x for x in self.placed if part is None or x[0] <= part]:
             self.placed.remove((at, kind, what))
             if kind == "moves":
                 self.moves.at_part(at, what)
+                continue
+            if kind == "changes":
+                for c in what:
+                    self.router.apply_change(c)
                 continue
             m = Marker(what.id, what.epoch, self.job.checkpoint.dir, what.cut)
             for e in self.entries:

@@ -30,7 +30,7 @@ class Feeder(Driver):
         self.go = self.fin = False
         self.lease = 0                # parts below this may start (rank 0's Lease)
         self.ckpt.cfg = None          # rank 0 decides the cuts (Lease); this source puts its markers out
-        self.adapts = False           # and the routing's changes (moves placed in the input)
+        self.adapts = False           # and the routing's changes (moves and changes placed in the input)
 
     def run(self, freeze=True):
         self.warm_up()
@@ -67,6 +67,8 @@ class Feeder(Driver):
                     self.placed.append((msg.part, "marker", Marker(msg.id, msg.epoch, "", msg.cut)))
                 if msg.moves:
                     self.placed.append((msg.part, "moves", [tuple(m) for m in msg.moves]))
+                if msg.changes:
+                    self.placed.append((msg.part, "changes", list(msg.changes)))
             elif isinstance(msg, Probe):
                 self.control(DRIVER, ProbeReply(msg.wave, self.sent, 0))
             elif isinstance(msg, Fin):

@@ -89,8 +89,6 @@ class HashRouter(Operator):
             self.runtime.send(s, parts)
 
     # -- reorganisation -------------------------------------------------------------------
-    adapts_with_sources = True      # a reorganisation is moves; declustering only changes rank 0's drains
-
     def adapts(self):
         return self.params["reorganize_every"] > 0
 

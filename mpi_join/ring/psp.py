@@ -292,6 +292,8 @@ class SlicedJoin(Operator):
     def _input(self, out, batches, body, bounds):
         M = self.M
         batch_id, _, orderings, cuts = batch_parts(body, M, self.n)
+        if self.cuts is not None:       # cuts never decrease: with several sources, each slicer
+            cuts = np.maximum(cuts, self.cuts)    # knows only its own parts' batches (a no-op with one)
         for j, b in enumerate(batches):
             self.windows[j].append(b)
         self.open += 1
@@ -534,9 +536,12 @@ class PspRouter(Operator):
         return bool(self.adapt_every or self.force)
 
     def end_of_epoch(self, epoch):
+        """Relocate when forced, or every `adapt_every` epochs by the operators' loads; a
+        relocation is a change placed in the input (runtime.change), and the next waits until it
+        is applied here."""
         if self.force and epoch == self.force[0]:
             self._relocate(epoch, self.force[1], self.force[2])
-        if self.adapt_every and epoch % self.adapt_every == 0:
+        if self.adapt_every and epoch % self.adapt_every == 0 and not self.runtime.changing:
             workers = self.graph.workers
             loads = self.runtime.loads_of(workers) if self.asked else None
             if loads:
@@ -550,7 +555,10 @@ class PspRouter(Operator):
                 self.asked = True
 
     def _relocate(self, epoch, weights, mode):
-        self.weights = [float(x) for x in weights]
+        self.runtime.change([epoch, [float(x) for x in weights], mode])
+
+    def apply_change(self, what):
+        epoch, self.weights, mode = what[0], list(what[1]), what[2]
         self.slicer.set_shares(self.weights, mode=mode)
         self.relocations.append((epoch, [round(x, 4) for x in self.weights], mode))
 

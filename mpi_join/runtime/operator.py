@@ -42,7 +42,11 @@ Hooks a vertex has for what only its place in the graph asks of it, each saying 
   flight that a cut could not capture; `end_of_epoch(epoch)` after each epoch, where it may ask
   for loads and move state through `self.runtime` (the driver: `moves.begin`, `moves.settle`,
   `request_load`, `loads_of`, `control`, `wait`, `send`, `source`); `on_moved(unit, src, dst,
-  held)` hands it a finished move's held rows; `report(workers)` lines for the summary.
+  held)` hands it a finished move's held rows; `runtime.change(what)` changes its routing
+  (applied at once with one source; with several, every source's router gets `apply_change(what)`
+  before the same part of the input; `runtime.changing` while rank 0's has not yet);
+  `with_sources(k)` says what of its adaptation it does not do with k sources; `report(workers)`
+  lines for the summary.
 """
 import copy
 from dataclasses import dataclass, field
@@ -301,13 +305,22 @@ class Operator(Checkpointed):
     def end_of_epoch(self, epoch):
         pass
 
-    adapts_with_sources = False     # its adaptation is moves only (runtime.moves): placed in the input
-
     def adapts(self):
         """Does this router change its routing while the input streams (reorganise, scale,
-        relocate)? With several sources it does not: each would have to apply a change at the
-        same place of the input (the run says so)."""
+        relocate)? It changes it through the runtime, which places every change in the input
+        (runtime.moves for state, runtime.change for the routing: apply_change), so several
+        sources route alike."""
         return False
+
+    def apply_change(self, what):
+        """Apply a change of the routing this router decided (runtime.change(what)): at once with
+        one source, before the same place of the input at every source with several."""
+        raise NotImplementedError(f"{type(self).__name__} placed a change and cannot apply it")
+
+    def with_sources(self, k):
+        """What of its adaptation this router does not do with k > 1 sources (a line for the
+        run's warning), or None."""
+        return None
 
     def number(self, header, count):
         """The number of the source's batch `header` heads, for a router that numbers batches: with

@@ -143,13 +143,15 @@ class Lease(Control):
     put its marker on every entry link before the first part >= `part` (every source cuts at the
     same place of the input, one that no source has passed: the lease held them all below it).
     With `moves`: route each unit to its new holder from `part` on, and tell both holders where
-    in the input the move is (MoveOut and Install with that part)."""
+    in the input the move is (MoveOut and Install with that part). With `changes`: the router's
+    changes of its routing (Operator.apply_change), applied before the first part >= `part`."""
     upto: int = 0
     id: int = -1
     part: int = 0
     epoch: int = 0
     cut: str = ""
     moves: tuple = ()      # (unit, from, to) moves every source applies before its first part >= `part`
+    changes: tuple = ()    # the router's changes every source applies there, after the moves
 
 
 @dataclass(frozen=True)

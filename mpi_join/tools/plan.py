@@ -38,7 +38,8 @@ def explain(job, nranks):
             for k, v in job.strategy.params.items() if not info.params[k].testing]
     out.append(f"ranks: {nranks} in a {graph.name} graph"
                + (f", {len(graph.sources)} sources (ranks {', '.join(map(str, graph.sources))}), each routing one "
-                  f"part of the input in {len(graph.sources)}; the routing stays as it starts" if len(graph.sources) > 1
+                  f"part of the input in {len(graph.sources)}; the routing's changes are placed in the input, where "
+                  f"every source applies them" if len(graph.sources) > 1
                   else ""))
     for r, d in graph.describe().items():
         kinds = sorted({k for k in d["carries"].values() if k != "input"})
