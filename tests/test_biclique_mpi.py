@@ -201,7 +201,7 @@ def test_2ps_scales_out_and_down_with_the_window_load_without_losing_a_result(tm
     """Dense, sparse, dense input: a subgroup's windows fill past T_h, spare units join; they
     empty below T_l, units drain and leave; they fill again. Results equal the oracle."""
     text = equi_job_text(('"200ms"', '"200ms"'), strategy="biclique", predicate=PRED["equi"],
-                         extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.01\n"
+                         extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.006\n"
                                         "scale_every_ms = 15\nconfirmations = 2",
                          run='batch_size = 25\nrate = 4000\nflush_interval = "5ms"')
     arrays = _phased_streams(np.random.default_rng(11), 15000, (1, 60, 1))
@@ -215,7 +215,7 @@ def test_2ps_scales_with_several_sources(tmp_path):
     is released) is a change of the Members table placed in the input, which both sources apply
     at the same part: the table every batch carries is the same as from one source there."""
     text = equi_job_text(('"200ms"', '"200ms"'), strategy="biclique", predicate=PRED["equi"],
-                         extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.01\n"
+                         extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.006\n"
                                         "scale_every_ms = 15\nconfirmations = 2",
                          run='batch_size = 25\nrate = 4000\nflush_interval = "5ms"\nsources = 2\npart = 500')
     arrays = _phased_streams(np.random.default_rng(11), 15000, (1, 60, 1))

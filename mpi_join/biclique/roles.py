@@ -276,13 +276,13 @@ class Unit(Operator):
         super().__init__(job, rank, graph, dtypes)
         self.side = side_of(graph, rank)
         self.method = job.strategy.params["local_join"]
+        self.views = Views(job, dtypes, len(graph.ranks("dispatcher")), merger_of(graph))
         self.join = ChainedIndex(job.predicate, dtypes, self.method, self.side,
-                                 archive_period(job, self.side), job.strategy.params["max_delay"])
+                                 archive_period(job, self.side), job.strategy.params["max_delay"], self.views.columns)
         self.limit = state_limit(job)
         self.ordered = bool(job.strategy.params["ordered"])
         self.last = -1
         self.probed = self.peak = 0
-        self.views = Views(job, dtypes, len(graph.ranks("dispatcher")), merger_of(graph))
         self.want = None                             # the shuffler waits for this order (Upto)
         self.moved_in = self.moved_out = 0           # tuples, by the runtime's move
         self.declare(windows=Rows(self), views=Array(self.views, "unsent", self.views.dtype),

@@ -86,13 +86,15 @@ class Window:
     life, a memcpy, against 2 at 1.5x). `view()` is a zero-copy slice kernels read directly.
     `coord`: the column expiry compares (`ts` where a join derives the coordinate from it)."""
 
-    def __init__(self, dtype, capacity=256, coord="_coord"):
+    def __init__(self, dtype, capacity=256, coord="_coord", raw=None):
+        """`raw`: the staged dtype of the tuples held, when the rows hold less than its columns
+        (the memory figures compare with the staged bytes)."""
         self._coord = coord
         self._buf = np.empty(capacity, dtype)
         self._start = 0
         self._end = 0
         self.base = 0          # absolute number of view()[0]: rows keep their absolute numbers
-        self._raw = raw_itemsize(self._buf.dtype)
+        self._raw = raw_itemsize(self._buf.dtype if raw is None else raw)
 
     @property
     def dtype(self):

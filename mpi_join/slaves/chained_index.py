@@ -34,12 +34,13 @@ class _Sub:
 class ChainedIndex:
     """Side `side`'s stored tuples as a chain of subindexes; probed by the other side's tuples."""
 
-    def __init__(self, pred, dtypes, method, side, period, delay=0):
+    def __init__(self, pred, dtypes, method, side, period, delay=0, keep=()):
+        """`keep`: (stream, column) the caller reads of the pairs (probe's `columns`)."""
         if period < 1:
             raise ValueError(f"archive period must be at least 1, got {period}")
         self.pred, self.dtypes, self.method = pred, dtypes, method
-        self.side, self.period, self.delay = side, int(period), int(delay)
-        self.proto = BinaryJoin(pred, dtypes, method)        # derives rows; holds nothing
+        self.side, self.period, self.delay, self.keep = side, int(period), int(delay), tuple(keep)
+        self.proto = BinaryJoin(pred, dtypes, method, keep=keep)        # derives rows; holds nothing
         self.subs = deque()
         self.indexed = 0                                    # tuples, over the run
         self.opened = self.discarded = 0                    # subindexes, over the run
@@ -47,7 +48,7 @@ class ChainedIndex:
 
     def emptied(self):
         """A new empty chain like this one (its state taken away), keeping the run's counts."""
-        c = ChainedIndex(self.pred, self.dtypes, self.method, self.side, self.period, self.delay)
+        c = ChainedIndex(self.pred, self.dtypes, self.method, self.side, self.period, self.delay, self.keep)
         c.indexed, c.opened, c.discarded = self.indexed, self.opened, self.discarded
         c.unchecked, c.checked = self.unchecked, self.checked
         return c
@@ -64,7 +65,8 @@ class ChainedIndex:
         i = 0
         while i < len(rows):
             if not self.subs or self.subs[-1].closed:
-                self.subs.append(_Sub(BinaryJoin(self.pred, self.dtypes, self.method, hashed=self.proto._hashed),
+                self.subs.append(_Sub(BinaryJoin(self.pred, self.dtypes, self.method, hashed=self.proto._hashed,
+                                                 keep=self.keep),
                                       int(c[i])))
                 self.opened += 1
             sub = self.subs[-1]
@@ -120,8 +122,8 @@ class ChainedIndex:
 
     # -- state: the stored rows in order; the chain is rebuilt from them -----------------------
     def snapshot(self, prefix="window"):
-        dt = self.proto.runtime_dtypes
-        rows = [self.proto.runtime_rows(s.join.windows[self.side].view(), self.side, dt[self.side]) for s in self.subs]
+        dt = self.proto.state_dtypes
+        rows = [self.proto.runtime_rows(s.join.windows[self.side].view(), self.side) for s in self.subs]
         mine = np.concatenate(rows) if rows else np.zeros(0, dt[self.side])
         return {f"{prefix}/{self.side}": mine, f"{prefix}/{1 - self.side}": np.zeros(0, dt[1 - self.side])}
 

@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit
 
 from ..join import kernels as K
-from ..config import Band, Equi, Interval
+from ..config import Band, Equi, Interval, Predicate
 from ..join.predicate import band_matrix, binary_parts, key_hash, key_matrix, key_widths
 from ..join.window import Window, footprint
 from ..schema import TS
@@ -51,6 +51,31 @@ def coord_lo(windows, s, o):
 HIT = "_hit"
 
 
+def _exact_in_float64(dt):
+    """Does float64 hold every value of this column type exactly (a band column kept as `_band` alone)?"""
+    return dt.kind == "f" or (dt.kind in "iu" and dt.itemsize <= 4)
+
+
+def held_columns(pred, dtypes, i, j, keep=()):
+    """Per side (streams i and j), the staged columns a window row holds: seq and ts, the columns
+    of the conditions between i and j, every column of a stream a UDF reads (it takes whole
+    records), and `keep` ((stream, column): what the caller reads of the rows, an aggregate's
+    columns). A result is a pair of seqs, so nothing else is needed: a payload column is not
+    stored (it is 0 in a snapshot)."""
+    sides = (i, j)
+    held = [{"seq", "ts"}, {"seq", "ts"}]
+    for c in pred.between(i, j):
+        if hasattr(c, "left"):
+            held[0].add(c.left[1])
+            held[1].add(c.right[1])
+        else:
+            held = [set(dt.names) for dt in dtypes]
+    for stream, col in keep:
+        if stream in sides:
+            held[sides.index(stream)].add(col)
+    return held
+
+
 class BinaryJoin:
     """Windows of streams i=0 and j=1 of a binary predicate, with an incremental index.
 
@@ -61,7 +86,9 @@ class BinaryJoin:
     stream carries `_hit`, set when a pair holds it; when it expires without one, (its seq, -1)
     and its _tin go to `lone` (a list the owner drains), and `expire` at +inf flushes the rest."""
 
-    def __init__(self, pred, dtypes, method="index", i=0, j=1, lone=None, hashed=None):
+    def __init__(self, pred, dtypes, method="index", i=0, j=1, lone=None, hashed=None, keep=()):
+        """`keep`: (stream, column) the caller reads of window rows besides the predicate's
+        (held_columns)."""
         self.pred, self.i, self.j = pred, i, j
         wins = pred.windows
         self.vis = [coord_lo(wins, i, j), coord_lo(wins, j, i)]     # per side: coord, lo, lo shift
@@ -83,24 +110,31 @@ class BinaryJoin:
         self.band_scan = method == "scan" and bool(bands) and all(isinstance(c, (Band, Interval)) for c in conds)
         decided = {"equi": {Equi}, "bnl": {Equi}, "band": {Band}, "scan": {Band} if self.band_scan else set()}[method]
         self.residual = any(type(c) not in decided for c in conds)
-        if method == "band" and len(bands) > 1:
-            self.residual = True
         self.widths = key_widths(dtypes[0], eq_i, dtypes[1], eq_j)
         self.runtime_dtypes = list(dtypes)
         # a single int64 key is its own key matrix: read in place (a (n, 1) view), not copied
         self.key_view = [len(c) == 1 and dt.fields[c[0]][0] == np.dtype(np.int64) for c, dt in zip(self.key_cols, dtypes)]
         # the equi index holds each row's key hash, so a row does not (hashes() recomputes it); a
         # join without an equi key has none to keep (its routers stamp 0)
-        drops = [{"_coord", "_lo"} - {v[0], v[1]} | ({"_h"} if method == "equi" or not eq_i else set())
-                 for v in self.vis]
+        # payload columns no condition reads are not held (held_columns); a column only bands
+        # read, when float64 holds it exactly, is held as its `_band` column alone
+        self.keep = tuple(keep)
+        held = held_columns(pred, dtypes, i, j, keep)
+        unread = [{n for n in dt.names if not n.startswith("_")} - h for dt, h in zip(dtypes, held)]
+        others = held_columns(Predicate(equi=pred.equi, theta=pred.theta, interval=pred.interval), dtypes, i, j, keep)
+        self.in_band = [{} if self.residual else
+                        {c: self.band_cols[s].index(c) for c in self.band_cols[s] if c not in others[s] and
+                         _exact_in_float64(dt.fields[c][0])} for s, dt in enumerate(dtypes)]
+        drops = [{"_coord", "_lo"} - {v[0], v[1]} | ({"_h"} if method == "equi" or not eq_i else set()) | u | set(b)
+                 for v, u, b in zip(self.vis, unread, self.in_band)]
         self.dtypes = [derived_dtype(dt, 0 if self.key_view[s] else sum(self.widths), len(bands), s in self.outer,
                                      drops[s]) for s, dt in enumerate(dtypes)]
         # hashes() of the last rows asked about, per stream (`hashed`: shared by joins that probe
         # with the same rows, a chained index's subindexes)
         self._hashed = hashed if hashed is not None else ([], [])
         # what a snapshot holds: the runtime rows, and whether each row of an outer stream has met a partner
-        self.state_dtypes = [derived_dtype(dt, 0, 0, s in self.outer) for s, dt in enumerate(dtypes)]
-        self.windows = [Window(dt, coord=self.vis[s][0]) for s, dt in enumerate(self.dtypes)]
+        self.state_dtypes = [derived_dtype(dt, 0, 0, s in self.outer, u) for s, (dt, u) in enumerate(zip(dtypes, unread))]
+        self.windows = [Window(dt, coord=self.vis[s][0], raw=dtypes[s]) for s, dt in enumerate(self.dtypes)]
         self.runs = [SortedRuns(np.uint64 if method == "equi" else np.float64) for _ in (0, 1)]
 
     # -- the batch step ---------------------------------------------------------------------
@@ -332,6 +366,9 @@ class BinaryJoin:
             out["_lo"] = self.lo(rows, s)
         if "_h" not in rows.dtype.names and "_h" in dtype.names:
             out["_h"] = self.hashes(rows, s)
+        for c, k in self.in_band[s].items():
+            if c not in rows.dtype.names and c in dtype.names:
+                out[c] = rows["_band"][:, k]          # exact: _exact_in_float64
         return out
 
     def restore(self, arrays, prefix="window"):
@@ -354,8 +391,10 @@ def pair_rows(A, a, B, b):
 
 
 def runtime_rows(rows, dtype):
-    """The columns of `dtype` that window rows hold, copied (BinaryJoin.runtime_rows fills the rest)."""
-    out = np.empty(len(rows), dtype)
+    """The columns of `dtype` that window rows hold, copied (BinaryJoin.runtime_rows fills the
+    derived ones; a payload column the rows do not hold is 0)."""
+    held = rows.dtype.names
+    out = (np.empty if all(n in held or n.startswith("_") for n in dtype.names) else np.zeros)(len(rows), dtype)
     for name in dtype.names:
         if name in rows.dtype.names:
             out[name] = rows[name]
