@@ -43,8 +43,9 @@ def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
     assert set(cases) == {("hash", 1), ("hash", 2)}
     assert all(c["max_rate"] > 0 and c["p99_ms"] >= c["p50_ms"] > 0 for c in cases.values())
     assert cases[("hash", 2)]["oversubscribed"] == (3 > (os.cpu_count() or 1))
-    # window state is measured: more than the raw tuples (derived columns, spare capacity, index)
-    assert all(c["state_mb"] > 0 and c["state_over_raw"] > 1 for c in cases.values())
+    # window state is measured against the staged bytes: a row holds seq, ts, the key and _tin, not
+    # the 36-byte pad (of 64), with spare capacity and the index: under the raw bytes
+    assert all(c["state_mb"] > 0 and 0.4 < c["state_over_raw"] < 1.2 for c in cases.values()), cases
     for c in cases.values():     # ratios on the case's own input: the oracle timed on its max-rate probe
         assert c["vs_oracle"] == pytest.approx(2 * c["max_rate"] / c["oracle_tuples_per_s"], rel=1e-2)
         assert c["cpu_us_per_tuple"] > 0 and c["oracle_cpu_us_per_tuple"] > 0

@@ -148,3 +148,18 @@ def test_plan_refuses_a_calibration_it_cannot_use_with_one_line(tmp_path, field,
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and says in lines[0], p.stderr
     assert "recommended" not in p.stdout
+
+
+def test_plan_chooses_run_sources_where_rank_0_bounds_the_rate(tmp_path):
+    """The planner's run.sources: with a driver cost that caps one source, the recommendation on
+    many ranks says how many sources, and on few ranks (workers bound it) says none."""
+    path = make("equi", str(tmp_path / "w"), tuples=4000, rate=50, window="1s", strategy="hash")
+    job = load_job(path)
+    models = sm.fit({"machine": {"cores": 2}, "cases": _cases("hash", "partition", 4e-6, 0, 0.5e-6, workload="equi")},
+                    lambda s: "partition", {"equi": 1.0})
+    lines, _ = sm.recommend(job, 64, models, None, 1.0)
+    rec = next(ln for ln in lines if ln.startswith("recommended:"))
+    w, s = sm.best_split(next(m for m in models), 64)
+    assert s > 1 and f"[run] sources = {s}:" in rec, rec
+    lines, _ = sm.recommend(job, 3, models, None, 1.0)
+    assert "sources =" not in next(ln for ln in lines if ln.startswith("recommended:"))

@@ -133,6 +133,7 @@ class StreamReader:
         self._last = (-1, None, 0)       # last seq read, its file and row (order checks)
         self._row = 0                    # rows read from the current file so far
         self._counting = {}              # file -> ParquetFile for count_before
+        self.upto = None                 # read no row group wholly at or past this seq (a source's part end)
 
     def add(self, files):
         """Read these part files too (a log's newly committed batches: their seqs follow every
@@ -178,10 +179,15 @@ class StreamReader:
         f, pf, rgs = self.parts[pi]
         if gi == 0:
             self._row = 0
-        self._it = pf.iter_batches(batch_size=self.chunk_rows, row_groups=list(range(gi, len(rgs))),
+        end, size = len(rgs), self.chunk_rows
+        if self.upto is not None:     # a part's row groups in one chunk: one decode, not one per group
+            end = next((g for g in range(gi + 1, len(rgs)) if rgs[g][2] is not None and rgs[g][2] >= self.upto),
+                       len(rgs))
+            size = max(size, sum(rg[1] for rg in rgs[gi:end]))
+        self._it = pf.iter_batches(batch_size=size, row_groups=list(range(gi, end)),
                                    columns=list(self.stream.dtype.names))
         self._file = f
-        self._pos = (pi + 1, 0)
+        self._pos = (pi + 1, 0) if end == len(rgs) else (pi, end)
         return True
 
     def next_chunk(self):
@@ -252,7 +258,15 @@ class Prefetched:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"read-{reader.stream.name}")
         self._ahead = None
         self._held = None                 # a chunk to give next (kept across a skip_to)
-        self.upto = None                  # read ahead only while chunks end before this seq
+
+    @property
+    def upto(self):
+        """Read ahead only while chunks end before this seq (StreamReader.upto: nor past it)."""
+        return self.reader.upto
+
+    @upto.setter
+    def upto(self, seq):
+        self.reader.upto = seq
 
     def next_chunk(self):
         if self._held is not None:

@@ -320,11 +320,24 @@ def recommend(job, n, models, lam, W, cores=None, goal=None, state_bytes=None):
     if keep:
         out.append(f"recommended: {best[0]} on {ranks(best)} ranks: {why}"
                    + ("" if lam is None else " of those that keep up")
-                   + f" (job file: {_strategy_toml(best[0])}; mpi-join run JOB -n {ranks(best)})")
+                   + f" (job file: {_strategy_toml(best[0])}{_sources(best[4], ranks(best), cores, job.run.sources)}; "
+                     f"mpi-join run JOB -n {ranks(best)})")
     else:
         out.append(f"recommended: {best[0]} on {n} ranks: no strategy keeps up with {lam:,.0f} tuples/s per "
                    f"stream on {n} ranks here; it comes closest ({best[1]:,.0f})")
     return out, best
+
+
+def _sources(costs, n, cores, given):
+    """The planner's choice of run.sources on n ranks, for the recommendation: the split of the
+    ranks between workers and sources with the highest modelled rate (best_split), when it
+    models at least 5% above the job's own run.sources ("" otherwise)."""
+    w, s = best_split(costs, n)
+    now, then = rate(costs, n - given, cores or n, given), rate(costs, w, cores or n, s)
+    if s == given or then <= now * 1.05:
+        return ""
+    return (f", [run] sources = {s}: {s} of the {n} ranks read and route the input, {then:,.0f} tuples/s per "
+            f"stream modelled, {then / now:.2f}x run.sources = {given}")
 
 
 def _strategy_toml(case):
