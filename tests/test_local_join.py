@@ -243,3 +243,33 @@ def test_window_rows_hold_the_columns_the_join_reads_and_no_payload(pred, keep, 
         assert payload == {"seq", "ts"} | held[s], (s, payload)
         # a snapshot or a move carries the band columns back (from _band)
         assert {n for n in j.state_dtypes[s].names if not n.startswith("_")} == payload | set(j.in_band[s])
+
+
+@pytest.mark.parametrize("pred", ["equi", "band", "band2"])
+@pytest.mark.parametrize("windows", [('"5ms"', '"3ms"'), ("4", "6")])
+def test_a_window_of_older_rows_holds_no_arrival_time_and_gives_the_same_results(pred, windows):
+    """`older`: rows come in seq order, so a result's arrival time is its probe's (the newer
+    tuple's): a window row holds no `_tin`, and the results, arrival times included, are those of
+    a join whose rows hold it, by step and by probe_newer."""
+    import dataclasses
+    job = parse_job(tomllib.loads(equi_job_text(windows, predicate=PREDICATES[pred])), "t.toml")
+    job = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=7))
+    src = Source(job, arrays=random_streams(np.random.default_rng(3), 600, key_range=4))
+    both = [BinaryJoin(job.predicate, src.dtypes, "index", older=o) for o in (False, True)]
+    stores = [BinaryJoin(job.predicate, src.dtypes, "index", older=o) for o in (False, True)]
+    assert "_tin" in both[0].dtypes[0].names and "_tin" not in both[1].dtypes[0].names
+    got = [[], []]
+    found = [[], []]
+    while not src.done:
+        b = src.next_epoch()
+        for k in (0, 1):
+            got[k].append(np.stack(both[k].step(b[0], b[1], src.bounds())))
+            for s in (0, 1):          # store-then-probe: probe with s, then store it
+                found[k].append(np.stack(stores[k].probe_newer(b[s], s)))
+                stores[k].append(stores[k].derive(b[s], s), s)
+            stores[k].expire(src.bounds())
+    for res in (got, found):
+        a, b = (np.concatenate(r, axis=1) for r in res)
+        assert a.shape[1] > 20 and np.array_equal(a, b)
+    snap = both[1].snapshot()["window/0"]          # a snapshot's rows hold a tin of 0
+    assert "_tin" in snap.dtype.names and not snap["_tin"].any()

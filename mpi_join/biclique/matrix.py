@@ -45,7 +45,7 @@ class Cell(Operator):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         self.method = job.strategy.params["local_join"]
-        self.join = BinaryJoin(job.predicate, dtypes, self.method)
+        self.join = BinaryJoin(job.predicate, dtypes, self.method, older=True)     # a cell's input is in seq order
         self.limit = state_limit(job)
         self.peak = 0
         self.declare(windows=Rows(self), counts=Fields(self, "peak"))

@@ -18,7 +18,7 @@ from collections import deque
 
 import numpy as np
 
-from .local_join import BinaryJoin, pair_rows
+from .local_join import BinaryJoin, probe_results
 from ..join.window import footprint
 
 _E = np.zeros(0, np.int64)
@@ -40,7 +40,8 @@ class ChainedIndex:
             raise ValueError(f"archive period must be at least 1, got {period}")
         self.pred, self.dtypes, self.method = pred, dtypes, method
         self.side, self.period, self.delay, self.keep = side, int(period), int(delay), tuple(keep)
-        self.proto = BinaryJoin(pred, dtypes, method, keep=keep)        # derives rows; holds nothing
+        # a probe keeps only pairs whose probe is the newer: a stored row's arrival time is never read
+        self.proto = BinaryJoin(pred, dtypes, method, keep=keep, older=True)        # derives rows; holds nothing
         self.subs = deque()
         self.indexed = 0                                    # tuples, over the run
         self.opened = self.discarded = 0                    # subindexes, over the run
@@ -66,7 +67,7 @@ class ChainedIndex:
         while i < len(rows):
             if not self.subs or self.subs[-1].closed:
                 self.subs.append(_Sub(BinaryJoin(self.pred, self.dtypes, self.method, hashed=self.proto._hashed,
-                                                 keep=self.keep),
+                                                 keep=self.keep, older=True),
                                       int(c[i])))
                 self.opened += 1
             sub = self.subs[-1]
@@ -85,6 +86,7 @@ class ChainedIndex:
         tuple is the newer. Returns ((seq 0, seq 1, tin of the newer tuple), {(stream, column):
         that column of each pair} for the `columns` asked for)."""
         o = 1 - self.side
+        tin = new["_tin"]
         new = self.derive(new, o)
         parts = []
         if len(new):
@@ -96,7 +98,7 @@ class ChainedIndex:
                 pairs = sub.join.probe_pairs(new, o, check=check)
                 if len(pairs[1]):
                     parts.append(pairs)
-        res = [pair_rows(*p) for p in parts]
+        res = [probe_results(*p, o, tin) for p in parts]
         seqs = tuple(np.concatenate([r[k] for r in res]) if res else _E for k in range(3))
         values = {(s, c): np.concatenate([p[2 * s][c][p[2 * s + 1]] for p in parts]) if parts
                   else np.zeros(0, self.dtypes[s][c]) for s, c in columns}

@@ -104,7 +104,10 @@ class HashJoinCore:
         self.local_join = local_join
         self.theta, self.block_bytes = theta, block_bytes
         self.lone = []                   # outer joins: rows expired without a partner (BinaryJoin.expire)
-        self.make_store = lambda: BinaryJoin(partitioner.pred, dtypes, local_join, lone=self.lone)
+        # one store for every group (below): rows come in seq order but for a moved group's held-back
+        # rows, which meet only their own group's, older: a result's arrival time is its probe's
+        older = not theta and local_join != "bnl"
+        self.make_store = lambda: BinaryJoin(partitioner.pred, dtypes, local_join, lone=self.lone, older=older)
         self._template = self.make_store()
         self.store_dtypes = self._template.dtypes          # window rows: runtime rows + key columns
         self.state_dtypes = self._template.state_dtypes    # what a move or checkpoint carries of a row
@@ -128,6 +131,7 @@ class HashJoinCore:
     def on_epoch(self, bounds, batches):
         """Join one epoch. Returns (seq of stream 0, seq of stream 1, _tin of the newer tuple),
         three aligned int64 arrays with one entry per result."""
+        tins = [b["_tin"] for b in batches]
         batches = [self._template.derive(b, s) for s, b in enumerate(batches)]    # once per epoch
         if self.merged is not None:
             w = self.merged.windows
@@ -135,7 +139,7 @@ class HashJoinCore:
             # any rows (each pair's visibility is tested by seq), then the windows are put back in
             # seq order, which expiry relies on
             late = any(len(b) and len(x) and b["seq"][0] < x.view()["seq"][-1] for b, x in zip(batches, w))
-            out = [self.merged.step(*batches)]
+            out = [self.merged.step(*batches, tins=tins)]
             if late:
                 self._rebuild([x.view() for x in self.merged.windows])
             self.expire(bounds)

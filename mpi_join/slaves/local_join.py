@@ -86,9 +86,12 @@ class BinaryJoin:
     stream carries `_hit`, set when a pair holds it; when it expires without one, (its seq, -1)
     and its _tin go to `lone` (a list the owner drains), and `expire` at +inf flushes the rest."""
 
-    def __init__(self, pred, dtypes, method="index", i=0, j=1, lone=None, hashed=None, keep=()):
+    def __init__(self, pred, dtypes, method="index", i=0, j=1, lone=None, hashed=None, keep=(), older=False):
         """`keep`: (stream, column) the caller reads of window rows besides the predicate's
-        (held_columns)."""
+        (held_columns). `older`: every window row is older than the rows that probe it (they come
+        in seq order: `step`; or only pairs whose probe is the newer are kept: `probe_newer`), so a
+        result's arrival time is its probe's and a window row holds no `_tin` (an outer join's
+        still does: a row that expires alone is a result)."""
         self.pred, self.i, self.j = pred, i, j
         wins = pred.windows
         self.vis = [coord_lo(wins, i, j), coord_lo(wins, j, i)]     # per side: coord, lo, lo shift
@@ -125,8 +128,9 @@ class BinaryJoin:
         self.in_band = [{} if self.residual else
                         {c: self.band_cols[s].index(c) for c in self.band_cols[s] if c not in others[s] and
                          _exact_in_float64(dt.fields[c][0])} for s, dt in enumerate(dtypes)]
+        self.older = older and not self.outer
         drops = [{"_coord", "_lo"} - {v[0], v[1]} | ({"_h"} if method == "equi" or not eq_i else set()) | u | set(b)
-                 for v, u, b in zip(self.vis, unread, self.in_band)]
+                 | ({"_tin"} if self.older else set()) for v, u, b in zip(self.vis, unread, self.in_band)]
         self.dtypes = [derived_dtype(dt, 0 if self.key_view[s] else sum(self.widths), len(bands), s in self.outer,
                                      drops[s]) for s, dt in enumerate(dtypes)]
         # hashes() of the last rows asked about, per stream (`hashed`: shared by joins that probe
@@ -138,9 +142,14 @@ class BinaryJoin:
         self.runs = [SortedRuns(np.uint64 if method == "equi" else np.float64) for _ in (0, 1)]
 
     # -- the batch step ---------------------------------------------------------------------
-    def step(self, new0, new1, bounds=None):
+    def step(self, new0, new1, bounds=None, tins=None):
         """Join one batch of each stream with the windows and with each other, then append them
-        (and expire, when `bounds` is given). Returns (seq 0, seq 1, tin of the newer tuple)."""
+        (and expire, when `bounds` is given). Returns (seq 0, seq 1, tin of the newer tuple).
+        `tins`: the batches' arrival times, when they are derived already (and `older`: derived
+        rows hold none)."""
+        if self.older and tins is None:
+            tins = (new0["_tin"], new1["_tin"])
+        tins = tins if self.older else None
         n0, n1 = self.derive(new0, 0), self.derive(new1, 1)
         out = []
         w0, w1 = self.windows[0].view(), self.windows[1].view()
@@ -163,7 +172,12 @@ class BinaryJoin:
         off = 0
         for A, a, B, b in out:
             if len(a):
-                result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, off)
+                if tins is None:
+                    result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, off)
+                else:      # a window row is older than its probe: the new row's tin (both new: the newer's)
+                    ta = tins[0] if A is n0 else _NO_TIN
+                    tb = tins[1] if B is n1 else _NO_TIN
+                    result_rows(A["seq"], ta, B["seq"], tb, a, b, *res, off)
                 off += len(a)
         self.append(n0, 0)
         self.append(n1, 1)
@@ -193,8 +207,10 @@ class BinaryJoin:
     def probe_newer(self, new, s, check=True):
         """probe(), keeping only the pairs whose probing tuple is the newer: the store-then-probe
         joins (splitjoin cores, biclique units) find a pair when its newer tuple arrives, so a
-        pair with a stored tuple newer than its probe is the other tuple's to find."""
-        return pair_rows(*self.probe_pairs(new, s, check))
+        pair with a stored tuple newer than its probe is the other tuple's to find. `new`: runtime
+        rows (a result's arrival time is its probe's)."""
+        A, a, B, b = self.probe_pairs(new, s, check)
+        return probe_results(A, a, B, b, s, new["_tin"])
 
     def probe_pairs(self, new, s, check=True):
         """The pairs probe_newer() keeps, as (rows of stream 0, idx, rows of stream 1, idx): for a
@@ -366,6 +382,8 @@ class BinaryJoin:
             out["_lo"] = self.lo(rows, s)
         if "_h" not in rows.dtype.names and "_h" in dtype.names:
             out["_h"] = self.hashes(rows, s)
+        if "_tin" not in rows.dtype.names and "_tin" in dtype.names:
+            out["_tin"] = 0                       # `older`: a stored row's arrival time is never read again
         for c, k in self.in_band[s].items():
             if c not in rows.dtype.names and c in dtype.names:
                 out[c] = rows["_band"][:, k]          # exact: _exact_in_float64
@@ -381,13 +399,16 @@ class BinaryJoin:
         return self.state_dtypes[int(s)] if p == prefix and s in ("0", "1") else None
 
 
-def pair_rows(A, a, B, b):
-    """Pairs (rows a of A, rows b of B) as (seq 0, seq 1, tin of the newer tuple)."""
+def probe_results(A, a, B, b, s, tin):
+    """Pairs (rows a of A, rows b of B) whose probe, of stream s, is the newer, as (seq 0, seq 1,
+    the probe's tin); `tin`: the probing rows' arrival times."""
     if not len(a):
         return _E, _E, _E
-    res = (np.empty(len(a), np.int64), np.empty(len(a), np.int64), np.empty(len(a), np.int64))
-    result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, 0)
-    return res
+    return (A["seq"][a].astype(np.int64), B["seq"][b].astype(np.int64),
+            tin[a if s == 0 else b].astype(np.int64))
+
+
+_NO_TIN = np.zeros(0, np.int64)      # a window row's tin under `older`: never read (result_rows)
 
 
 def runtime_rows(rows, dtype):
@@ -477,13 +498,16 @@ def merge_runs(k1, p1, b1, k2, p2, b2, live_from, ko, po):
 @njit(cache=True)
 def result_rows(a_seq, a_tin, b_seq, b_tin, ia, ib, out_sa, out_sb, out_tin, off):
     """Write pairs (ia, ib) as results from `off` on: both seqs, and the arrival of the newer
-    tuple (what its production delay is measured from). One pass instead of seven gathers."""
+    tuple (what its production delay is measured from). One pass instead of seven gathers. A
+    side with no tins (an `older` window's rows) gives none: the other side's is the probe's."""
+    both = a_tin.shape[0] > 0 and b_tin.shape[0] > 0
+    only_a = a_tin.shape[0] > 0
     for k in range(ia.shape[0]):
         sa = a_seq[ia[k]]
         sb = b_seq[ib[k]]
         out_sa[off + k] = sa
         out_sb[off + k] = sb
-        out_tin[off + k] = a_tin[ia[k]] if sa > sb else b_tin[ib[k]]
+        out_tin[off + k] = a_tin[ia[k]] if (sa > sb if both else only_a) else b_tin[ib[k]]
 
 
 @njit(cache=True)

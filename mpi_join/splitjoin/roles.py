@@ -48,7 +48,7 @@ class JoinCore(Operator):
         self.parent, = graph.upstream(rank, INPUT)
         self.up, = graph.downstream(rank, FLOWS)
         self.method = p["local_join"]
-        self.join = BinaryJoin(job.predicate, dtypes, self.method)
+        self.join = BinaryJoin(job.predicate, dtypes, self.method, older=True)     # probe_newer: the probe's tin
         self.kinds = [s.window.kind for s in job.streams]
         self.ring = [math.ceil(s.window.size / self.k) if s.window.kind == "count" else 0 for s in job.streams]
         self.mode, self.interval = p["punctuation"], int(p["interval"])
