@@ -173,11 +173,11 @@ class BinaryJoin:
         for A, a, B, b in out:
             if len(a):
                 if tins is None:
-                    result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, off)
+                    result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, off, -1)
                 else:      # a window row is older than its probe: the new row's tin (both new: the newer's)
-                    ta = tins[0] if A is n0 else _NO_TIN
-                    tb = tins[1] if B is n1 else _NO_TIN
-                    result_rows(A["seq"], ta, B["seq"], tb, a, b, *res, off)
+                    side = -1 if (A is n0 and B is n1) else (0 if A is n0 else 1)
+                    ta, tb = tins[0] if A is n0 else tins[1], tins[1] if B is n1 else tins[0]
+                    result_rows(A["seq"], ta, B["seq"], tb, a, b, *res, off, side)
                 off += len(a)
         self.append(n0, 0)
         self.append(n1, 1)
@@ -201,7 +201,7 @@ class BinaryJoin:
         if not len(a):
             return _E, _E, _E
         res = (np.empty(len(a), np.int64), np.empty(len(a), np.int64), np.empty(len(a), np.int64))
-        result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, 0)
+        result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, 0, -1)
         return res
 
     def probe_newer(self, new, s, check=True):
@@ -408,8 +408,6 @@ def probe_results(A, a, B, b, s, tin):
             tin[a if s == 0 else b].astype(np.int64))
 
 
-_NO_TIN = np.zeros(0, np.int64)      # a window row's tin under `older`: never read (result_rows)
-
 
 def runtime_rows(rows, dtype):
     """The columns of `dtype` that window rows hold, copied (BinaryJoin.runtime_rows fills the
@@ -496,18 +494,17 @@ def merge_runs(k1, p1, b1, k2, p2, b2, live_from, ko, po):
 
 
 @njit(cache=True)
-def result_rows(a_seq, a_tin, b_seq, b_tin, ia, ib, out_sa, out_sb, out_tin, off):
+def result_rows(a_seq, a_tin, b_seq, b_tin, ia, ib, out_sa, out_sb, out_tin, off, side):
     """Write pairs (ia, ib) as results from `off` on: both seqs, and the arrival of the newer
-    tuple (what its production delay is measured from). One pass instead of seven gathers. A
-    side with no tins (an `older` window's rows) gives none: the other side's is the probe's."""
-    both = a_tin.shape[0] > 0 and b_tin.shape[0] > 0
-    only_a = a_tin.shape[0] > 0
+    tuple (what its production delay is measured from). One pass instead of seven gathers.
+    `side` -1: the newer by seq; 0 or 1: a's or b's (an `older` window's rows hold no tin: the
+    probe's is the newer; the other argument is then a stand-in of the same type, never read)."""
     for k in range(ia.shape[0]):
         sa = a_seq[ia[k]]
         sb = b_seq[ib[k]]
         out_sa[off + k] = sa
         out_sb[off + k] = sb
-        out_tin[off + k] = a_tin[ia[k]] if (sa > sb if both else only_a) else b_tin[ib[k]]
+        out_tin[off + k] = a_tin[ia[k]] if (sa > sb if side < 0 else side == 0) else b_tin[ib[k]]
 
 
 @njit(cache=True)
@@ -624,8 +621,10 @@ def warm_up(pred, dtypes, method):
     first batch's production delay is not a compiler's."""
     # numba compiles one version per array layout, and a strided column of one row is
     # contiguous: batches and windows of 1 and of 3 rows, on both sides, reach every version
-    for a, b in ((1, 1), (1, 3), (3, 1), (3, 3)):
-        j = BinaryJoin(pred, dtypes, method)
+    # (an `older` join passes the probe's arrival times beside the window's seqs: its own versions)
+    for a, b, older in ((1, 1, False), (1, 3, False), (3, 1, False), (3, 3, False),
+                        (1, 1, True), (1, 3, True), (3, 1, True), (3, 3, True)):
+        j = BinaryJoin(pred, dtypes, method, older=older)
         for _ in range(2):          # new x new, then new x the windows they left
             j.step(np.zeros(a, dtypes[0]), np.zeros(b, dtypes[1]))
     j.runs[0].big = _merge(*j.runs[0].big, *j.runs[0].big, 0)
