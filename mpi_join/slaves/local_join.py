@@ -147,9 +147,10 @@ class BinaryJoin:
         (and expire, when `bounds` is given). Returns (seq 0, seq 1, tin of the newer tuple).
         `tins`: the batches' arrival times, when they are derived already (and `older`: derived
         rows hold none)."""
-        if self.older and tins is None:
+        if not self.older:
+            tins = None                              # the window rows hold theirs
+        elif tins is None:
             tins = (new0["_tin"], new1["_tin"])
-        tins = tins if self.older else None
         n0, n1 = self.derive(new0, 0), self.derive(new1, 1)
         out = []
         w0, w1 = self.windows[0].view(), self.windows[1].view()
@@ -406,7 +407,6 @@ def probe_results(A, a, B, b, s, tin):
         return _E, _E, _E
     return (A["seq"][a].astype(np.int64), B["seq"][b].astype(np.int64),
             tin[a if s == 0 else b].astype(np.int64))
-
 
 
 def runtime_rows(rows, dtype):

@@ -125,9 +125,11 @@ def rate(costs, k, cores, sources=1):
     return min(worker, driver)
 
 
-def best_split(costs, n):
-    """(workers, sources) of n ranks with the highest modelled rate, one core each."""
-    return max(((n - s, s) for s in range(1, max(1, n // 2) + 1)), key=lambda ws: (rate(costs, ws[0], n, ws[1]), -ws[1]))
+def best_split(costs, n, cores=None):
+    """(workers, sources) of n ranks with the highest modelled rate on `cores` cores (default:
+    one core each)."""
+    return max(((n - s, s) for s in range(1, max(1, n // 2) + 1)),
+               key=lambda ws: (rate(costs, ws[0], cores or n, ws[1]), -ws[1]))
 
 
 def p50_ms(costs, k):
@@ -332,7 +334,7 @@ def _sources(costs, n, cores, given):
     """The planner's choice of run.sources on n ranks, for the recommendation: the split of the
     ranks between workers and sources with the highest modelled rate (best_split), when it
     models at least 5% above the job's own run.sources ("" otherwise)."""
-    w, s = best_split(costs, n)
+    w, s = best_split(costs, n, cores)
     now, then = rate(costs, n - given, cores or n, given), rate(costs, w, cores or n, s)
     if s == given or then <= now * 1.05:
         return ""
