@@ -215,33 +215,19 @@ def test_2ps_scales_out_and_down_with_the_window_load_without_losing_a_result(tm
     assert all(r["released_own"] > 5000 for r in ranks if r["role"] == "source")
 
 
-def test_2ps_full_history_with_several_sources_scales_out_and_says_it_does_not_scale_down(tmp_path):
-    text = equi_job_text(WINDOWS["full"], strategy="biclique", predicate=PRED["equi"],
-                         extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.03\n"
-                                        "scale_every_ms = 15\nconfirmations = 2",
-                         run='batch_size = 20\nrate = 2500\nflush_interval = "5ms"\nsources = 2\npart = 500')
-    arrays = random_streams(np.random.default_rng(12), 5000, key_range=40, ts_step=1)
-    path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(8, "run", path)
-    assert p.returncode == 0, p.stderr + p.stdout
-    _check(job, arrays)
-    assert "2PS scales the full-history side of R, S out but not down" in p.stderr, p.stderr
-    ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
-    driver = next(r for r in ranks if r["role"] == "driver")
-    assert {e["decision"] for e in driver["scaling_events"]} == {"out"}, driver["scaling_events"]
-    assert driver["scale_downs_kept"] > 0
-
-
-def test_2ps_full_history_moves_a_leaving_units_state_with_the_runtime(tmp_path):
+@pytest.mark.parametrize("sources", [1, 2])
+def test_2ps_full_history_moves_a_leaving_units_state_with_the_runtime(tmp_path, sources):
     """Full history: a unit leaving its subgroup hands its state to one that stays (the
-    runtime's move, after both have processed every batch sent); later the growing state
-    brings units back. Results equal the oracle."""
+    runtime's move, after both have processed every batch before the decision's place in the
+    input); later the growing state brings units back. With run.sources = 2 the scale-down is
+    a barrier change: no source routes past its part until rank 0 has moved the state there.
+    Results equal the oracle."""
     text = equi_job_text(WINDOWS["full"], strategy="biclique", predicate=PRED["equi"],
                          extra_strategy="scaling = true\nunit_capacity_mb = 0.06\nscale_every_ms = 15\n"
                                         "confirmations = 2",
-                         run='batch_size = 20\nrate = 2500\nflush_interval = "5ms"')
+                         run=f'batch_size = 20\nrate = 2500\nflush_interval = "5ms"\nsources = {sources}\npart = 500')
     arrays = random_streams(np.random.default_rng(12), 5000, key_range=40, ts_step=1)
-    _, _, ranks = _run_checked(tmp_path, 7, text, arrays)
+    _, _, ranks = _run_checked(tmp_path, 6 + sources, text, arrays)
     events = next(r for r in ranks if r["role"] == "driver")["scaling_events"]
     assert {e["decision"] for e in events} == {"out", "down"}, events
     units = [r for r in ranks if r["role"] == "unit"]
@@ -288,3 +274,19 @@ def test_sigkill_while_scaling_with_two_sources_then_resume_is_exactly_once(tmp_
     _check(job, arrays)
     ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
     assert next(r for r in ranks if r["role"] == "driver")["active_units"] == [2, 3]
+
+
+def test_sigkill_while_full_history_scales_with_two_sources_then_resume_is_exactly_once(tmp_path):
+    """Full history, run.sources = 2, no spare units: units leave their subgroups (a barrier
+    change: their state moves, and no checkpoint is cut until it has), then the growing state
+    brings them back; the second source is killed after two checkpoints, and --resume from the
+    newest completes the run with every result once."""
+    path, job, arrays = paced_checkpointed_job(
+        tmp_path, "biclique", PRED["equi"], windows=WINDOWS["full"],
+        extra_strategy="scaling = true\nunit_capacity_mb = 0.2\nscale_every_ms = 20\nconfirmations = 2",
+        run="sources = 2\npart = 400")
+    kill_then_resume(path, job, ranks=8, victim=7, total=16000)
+    _check(job, arrays)
+    ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
+    units = [r for r in ranks if r["role"] == "unit"]
+    assert sum(r["tuples_moved_in"] for r in units) == sum(r["tuples_moved_out"] for r in units)

@@ -100,7 +100,6 @@ class Shuffler(Operator):
         self.draining = {}                      # (side, unit) -> the first coord of its side routed after
         # it began to drain (None until one is): the unit stores none from there on
         self.mlv = {}                           # the loads the last scaling decision was made on
-        self.kept = 0                           # full-history scale-downs not made (several sources)
         self.asked = self.last_ask = None
         self.reached = {}
         self.trace, self.events, self.t0 = [], [], None
@@ -132,11 +131,6 @@ class Shuffler(Operator):
     def adapts(self):
         return self.members is not None
 
-    def with_sources(self, k):
-        full = [s.name for s, f in zip(self.job.streams, self.full) if f]
-        return (f"2PS scales the full-history side of {', '.join(full)} out but not down: a leaving unit's state "
-                f"moves with run.sources = 1 only" if self.members is not None and full else None)
-
     def end_of_epoch(self, epoch):
         """2PS's phases, at rank 0; each decision is a change of the Members table placed in the
         input (runtime.change), and the next waits until it is applied here."""
@@ -159,11 +153,9 @@ class Shuffler(Operator):
                                                           self.members.active(o["side"], o["group"])) / 1e6, 3))
                            for o in seen]
             self.mlv = mlv
-            for a in actions:
-                if a[0] == "down" and self.full[a[1]] and len(self.runtime.sources) > 1:
-                    self.kept += 1                # with_sources says so
-                    continue
-                self.runtime.change(["scale", a[0], a[1], a[2], [int(u) for u in a[3]]])
+            for a in actions:        # a full-history unit leaving moves its state: at a barrier
+                self.runtime.change(["scale", a[0], a[1], a[2], [int(u) for u in a[3]]],
+                                    barrier=a[0] == "down" and self.full[a[1]])
                 self.events.append({"t_s": t, "decision": a[0], "side": a[1], "group": a[2], "units": list(a[3]),
                                     "order": self.next})
         elif self.last_ask is None or now - self.last_ask >= self.period:
@@ -201,12 +193,20 @@ class Shuffler(Operator):
             self.runtime.change(["release", s, [u]])
 
     def _move_away(self, side, g, units, mlv):
-        """Full history: once the leaving units and their heirs have processed every batch sent
-        so far (nothing else is sent meanwhile), the runtime moves each leaving unit's state to
-        the least loaded unit that stays in the subgroup."""
+        """Full history: once the leaving units and their heirs have processed every batch
+        before this place of the input (nothing else is routed meanwhile: with several sources
+        this is a barrier change, runtime.change), the runtime moves each leaving unit's state to
+        the least loaded unit that stays in the subgroup. Another source only changes its table."""
         stay = [u for u in self.members.active(side, g) if u not in units]
         ranks = self.graph.ranks(SIDES[side])
-        upto = self.next - 1
+        if self.runtime.adapts:
+            self._hand_over(side, units, stay, ranks, mlv)
+        self.members.drain(side, units)
+        self.members.release(side, units)
+
+    def _hand_over(self, side, units, stay, ranks, mlv):
+        before = self.runtime.barrier_batches
+        upto = (self.next if before is None else before) - 1
         self.reached = {}
         for u in units + stay:
             self.runtime.control(ranks[u], Upto(upto))
@@ -217,8 +217,6 @@ class Shuffler(Operator):
             load[heir] += mlv.get((side, u), 0)
             self.runtime.moves.begin(ranks[u], ranks[u], ranks[heir])
         self.runtime.moves.settle()
-        self.members.drain(side, units)
-        self.members.release(side, units)
 
     def on_control(self, src, msg, ctx=None):
         if not isinstance(msg, At):
@@ -231,7 +229,7 @@ class Shuffler(Operator):
     def stats(self):
         if self.members is None:
             return {}
-        return {"scaling_events": self.events, "scaling_trace": self.trace, "scale_downs_kept": self.kept,
+        return {"scaling_events": self.events, "scaling_trace": self.trace,
                 "active_units": [sum(len(self.members.active(s, g)) for g in range(self.members.groups[s]))
                                  for s in (0, 1)]}
 

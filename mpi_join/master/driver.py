@@ -89,6 +89,9 @@ class Driver:
                                  part_rows=self.source.part_rows)
         self.placed = []                   # several sources: (part, "marker" | "moves" | "changes", what)
         self.changes = []                  # several sources: the router's changes to lease out (change)
+        self.barrier = False               # several sources: one of them needs a barrier (change)
+        self.hold = None                   # rank 0: the lease stops at this part until its barrier change
+        self.at_barrier = None             # rank 0, applying a barrier change: the part it is placed at
         self.lease = 2 * len(self.sources)  # rank 0: parts below this may start on every source
         self.sources_sent = {}             # a resumed run: each extra source's DATA count at the cut
         self.resumed_from = None
@@ -122,14 +125,31 @@ class Driver:
             self.metrics.tuples_out += n
             self.credits.sent(dest)
 
-    def change(self, what):
+    def change(self, what, barrier=False):
         """A change of its routing that rank 0's router decided (`what`: JSON values): applied
         now with one source. With several, every source applies it (router.apply_change) before
-        its first part at or past the lease, so all route alike from the same place of the input."""
+        its first part at or past the lease, so all route alike from the same place of the input.
+
+        `barrier`: rank 0's router moves state between workers that are not entries when it
+        applies the change, which needs every worker to have processed the input before it (as
+        with one source, where rank 0 routes nothing meanwhile). With several sources the lease
+        then stops at the change's part until rank 0 has applied it there: every source has
+        routed what comes before, and none goes past; `barrier_batches` says how many batches
+        that is, and moves begun meanwhile start at once (moves.py)."""
         if len(self.sources) == 1:
             self.router.apply_change(what)
         else:
             self.changes.append(what)
+            self.barrier = self.barrier or barrier
+
+    @property
+    def barrier_batches(self):
+        """While rank 0 applies a barrier change: the input's batches before its part (batch b
+        holds seq [b B, (b + 1) B) at every source: source.py); None otherwise."""
+        if self.at_barrier is None:
+            return None
+        s = self.source
+        return -(-min(self.at_barrier * s.part_rows, s.total) // s.batch_size)
 
     @property
     def changing(self):
@@ -264,14 +284,17 @@ class Driver:
         happens (_at)."""
         k = len(self.sources)
         if self.tx.rank == self.sources[0]:
+            self._at(part)
             self._grant(part + 2 * k)
-        else:
-            self.wait(lambda: part < self.lease)
-        self._at(part)
+        else:      # what is placed at or before `part` can go out before its lease (a marker rank 0
+            self.wait(lambda: self._at(part) or part < self.lease)     # waits on at a barrier)
+            self._at(part)
 
     def _grant(self, upto, marker=None, at=0, moves=(), changes=()):
         """Rank 0: raise the lease to `upto`, with a checkpoint's marker, or moves and the
         router's changes, placed at `at`."""
+        if self.hold is not None:
+            upto = min(upto, self.hold)       # a barrier change is placed there (change)
         if upto > self.lease or marker is not None or moves or changes:
             self.lease = max(self.lease, upto)
             lease = (Lease(self.lease, marker.id, at, marker.epoch, marker.cut) if marker is not None
@@ -286,6 +309,8 @@ class Driver:
         if moves or changes:
             at, self.moves.planned, self.changes = self.lease, [], []
             self.placed += [x for x in ((at, "moves", moves), (at, "changes", changes)) if x[2]]
+            if self.barrier:
+                self.hold, self.barrier = at, False
             self._grant(at + 2 * len(self.sources), at=at, moves=moves, changes=changes)
 
     def _at(self, part):
@@ -297,8 +322,11 @@ class Driver:
                 self.moves.at_part(at, what)
                 continue
             if kind == "changes":
+                self.at_barrier = at if at == self.hold else None
                 for c in what:
                     self.router.apply_change(c)
+                if self.at_barrier is not None:
+                    self.hold = self.at_barrier = None
                 continue
             m = Marker(what.id, what.epoch, self.job.checkpoint.dir, what.cut)
             for e in self.entries:
@@ -339,8 +367,8 @@ class Driver:
         marker out there (_at), rank 0 too."""
         if len(self.sources) > 1:
             at = self.lease
-            if at * self.source.part_rows >= self.source.total:
-                return                        # every part has begun: nothing left to cut before
+            if at * self.source.part_rows >= self.source.total or self.hold is not None:
+                return          # every part has begun (nothing left to cut before), or a barrier is due
             m = self.ckpt.cut(self.epoch - 1, at * self.source.part_rows, {}, {"tuples_out": self.metrics.tuples_out},
                               sum(self.results.values()))     # the router's state: when rank 0's marker is out
             self.placed.append((at, "marker", m))

@@ -10,7 +10,13 @@ With several sources a move is at a place in the input instead: rank 0 leases it
 at a part none has started (driver.py), and each source, before that part, hands its router
 `on_moved` (routing the unit to its new holder from there on) and sends both holders the move in
 order with its input. The old holder takes the unit out when its input reaches that part, the
-new one puts it in there before it goes on: no rows are held anywhere."""
+new one puts it in there before it goes on: no rows are held anywhere. A move rank 0's router
+begins while it applies a barrier change (driver.change) starts at once, as with one source:
+every source is stopped at the change's place.
+
+A holder that is not an entry worker gets a checkpoint's marker from other workers, where a
+MoveOut could overtake it (the state would be in neither snapshot): its move waits until the
+cut in progress is complete."""
 import numpy as np
 
 from ..join.window import NEG_INF
@@ -32,10 +38,12 @@ class Moves:
         if dst not in d.graph.move_targets(src):
             raise RuntimeError(f"driver: unit {unit} cannot move from rank {src} ({d.graph.role(src)}) to rank "
                                f"{dst}: state moves within a group of the graph ({d.graph.move_targets(src)})")
-        if len(d.sources) > 1:
+        if len(d.sources) > 1 and d.at_barrier is None:
             self.on[unit] = {"src": src, "dst": dst, "acks": set(), "held": None}
             self.planned.append((unit, src, dst))
             return
+        if src not in d.entries:         # its marker comes from other workers, not behind a MoveOut
+            d.wait(lambda: not d.ckpt.pending)
         self.epoch += 1
         bounds = np.array(d.source.bounds(), np.int64)
         self.on[unit] = {"src": src, "dst": dst, "acks": set(), "bounds": bounds,

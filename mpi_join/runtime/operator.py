@@ -44,7 +44,9 @@ Hooks a vertex has for what only its place in the graph asks of it, each saying 
   `request_load`, `loads_of`, `control`, `wait`, `send`, `source`); `on_moved(unit, src, dst,
   held)` hands it a finished move's held rows; `runtime.change(what)` changes its routing
   (applied at once with one source; with several, every source's router gets `apply_change(what)`
-  before the same part of the input; `runtime.changing` while rank 0's has not yet);
+  before the same part of the input; `runtime.changing` while rank 0's has not yet;
+  `barrier=True` when rank 0's applying it moves state between non-entry workers: no source
+  passes its place until then, and `runtime.barrier_batches` says how many batches precede it);
   `with_sources(k)` says what of its adaptation it does not do with k sources; `report(workers)`
   lines for the summary.
 """
