@@ -88,6 +88,11 @@ class ChainedIndex:
         o = 1 - self.side
         tin = new["_tin"]
         new = self.derive(new, o)
+        if self.proto.method == "equi" and len(new) > 1:    # in hash order: each subindex's probe
+            h = self.proto.hashes(new, o)                     # reads its index about in order
+            order = np.argsort(h, kind="stable")
+            new, tin = new[order], tin[order]
+            self.proto._remember(new, o, h[order])
         parts = []
         if len(new):
             reach = int(self.proto.lo(new, o).max())                   # the narrowest window of the batch

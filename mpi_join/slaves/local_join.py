@@ -220,16 +220,14 @@ class BinaryJoin:
         X = self.windows[1 - s].view()
         if not len(n) or not len(X):
             return n[:0], _E, n[:0], _E
-        A, a, B, b = self._pairs(n, s, X, self.windows[1 - s].base, self.runs[1 - s], check)
-        newer = A["seq"][a] > B["seq"][b] if s == 0 else B["seq"][b] > A["seq"][a]
-        return A, a[newer], B, b[newer]
+        return self._pairs(n, s, X, self.windows[1 - s].base, self.runs[1 - s], check, newer=True)
 
-    def _pairs(self, P, p, X, xbase, run, check=True):
+    def _pairs(self, P, p, X, xbase, run, check=True, newer=False):
         """Pairs (rows of P, rows of X) where P is stream p's rows and X the other's; returns
         (rows of stream 0, idx, rows of stream 1, idx) oriented by stream. `check=False` leaves
         out the per-pair window test (the caller knows every row of X is visible; bnl tests it
-        all the same)."""
-        ip, ix = self._probe(P, p, X, xbase, run, check)
+        all the same); `newer`: only the pairs whose P row is the newer (by seq)."""
+        ip, ix = self._probe(P, p, X, xbase, run, check, newer)
         if self.residual and len(ip):
             A, B, ia, ib = (P, X, ip, ix) if p == 0 else (X, P, ix, ip)
             from ..join.range_join import pair_mask
@@ -237,15 +235,16 @@ class BinaryJoin:
             ip, ix = ip[keep], ix[keep]
         return (P, ip, X, ix) if p == 0 else (X, ix, P, ip)
 
-    def _probe(self, P, p, X, xbase, run, check=True):
+    def _probe(self, P, p, X, xbase, run, check=True, newer=False):
         (cp, lp, dp), (cx, lx, dx) = self.vis[p], self.vis[1 - p]
         vis_p = (P["seq"], P[cp], P[lp], dp)
         vis_x = (X["seq"], X[cx], X[lx], dx)
         guess = 16 * len(P) + 64
-        if self.method == "equi":
+        if self.method == "equi":      # the kernel keeps the newer-probe pairs itself: one visit per row
             pk, xk = self.keys(P, p), self.keys(X, 1 - p)
             res = [K.collect(equi_run, pk, self.hashes(P, p), *vis_p, rk, rp, xbase - rb, xk, *vis_x, check,
-                             guess=guess) for rk, rp, rb in run.runs() if len(rk)]
+                             newer, guess=guess) for rk, rp, rb in run.runs() if len(rk)]
+            newer = False
         elif self.method == "band":
             eps = self.eps
             res = [K.collect(band_run, P["_band"], *vis_p, rk, rp, xbase - rb, X["_band"], *vis_x, eps, self.closed,
@@ -261,7 +260,12 @@ class BinaryJoin:
             res = [_scan(P, X, vis_p, vis_x, check)]
         if not res:
             return _E, _E
-        return np.concatenate([r[0] for r in res]), np.concatenate([r[1] for r in res])
+        ip, ix = (res[0] if len(res) == 1 else
+                  (np.concatenate([r[0] for r in res]), np.concatenate([r[1] for r in res])))
+        if newer:
+            keep = P["seq"][ip] > X["seq"][ix]
+            ip, ix = ip[keep], ix[keep]
+        return ip, ix
 
     # -- window maintenance -----------------------------------------------------------------
     def derive(self, batch, s):
@@ -509,19 +513,45 @@ def result_rows(a_seq, a_tin, b_seq, b_tin, ia, ib, out_sa, out_sb, out_tin, off
 
 @njit(cache=True)
 def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_keys, x_seq, x_coord, x_lo, x_dlo,
-             check, out_a, out_b):
+             check, newer, out_a, out_b):
     """Probe one run of an equi index: rows of X whose key equals the probe's and whose visibility
     holds (not tested when `check` is false: every row is known to be visible). Entries of expired
-    rows (pos < xbase) are skipped. `*_dlo`: added to each side's lo (BinaryJoin.coord_lo)."""
+    rows (pos < xbase) are skipped. `*_dlo`: added to each side's lo (BinaryJoin.coord_lo).
+    `newer`: only rows older than the probe (by seq), tested here while the row is at hand.
+
+    Probes in ascending hash order (ChainedIndex sorts its batch once for all its subindexes)
+    find their entries by galloping on from the last one: the run is read about in order, not
+    searched from its middle per probe (a probe of 11 subindexes took a third of the time)."""
     n = 0
     nx = x_seq.shape[0]
+    m = run_h.shape[0]
+    q0 = 0
     for i in range(p_h.shape[0]):
         h = p_h[i]
-        q = np.searchsorted(run_h, h)
-        while q < run_h.shape[0] and run_h[q] == h:
+        if i == 0 or h < p_h[i - 1]:
+            q0 = np.searchsorted(run_h, h)
+        elif q0 < m and run_h[q0] < h:       # gallop: run_h[lo] < h <= run_h[hi] (or hi = m)
+            lo, step = q0, 1
+            hi = q0 + 1
+            while hi < m and run_h[hi] < h:
+                lo = hi
+                step *= 2
+                hi = q0 + step
+            if hi > m:
+                hi = m
+            lo += 1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if run_h[mid] < h:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            q0 = lo
+        q = q0
+        while q < m and run_h[q] == h:
             j = run_pos[q] - xbase
             q += 1
-            if j < 0 or j >= nx:
+            if j < 0 or j >= nx or (newer and x_seq[j] > p_seq[i]):
                 continue
             if K._keys_equal(p_keys, i, x_keys, j, 0) and (not check or K._visible(
                     p_seq[i], p_coord[i], p_lo[i] + p_dlo, x_seq[j], x_coord[j], x_lo[j] + x_dlo)):
