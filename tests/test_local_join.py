@@ -273,3 +273,33 @@ def test_a_window_of_older_rows_holds_no_arrival_time_and_gives_the_same_results
         assert a.shape[1] > 20 and np.array_equal(a, b)
     snap = both[1].snapshot()["window/0"]          # a snapshot's rows hold a tin of 0
     assert "_tin" in snap.dtype.names and not snap["_tin"].any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), n_run=st.integers(0, 300), n_probe=st.integers(1, 120),
+       domain=st.integers(1, 40), order=st.sampled_from(["ascending", "random", "descending"]),
+       newer=st.booleans())
+def test_equi_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe, domain, order, newer):
+    """equi_run gallops from the last probe's entry while hashes ascend and searches anew when
+    one goes down: the pairs are those of a brute-force comparison (duplicate keys, probes in
+    any order; `newer`: only stored rows older than the probe)."""
+    from mpi_join.slaves.local_join import equi_run
+    rng = np.random.default_rng(seed)
+    xk = rng.integers(0, domain, n_run).astype(np.int64)
+    pk = rng.integers(0, domain, n_probe).astype(np.int64)
+    xh, ph = key_hash(xk[:, None]), key_hash(pk[:, None])
+    if order != "random":
+        o = np.argsort(ph, kind="stable")
+        o = o if order == "ascending" else o[::-1]
+        pk, ph = pk[o], ph[o]
+    run = SortedRuns.of(xh).big
+    seqs = rng.permutation(2 * (n_run + n_probe)).astype(np.int64)     # distinct, as seqs are
+    xs, ps = seqs[:n_run], seqs[n_run:n_run + n_probe]
+    z = np.zeros
+    oa, ob = np.empty(n_run * n_probe + 1, np.int64), np.empty(n_run * n_probe + 1, np.int64)
+    n = equi_run(pk[:, None], ph, ps, z(n_probe, np.int64), z(n_probe, np.int64), 0, run[0], run[1], 0,
+                 xk[:, None], xs, z(n_run, np.int64), z(n_run, np.int64), 0, False, newer, oa, ob)
+    got = sorted(zip(oa[:n].tolist(), ob[:n].tolist()))
+    want = sorted((i, j) for i in range(n_probe) for j in range(n_run)
+                  if pk[i] == xk[j] and (not newer or xs[j] < ps[i]))
+    assert got == want
