@@ -276,16 +276,18 @@ def test_sigkill_while_scaling_with_two_sources_then_resume_is_exactly_once(tmp_
     assert next(r for r in ranks if r["role"] == "driver")["active_units"] == [2, 3]
 
 
-def test_sigkill_while_full_history_scales_with_two_sources_then_resume_is_exactly_once(tmp_path):
-    """Full history, run.sources = 2, no spare units: units leave their subgroups (a barrier
-    change: their state moves, and no checkpoint is cut until it has), then the growing state
-    brings them back; the second source is killed after two checkpoints, and --resume from the
-    newest completes the run with every result once."""
+@pytest.mark.parametrize("sources,victim", [(1, 4), (2, 7)])
+def test_sigkill_while_full_history_scales_then_resume_is_exactly_once(tmp_path, sources, victim):
+    """Full history, no spare units: units leave their subgroups (their state moves: with two
+    sources at a barrier change, and no checkpoint is cut until it has; a move waits for a cut
+    in progress, whose marker reaches a unit from the dispatchers), then the growing state
+    brings them back. A unit (one source) or the second source is killed after two
+    checkpoints, and --resume from the newest completes the run with every result once."""
     path, job, arrays = paced_checkpointed_job(
         tmp_path, "biclique", PRED["equi"], windows=WINDOWS["full"],
         extra_strategy="scaling = true\nunit_capacity_mb = 0.2\nscale_every_ms = 20\nconfirmations = 2",
-        run="sources = 2\npart = 400")
-    kill_then_resume(path, job, ranks=8, victim=7, total=16000)
+        run=f"sources = {sources}\npart = 400")
+    kill_then_resume(path, job, ranks=6 + sources, victim=victim, total=16000)
     _check(job, arrays)
     ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
     units = [r for r in ranks if r["role"] == "unit"]
