@@ -373,7 +373,7 @@ FOLLOWED = [  # (strategy, ranks, predicate, strategy parameters)
     ("splitjoin", 4, None, ""),
     ("matrix", 3, None, ""),
     # BiStream's elastic scaling and online aggregation, on live input
-    ("biclique", 7, None, f"{AGG}\nupdate_ms = 20\nscaling = true\nspare_units = 1\nunit_capacity_mb = 0.005\n"
+    ("biclique", 7, None, f"{AGG}\nupdate_ms = 20\nscaling = true\nspare_units = 1\nunit_capacity_mb = 0.002\n"
                           "scale_every_ms = 15\nconfirmations = 2"),
 ]
 
