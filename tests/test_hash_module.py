@@ -14,8 +14,9 @@ from conftest import equi_job_text, random_streams
 from reference import as_set
 
 
-def simulate(job, arrays, n_slaves, partitions, local_join, batch_size):
-    """Master routing + one module per slave, epoch by epoch, in one process."""
+def simulate(job, arrays, n_slaves, partitions, local_join, batch_size, moves=None):
+    """Master routing + one module per slave, epoch by epoch, in one process. `moves(epoch)`:
+    [(partition group, to slave)] moved before that epoch is routed (take_group, put_group)."""
     import dataclasses
     job = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=batch_size))
     part = Partitioner(job, partitions)
@@ -23,8 +24,14 @@ def simulate(job, arrays, n_slaves, partitions, local_join, batch_size):
     src = Source(job, arrays=arrays, annotate=lambda b, i: b.__setitem__("_h", part.hashes(part.keys(b, i))))
     dts = [runtime_dtype(s.dtype) for s in job.streams]
     mods = {s: HashJoinCore(Partitioner(job, partitions), dts, local_join) for s in pmap.slaves}
-    out = []
+    out, epoch = [], 0
     while not src.done:
+        for p, dst in (moves(epoch) if moves else []):
+            old = int(pmap.owner[p])
+            arrays_, info = mods[old].take_group(p)
+            mods[dst].put_group(p, arrays_, info)
+            pmap.owner[p] = dst
+        epoch += 1
         batches = src.next_epoch()
         bounds = src.bounds()
         for s, parts in route(batches, part, pmap).items():
@@ -63,3 +70,43 @@ def test_windows_expire_and_stay_bounded():
     assert held[1] <= 3 + 50
     assert held[0] < 100
     assert as_set(got) == as_set(run_oracle(job, arrays))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(50, 400), wr=st.sampled_from(WINDOWS), ws=st.sampled_from(WINDOWS),
+       local_join=st.sampled_from(["index", "bnl"]), every=st.integers(1, 6))
+def test_groups_moved_between_epochs_keep_every_result_once(seed, n, wr, ws, local_join, every):
+    """Groups moved in bulk (a slave taken out moves all it owns at once) and one by one, back
+    and forth: the moved windows meet later tuples exactly as if they had stayed."""
+    import tomllib
+    from mpi_join.config import parse_job
+    job = parse_job(tomllib.loads(equi_job_text((wr, ws))), "t.toml")
+    arrays = random_streams(np.random.default_rng(seed), n)
+    rng = np.random.default_rng(seed + 1)
+
+    def moves(epoch):
+        if epoch % every:
+            return []
+        groups = rng.choice(8, size=int(rng.integers(1, 9)), replace=False)
+        return [(int(p), int(rng.integers(1, 4))) for p in groups]
+    got, _ = simulate(job, arrays, 3, 8, local_join, 16, moves)
+    assert len(got) == len(as_set(got)), "a result was produced twice"
+    assert as_set(got) == as_set(run_oracle(job, arrays))
+
+
+def test_moving_every_group_rebuilds_each_merged_store_once(monkeypatch):
+    """A slave taken out of service hands over all its groups at once: its store and the
+    receiver's are each rebuilt once for all of them, not once per group (which made the
+    receiver fall hundreds of ms behind at 30 groups of 64,000 rows)."""
+    import tomllib
+    from mpi_join.config import parse_job
+    job = parse_job(tomllib.loads(equi_job_text(('"unbounded"', '"unbounded"'))), "t.toml")
+    arrays = random_streams(np.random.default_rng(5), 2000)
+    rebuilds = []
+    monkeypatch.setattr(HashJoinCore, "_rebuild", lambda self, rows, real=HashJoinCore._rebuild:
+                        (rebuilds.append(sum(len(r) for r in rows)), real(self, rows))[1])
+    # slave 2's groups (dealt round-robin), all moved to slave 1 before epoch 5 of 8
+    got, mods = simulate(job, arrays, 2, 16, "index", 256, lambda e: [(p, 1) for p in range(1, 16, 2)] if e == 5 else [])
+    assert as_set(got) == as_set(run_oracle(job, arrays)) and len(got) == len(as_set(got))
+    # slave 2 rebuilt once, emptied; slave 1 once, with both slaves' rows (5 x 256 in all)
+    assert sorted(rebuilds) == [0, 5 * 256]

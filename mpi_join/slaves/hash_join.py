@@ -118,6 +118,10 @@ class HashJoinCore:
         # of one per group (60 by default), and a group is cut out of it or merged into it by seq
         # when it moves (moves are rare; epochs are not). Its windows stay in seq order (on_epoch).
         self.merged = None if theta or local_join == "bnl" else self.make_store()
+        # groups cut out of the merged store and rows merged in since its last rebuild: a slave
+        # taken out of service moves every group it owns at once, and one rebuild for all of them
+        # (at the next epoch, _settle) is what keeps that from costing a rebuild per group
+        self.cut_out, self.moved_in = set(), []
 
     def _new_group(self):
         return ExtendibleGroup(self.store_dtypes, self.theta, self.block_bytes, make_store=self.make_store)
@@ -131,6 +135,10 @@ class HashJoinCore:
     def on_epoch(self, bounds, batches):
         """Join one epoch. Returns (seq of stream 0, seq of stream 1, _tin of the newer tuple),
         three aligned int64 arrays with one entry per result."""
+        if self.merged is not None:
+            if self.moved_in and not any(len(b) for b in batches) and (np.asarray(bounds) < POS_INF).all():
+                return _NONE, _NONE, _NONE    # a move's queued rows, none: the next epoch merges (bounds only rise)
+            self._settle()
         tins = [b["_tin"] for b in batches]
         batches = [self._template.derive(b, s) for s, b in enumerate(batches)]    # once per epoch
         if self.merged is not None:
@@ -170,6 +178,7 @@ class HashJoinCore:
 
     def expire(self, bounds):
         if self.merged is not None:
+            self._settle()
             self.merged.expire(bounds)
         for g in self.groups.values():
             g.expire(bounds)
@@ -181,6 +190,7 @@ class HashJoinCore:
 
     def window_tuples(self):
         if self.merged is not None:
+            self._settle()
             return [len(w) for w in self.merged.windows]
         n = [0, 0]
         for g in self.groups.values():
@@ -196,28 +206,44 @@ class HashJoinCore:
 
     def footprint(self):
         if self.merged is not None:
+            self._settle()
             return footprint(self.merged)
         return footprint(*(b.store for g in self.groups.values() for b in g.buckets()))
 
     # -- the merged store: groups cut out and merged in by seq --------------------------
     def _cut(self, p):
-        """Group p's window rows of each stream out of the merged store ({} if it has none):
-        the store is rebuilt from the other rows, which keep their seq order."""
+        """Group p's window rows of each stream out of the merged store ({} if it has none).
+        The store drops them at its next rebuild (_settle); until then no row of p is asked for
+        (p is routed elsewhere, and rows of two partitions never match)."""
+        if self.moved_in or p in self.cut_out:
+            self._settle()                 # p's rows may be among those merged in
         views = [w.view() for w in self.merged.windows]
         mine = [self.part.partitions(self._template.hashes(v, s)) == p for s, v in enumerate(views)]
         if not any(m.any() for m in mine):
             return {}
-        self._rebuild([v[~m] for v, m in zip(views, mine)])        # in seq order already: a cheap sort
+        self.cut_out.add(p)
         return {f"0/{s}": self._template.runtime_rows(v[m], s) for s, (v, m) in enumerate(zip(views, mine))}
 
     def _merge_in(self, arrays):
         """Rows of moved or restored groups ({"...<stream>": runtime rows}, named as a move or a
-        checkpoint names them) merged into the store's windows in seq order (the windows and
-        their indexes are rebuilt once)."""
+        checkpoint names them), merged into the store's windows at the next rebuild (_settle)."""
+        self.moved_in.append(arrays)
+
+    def _settle(self):
+        """One rebuild for every group cut out and every row merged in since the last: the
+        windows stay in seq order and their indexes are built once."""
+        if not self.cut_out and not self.moved_in:
+            return
+        cut = np.array(sorted(self.cut_out), np.int64)
         rows = []
         for s, w in enumerate(self.merged.windows):
-            new = [self._template.derive(a, s) for k, a in arrays.items() if k.rsplit("/", 1)[1] == str(s)]
-            rows.append(np.concatenate([w.view()] + new))
+            v = w.view()
+            if len(cut):
+                v = v[~np.isin(self.part.partitions(self._template.hashes(v, s)), cut)]
+            new = [self._template.derive(a, s) for arrays in self.moved_in for k, a in arrays.items()
+                   if k.rsplit("/", 1)[1] == str(s)]
+            rows.append(np.concatenate([v] + new) if new else v)
+        self.cut_out, self.moved_in = set(), []
         self._rebuild(rows)
 
     def _rebuild(self, rows):
@@ -249,6 +275,7 @@ class HashJoinCore:
     def snapshot(self):
         arrays, infos = {}, {}
         if self.merged is not None:      # by group, as with buckets: a checkpoint reads the same either way
+            self._settle()
             for s, w in enumerate(self.merged.windows):
                 v = w.view()
                 for p, rows in group_rows(v, self.part.partitions(self._template.hashes(v, s))):
@@ -264,6 +291,7 @@ class HashJoinCore:
     def restore(self, arrays, state):
         if self.merged is not None:      # names group/<p>/<bucket>/<stream>: every group's rows at once
             self._merge_in(arrays)
+            self._settle()
             return
         per = {}
         for name, a in arrays.items():
