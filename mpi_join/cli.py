@@ -844,7 +844,7 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
 @click.option("--seconds", default=2.0, show_default=True, type=click.FloatRange(0.1, 600),
               help="Input per probe, in seconds at the rate under test.")
 @click.option("--steps", default=2, show_default=True, type=click.IntRange(0, 20),
-              help="Bisection steps after the rate is bracketed.")
+              help="Precision of the rate search: bisect until the bracket is 2^(1/2^STEPS) wide (2: 19%).")
 @click.option("--spark/--no-spark", default=True, show_default=True,
               help="Run Spark Structured Streaming's stream-stream join on the equi input as a peer (a JVM "
                    "in local mode on 2 cores; about a minute on the default input).")

@@ -268,7 +268,8 @@ REGISTRY = {
     "llhj": _chain_strategy(
         "llhj", "low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
         "mpi_join.runtime.graph:fed_chain", "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
-        "run_case_llhj", {}, 55),
+        "run_case_llhj", {}, 55,
+        variants=(("band", {"local_join": "index"}),)),
     "biclique": StrategyInfo(
         name="biclique", suite_budget_s=200, shape="biclique", min_ranks=4, graph="mpi_join.biclique.graph:build",
         summary="BiStream's join-biclique: dispatchers store each tuple at one unit of its side and send it to "

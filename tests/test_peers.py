@@ -38,6 +38,19 @@ def test_rate_search_finds_the_largest_sustained_rate(limit, start):
     assert max_rate(lambda r: False, 2000, 200, 400000, 3)[0] == 0.0
 
 
+@pytest.mark.parametrize("limit", [100000, 130000, 75000, 150000, 210000, 60000])
+def test_a_later_case_steps_by_sqrt2_to_the_same_precision_in_fewer_probes(limit):
+    """From a close start (the last case's maximum), steps of sqrt(2) then one bisection bracket
+    the rate as narrowly as doubling then two bisections, and never take more probes."""
+    by = {f: max_rate(lambda r: r <= limit, 100000, 200, 400000, steps=2, factor=f) for f in (2.0, 2 ** 0.5)}
+    for f, (rate, seen) in by.items():
+        assert rate <= limit and limit / rate < 2 ** 0.25 * 1.0001, (f, rate, seen)
+        assert all(ok == (r <= limit) for r, ok in seen)
+    assert len(by[2 ** 0.5][1]) <= len(by[2.0][1])
+    if 100000 / 2 ** 0.5 <= limit < 100000 * 2 ** 0.5:           # within a step of the start: one probe fewer
+        assert len(by[2 ** 0.5][1]) == len(by[2.0][1]) - 1
+
+
 def test_the_plan_runs_what_each_strategy_can():
     cases = plan(["hash", "biclique", "handshake"], ["band", "equi"], [1, 2, 3])
     assert ("hash", "band", 1, 2) not in cases                        # hash needs an equi condition
