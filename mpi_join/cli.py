@@ -117,9 +117,10 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
                   liveness_timeout = "30s" a rank or link silent this long aborts the job ("off")
                   overload_after = "2s"    replay behind the rate this long: reported overloaded
                   stop_when_overloaded = false  an overloaded run stops with an error
-                  sources = 1              ranks that read and route the input (1..64): k - 1 more
-                           ranks after the strategy's, each routing every kth part of the input
-                           (README "Parallel sources")
+                  sources = "auto"         ranks that read and route the input (1..64): k - 1 more
+                           ranks after the strategy's, each routing every kth part of the input;
+                           "auto": the planner's choice for the ranks and cores at start (1 on
+                           small runs; README "Parallel sources")
                   part = 0                 with sources > 1: tuples per part, rounded up to batches
                            (0: four staged row groups per stream); a source link has credit
                            for a whole part
@@ -146,7 +147,9 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
             _fail(e)
         sys.exit(launch(cmd))
     from .ranks import run_rank
-    sys.exit(run_rank(job, dict(overrides, overwrite=overwrite, follow=follow, allow_empty=allow_empty)))
+    from .tools.scaling_model import choose_sources
+    sys.exit(run_rank(job, dict(overrides, overwrite=overwrite, follow=follow, allow_empty=allow_empty),
+                      choose_sources))
 
 
 @main.command()

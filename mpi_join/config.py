@@ -161,6 +161,8 @@ class Run:
     stop_when_overloaded: bool = False  # an overloaded run stops with an error (a rate search's probe)
     sources: int = 1                   # ranks that read and route the input (graph.with_sources)
     part: int = 0                      # with several sources: tuples per part (source.py); 0: four row groups a stream
+    sources_auto: bool = False         # run.sources = "auto" (the default): rank 0 sets `sources` from the
+                                       # planner's model at start (ranks.py); 1 until then
 
 
 @dataclass(frozen=True)
@@ -660,9 +662,10 @@ def _predicate(raw, streams, path, base=None, interval=()):
 _UDF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _int_in(v, lo, hi, field, path):
+def _int_in(v, lo, hi, field, path, also=""):
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ConfigError(f"{path}: {field}: expected an integer in {lo:,}..{hi:,}, got {v!r}")
+        raise ConfigError(f"{path}: {field}: expected an integer in {lo:,}..{hi:,}{' ' + also if also else ''}, "
+                          f"got {v!r}")
     return v
 
 
@@ -712,9 +715,11 @@ def _run(raw, path):
     stop = r.get("stop_when_overloaded", False)
     if not isinstance(stop, bool):
         raise ConfigError(f"{path}: run.stop_when_overloaded: expected true or false, got {stop!r}")
-    sources = _int_in(r.get("sources", 1), 1, MAX_SOURCES, "run.sources", path)
+    auto = r.get("sources", "auto") == "auto"
+    sources = 1 if auto else _int_in(r.get("sources"), 1, MAX_SOURCES, "run.sources", path, also='or "auto"')
     part = _int_in(r.get("part", 0), 0, 1 << 40, "run.part", path)
-    return Run(bs, fi, None if rate is None else float(rate), mi, prog, lt_ns / 1e9, ov / 1e9, stop, sources, part)
+    return Run(bs, fi, None if rate is None else float(rate), mi, prog, lt_ns / 1e9, ov / 1e9, stop, sources, part,
+               auto)
 
 
 def _table(raw, key, path, required=True):

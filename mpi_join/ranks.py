@@ -23,8 +23,10 @@ from .runtime.protocol import Start, Tag, decode_control
 from .storage.paths import LOCK
 
 
-def run_rank(job_path, overrides):
-    """Run this rank's role; returns the process exit code."""
+def run_rank(job_path, overrides, choose_sources=None):
+    """Run this rank's role; returns the process exit code. `choose_sources(job, nranks, cores,
+    window_s)`: (k, why), the planner's run.sources where the job leaves it "auto" (cli.py gives
+    the scaling model's; without it, auto is 1)."""
     from mpi4py import MPI
     from .runtime.transport import Transport
     comm = MPI.COMM_WORLD
@@ -34,7 +36,10 @@ def run_rank(job_path, overrides):
         signal.signal(sig, lambda signum, _: _interrupted(rank, ctx, signum))
     try:
         tx = Transport(comm)
-        tx.hosts = comm.allgather(MPI.Get_processor_name())     # the rank-to-host map
+        hosts = comm.allgather((MPI.Get_processor_name(), _cpus()))
+        tx.hosts = [h for h, _ in hosts]                         # the rank-to-host map
+        ctx["cores"] = _cores(hosts)
+        ctx["choose_sources"] = choose_sources
         try:
             code = _driver(job_path, overrides, tx, ctx) if rank == 0 else _worker(job_path, overrides, tx, ctx)
         finally:
@@ -103,6 +108,53 @@ def _interrupted(rank, ctx, signum):
     os._exit(128 + int(signum))
 
 
+def _cpus():
+    """The cores this process may run on (its affinity: a Slurm allocation's, say)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _cores(hosts):
+    """The cores the job's ranks run on: per host, the fewer of its ranks and its cores."""
+    per = {}
+    for name, cpus in hosts:
+        n, c = per.get(name, (0, 0))
+        per[name] = (n + 1, max(c, cpus))
+    return sum(min(n, c) for n, c in per.values())
+
+
+def _sources(job, tx, ctx, follow, resumed=None):
+    """The job with run.sources resolved where it is "auto": a resumed run's checkpoint's, one
+    for a followed log, else the planner's choice (ctx["choose_sources"]) when the strategy can
+    run with it (its own checks); ctx["sources_why"] says why."""
+    from dataclasses import replace
+    run = job.run
+    if not run.sources_auto:
+        return job
+    if resumed is not None:
+        k, why = resumed, "the checkpoint's"
+    elif follow:
+        k, why = 1, "a followed log is read by one source"
+    elif ctx.get("choose_sources") is None:
+        k, why = 1, "no planner"
+    else:
+        from .storage.input_stats import rates_and_windows
+        try:
+            window = max(rates_and_windows(job)[1])
+        except (JobError, OSError, KeyError, ValueError):
+            window = None
+        k, why = ctx["choose_sources"](job, tx.size, ctx["cores"], window)
+        if k > 1:
+            try:
+                check_runnable(replace(job, run=replace(run, sources=k)), tx.size)
+            except JobError as e:
+                k, why = 1, f"the planner's {k} sources cannot run it: {e}"
+    ctx["sources_why"] = why
+    return replace(job, run=replace(run, sources=k))
+
+
 def _release(ctx):
     for lock in ctx.pop("locks", []):
         lock.release()
@@ -119,7 +171,7 @@ def _driver(job_path, overrides, tx, ctx):
         job = load_job(job_path, overrides)
         if job.run.sources > 1 and overrides.get("follow"):
             raise JobError(f"{job.path}: run.sources = {job.run.sources} with --follow: a followed run reads its log "
-                           f"with one source in this version; set run.sources = 1")
+                           f"with one source in this version; set run.sources = 1 (or leave it \"auto\")")
         if overrides.get("follow"):
             job = _live_job(job)              # results are committed at checkpoints (commits.py)
         ctx["output"] = job.output
@@ -128,18 +180,20 @@ def _driver(job_path, overrides, tx, ctx):
         from .slaves.worker import fault_spec
         fault_spec(tx.size)
         info = strategies.get(job.strategy.name)
-        graph = info.build_graph(tx.size, job.strategy.params, job.run.sources)
         ctx["locks"] = _lock_dirs(job, overrides)
+        man = None
         if overrides.get("resume"):
             from .storage.checkpoint import latest_complete
             root = os.path.abspath(overrides["resume"])
             cid, man = latest_complete(root, job, tx.size, say=_say,
                                        results_dir=os.path.join(job.output, "results"))
-            if man.get("sources", 1) != job.run.sources:
+            if man.get("sources", 1) != job.run.sources and not job.run.sources_auto:
                 raise JobError(f"{os.path.join(root, f'ckpt-{cid:06d}')}: checkpoint {cid} was cut with run.sources = "
                                f"{man.get('sources', 1)}, this run has {job.run.sources}; resume with the same "
                                f"run.sources")
             resume = (root, cid)
+        job = _sources(job, tx, ctx, overrides.get("follow"), man.get("sources", 1) if man else None)
+        graph = info.build_graph(tx.size, job.strategy.params, job.run.sources)
         progress = Progress(0, enabled=job.run.progress)
         tx.enable_liveness(job.run.liveness_timeout_s)
         driver = Driver(job, tx, graph, info.load_role("driver"), metrics, progress, resume,
@@ -155,7 +209,8 @@ def _driver(job_path, overrides, tx, ctx):
     except JobError as e:
         err = str(e)
         _release(ctx)
-    start = Start(err, resume[0] if resume else None, resume[1] if resume else -1).encode()
+    start = Start(err, resume[0] if resume else None, resume[1] if resume else -1,
+                  job.run.sources if err is None else 1).encode()
     for r in range(1, tx.size):
         tx.send(r, Tag.START, start)
     tx.flush()
@@ -171,6 +226,9 @@ def _driver(job_path, overrides, tx, ctx):
         sys.stderr.write(f"mpi-join: warning: run.sources = {job.run.sources}: {unadapted}\n")
     for w in warned:
         sys.stderr.write(f"mpi-join: warning: {w}\n")
+    if job.run.sources_auto and job.run.sources > 1:
+        sys.stderr.write(f"mpi-join: run.sources = \"auto\": {job.run.sources} sources ({ctx['sources_why']}); set "
+                         f"run.sources to choose\n")
     if growing and not overrides.get("follow"):
         sys.stderr.write(f"mpi-join: warning: the staged log {job.staged} has not ended: this run joins the "
                          f"{driver.total:,} tuples committed so far; `run --follow` follows it to its end\n")
@@ -193,7 +251,8 @@ def _driver(job_path, overrides, tx, ctx):
     if snapshots:                # every one as written, numbered without a gap, none other there
         verify_snapshots(os.path.join(job.output, "aggregate"), snapshots, final=True)
     summary.update(job=job.name, strategy=job.strategy.name, ranks_n=tx.size, resumed_from=report.resumed_from,
-                   hosts=list(tx.hosts), liveness_timeout_s=job.run.liveness_timeout_s,
+                   hosts=list(tx.hosts), liveness_timeout_s=job.run.liveness_timeout_s, sources=job.run.sources,
+                   sources_auto=ctx.get("sources_why"), cores=ctx["cores"],
                    checkpoints=report.checkpoints, topology=graph.name,
                    startup_s=report.t_replay - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
     mdir = os.path.join(job.output, "metrics")
@@ -316,6 +375,9 @@ def _worker(job_path, overrides, tx, ctx):
     if start.error:
         return 2
     job = load_job(job_path, overrides)
+    if job.run.sources_auto:             # rank 0's choice (_sources)
+        from dataclasses import replace
+        job = replace(job, run=replace(job.run, sources=start.sources))
     tx.enable_liveness(job.run.liveness_timeout_s)
     tx.watch(0)                          # the driver must be heard from (liveness.py)
     info = strategies.get(job.strategy.name)

@@ -184,11 +184,11 @@ def kill_then_resume(path, job, ranks, victim, total, checkpoints=2):
     assert "resuming from checkpoint" in r.stderr
 
 
-def fault_after_checkpoints(cmd, root, checkpoints, total, fault, timeout=60):
+def fault_after_checkpoints(cmd, root, checkpoints, total, fault, timeout=60, env=None):
     """Launch the mpiexec command line `cmd`, call `fault()` once `checkpoints` checkpoints are
     complete (before the input's end), and return (the finished process, seconds from the
     fault to its end, its stderr). A launch still running `timeout` s after the fault is killed."""
-    env = dict(os.environ, MPI_JOIN_QUIET="1")
+    env = dict(env or os.environ, MPI_JOIN_QUIET="1")
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 90
@@ -282,6 +282,36 @@ def test_parallel_sources_sigkill_then_resume(tmp_path, strategy, k, victim):
     open(other, "w").write(open(path).read().replace(f"sources = {k}", "sources = 1"))
     r = run_mpi(ranks, "run", other, "--resume", job.checkpoint.dir, "--overwrite")
     assert r.returncode == 2 and f"was cut with run.sources = {k}, this run has 1" in r.stderr, r.stderr
+
+
+def test_auto_sources_take_the_planners_choice_and_a_resume_keeps_the_checkpoints(tmp_path):
+    """run.sources left "auto": rank 0 takes the planner's choice for the ranks and cores it has,
+    here from a calibration (MPI_JOIN_CALIBRATION) whose driver cost makes two sources model
+    twice as fast on 4 ranks; every rank runs with it. A worker killed after two checkpoints and
+    the run resumed with the shipped calibration (auto alone would now take one source): the
+    resume keeps the checkpoint's two, and the result is the oracle's, each pair once."""
+    from mpi_join.tools.scaling_model import load_models
+    cal = tmp_path / "calibration.json"
+    models = [dict(m, d_us=50.0) for m in load_models()[0] if m["strategy"] == "hash" and m["workload"] == "equi"]
+    cal.write_text(json.dumps({"model": models}))
+    path, job, arrays = paced_checkpointed_job(tmp_path, "hash", None, run="part = 300")
+    assert job.run.sources_auto
+    env = dict(os.environ, MPI_JOIN_CALIBRATION=str(cal))
+    p, _, err = fault_after_checkpoints([MPIEXEC, "-n", "4", *mpi_join_cmd("run", path)], job.checkpoint.dir, 2, 16000,
+                                        lambda: os.kill(_rank_pid(1, path), signal.SIGKILL), env=env)
+    assert p.returncode != 0 and 'run.sources = "auto": 2 sources (the planner\'s model of hash on equi' in err, err
+    man = [m for _, m in ck.list_checkpoints(job.checkpoint.dir) if m][-1]
+    assert man["sources"] == 2
+    r = run_mpi(4, "run", path, "--resume", job.checkpoint.dir)
+    assert r.returncode == 0, r.stderr + r.stdout
+    got = read_results(job.output, job.stream_names)
+    assert len(got) == len(as_set(got)), "a result was written twice"
+    assert as_set(got) == as_set(run_oracle(job, arrays))
+    summary = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
+    assert summary["sources"] == 2 and summary["sources_auto"] == "the checkpoint's"
+    r = run_mpi(4, "run", path, "--overwrite")
+    summary = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
+    assert r.returncode == 0 and summary["sources"] == 1 and "more sources would not model" in summary["sources_auto"]
 
 
 def test_parallel_sources_sigkill_with_migrations_then_resume(tmp_path):

@@ -160,6 +160,31 @@ def test_plan_chooses_run_sources_where_rank_0_bounds_the_rate(tmp_path):
     lines, _ = sm.recommend(job, 64, models, None, 1.0)
     rec = next(ln for ln in lines if ln.startswith("recommended:"))
     w, s = sm.best_split(next(m for m in models), 64)
-    assert s > 1 and f"[run] sources = {s}:" in rec, rec
+    assert s > 1 and f'run.sources = "auto" takes it: {s} of the 64 ranks' in rec, rec
     lines, _ = sm.recommend(job, 3, models, None, 1.0)
     assert "sources =" not in next(ln for ln in lines if ln.startswith("recommended:"))
+    from mpi_join.tools.bench import set_option
+    set_option(path, "run", "sources", "1")           # a job that sets it is told what to set
+    lines, _ = sm.recommend(load_job(path), 64, models, None, 1.0)
+    rec = next(ln for ln in lines if ln.startswith("recommended:"))
+    assert f"[run] sources = {s}:" in rec and "x run.sources = 1" in rec, rec
+
+
+def test_auto_sources_are_the_planners_choice(tmp_path):
+    """run.sources = "auto" (the default): one source on the ranks and cores of a small run, the
+    model's split where rank 0 bounds the rate (hash on 64 ranks with the shipped calibration),
+    and one where no model covers the job or its windows are unbounded."""
+    path = make("equi", str(tmp_path / "w"), tuples=4000, rate=50, window="1s", strategy="hash")
+    job = load_job(path)
+    assert job.run.sources_auto and job.run.sources == 1
+    assert sm.choose_sources(job, 5, 2, 1.0)[0] == 1
+    k, why = sm.choose_sources(job, 64, 64, 1.0)
+    w, s = sm.best_split(next(m for m in sm.load_models()[0] if m["strategy"] == "hash" and m["workload"] == "equi"),
+                         64)
+    assert k == s > 1 and "x one source on 64 ranks and 64 cores" in why
+    assert sm.choose_sources(job, 64, 64, float("inf")) == (1, "unbounded windows")
+    models = [m for m in sm.load_models()[0] if m["strategy"] != "hash"]
+    assert sm.choose_sources(job, 64, 64, 1.0, models) == (1, "no calibrated model of hash on equi")
+    from mpi_join.tools.bench import set_option
+    set_option(path, "run", "sources", "1")
+    assert not load_job(path).run.sources_auto

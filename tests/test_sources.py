@@ -131,8 +131,10 @@ def test_config_sources():
     default = Source(_job(('"6ms"', '"2ms"'), 64, k=2, part=0), arrays=random_streams(np.random.default_rng(1), 50),
                      share=(0, 2))
     assert default.part_rows == 4 * 8192 * 2, "four row groups of each stream"
-    with pytest.raises(ConfigError, match=r"run.sources: expected an integer in 1..64, got 0"):
+    with pytest.raises(ConfigError, match=r'run.sources: expected an integer in 1..64 or "auto", got 0'):
         _job(('"6ms"', '"2ms"'), 64, k=0)
+    auto = _job(('"6ms"', '"2ms"'), 64, k='"auto"')
+    assert auto.run.sources_auto and auto.run.sources == 1 and not job.run.sources_auto
 
 
 def test_check_runnable_with_sources():

@@ -86,11 +86,13 @@ def decode_control(buf):
 # -- records of the shared lifecycle ---------------------------------------------------------
 @dataclass(frozen=True)
 class Start(Control):
-    """Rank 0 -> every worker: go (restoring checkpoint `resume_id` from `resume_dir` if set), or
-    the startup error to exit with."""
+    """Rank 0 -> every worker: go (restoring checkpoint `resume_id` from `resume_dir` if set), with
+    run.sources as rank 0 resolved it (an "auto" job's: ranks.py), or the startup error to exit
+    with."""
     error: str | None = None
     resume_dir: str | None = None
     resume_id: int = -1
+    sources: int = 1
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,20 @@ def explain(job, nranks):
     """The plan as lines of text (after `check`)."""
     man = check(job, nranks)
     info = strategies.get(job.strategy.name)
+    auto = None
+    if job.run.sources_auto:          # what run would choose with one core per rank (ranks._sources)
+        from dataclasses import replace
+        from ..errors import JobError
+        from ..storage.input_stats import rates_and_windows
+        from .scaling_model import choose_sources
+        k, why = choose_sources(job, nranks, nranks, max(rates_and_windows(job)[1]))
+        if k > 1:
+            try:
+                strategies.check_runnable(replace(job, run=replace(job.run, sources=k)), nranks)
+            except JobError as e:
+                k, why = 1, f"the planner's {k} sources cannot run it: {e}"
+        job = replace(job, run=replace(job.run, sources=k))
+        auto = f"run.sources = \"auto\": {k} ({why}; a run decides on the cores its ranks have)"
     graph = info.build_graph(nranks, job.strategy.params, job.run.sources)
     out = [f"job {job.name}: {len(job.streams)} streams, {man['total']:,} staged tuples, ts in {job.ts_unit}",
            f"strategy {info.name}: {info.summary}"]
@@ -41,6 +55,8 @@ def explain(job, nranks):
                   f"part of the input in {len(graph.sources)}; the routing's changes are placed in the input, where "
                   f"every source applies them" if len(graph.sources) > 1
                   else ""))
+    if auto:
+        out.append(f"  {auto}")
     for r, d in graph.describe().items():
         kinds = sorted({k for k in d["carries"].values() if k != "input"})
         out.append(f"  rank {r}: {d['role']:<7} receives from {d['up'] or '-'}, sends to {d['down'] or '-'}"

@@ -204,8 +204,9 @@ CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calibrat
 
 def load_models(path=None):
     """The fitted models of a bench-suite directory (its results.json) or of a models file; by
-    default the calibration shipped with mpi-join (BENCHMARKS.md's run)."""
-    p = path or CALIBRATION
+    default $MPI_JOIN_CALIBRATION's, or the calibration shipped with mpi-join (BENCHMARKS.md's
+    run)."""
+    p = path or os.environ.get("MPI_JOIN_CALIBRATION") or CALIBRATION
     if os.path.isdir(p):
         p = os.path.join(p, "results.json")
     from ..runtime.metrics import read_json
@@ -322,7 +323,7 @@ def recommend(job, n, models, lam, W, cores=None, goal=None, state_bytes=None):
     if keep:
         out.append(f"recommended: {best[0]} on {ranks(best)} ranks: {why}"
                    + ("" if lam is None else " of those that keep up")
-                   + f" (job file: {_strategy_toml(best[0])}{_sources(best[4], ranks(best), cores, job.run.sources)}; "
+                   + f" (job file: {_strategy_toml(best[0])}{_sources(best[4], ranks(best), cores, job.run.sources, job.run.sources_auto)}; "
                      f"mpi-join run JOB -n {ranks(best)})")
     else:
         out.append(f"recommended: {best[0]} on {n} ranks: no strategy keeps up with {lam:,.0f} tuples/s per "
@@ -330,16 +331,47 @@ def recommend(job, n, models, lam, W, cores=None, goal=None, state_bytes=None):
     return out, best
 
 
-def _sources(costs, n, cores, given):
+GAIN = 1.05      # the planner splits the ranks for more sources when that models at least 5% faster
+
+
+def _sources(costs, n, cores, given, auto=False):
     """The planner's choice of run.sources on n ranks, for the recommendation: the split of the
     ranks between workers and sources with the highest modelled rate (best_split), when it
-    models at least 5% above the job's own run.sources ("" otherwise)."""
+    models at least GAIN times the job's own run.sources ("" otherwise); a job that leaves it
+    "auto" gets it at run time (ranks.py)."""
     w, s = best_split(costs, n, cores)
     now, then = rate(costs, n - given, cores or n, given), rate(costs, w, cores or n, s)
-    if s == given or then <= now * 1.05:
+    if s == given or then <= now * GAIN:
         return ""
-    return (f", [run] sources = {s}: {s} of the {n} ranks read and route the input, {then:,.0f} tuples/s per "
-            f"stream modelled, {then / now:.2f}x run.sources = {given}")
+    how, base = ("run.sources = \"auto\" takes it", "one source") if auto else (f"[run] sources = {s}",
+                                                                              f"run.sources = {given}")
+    return (f", {how}: {s} of the {n} ranks read and route the input, {then:,.0f} tuples/s per stream modelled, "
+            f"{then / now:.2f}x {base}")
+
+
+def choose_sources(job, nranks, cores, window_s=None, models=None):
+    """run.sources = "auto" (the default): (k, why). k is the number of sources best_split models
+    fastest for `job` on `nranks` ranks and `cores` cores, with the shipped calibration (or
+    `models`) at the job's window `window_s` (seconds), when that models at least GAIN times one
+    source; else 1 (and where no model covers the job)."""
+    from ..strategies import parse_label
+    if len(job.streams) != 2:
+        return 1, "the scaling model covers two-stream jobs"
+    if window_s is not None and not math.isfinite(window_s):
+        return 1, "unbounded windows"
+    w, name, params = job_workload(job), job.strategy.name, job.strategy.params
+    fits = [m for m in (models or load_models()[0]) if m["workload"] == w and parse_label(m["strategy"])[0] == name
+            and all(str(params.get(k)) == str(v) for k, v in parse_label(m["strategy"])[1].items())]
+    if not fits:
+        return 1, f"no calibrated model of {name} on {w}"
+    m = max(fits, key=lambda m: len(parse_label(m["strategy"])[1]))       # the most specific
+    costs = dict(m, window_s=window_s) if window_s else m
+    ws, k = best_split(costs, nranks, cores)
+    one, then = rate(costs, nranks - 1, cores, 1), rate(costs, ws, cores, k)
+    if k > 1 and then > one * GAIN:
+        return k, (f"the planner's model of {m['strategy']} on {w}: {then / one:.2f}x one source on {nranks} ranks "
+                   f"and {cores} cores")
+    return 1, f"more sources would not model {GAIN - 1:.0%} faster on {nranks} ranks and {cores} cores"
 
 
 def _strategy_toml(case):
