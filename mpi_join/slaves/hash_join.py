@@ -122,6 +122,7 @@ class HashJoinCore:
         # taken out of service moves every group it owns at once, and one rebuild for all of them
         # (at the next epoch, _settle) is what keeps that from costing a rebuild per group
         self.cut_out, self.moved_in = set(), []
+        self._parts = {}                 # stream -> the partition of each window row, until the store changes
 
     def _new_group(self):
         return ExtendibleGroup(self.store_dtypes, self.theta, self.block_bytes, make_store=self.make_store)
@@ -139,6 +140,7 @@ class HashJoinCore:
             if self.moved_in and not any(len(b) for b in batches) and (np.asarray(bounds) < POS_INF).all():
                 return _NONE, _NONE, _NONE    # a move's queued rows, none: the next epoch merges (bounds only rise)
             self._settle()
+            self._parts.clear()               # the windows change below
         tins = [b["_tin"] for b in batches]
         batches = [self._template.derive(b, s) for s, b in enumerate(batches)]    # once per epoch
         if self.merged is not None:
@@ -180,6 +182,7 @@ class HashJoinCore:
         if self.merged is not None:
             self._settle()
             self.merged.expire(bounds)
+            self._parts.clear()
         for g in self.groups.values():
             g.expire(bounds)
 
@@ -218,7 +221,7 @@ class HashJoinCore:
         if self.moved_in or p in self.cut_out:
             self._settle()                 # p's rows may be among those merged in
         views = [w.view() for w in self.merged.windows]
-        mine = [self.part.partitions(self._template.hashes(v, s)) == p for s, v in enumerate(views)]
+        mine = [self._partitions(s, v) == p for s, v in enumerate(views)]
         if not any(m.any() for m in mine):
             return {}
         self.cut_out.add(p)
@@ -228,6 +231,13 @@ class HashJoinCore:
         """Rows of moved or restored groups ({"...<stream>": runtime rows}, named as a move or a
         checkpoint names them), merged into the store's windows at the next rebuild (_settle)."""
         self.moved_in.append(arrays)
+
+    def _partitions(self, s, view):
+        """The partition of each row of stream s's window (`view`), computed once while the store
+        does not change: a slave that hands over all its groups cuts them one after another."""
+        if s not in self._parts:
+            self._parts[s] = self.part.partitions(self._template.hashes(view, s))
+        return self._parts[s]
 
     def _settle(self):
         """One rebuild for every group cut out and every row merged in since the last: the
@@ -239,7 +249,7 @@ class HashJoinCore:
         for s, w in enumerate(self.merged.windows):
             v = w.view()
             if len(cut):
-                v = v[~np.isin(self.part.partitions(self._template.hashes(v, s)), cut)]
+                v = v[~np.isin(self._partitions(s, v), cut)]
             new = [self._template.derive(a, s) for arrays in self.moved_in for k, a in arrays.items()
                    if k.rsplit("/", 1)[1] == str(s)]
             rows.append(np.concatenate([v] + new) if new else v)
@@ -248,6 +258,7 @@ class HashJoinCore:
 
     def _rebuild(self, rows):
         """A new merged store holding `rows` (window rows of each stream), put in seq order."""
+        self._parts.clear()
         store = self.make_store()
         for s, r in enumerate(rows):
             store.append(r[np.argsort(r["seq"], kind="stable")], s)
