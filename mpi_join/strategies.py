@@ -176,7 +176,7 @@ _CHAIN_PARAMS = {
 
 REGISTRY = {
     "hash": StrategyInfo(
-        name="hash", suite_budget_s=130, shape="partition", outer=True,
+        name="hash", suite_budget_s=135, shape="partition", outer=True,
         summary="master + slaves; epoch-synchronised distribution of hash-partitioned windows",
         requires=frozenset({"equi"}),
         requires_why="hash partitioning needs equal keys to meet on one slave",
