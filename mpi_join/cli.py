@@ -147,9 +147,9 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
             _fail(e)
         sys.exit(launch(cmd))
     from .ranks import run_rank
-    from .tools.scaling_model import choose_sources
+    from .tools.scaling_model import auto_sources
     sys.exit(run_rank(job, dict(overrides, overwrite=overwrite, follow=follow, allow_empty=allow_empty),
-                      choose_sources))
+                      auto_sources))
 
 
 @main.command()

@@ -24,9 +24,9 @@ from .storage.paths import LOCK
 
 
 def run_rank(job_path, overrides, choose_sources=None):
-    """Run this rank's role; returns the process exit code. `choose_sources(job, nranks, cores,
-    window_s)`: (k, why), the planner's run.sources where the job leaves it "auto" (cli.py gives
-    the scaling model's; without it, auto is 1)."""
+    """Run this rank's role; returns the process exit code. `choose_sources(job, nranks, cores)`:
+    (k, why), the planner's run.sources where the job leaves it "auto" (cli.py gives the scaling
+    model's auto_sources; without it, auto is 1)."""
     from mpi4py import MPI
     from .runtime.transport import Transport
     comm = MPI.COMM_WORLD
@@ -127,8 +127,8 @@ def _cores(hosts):
 
 def _sources(job, tx, ctx, follow, resumed=None):
     """The job with run.sources resolved where it is "auto": a resumed run's checkpoint's, one
-    for a followed log, else the planner's choice (ctx["choose_sources"]) when the strategy can
-    run with it (its own checks); ctx["sources_why"] says why."""
+    for a followed log, else the planner's choice (ctx["choose_sources"]); ctx["sources_why"]
+    says why."""
     from dataclasses import replace
     run = job.run
     if not run.sources_auto:
@@ -140,17 +140,7 @@ def _sources(job, tx, ctx, follow, resumed=None):
     elif ctx.get("choose_sources") is None:
         k, why = 1, "no planner"
     else:
-        from .storage.input_stats import rates_and_windows
-        try:
-            window = max(rates_and_windows(job)[1])
-        except (JobError, OSError, KeyError, ValueError):
-            window = None
-        k, why = ctx["choose_sources"](job, tx.size, ctx["cores"], window)
-        if k > 1:
-            try:
-                check_runnable(replace(job, run=replace(run, sources=k)), tx.size)
-            except JobError as e:
-                k, why = 1, f"the planner's {k} sources cannot run it: {e}"
+        k, why = ctx["choose_sources"](job, tx.size, ctx["cores"])
     ctx["sources_why"] = why
     return replace(job, run=replace(run, sources=k))
 

@@ -289,7 +289,7 @@ class HashJoinCore:
             self._settle()
             for s, w in enumerate(self.merged.windows):
                 v = w.view()
-                for p, rows in group_rows(v, self.part.partitions(self._template.hashes(v, s))):
+                for p, rows in group_rows(v, self._partitions(s, v)):
                     arrays[f"group/{p}/0/{s}"] = self._template.runtime_rows(rows, s)
                     infos[str(p)] = dict(ONE_BUCKET)
             return arrays, {"groups": infos}

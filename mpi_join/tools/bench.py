@@ -1,4 +1,5 @@
 """`mpi-join bench` and `mpi-join demo`: real runs under mpiexec, measured against the oracle."""
+import functools
 import json
 import os
 import re
@@ -40,18 +41,13 @@ def print_table(head, rows, label=True):
         print("  ".join(str(c).ljust(w[k]) if (label and k == 0) else str(c).rjust(w[k]) for k, c in enumerate(r)))
 
 
-_HEAP_KEPT = []
-
-
+@functools.cache
 def keep_heap():
     """Let glibc keep freed memory for reuse in this process (M_TRIM_THRESHOLD 4 GB, M_TOP_PAD
     256 MB, M_MMAP_THRESHOLD 32 MB): the oracle makes its result arrays, hundreds of MB, at
     once, and fresh mappings' page faults made its CPU per tuple on one equi input vary from
     0.89 to 1.69 us between runs (0.83 to 1.07 with the heap kept). A rank makes small batches
-    and showed no difference either way. A no-op where there is no glibc."""
-    if _HEAP_KEPT:
-        return
-    _HEAP_KEPT.append(True)
+    and showed no difference either way. Once per process; a no-op where there is no glibc."""
     import ctypes
     try:
         libc = ctypes.CDLL("libc.so.6")

@@ -32,17 +32,10 @@ def explain(job, nranks):
     man = check(job, nranks)
     info = strategies.get(job.strategy.name)
     auto = None
-    if job.run.sources_auto:          # what run would choose with one core per rank (ranks._sources)
+    if job.run.sources_auto:          # what run would choose with one core per rank
         from dataclasses import replace
-        from ..errors import JobError
-        from ..storage.input_stats import rates_and_windows
-        from .scaling_model import choose_sources
-        k, why = choose_sources(job, nranks, nranks, max(rates_and_windows(job)[1]))
-        if k > 1:
-            try:
-                strategies.check_runnable(replace(job, run=replace(job.run, sources=k)), nranks)
-            except JobError as e:
-                k, why = 1, f"the planner's {k} sources cannot run it: {e}"
+        from .scaling_model import auto_sources
+        k, why = auto_sources(job, nranks, nranks)
         job = replace(job, run=replace(job.run, sources=k))
         auto = f"run.sources = \"auto\": {k} ({why}; a run decides on the cores its ranks have)"
     graph = info.build_graph(nranks, job.strategy.params, job.run.sources)

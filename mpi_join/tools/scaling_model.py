@@ -334,15 +334,22 @@ def recommend(job, n, models, lam, W, cores=None, goal=None, state_bytes=None):
 GAIN = 1.05      # the planner splits the ranks for more sources when that models at least 5% faster
 
 
-def _sources(costs, n, cores, given, auto=False):
-    """The planner's choice of run.sources on n ranks, for the recommendation: the split of the
-    ranks between workers and sources with the highest modelled rate (best_split), when it
-    models at least GAIN times the job's own run.sources ("" otherwise); a job that leaves it
-    "auto" gets it at run time (ranks.py)."""
+def _better_split(costs, n, cores, given=1):
+    """(sources, rate, rate with `given` sources) of the split of n ranks between workers and
+    sources that best_split models fastest, when it models at least GAIN times `given` sources;
+    None otherwise: the planner's one rule for run.sources."""
     w, s = best_split(costs, n, cores)
     now, then = rate(costs, n - given, cores or n, given), rate(costs, w, cores or n, s)
-    if s == given or then <= now * GAIN:
+    return (s, then, now) if s != given and then > now * GAIN else None
+
+
+def _sources(costs, n, cores, given, auto=False):
+    """The planner's choice of run.sources on n ranks, for the recommendation (_better_split; ""
+    when there is none); a job that leaves it "auto" gets it at run time (auto_sources)."""
+    split = _better_split(costs, n, cores, given)
+    if split is None:
         return ""
+    s, then, now = split
     how, base = ("run.sources = \"auto\" takes it", "one source") if auto else (f"[run] sources = {s}",
                                                                               f"run.sources = {given}")
     return (f", {how}: {s} of the {n} ranks read and route the input, {then:,.0f} tuples/s per stream modelled, "
@@ -350,10 +357,10 @@ def _sources(costs, n, cores, given, auto=False):
 
 
 def choose_sources(job, nranks, cores, window_s=None, models=None):
-    """run.sources = "auto" (the default): (k, why). k is the number of sources best_split models
-    fastest for `job` on `nranks` ranks and `cores` cores, with the shipped calibration (or
-    `models`) at the job's window `window_s` (seconds), when that models at least GAIN times one
-    source; else 1 (and where no model covers the job)."""
+    """run.sources = "auto" (the default): (k, why). k is the number of sources _better_split
+    takes for `job` on `nranks` ranks and `cores` cores, with the shipped calibration (or
+    `models`) at the job's window `window_s` (seconds); else 1 (and where no model covers the
+    job)."""
     from ..strategies import parse_label
     if len(job.streams) != 2:
         return 1, "the scaling model covers two-stream jobs"
@@ -365,13 +372,32 @@ def choose_sources(job, nranks, cores, window_s=None, models=None):
     if not fits:
         return 1, f"no calibrated model of {name} on {w}"
     m = max(fits, key=lambda m: len(parse_label(m["strategy"])[1]))       # the most specific
-    costs = dict(m, window_s=window_s) if window_s else m
-    ws, k = best_split(costs, nranks, cores)
-    one, then = rate(costs, nranks - 1, cores, 1), rate(costs, ws, cores, k)
-    if k > 1 and then > one * GAIN:
+    split = _better_split(dict(m, window_s=window_s) if window_s else m, nranks, cores)
+    if split is not None:
+        k, then, one = split
         return k, (f"the planner's model of {m['strategy']} on {w}: {then / one:.2f}x one source on {nranks} ranks "
                    f"and {cores} cores")
     return 1, f"more sources would not model {GAIN - 1:.0%} faster on {nranks} ranks and {cores} cores"
+
+
+def auto_sources(job, nranks, cores):
+    """run.sources = "auto" as a run (ranks.py, given it by cli.py) and `explain` resolve it:
+    choose_sources at the job's window from its staged statistics, and one source where the
+    strategy cannot run with the planner's k (its own checks: psp's count-bounded slices)."""
+    from dataclasses import replace
+    from ..storage.input_stats import rates_and_windows
+    from ..strategies import check_runnable
+    try:
+        window = max(rates_and_windows(job)[1])
+    except (JobError, OSError, KeyError, ValueError):
+        window = None
+    k, why = choose_sources(job, nranks, cores, window)
+    if k > 1:
+        try:
+            check_runnable(replace(job, run=replace(job.run, sources=k)), nranks)
+        except JobError as e:
+            k, why = 1, f"the planner's {k} sources cannot run it: {e}"
+    return k, why
 
 
 def _strategy_toml(case):
