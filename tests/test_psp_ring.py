@@ -267,3 +267,39 @@ def test_the_planners_selectivity_finds_the_matches_of_a_rare_band_join(tmp_path
     assert sel[0][1] > 0 and abs(sel[0][1] - truth) < 5 * (truth / n) ** 0.5, (sel[0][1], truth, n)
     meas = measure(job)                                      # what plan prints: how many pairs it tried
     assert meas["tried"][0][1] >= 1024 and meas["sel"][0][1] == pytest.approx(meas["sel"][1][0])
+
+
+@pytest.mark.parametrize("pred,kind,held", [("equi", "time", (["seq", "ts", "k"], ["seq", "ts", "k"])),
+                                            ("band", "count", (["seq", "ts", "v", "_coord"], ["seq", "ts", "w", "_coord"])),
+                                            ("theta", "time", None)])
+def test_slice_rows_hold_what_a_probe_reads_and_a_snapshot_holds_runtime_rows(pred, kind, held):
+    """A slice row keeps seq, ts and its conditions' columns (`_coord` only when it is not ts);
+    not `_lo`, `_tin`, `_h` or payload columns, which only probe copies are read for; a stream
+    under a UDF keeps runtime rows. A snapshot holds runtime rows (coordinate filled in, unheld
+    columns 0), and a restored slice holds what it held. The ring equals the oracle."""
+    job = _binary(pred, kind)
+    arrays = random_streams(np.random.default_rng(5), 900, key_range=8)
+    seen = []
+
+    def on_epoch(epoch, mods, router):
+        for m in mods.values():
+            if sum(len(m.held(j)) for j in range(m.M)) and len(seen) < 40:
+                seen.append((m, m.snapshot(), [m.held(j).copy() for j in range(m.M)]))
+
+    got, mods, _ = simulate(job, arrays, 3, seed=1, batch_size=6, on_epoch=on_epoch)
+    _check(got, run_oracle(job, arrays))
+    assert len(seen) > 5
+    for m, (snap, attrs), rows in seen:
+        for j in range(m.M):
+            names = list(m.windows[j].dtype.names)
+            assert names == (list(m.dtypes[j].names) if held is None else held[j])
+            state = snap[f"slice/{j}"]
+            assert state.dtype == m.state_dtype(f"slice/{j}") == m.dtypes[j]
+            assert np.array_equal(state["seq"], rows[j]["seq"]) and np.array_equal(state["_coord"], rows[j][m.coords[j]])
+            if held is not None:
+                assert not state["_tin"].any() and not state["_h"].any()
+        fresh = type(m)(m.job, m.rank, m.graph, m.dtypes)
+        fresh.restore(snap, attrs)
+        for j in range(m.M):
+            assert fresh.windows[j].dtype == m.windows[j].dtype
+            assert np.array_equal(fresh.held(j), rows[j])

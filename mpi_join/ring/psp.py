@@ -28,6 +28,9 @@ that batch) and probes only rows inside them, and deletes purged rows only when 
 flight can still need them (delayed purge); the head tells the ring which batches have retired
 on the next batch it sends.
 
+State: a slice row holds what a probe reads of it (slice_dtype: seq, ts, its stream's
+condition columns); probe copies, partial combinations and moved rows travel as runtime rows.
+
 Exact under batching: each batch's cuts come from its oldest probe and never move backwards
 (slicing.py), and each probe also checks the window and seq of its own tuple, so every pair a
 tuple must see is met at exactly one operator.
@@ -41,11 +44,14 @@ import numpy as np
 
 from ..runtime.headers import Header
 from ..runtime.protocol import Control, DataHeader
+from ..config import Theta
 from ..join.range_join import extend, pair_mask
 from ..runtime.operator import INT_KEYS, Fields, Operator, Output
 from ..strategies import numbers
 from ..runtime.graph import DRIVER, ring
 from ..join.window import POS_INF, Window, footprint
+from ..schema import TS
+from ..slaves.local_join import held_columns, runtime_rows
 from .adapt import rebalance
 from .slicing import Slicer
 
@@ -195,6 +201,21 @@ def batch_parts(body, M, n):
     return body.batch_id, body.retired, orderings, np.asarray(body.cuts, np.int64).reshape(M, n)
 
 
+def slice_dtype(pred, dtypes, j, coord):
+    """What a slice row of stream j holds: seq, ts and the staged columns its conditions with
+    any stream read, plus `_coord` unless `coord` is ts (a time window's coordinate); not `_lo`,
+    `_tin`, `_h`, which only a probe's are read for. A stream under a UDF keeps its runtime rows:
+    the UDF takes whole records, compiled for the probes' record type."""
+    if any(isinstance(c, Theta) for m in range(len(dtypes)) for c in pred.between(j, m)):
+        return dtypes[j]
+    held = {"seq", TS}
+    for m in range(len(dtypes)):
+        if m != j and pred.between(j, m):
+            held |= held_columns(pred, (dtypes[j], dtypes[m]), j, m)[0]
+    names = [n for n in dtypes[j].names if n in held and not n.startswith("_")] + (["_coord"] if coord == "_coord" else [])
+    return np.dtype([(n, dtypes[j].fields[n][0]) for n in names])
+
+
 class Slice:
     """A slice operator's state (operator.declare): each stream's rows in its slice and the
     latest cuts; not the rows it keeps for batches in flight (a cut waits until none is)."""
@@ -204,16 +225,16 @@ class Slice:
 
     def snapshot(self):
         op = self.op
-        arrays = {str(j): op.held(j).copy() for j in range(op.M)}
+        arrays = {str(j): op.runtime_rows(op.held(j), j, copy=True) for j in range(op.M)}
         if op.cuts is not None:
             arrays["cuts"] = op.cuts.ravel().copy()
         return arrays, {}
 
     def restore(self, arrays, attrs):
         op = self.op
-        op.windows = [Window(dt) for dt in op.dtypes]
+        op.windows = op.new_windows()
         for j in range(op.M):
-            op.windows[j].append(arrays[str(j)])
+            op.windows[j].append(op.slice_rows(arrays[str(j)], j))
         op.owned = [0] * op.M
         op.cuts = arrays["cuts"].reshape(op.M, op.n) if "cuts" in arrays else None
         op.inflight, op.ended, op.open = {}, set(), 0
@@ -239,7 +260,12 @@ class SlicedJoin(Operator):
         self.k = rank
         self.next = next(iter(graph.downstream(rank)), None)
         self.pred = job.predicate
-        self.windows = [Window(dt) for dt in dtypes]
+        # a slice row holds what a probe reads of it: seq, ts (a time window's coordinate) and the
+        # columns of its stream's conditions; the probe copies and the wire carry runtime rows
+        self.slice_dtypes = [slice_dtype(self.pred, dtypes, j, TS if s.window.kind == "time" else "_coord")
+                             for j, s in enumerate(job.streams)]
+        self.coords = [TS if "_coord" not in dt.names else "_coord" for dt in self.slice_dtypes]
+        self.windows = self.new_windows()
         self.owned = [0] * self.M          # absolute row of each window's first row still held here
         self.inflight = {}                 # batch id -> (cuts, orderings) of batches seen, not retired
         self.cuts = None                   # the latest batch's cuts
@@ -256,6 +282,28 @@ class SlicedJoin(Operator):
     # -- the worker's calls ---------------------------------------------------------------------
     def accepts_input(self):
         return self.open < self.limit
+
+    def new_windows(self):
+        return [Window(dt, coord=c, raw=raw) for dt, c, raw in zip(self.slice_dtypes, self.coords, self.dtypes)]
+
+    def slice_rows(self, rows, j):
+        """Runtime rows of stream j as slice rows (a copy)."""
+        return runtime_rows(rows, self.slice_dtypes[j])
+
+    def runtime_rows(self, rows, j, copy=False):
+        """Slice rows of stream j (or runtime rows: as they are, or a copy) as runtime rows: the
+        wire and checkpoints carry those. `_coord` comes from ts; the columns a slice row does
+        not hold are 0 (a result is made of seqs and the probe's own columns)."""
+        dt = self.dtypes[j]
+        if rows.dtype == dt:
+            return rows.copy() if copy else rows
+        out = np.zeros(len(rows), dt)
+        for name in dt.names:
+            if name in rows.dtype.names:
+                out[name] = rows[name]
+        if "_coord" not in rows.dtype.names:
+            out["_coord"] = rows[TS]
+        return out
 
     def quiet(self):
         """A checkpoint's marker enters the ring only between cycles (as rank 0 sends it with one
@@ -276,7 +324,7 @@ class SlicedJoin(Operator):
             self._probe_batch(out, batches, body, bounds)
         elif isinstance(body, Building):
             for j, b in enumerate(batches):
-                self.windows[j].append(b)
+                self.windows[j].append(self.slice_rows(b, j))
         elif isinstance(body, Partial):
             self._inter(out, batches, body, bounds)
         else:
@@ -286,7 +334,7 @@ class SlicedJoin(Operator):
         if self.next is None:
             self._local.append((body, batches, bounds))
         else:
-            out.send(self.next, batches, bounds, body)
+            out.send(self.next, [self.runtime_rows(b, j) for j, b in enumerate(batches)], bounds, body)
 
     # -- input and probe copies -----------------------------------------------------------------
     def _input(self, out, batches, body, bounds):
@@ -295,7 +343,7 @@ class SlicedJoin(Operator):
         if self.cuts is not None:       # cuts never decrease: with several sources, each slicer
             cuts = np.maximum(cuts, self.cuts)    # knows only its own parts' batches (a no-op with one)
         for j, b in enumerate(batches):
-            self.windows[j].append(b)
+            self.windows[j].append(self.slice_rows(b, j))
         self.open += 1
         self._probe_batch(out, batches, batch_header(Probing, batch_id, self.retired, orderings, cuts), bounds)
 
@@ -330,7 +378,7 @@ class SlicedJoin(Operator):
         for j, w in enumerate(self.windows):
             v = w.view()
             first = self.owned[j] - w.base
-            stop = int(np.searchsorted(v["_coord"], cuts[j][self.k - 1]))
+            stop = int(np.searchsorted(v[self.coords[j]], cuts[j][self.k - 1]))
             if stop > first:
                 moved.append(v[first:stop].copy())
                 self.owned[j] = w.base + stop
@@ -368,7 +416,7 @@ class SlicedJoin(Operator):
         w = self.windows[j].view()
         t = rows[i]
         lo_t = t["_lo"] if self.M == 2 else t["_los"][:, j]
-        coord, seq = w["_coord"], w["seq"]
+        coord, seq = w[self.coords[j]], w["seq"]
         top = self._top(cuts[j])
         lo = np.searchsorted(coord, np.maximum(lo_t, cuts[j][self.k - 1])).astype(np.int64)
         hi = np.minimum(np.searchsorted(coord, top), np.searchsorted(seq, t["seq"])).astype(np.int64)
