@@ -278,11 +278,14 @@ def test_a_window_of_older_rows_holds_no_arrival_time_and_gives_the_same_results
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31), n_run=st.integers(0, 300), n_probe=st.integers(1, 120),
        domain=st.integers(1, 40), order=st.sampled_from(["ascending", "random", "descending"]),
-       newer=st.booleans())
-def test_equi_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe, domain, order, newer):
+       newer=st.booleans(), by_pos=st.booleans(), one_word=st.booleans(), shuffle=st.booleans())
+def test_equi_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe, domain, order, newer, by_pos,
+                                                            one_word, shuffle):
     """equi_run gallops from the last probe's entry while hashes ascend and searches anew when
     one goes down: the pairs are those of a brute-force comparison (duplicate keys, probes in
-    any order; `newer`: only stored rows older than the probe)."""
+    any order; `newer`: only stored rows older than the probe; `by_pos`: probe i sees the rows
+    from first[i] on, by position alone; `one_word`: equal hashes taken as equal keys, which a
+    one-word key's are; `shuffle`: the probes taken in a given order)."""
     from mpi_join.slaves.local_join import equi_run
     rng = np.random.default_rng(seed)
     xk = rng.integers(0, domain, n_run).astype(np.int64)
@@ -297,9 +300,12 @@ def test_equi_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe
     xs, ps = seqs[:n_run], seqs[n_run:n_run + n_probe]
     z = np.zeros
     oa, ob = np.empty(n_run * n_probe + 1, np.int64), np.empty(n_run * n_probe + 1, np.int64)
+    first = rng.integers(0, n_run + 1, n_probe).astype(np.int64) if by_pos else np.zeros(0, np.int64)
+    newer = newer and not by_pos
     n = equi_run(pk[:, None], ph, ps, z(n_probe, np.int64), z(n_probe, np.int64), 0, run[0], run[1], 0,
-                 xk[:, None], xs, z(n_run, np.int64), z(n_run, np.int64), 0, False, newer, oa, ob)
+                 xk[:, None], xs, z(n_run, np.int64), z(n_run, np.int64), 0, by_pos, newer, first, one_word,
+                 rng.permutation(n_probe) if shuffle else np.zeros(0, np.int64), oa, ob)
     got = sorted(zip(oa[:n].tolist(), ob[:n].tolist()))
     want = sorted((i, j) for i in range(n_probe) for j in range(n_run)
-                  if pk[i] == xk[j] and (not newer or xs[j] < ps[i]))
+                  if pk[i] == xk[j] and (not newer or xs[j] < ps[i]) and (not by_pos or j >= first[i]))
     assert got == want

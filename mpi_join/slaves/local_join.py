@@ -114,6 +114,7 @@ class BinaryJoin:
         decided = {"equi": {Equi}, "bnl": {Equi}, "band": {Band}, "scan": {Band} if self.band_scan else set()}[method]
         self.residual = any(type(c) not in decided for c in conds)
         self.widths = key_widths(dtypes[0], eq_i, dtypes[1], eq_j)
+        self.one_word = sum(self.widths) == 1
         self.runtime_dtypes = list(dtypes)
         # a single int64 key is its own key matrix: read in place (a (n, 1) view), not copied
         self.key_view = [len(c) == 1 and dt.fields[c[0]][0] == np.dtype(np.int64) for c, dt in zip(self.key_cols, dtypes)]
@@ -155,9 +156,9 @@ class BinaryJoin:
         out = []
         w0, w1 = self.windows[0].view(), self.windows[1].view()
         if len(n0) and len(w1):
-            out.append(self._pairs(n0, 0, w1, self.windows[1].base, self.runs[1]))
+            out.append(self._pairs(n0, 0, w1, self.windows[1].base, self.runs[1], after=self.older))
         if len(n1) and len(w0):
-            out.append(self._pairs(n1, 1, w0, self.windows[0].base, self.runs[0]))
+            out.append(self._pairs(n1, 1, w0, self.windows[0].base, self.runs[0], after=self.older))
         if len(n0) and len(n1):
             key = self.index_keys(n1, 1)
             run = SortedRuns.of(key) if key is not None else None
@@ -222,12 +223,13 @@ class BinaryJoin:
             return n[:0], _E, n[:0], _E
         return self._pairs(n, s, X, self.windows[1 - s].base, self.runs[1 - s], check, newer=True)
 
-    def _pairs(self, P, p, X, xbase, run, check=True, newer=False):
+    def _pairs(self, P, p, X, xbase, run, check=True, newer=False, after=False):
         """Pairs (rows of P, rows of X) where P is stream p's rows and X the other's; returns
         (rows of stream 0, idx, rows of stream 1, idx) oriented by stream. `check=False` leaves
         out the per-pair window test (the caller knows every row of X is visible; bnl tests it
-        all the same); `newer`: only the pairs whose P row is the newer (by seq)."""
-        ip, ix = self._probe(P, p, X, xbase, run, check, newer)
+        all the same); `newer`: only the pairs whose P row is the newer (by seq); `after`: every
+        P row is newer than every row of X (X in seq order, so in coordinate order too)."""
+        ip, ix = self._probe(P, p, X, xbase, run, check, newer, after)
         if self.residual and len(ip):
             A, B, ia, ib = (P, X, ip, ix) if p == 0 else (X, P, ix, ip)
             from ..join.range_join import pair_mask
@@ -235,15 +237,25 @@ class BinaryJoin:
             ip, ix = ip[keep], ix[keep]
         return (P, ip, X, ix) if p == 0 else (X, ix, P, ip)
 
-    def _probe(self, P, p, X, xbase, run, check=True, newer=False):
+    def _probe(self, P, p, X, xbase, run, check=True, newer=False, after=False):
         (cp, lp, dp), (cx, lx, dx) = self.vis[p], self.vis[1 - p]
         vis_p = (P["seq"], P[cp], P[lp], dp)
         vis_x = (X["seq"], X[cx], X[lx], dx)
         guess = 16 * len(P) + 64
         if self.method == "equi":      # the kernel keeps the newer-probe pairs itself: one visit per row
             pk, xk = self.keys(P, p), self.keys(X, 1 - p)
-            res = [K.collect(equi_run, pk, self.hashes(P, p), *vis_p, rk, rp, xbase - rb, xk, *vis_x, check,
-                             newer, guess=guess) for rk, rp, rb in run.runs() if len(rk)]
+            # every X row older: the rows a probe sees are those from the first whose coordinate
+            # reaches its lo, so the kernel tests a row's position, not the row (a cache miss per
+            # pair otherwise); a one-word key's hash is a bijection (mix64), so equal hashes are
+            # equal keys
+            first = (np.searchsorted(X[cx], P[lp] + dp if dp else P[lp]).astype(np.int64) if after and check
+                     else _E)
+            h = self.hashes(P, p)
+            # probes in hash order gallop through a large run instead of searching it from its
+            # middle, each a few cache misses
+            order = np.argsort(h) if len(first) and len(X) > 4096 else _E
+            res = [K.collect(equi_run, pk, h, *vis_p, rk, rp, xbase - rb, xk, *vis_x, check,
+                             newer, first, self.one_word, order, guess=guess) for rk, rp, rb in run.runs() if len(rk)]
             newer = False
         elif self.method == "band":
             eps = self.eps
@@ -513,22 +525,30 @@ def result_rows(a_seq, a_tin, b_seq, b_tin, ia, ib, out_sa, out_sb, out_tin, off
 
 @njit(cache=True)
 def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_keys, x_seq, x_coord, x_lo, x_dlo,
-             check, newer, out_a, out_b):
+             check, newer, first, one_word, order, out_a, out_b):
     """Probe one run of an equi index: rows of X whose key equals the probe's and whose visibility
     holds (not tested when `check` is false: every row is known to be visible). Entries of expired
     rows (pos < xbase) are skipped. `*_dlo`: added to each side's lo (BinaryJoin.coord_lo).
     `newer`: only rows older than the probe (by seq), tested here while the row is at hand.
+    `first` (when not empty): every X row is older than every probe, and probe i sees exactly
+    the rows from first[i] on, so the rows are not read; `one_word`: equal hashes are equal keys.
+    `order` (when not empty): the probes to take in turn (their hash order).
 
-    Probes in ascending hash order (ChainedIndex sorts its batch once for all its subindexes)
-    find their entries by galloping on from the last one: the run is read about in order, not
-    searched from its middle per probe (a probe of 11 subindexes took a third of the time)."""
+    Probes in ascending hash order (ChainedIndex sorts its batch once for all its subindexes;
+    `order`) find their entries by galloping on from the last one: the run is read about in
+    order, not searched from its middle per probe (a probe of 11 subindexes took a third of the
+    time)."""
     n = 0
     nx = x_seq.shape[0]
     m = run_h.shape[0]
     q0 = 0
-    for i in range(p_h.shape[0]):
+    by_pos = first.shape[0] > 0
+    ordered = order.shape[0] > 0
+    hprev = p_h[0] if p_h.shape[0] else 0
+    for k in range(p_h.shape[0]):
+        i = order[k] if ordered else k
         h = p_h[i]
-        if i == 0 or h < p_h[i - 1]:
+        if k == 0 or h < hprev:
             q0 = np.searchsorted(run_h, h)
         elif q0 < m and run_h[q0] < h:       # gallop: run_h[lo] < h <= run_h[hi] (or hi = m)
             lo, step = q0, 1
@@ -547,7 +567,19 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_
                 else:
                     hi = mid
             q0 = lo
+        hprev = h
         q = q0
+        if by_pos:
+            f = first[i]
+            while q < m and run_h[q] == h:
+                j = run_pos[q] - xbase
+                q += 1
+                if j < f or j >= nx or not (one_word or K._keys_equal(p_keys, i, x_keys, j, 0)):
+                    continue
+                if n < out_a.shape[0]:
+                    out_a[n], out_b[n] = i, j
+                n += 1
+            continue
         while q < m and run_h[q] == h:
             j = run_pos[q] - xbase
             q += 1
