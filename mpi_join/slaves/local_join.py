@@ -141,6 +141,7 @@ class BinaryJoin:
         self.state_dtypes = [derived_dtype(dt, 0, 0, s in self.outer, u) for s, (dt, u) in enumerate(zip(dtypes, unread))]
         self.windows = [Window(dt, coord=self.vis[s][0], raw=dtypes[s]) for s, dt in enumerate(self.dtypes)]
         self.runs = [SortedRuns(np.uint64 if method == "equi" else np.float64) for _ in (0, 1)]
+        self.newest = [-1, -1]        # the largest seq appended to each window (seqs are >= 0)
 
     # -- the batch step ---------------------------------------------------------------------
     def step(self, new0, new1, bounds=None, tins=None):
@@ -196,7 +197,7 @@ class BinaryJoin:
         X = self.windows[o].view()
         if not len(n) or len(X) <= skip:
             return _E, _E, _E
-        A, a, B, b = self._pairs(n, s, X, self.windows[o].base, self.runs[o], check)
+        A, a, B, b = self._pairs(n, s, X, self.windows[o].base, self.runs[o], check, after=self._after(n, o))
         if skip:
             keep = (b if s == 0 else a) >= skip
             a, b = a[keep], b[keep]
@@ -221,14 +222,20 @@ class BinaryJoin:
         X = self.windows[1 - s].view()
         if not len(n) or not len(X):
             return n[:0], _E, n[:0], _E
-        return self._pairs(n, s, X, self.windows[1 - s].base, self.runs[1 - s], check, newer=True)
+        after = self._after(n, 1 - s)          # every stored row older: each is the older of its pairs
+        return self._pairs(n, s, X, self.windows[1 - s].base, self.runs[1 - s], check, newer=not after, after=after)
+
+    def _after(self, rows, o):
+        """Is every row of stream o's window older (by seq) than every one of `rows`?"""
+        return len(rows) > 0 and self.newest[o] < int(rows["seq"].min())
 
     def _pairs(self, P, p, X, xbase, run, check=True, newer=False, after=False):
         """Pairs (rows of P, rows of X) where P is stream p's rows and X the other's; returns
         (rows of stream 0, idx, rows of stream 1, idx) oriented by stream. `check=False` leaves
         out the per-pair window test (the caller knows every row of X is visible; bnl tests it
         all the same); `newer`: only the pairs whose P row is the newer (by seq); `after`: every
-        P row is newer than every row of X (X in seq order, so in coordinate order too)."""
+        P row is newer than every row of X, so a P row sees the rows of X from the first whose
+        coordinate reaches its lo (a window's coordinates are in order: window.py)."""
         ip, ix = self._probe(P, p, X, xbase, run, check, newer, after)
         if self.residual and len(ip):
             A, B, ia, ib = (P, X, ip, ix) if p == 0 else (X, P, ix, ip)
@@ -349,6 +356,8 @@ class BinaryJoin:
         w = self.windows[s]
         first = w.base + len(w)
         w.append(rows)
+        if len(rows):
+            self.newest[s] = max(self.newest[s], int(rows["seq"].max()))
         key = self.index_keys(rows, s) if key is None else key
         if key is not None:
             self.runs[s].add(key, first, w.base)
@@ -585,7 +594,7 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_
             q += 1
             if j < 0 or j >= nx or (newer and x_seq[j] > p_seq[i]):
                 continue
-            if K._keys_equal(p_keys, i, x_keys, j, 0) and (not check or K._visible(
+            if (one_word or K._keys_equal(p_keys, i, x_keys, j, 0)) and (not check or K._visible(
                     p_seq[i], p_coord[i], p_lo[i] + p_dlo, x_seq[j], x_coord[j], x_lo[j] + x_dlo)):
                 if n < out_a.shape[0]:
                     out_a[n], out_b[n] = i, j

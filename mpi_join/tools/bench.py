@@ -27,7 +27,8 @@ def run_mpi(nprocs, job_path, output, quiet=True):
     p = subprocess.run(cmd, env=env, stdout=None if not quiet else subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
         lines = p.stderr.strip().splitlines()
-        why = next((x for x in lines if x.startswith("mpi-join:")), lines[-1] if lines else "")
+        ours = [x for x in lines if x.startswith(("mpi-join: error", "mpi-join: rank"))]   # not a note
+        why = ours[0] if ours else (lines[-1] if lines else "")
         raise JobError(f"mpiexec run failed (exit {p.returncode}): {why}")
     with open(os.path.join(output, "metrics", "summary.json")) as f:
         return json.load(f)
