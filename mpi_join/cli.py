@@ -848,6 +848,9 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
               help="Input per probe, in seconds at the rate under test.")
 @click.option("--steps", default=2, show_default=True, type=click.IntRange(0, 20),
               help="Precision of the rate search: bisect until the bracket is 2^(1/2^STEPS) wide (2: 19%).")
+@click.option("--ceiling", default=800_000, show_default=True, type=click.IntRange(1_000, 100_000_000),
+              help="The highest rate tried, tuples/s per stream; a case that sustains it is shown as >= it "
+                   "(a lower bound, as are its ratios): raise it on a bigger machine.")
 @click.option("--spark/--no-spark", default=True, show_default=True,
               help="Run Spark Structured Streaming's stream-stream join on the equi input as a peer (a JVM "
                    "in local mode on 2 cores; about a minute on the default input).")
@@ -861,7 +864,8 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
               help="Run only the peers again (--spark, --flink), on the inputs of OUT's finished cases, and "
                    "write results.md again: Flink's figures after `make flink`, say.")
 @click.option("--overwrite", is_flag=True, help="Write into a non-empty OUT that no earlier bench-suite wrote.")
-def bench_suite(out, names, workloads, workers, seconds, steps, spark, flink, rerender, peers_only, overwrite):
+def bench_suite(out, names, workloads, workers, seconds, steps, ceiling, spark, flink, rerender, peers_only,
+                overwrite):
     """Every strategy on the shared band and equi workloads, side by side in one run.
 
     For each strategy, workload and worker count: the maximum sustainable rate per stream (by
@@ -891,8 +895,8 @@ def bench_suite(out, names, workloads, workers, seconds, steps, spark, flink, re
             peers_again(out, spark, flink, progress=lambda m: click.echo(m, err=True))
         else:
             run(out, list(names) or None, tuple(workloads) or ("band", "equi"), tuple(workers) or (1, 2, 3, 4),
-                seconds, steps, progress=lambda m: click.echo(m, err=True), spark=spark, overwrite=overwrite,
-                flink=flink)
+                seconds, steps, hi=float(ceiling), progress=lambda m: click.echo(m, err=True), spark=spark,
+                overwrite=overwrite, flink=flink)
     except JobError as e:
         _fail(e)
     with open(os.path.join(out, "results.md")) as f:

@@ -31,17 +31,20 @@ def test_bench_adaptive_writes_tables_and_plots(tmp_path):
 
 def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
     """With a relative --out, relative to where the user is (issue: a relative --out crashed with
-    a FileNotFoundError after the first probe)."""
+    a FileNotFoundError after the first probe). A case that sustains the highest rate tried
+    (--ceiling) shows it as a lower bound."""
     out = tmp_path / "suite"
     p = run_cli("bench-suite", "--out", "suite", "--strategy", "hash", "--workload", "equi",
-                "-n", "1", "-n", "2", "--seconds", "0.5", "--steps", "0", "--no-spark", "--no-flink", timeout=900,
-                cwd=str(tmp_path))
+                "-n", "1", "-n", "2", "--seconds", "0.5", "--steps", "0", "--ceiling", "20000", "--no-spark",
+                "--no-flink", timeout=900, cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr
     import json
     r = json.loads((out / "results.json").read_text())
     cases = {(c["strategy"], c["workers"]): c for c in r["cases"]}
     assert set(cases) == {("hash", 1), ("hash", 2)}
     assert all(c["max_rate"] > 0 and c["p99_ms"] >= c["p50_ms"] > 0 for c in cases.values())
+    assert all(c["at_ceiling"] and c["max_rate"] == 20000 for c in cases.values())   # far below hash's rate
+    assert "| hash | 1 | ≥ 20,000 | ≥ " in p.stdout
     assert cases[("hash", 2)]["oversubscribed"] == (3 > (os.cpu_count() or 1))
     # window state is measured against the staged bytes: a row holds seq, ts, the key and _tin, not
     # the 36-byte pad (of 64), with spare capacity and the index: under the raw bytes
