@@ -25,7 +25,6 @@ import os
 
 from ..runtime.graph import DRIVER, INPUT, RESULTS
 from ..runtime.headers import Ack, Ready
-from ..runtime.metrics import LatencyHistogram
 from ..join.jit import Compiles, freeze_heap
 from ..runtime.protocol import (DataHeader, Eos, Fin, Install, LoadRequest, Marker, MoveOut, Probe, ProbeReply, Tag, decode_control)
 from ..storage.results import result_dtype
@@ -102,7 +101,6 @@ class Worker:
     def begin(self, freeze=True):
         """Compile, freeze the heap (jit.freeze_heap; not where one process runs many ranks), READY."""
         self.module.warm_up()
-        LatencyHistogram.warm_up()
         self.compiled = Compiles.count
         if freeze:
             freeze_heap()
