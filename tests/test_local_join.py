@@ -319,9 +319,10 @@ def test_equi_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe
                                                             one_word, shuffle):
     """equi_run gallops from the last probe's entry while hashes ascend and searches anew when
     one goes down: the pairs are those of a brute-force comparison (duplicate keys, probes in
-    any order; `newer`: only stored rows older than the probe; `by_pos`: probe i sees the rows
-    from first[i] on, by position alone; `one_word`: equal hashes taken as equal keys, which a
-    one-word key's are; `shuffle`: the probes taken in a given order)."""
+    any order; `newer`: only stored rows older than the probe; `by_pos`: the rows before a
+    split are older than every probe, which sees those from first[i] on, by position alone;
+    `one_word`: equal hashes taken as equal keys, which a one-word key's are; `shuffle`: the
+    probes taken in a given order)."""
     from mpi_join.slaves.local_join import equi_run
     rng = np.random.default_rng(seed)
     xk = rng.integers(0, domain, n_run).astype(np.int64)
@@ -337,11 +338,11 @@ def test_equi_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe
     z = np.zeros
     oa, ob = np.empty(n_run * n_probe + 1, np.int64), np.empty(n_run * n_probe + 1, np.int64)
     first = rng.integers(0, n_run + 1, n_probe).astype(np.int64) if by_pos else np.zeros(0, np.int64)
-    newer = newer and not by_pos
+    split = int(rng.integers(0, n_run + 1)) if by_pos else 0
     n = equi_run(pk[:, None], ph, ps, z(n_probe, np.int64), z(n_probe, np.int64), 0, run[0], run[1], 0,
-                 xk[:, None], xs, z(n_run, np.int64), z(n_run, np.int64), 0, by_pos, newer, first, one_word,
+                 xk[:, None], xs, z(n_run, np.int64), z(n_run, np.int64), 0, False, newer, first, split, one_word,
                  rng.permutation(n_probe) if shuffle else np.zeros(0, np.int64), oa, ob)
     got = sorted(zip(oa[:n].tolist(), ob[:n].tolist()))
-    want = sorted((i, j) for i in range(n_probe) for j in range(n_run)
-                  if pk[i] == xk[j] and (not newer or xs[j] < ps[i]) and (not by_pos or j >= first[i]))
+    want = sorted((i, j) for i in range(n_probe) for j in range(n_run)       # rows before split: by position
+                  if pk[i] == xk[j] and (j >= first[i] if j < split else (not newer or xs[j] < ps[i])))
     assert got == want

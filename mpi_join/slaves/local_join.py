@@ -142,6 +142,7 @@ class BinaryJoin:
         self.windows = [Window(dt, coord=self.vis[s][0], raw=dtypes[s]) for s, dt in enumerate(self.dtypes)]
         self.runs = [SortedRuns(np.uint64 if method == "equi" else np.float64) for _ in (0, 1)]
         self.newest = [-1, -1]        # the largest seq appended to each window (seqs are >= 0)
+        self.in_order = [True, True]  # have each window's rows come in seq order (so far, always)
 
     # -- the batch step ---------------------------------------------------------------------
     def step(self, new0, new1, bounds=None, tins=None):
@@ -157,9 +158,9 @@ class BinaryJoin:
         out = []
         w0, w1 = self.windows[0].view(), self.windows[1].view()
         if len(n0) and len(w1):
-            out.append(self._pairs(n0, 0, w1, self.windows[1].base, self.runs[1], after=self.older))
+            out.append(self._pairs(n0, 0, w1, self.windows[1].base, self.runs[1], split=len(w1) if self.older else 0))
         if len(n1) and len(w0):
-            out.append(self._pairs(n1, 1, w0, self.windows[0].base, self.runs[0], after=self.older))
+            out.append(self._pairs(n1, 1, w0, self.windows[0].base, self.runs[0], split=len(w0) if self.older else 0))
         if len(n0) and len(n1):
             key = self.index_keys(n1, 1)
             run = SortedRuns.of(key) if key is not None else None
@@ -197,7 +198,7 @@ class BinaryJoin:
         X = self.windows[o].view()
         if not len(n) or len(X) <= skip:
             return _E, _E, _E
-        A, a, B, b = self._pairs(n, s, X, self.windows[o].base, self.runs[o], check, after=self._after(n, o))
+        A, a, B, b = self._pairs(n, s, X, self.windows[o].base, self.runs[o], check, split=self._older(n, o, X))
         if skip:
             keep = (b if s == 0 else a) >= skip
             a, b = a[keep], b[keep]
@@ -222,21 +223,28 @@ class BinaryJoin:
         X = self.windows[1 - s].view()
         if not len(n) or not len(X):
             return n[:0], _E, n[:0], _E
-        after = self._after(n, 1 - s)          # every stored row older: each is the older of its pairs
-        return self._pairs(n, s, X, self.windows[1 - s].base, self.runs[1 - s], check, newer=not after, after=after)
+        return self._pairs(n, s, X, self.windows[1 - s].base, self.runs[1 - s], check, newer=True,
+                           split=self._older(n, 1 - s, X))
 
-    def _after(self, rows, o):
-        """Is every row of stream o's window older (by seq) than every one of `rows`?"""
-        return len(rows) > 0 and self.newest[o] < int(rows["seq"].min())
+    def _older(self, rows, o, X):
+        """How many of the first rows of X, stream o's window, are older (by seq) than every one
+        of `rows`: all when the window's newest is, else those before the oldest of `rows` when
+        the window's rows came in seq order, else none."""
+        if not len(rows) or not len(X):
+            return 0
+        oldest = int(rows["seq"].min())
+        if self.newest[o] < oldest:
+            return len(X)
+        return int(np.searchsorted(X["seq"], oldest)) if self.in_order[o] else 0
 
-    def _pairs(self, P, p, X, xbase, run, check=True, newer=False, after=False):
+    def _pairs(self, P, p, X, xbase, run, check=True, newer=False, split=0):
         """Pairs (rows of P, rows of X) where P is stream p's rows and X the other's; returns
         (rows of stream 0, idx, rows of stream 1, idx) oriented by stream. `check=False` leaves
         out the per-pair window test (the caller knows every row of X is visible; bnl tests it
-        all the same); `newer`: only the pairs whose P row is the newer (by seq); `after`: every
-        P row is newer than every row of X, so a P row sees the rows of X from the first whose
+        all the same); `newer`: only the pairs whose P row is the newer (by seq); `split`: the rows
+        of X before it are older than every P row, so a P row sees those from the first whose
         coordinate reaches its lo (a window's coordinates are in order: window.py)."""
-        ip, ix = self._probe(P, p, X, xbase, run, check, newer, after)
+        ip, ix = self._probe(P, p, X, xbase, run, check, newer, split)
         if self.residual and len(ip):
             A, B, ia, ib = (P, X, ip, ix) if p == 0 else (X, P, ix, ip)
             from ..join.range_join import pair_mask
@@ -244,25 +252,26 @@ class BinaryJoin:
             ip, ix = ip[keep], ix[keep]
         return (P, ip, X, ix) if p == 0 else (X, ix, P, ip)
 
-    def _probe(self, P, p, X, xbase, run, check=True, newer=False, after=False):
+    def _probe(self, P, p, X, xbase, run, check=True, newer=False, split=0):
         (cp, lp, dp), (cx, lx, dx) = self.vis[p], self.vis[1 - p]
         vis_p = (P["seq"], P[cp], P[lp], dp)
         vis_x = (X["seq"], X[cx], X[lx], dx)
         guess = 16 * len(P) + 64
         if self.method == "equi":      # the kernel keeps the newer-probe pairs itself: one visit per row
             pk, xk = self.keys(P, p), self.keys(X, 1 - p)
-            # every X row older: the rows a probe sees are those from the first whose coordinate
-            # reaches its lo, so the kernel tests a row's position, not the row (a cache miss per
-            # pair otherwise); a one-word key's hash is a bijection (mix64), so equal hashes are
-            # equal keys
-            first = (np.searchsorted(X[cx], P[lp] + dp if dp else P[lp]).astype(np.int64) if after and check
+            # the X rows before `split` are older than every probe: a probe sees those from the
+            # first whose coordinate reaches its lo, so the kernel tests their positions, not the
+            # rows (a cache miss per pair otherwise); a one-word key's hash is a bijection
+            # (mix64), so equal hashes are equal keys
+            first = (np.searchsorted(X[cx], P[lp] + dp if dp else P[lp]).astype(np.int64) if split and check
                      else _E)
             h = self.hashes(P, p)
             # probes in hash order gallop through a large run instead of searching it from its
             # middle, each a few cache misses
-            order = np.argsort(h) if len(first) and len(X) > 4096 else _E
+            order = np.argsort(h) if split and len(X) > 4096 else _E
             res = [K.collect(equi_run, pk, h, *vis_p, rk, rp, xbase - rb, xk, *vis_x, check,
-                             newer, first, self.one_word, order, guess=guess) for rk, rp, rb in run.runs() if len(rk)]
+                             newer, first, int(split), self.one_word, order, guess=guess)
+                   for rk, rp, rb in run.runs() if len(rk)]
             newer = False
         elif self.method == "band":
             eps = self.eps
@@ -357,7 +366,9 @@ class BinaryJoin:
         first = w.base + len(w)
         w.append(rows)
         if len(rows):
-            self.newest[s] = max(self.newest[s], int(rows["seq"].max()))
+            seq = rows["seq"]
+            self.in_order[s] = self.in_order[s] and int(seq[0]) > self.newest[s] and bool((seq[1:] > seq[:-1]).all())
+            self.newest[s] = max(self.newest[s], int(seq.max()))
         key = self.index_keys(rows, s) if key is None else key
         if key is not None:
             self.runs[s].add(key, first, w.base)
@@ -534,13 +545,14 @@ def result_rows(a_seq, a_tin, b_seq, b_tin, ia, ib, out_sa, out_sb, out_tin, off
 
 @njit(cache=True)
 def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_keys, x_seq, x_coord, x_lo, x_dlo,
-             check, newer, first, one_word, order, out_a, out_b):
+             check, newer, first, split, one_word, order, out_a, out_b):
     """Probe one run of an equi index: rows of X whose key equals the probe's and whose visibility
     holds (not tested when `check` is false: every row is known to be visible). Entries of expired
     rows (pos < xbase) are skipped. `*_dlo`: added to each side's lo (BinaryJoin.coord_lo).
     `newer`: only rows older than the probe (by seq), tested here while the row is at hand.
-    `first` (when not empty): every X row is older than every probe, and probe i sees exactly
-    the rows from first[i] on, so the rows are not read; `one_word`: equal hashes are equal keys.
+    `split`: the rows of X before it are older than every probe, so probe i sees exactly those
+    from first[i] on (from 0 when `first` is empty) and they are not read; `one_word`: equal
+    hashes are equal keys.
     `order` (when not empty): the probes to take in turn (their hash order).
 
     Probes in ascending hash order (ChainedIndex sorts its batch once for all its subindexes;
@@ -551,7 +563,7 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_
     nx = x_seq.shape[0]
     m = run_h.shape[0]
     q0 = 0
-    by_pos = first.shape[0] > 0
+    has_first = first.shape[0] > 0
     ordered = order.shape[0] > 0
     hprev = p_h[0] if p_h.shape[0] else 0
     for k in range(p_h.shape[0]):
@@ -578,27 +590,22 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_
             q0 = lo
         hprev = h
         q = q0
-        if by_pos:
-            f = first[i]
-            while q < m and run_h[q] == h:
-                j = run_pos[q] - xbase
-                q += 1
-                if j < f or j >= nx or not (one_word or K._keys_equal(p_keys, i, x_keys, j, 0)):
-                    continue
-                if n < out_a.shape[0]:
-                    out_a[n], out_b[n] = i, j
-                n += 1
-            continue
+        f = first[i] if has_first else 0
         while q < m and run_h[q] == h:
             j = run_pos[q] - xbase
             q += 1
-            if j < 0 or j >= nx or (newer and x_seq[j] > p_seq[i]):
+            if j < 0 or j >= nx:
                 continue
-            if (one_word or K._keys_equal(p_keys, i, x_keys, j, 0)) and (not check or K._visible(
-                    p_seq[i], p_coord[i], p_lo[i] + p_dlo, x_seq[j], x_coord[j], x_lo[j] + x_dlo)):
-                if n < out_a.shape[0]:
-                    out_a[n], out_b[n] = i, j
-                n += 1
+            if j < split:           # older than every probe: seen from the probe's first row on
+                if j < f or not (one_word or K._keys_equal(p_keys, i, x_keys, j, 0)):
+                    continue
+            elif (newer and x_seq[j] > p_seq[i]) or not (one_word or K._keys_equal(p_keys, i, x_keys, j, 0)) or (
+                    check and not K._visible(p_seq[i], p_coord[i], p_lo[i] + p_dlo, x_seq[j], x_coord[j],
+                                             x_lo[j] + x_dlo)):
+                continue
+            if n < out_a.shape[0]:
+                out_a[n], out_b[n] = i, j
+            n += 1
     return n
 
 
