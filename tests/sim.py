@@ -97,14 +97,16 @@ class MemTransport:
 
 
 class MemWriter:
-    """Results kept in memory: each stream's seqs, per result."""
+    """Results kept in memory: each stream's seqs, per result, and the arrival time it carried
+    (its emission time less its delay)."""
 
     def __init__(self):
-        self.rows = []
+        self.rows, self.tins = [], []
 
     def add(self, seqs, t_ns, lat):
         if len(seqs[0]):
             self.rows.append(np.stack(seqs, axis=1))
+            self.tins.append(np.asarray(t_ns, np.int64) - np.asarray(lat, np.int64))
 
     def write_snapshot(self, *snap):
         self.snapshots.append(snap)
@@ -122,11 +124,12 @@ class MemWriter:
         return []
 
 
-def simulate(job, arrays, workers, seed=0, snapshots=None, wrap=None):
+def simulate(job, arrays, workers, seed=0, snapshots=None, wrap=None, arrivals=None):
     """Run `job` (strategy and parameters checked) over `arrays` on `workers` workers in process;
     returns (results as an (r, M) seq array, the modules by rank, the router). Aggregate snapshots
     are appended to the list `snapshots`; `wrap(rank, module_or_router)` may wrap each before the
-    run (to record what it is handed)."""
+    run (to record what it is handed); the list `arrivals`, when given, gets each result's
+    arrival time, in the order of the rows returned."""
     info = strategies.get(job.strategy.name)
     graph = info.build_graph(workers + 1, job.strategy.params)
     net = Network(workers + 1, seed)
@@ -149,6 +152,8 @@ def simulate(job, arrays, workers, seed=0, snapshots=None, wrap=None):
         wrap(0, driver.router)
     driver.run(freeze=False)
     rows = [x for w in writers.values() for x in w.rows]
+    if arrivals is not None:
+        arrivals.extend(int(t) for w in writers.values() for x in w.tins for t in x)
     M = len(arrays)
     return (np.concatenate(rows) if rows else np.zeros((0, M), np.int64),
             {r: w.module for r, w in net.workers.items()}, driver.router)
@@ -160,7 +165,7 @@ class _no_snapshots(list):
 
 
 def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_epoch=None, snapshots=None, trace=None,
-                      **params):
+                      arrivals=None, **params):
     """`simulate` with `strategy` and its `params` set on `job`, batches of `batch_size` at no set
     rate. `on_epoch(epoch, modules, router)` runs after each epoch the router ends; every call
     handed to an operator is appended to the list `trace` as (rank, "data", src, header, batches)
@@ -182,7 +187,7 @@ def simulate_strategy(strategy, job, arrays, workers, seed=0, batch_size=7, on_e
                 end(epoch)
                 on_epoch(epoch, mods, op)
             op.end_of_epoch = end_of_epoch
-    return simulate(job, arrays, workers, seed, snapshots, wrap)
+    return simulate(job, arrays, workers, seed, snapshots, wrap, arrivals)
 
 
 def _record(rank, op, trace):

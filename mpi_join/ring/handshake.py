@@ -61,12 +61,14 @@ class Segment:
     """One worker's segments of both windows, the two-phase forwarding state and the movement
     policy; pure (no MPI): methods return what to send where."""
 
-    def __init__(self, job, k, n, dtypes, exits, method="scan", weights=None):
+    def __init__(self, job, k, n, dtypes, exits, method="scan", weights=None, older=False):
+        """`older`: a stored row is always the older of a pair it meets (llhj), so it holds no
+        `_tin` (BinaryJoin); in handshake join either tuple of a pair can be the newer."""
         self.k, self.n, self.dtypes = k, n, dtypes
         # exits[s]: stream s leaves the chain at this segment (R at the right end, S at the left);
         # the worker's role decides it
         self.exits = tuple(exits)
-        self.join = BinaryJoin(job.predicate, dtypes, method)
+        self.join = BinaryJoin(job.predicate, dtypes, method, older=older)
         self.sent = [0, 0]                 # oldest rows of each window sent on, not yet acknowledged
         self.now = None                    # newest ts seen here (time windows age against it)
         w = np.asarray(weights if weights else [1.0] * n, np.float64)
@@ -79,11 +81,11 @@ class Segment:
         self.share = [float(w[k - 1] / w.sum())] * 2
 
     @classmethod
-    def of(cls, job, rank, n, dtypes, exits):
+    def of(cls, job, rank, n, dtypes, exits, older=False):
         """The segment of worker `rank` of n, from the strategy's local_join and weights."""
         p = job.strategy.params
         weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
-        return cls(job, rank, n, dtypes, exits, p["local_join"], weights)
+        return cls(job, rank, n, dtypes, exits, p["local_join"], weights, older)
 
     # -- messages --------------------------------------------------------------------------------
     def arrive(self, s, batch, bounds=None, from_driver=False):

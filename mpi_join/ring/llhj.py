@@ -70,7 +70,9 @@ class LowLatencyModule(Operator):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         self.n = len(graph.workers)
-        self.seg = Segment.of(job, rank, self.n, dtypes, self.exits)
+        # a stored row is the older of every pair it is probed for (a new batch meets stored rows
+        # of earlier batches; a catch-up meets moved rows with later replicas): it holds no _tin
+        self.seg = Segment.of(job, rank, self.n, dtypes, self.exits, older=True)
         self.home = self.exits[::-1]
         self.left, self.right = beside(graph, rank)
         self.since = [np.zeros(0, np.int64), np.zeros(0, np.int64)]   # per stored row, aligned with the window
@@ -105,7 +107,7 @@ class LowLatencyModule(Operator):
         for s, new in ((0, R), (1, S)):
             if len(new):
                 seg._clock(new)
-                self._emit(out, *(self._probe_stored(new, s, b) or ()))
+                self._probe_stored(out, new, s, b)
         if self.home[0] and len(R) and len(S):          # this batch's own pairs, once: at R's home
             self._emit(out, *self._pairs(R, S))
         for s, new in ((0, R), (1, S)):
@@ -118,19 +120,22 @@ class LowLatencyModule(Operator):
         seg._drop_at_end(1, bounds)
         self._sync_since()
 
-    def _probe_stored(self, new, s, b):
+    def _probe_stored(self, out, new, s, b):
         """New rows of stream s (batch b) against the stored rows of the other stream that no
-        earlier worker has met this batch with (since < b)."""
+        earlier worker has met this batch with (since < b). Those stored rows came in batches
+        before b, so the new row is a pair's newer: its arrival time is the result's."""
         o = 1 - s
         join = self.seg.join
         X = join.windows[o].view()
         if not len(X):
-            return None
+            return
         P = join.derive(new, s)
-        A, a, B, bb = join._pairs(P, s, X, join.windows[o].base, join.runs[o])
-        xi = bb if s == 0 else a
+        A, a, B, bb = join._pairs(P, s, X, join.windows[o].base, join.runs[o], split=join._older(P, o, X))
+        ni, xi = (a, bb) if s == 0 else (bb, a)
         keep = self.since[o][xi] < b
-        return A, a[keep], B, bb[keep]
+        if keep.any():
+            a, bb = a[keep], bb[keep]
+            out.emit((A["seq"][a], B["seq"][bb]), new["_tin"][ni[keep]])
 
     def _moved(self, out, src, stamp, batches):
         self.heard[src] = max(self.heard[src], stamp)
@@ -160,8 +165,9 @@ class LowLatencyModule(Operator):
         b = np.concatenate([out[0][1], out[1][1]])
         return R, a, S, b
 
-    def _emit(self, out, A=None, a=None, B=None, b=None):
-        if A is None or not len(a):
+    def _emit(self, out, A, a, B, b):
+        """Pairs of runtime rows (both carry _tin): the newer's arrival time is the result's."""
+        if not len(a):
             return
         sa, sb = A["seq"][a], B["seq"][b]
         tin = np.where(sa > sb, A["_tin"][a], B["_tin"][b])
