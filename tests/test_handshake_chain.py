@@ -67,3 +67,16 @@ def test_llhj_equals_oracle(pred, kind, n):
         got, mods, _ = simulate_strategy("llhj", job, arrays, n, seed=seed, batch_size=batch,
                                          local_join="index" if seed % 2 else "scan")
         _check(got, run_oracle(job, arrays))
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_every_segment_is_empty_at_the_end_of_the_input(n):
+    """At the end of the input each stream moves on to its exit, where the other stream's input
+    has ended: what arrives there has met every partner and goes (handshake.HandshakeModule.
+    _drop_met), instead of the whole window piling up at the exit end."""
+    job = _job("band", "time")
+    arrays = random_streams(np.random.default_rng(4), 900, key_range=8)
+    got, mods, _ = simulate_strategy("handshake", job, arrays, n, seed=3, batch_size=5, local_join="index")
+    _check(got, run_oracle(job, arrays))
+    held = {r: [len(w) for w in m.seg.join.windows] for r, m in mods.items()}
+    assert all(h == [0, 0] for h in held.values()), held

@@ -346,3 +346,34 @@ def test_equi_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe
     want = sorted((i, j) for i in range(n_probe) for j in range(n_run)       # rows before split: by position
                   if pk[i] == xk[j] and (j >= first[i] if j < split else (not newer or xs[j] < ps[i])))
     assert got == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["append", "expire", "drop"]), st.integers(0, 9000)), min_size=1,
+                max_size=40))
+def test_a_window_keeps_its_rows_in_order_and_no_large_buffer_under_a_quarter_full(ops):
+    """Window (join/window.py) against a list: appends, expiries and drops in any order leave the
+    rows a list would hold, with their absolute numbers (`base`); after an expiry or a drop a
+    buffer of more than 4,096 rows is at least a quarter full (a chain's end segment that empties
+    does not keep its peak's buffer), and after an append it has room for the rows."""
+    from mpi_join.join.window import Window
+    dt = np.dtype([("_coord", np.int64), ("v", np.int32)])
+    w, ref, base, nxt = Window(dt), [], 0, 0
+    for op, k in ops:
+        if op == "append":
+            b = np.zeros(k, dt)
+            b["_coord"] = np.arange(nxt, nxt + k)
+            b["v"] = b["_coord"] % 1000
+            w.append(b)
+            ref += b["_coord"].tolist()
+            nxt += k
+            assert len(w._buf) >= len(ref)
+        else:
+            before = w.view()
+            gone = w.expire(ref[0] + k if ref else 0) if op == "expire" else w.drop(k)
+            assert gone == min(len(ref), k if op == "drop" else sum(c < (ref[0] + k) for c in ref))
+            assert before[:gone]["_coord"].tolist() == ref[:gone]        # a view taken before keeps its rows
+            ref, base = ref[gone:], base + gone
+            assert len(w._buf) <= 4096 or len(ref) >= len(w._buf) // 4
+        assert w.view()["_coord"].tolist() == ref and w.base == base and len(w) == len(ref)
+        assert (w.view()["v"] == w.view()["_coord"] % 1000).all()

@@ -76,14 +76,27 @@ def runtime_dtype(stream_dtype, M=2):
     return np.dtype(stream_dtype.descr + INTERNAL + extra)
 
 
+def _capacity(rows):
+    """A buffer for `rows` rows and room to grow: 1.25x (a full window holds 1.14-1.25x its rows)."""
+    return max(256, rows + rows // 4)
+
+
+def _too_big(cap, rows):
+    """A large buffer less than a quarter full: it shrinks."""
+    return cap > 4096 and rows < cap // 4
+
+
 class Window:
     """A growable window of tuples in arrival order; expires a prefix at a time.
 
     Appends are amortised O(1) per tuple: when the rows no longer fit, they move to the front
     (compaction) if they fill at most 7/8 of the buffer, else to a new buffer of 1.25 times their
-    number (a quarter-full large buffer shrinks the same way). A sliding window thus holds 1.14
-    to 1.25 times its rows (memory is the scarcer resource: a row is copied about 4 times in its
-    life, a memcpy, against 2 at 1.5x). `view()` is a zero-copy slice kernels read directly.
+    number. A sliding window thus holds 1.14 to 1.25 times its rows (memory is the scarcer
+    resource: a row is copied about 4 times in its life, a memcpy, against 2 at 1.5x). A large
+    buffer that expiry or a drop leaves less than a quarter full shrinks the same way at once, not
+    at the next append (a chain's end segment empties when its stream moves on and may get no
+    more rows). `view()` is a zero-copy slice kernels read directly; a view taken before an
+    append, an expiry or a drop keeps the rows it showed.
     `coord`: the column expiry compares (`ts` where a join derives the coordinate from it)."""
 
     def __init__(self, dtype, capacity=256, coord="_coord", raw=None):
@@ -113,12 +126,10 @@ class Window:
         if self._end + n > len(self._buf):
             live = len(self)
             need, cap = live + n, len(self._buf)
-            if need > cap - cap // 8 or (cap > 4096 and need < cap // 4):
-                cap = max(256, need + need // 4)       # 1.25x: a full window holds 1.14-1.25x its rows
+            if need > cap - cap // 8 or _too_big(cap, need):
+                cap = _capacity(need)
             if cap != len(self._buf):
-                new = np.empty(cap, self._buf.dtype)
-                new[:live] = self._buf[self._start:self._end]
-                self._buf = new
+                self._move_to(cap)
             elif live:          # to the front in place: one memmove (numpy would copy an overlap twice)
                 size = self._buf.dtype.itemsize
                 ctypes.memmove(self._buf.ctypes.data, self._buf.ctypes.data + self._start * size, live * size)
@@ -132,9 +143,7 @@ class Window:
             return 0
         c = self._buf[self._coord][self._start:self._end]
         k = int(np.searchsorted(c, bound))
-        self._start += k
-        self.base += k
-        return k
+        return self.drop(k)
 
     def trim(self):
         """Drop spare capacity (a window that is done growing: an archived subindex)."""
@@ -146,7 +155,17 @@ class Window:
         k = min(int(k), len(self))
         self._start += k
         self.base += k
+        if k and _too_big(len(self._buf), len(self)):
+            self._move_to(_capacity(len(self)))
         return k
+
+    def _move_to(self, cap):
+        """The rows to the front of a new buffer of `cap` rows."""
+        live = len(self)
+        new = np.empty(cap, self._buf.dtype)
+        new[:live] = self._buf[self._start:self._end]
+        self._buf = new
+        self._start, self._end = 0, live
 
     def take(self):
         """Remove and return every tuple (used to move state)."""

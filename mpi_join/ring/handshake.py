@@ -101,7 +101,7 @@ class Segment:
 
     def acked(self, s, count):
         """The neighbour took `count` forwarded tuples of stream s: they leave this segment."""
-        self.join.windows[s].drop(count)
+        self.join.drop(s, count)
         self.sent[s] -= count
 
     def _drop_at_end(self, s, bounds):
@@ -111,7 +111,7 @@ class Segment:
         one worker that batch comes next."""
         o = 1 - s
         if self.exits[o]:
-            self.join.windows[o].expire(bounds[o])
+            self.join.expire_stream(o, bounds[o])
 
     def _clock(self, batch):
         t = int(batch["ts"][-1])
@@ -205,7 +205,17 @@ class HandshakeModule(Operator):
         else:
             raise RuntimeError(f"rank {self.rank}: a handshake batch without its header ({body!r})")
         self._move(out, header.bounds)
+        self._drop_met()
         return out
+
+    def _drop_met(self):
+        """At the end where a stream leaves, its tuples wait only for tuples of the other stream
+        still to enter there; once that input has ended they have met every partner (an arriving
+        batch meets what is here, and one it crossed meets it at the neighbour), so they go: at the
+        end of the input every stream moves to its exit, and would otherwise pile up there."""
+        for s in (0, 1):
+            if self.exits[s] and self.ended[1 - s] and len(self.seg.join.windows[s]):
+                self.seg.join.drop(s, len(self.seg.join.windows[s]))
 
     def _move(self, out, bounds):
         due = self.seg.due(tuple(self.ended))
@@ -225,6 +235,7 @@ class HandshakeModule(Operator):
             self.ended[1] = True
         out = Output()
         self._move(out, tuple(0 for _ in self.dtypes))
+        self._drop_met()
         return out
 
     def stats(self):

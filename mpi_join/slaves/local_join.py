@@ -374,14 +374,31 @@ class BinaryJoin:
             self.runs[s].add(key, first, w.base)
 
     def expire(self, bounds):
-        for s, w in enumerate(self.windows):
-            v = w.view()                 # expiry moves the window's start only: v still holds what left
-            k = w.expire(bounds[self.i if s == 0 else self.j] if len(bounds) > 2 else bounds[s])
-            if s in self.outer and k:
-                lone = v[:k][v[HIT][:k] == 0]
-                if len(lone):
-                    seqs = [lone["seq"].astype(np.int64), np.full(len(lone), -1, np.int64)]
-                    self.lone.append((seqs[s], seqs[1 - s], lone["_tin"].astype(np.int64)))
+        for s in (0, 1):
+            self.expire_stream(s, bounds[(self.i, self.j)[s]] if len(bounds) > 2 else bounds[s])
+
+    def expire_stream(self, s, bound):
+        """Expire stream s's window by its bound (window.py); returns how many rows left."""
+        w = self.windows[s]
+        v = w.view()                     # v still holds what left (window.py)
+        k = w.expire(bound)
+        if s in self.outer and k:
+            lone = v[:k][v[HIT][:k] == 0]
+            if len(lone):
+                seqs = [lone["seq"].astype(np.int64), np.full(len(lone), -1, np.int64)]
+                self.lone.append((seqs[s], seqs[1 - s], lone["_tin"].astype(np.int64)))
+        if k:
+            self.runs[s].settle(w.base, len(w))
+        return k
+
+    def drop(self, s, k):
+        """Drop the oldest k rows of stream s without expiring them (a chain's acknowledged
+        forwards, a ring buffer's overwrite); returns how many left."""
+        w = self.windows[s]
+        k = w.drop(k)
+        if k:
+            self.runs[s].settle(w.base, len(w))
+        return k
 
     def __len__(self):
         return len(self.windows[0]) + len(self.windows[1])
@@ -479,6 +496,14 @@ class SortedRuns:
     def nbytes(self):
         return sum(k.nbytes + p.nbytes for k, p, _ in (self.big, self.small))
 
+    def settle(self, live_from, live):
+        """Rows below `live_from` have left the window, `live` remain: when the entries of rows
+        gone outnumber the live ones (by 4,096), both runs merge without them, so a window that
+        empties (a chain's end segment) does not keep its index until its next rows come."""
+        if len(self.big[0]) + len(self.small[0]) > 2 * live + 4096:
+            self.big = _merge(*self.big, *self.small, live_from)
+            self.small = (np.zeros(0, self.kd), _EU, 0)
+
     def add(self, keys, first, live_from):
         """Entries for rows first, first+1, ... with these keys; entries below `live_from` are
         dropped when runs merge."""
@@ -497,14 +522,21 @@ MAX_SPAN = (1 << 32) - 1           # the largest uint32 offset from a run's base
 
 
 def _merge(k1, p1, b1, k2, p2, b2, live_from):
-    n = len(k1) + len(k2)
+    # sized for the live entries alone: a slice of a larger buffer would hold (and hide) the rest
+    n = _live(p1, b1, live_from) + _live(p2, b2, live_from)
     ko = np.empty(n, k1.dtype if len(k1) else k2.dtype)
     po = np.empty(n, np.uint32)
     m = merge_runs(k1, p1, b1, k2, p2, b2, live_from, ko, po)
     if m < 0:
         raise RuntimeError(f"a window index spans more than {MAX_SPAN} rows (from row {live_from}); "
                            f"a rank holding that many rows needs more ranks")
-    return ko[:m], po[:m], live_from
+    assert m == n
+    return ko, po, live_from
+
+
+def _live(pos, base, live_from):
+    """How many entries of a run (offsets `pos` from `base`) are rows at or past live_from."""
+    return len(pos) if live_from <= base else int(np.count_nonzero(pos >= live_from - base))
 
 
 @njit(cache=True)
@@ -521,7 +553,7 @@ def merge_runs(k1, p1, b1, k2, p2, b2, live_from, ko, po):
             k, p = k2[b], p2[b] + b2
             b += 1
         if p >= live_from:
-            if p - live_from > MAX_SPAN:
+            if p - live_from > MAX_SPAN or m >= ko.shape[0]:
                 return -1
             ko[m] = k
             po[m] = p - live_from

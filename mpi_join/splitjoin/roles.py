@@ -75,7 +75,7 @@ class JoinCore(Operator):
         for s in (0, 1):
             o = batches[1 - s]
             if self.kinds[s] == "time" and len(o):            # active expiry, before processing
-                j.windows[s].expire(int(o["_lo"][0]))
+                j.expire_stream(s, int(o["_lo"][0]))
         first = list(self.seen)
         for s, b in enumerate(batches):
             count = self.seen[s] + np.arange(len(b))
@@ -87,7 +87,7 @@ class JoinCore(Operator):
             flows += self._flow(s, b, j.probe_newer(b, s), first[s])
         for s, cap in enumerate(self.ring):                  # passive expiry: the ring overwrites
             if cap and len(j.windows[s]) > cap:
-                j.windows[s].drop(len(j.windows[s]) - cap)
+                j.drop(s, len(j.windows[s]) - cap)
         return flows
 
     def _flow(self, s, new, res, first):
