@@ -377,3 +377,37 @@ def test_a_window_keeps_its_rows_in_order_and_no_large_buffer_under_a_quarter_fu
             assert len(w._buf) <= 4096 or len(ref) >= len(w._buf) // 4
         assert w.view()["_coord"].tolist() == ref and w.base == base and len(w) == len(ref)
         assert (w.view()["v"] == w.view()["_coord"] % 1000).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "expire"]), st.integers(0, 20000)), min_size=1, max_size=24),
+       st.integers(0, 2**32))
+def test_sorted_runs_hold_every_live_row_once_in_key_order(ops, seed):
+    """SortedRuns against a dict of live rows: adds (small runs merged into the big one at their
+    threshold), expiry (`settle`) in any order; each run stays sorted by (key, row), every live
+    row has exactly one entry, and the memory counted covers every entry kept."""
+    rng = np.random.default_rng(seed)
+    r, live, nxt, live_from = SortedRuns(np.uint64), {}, 0, 0
+    for op, k in ops:
+        if op == "add":
+            keys = rng.integers(0, 50, k).astype(np.uint64)
+            r.add(keys, nxt, live_from)
+            live.update(zip(range(nxt, nxt + k), keys.tolist()))
+            nxt += k
+        else:
+            live_from = min(nxt, live_from + k)
+            live = {row: key for row, key in live.items() if row >= live_from}
+            r.settle(live_from, len(live))
+        got = {}
+        for keys, offs, base in r.runs():
+            rows = offs.astype(np.int64) + base
+            pairs = list(zip(keys.tolist(), rows.tolist()))
+            assert pairs == sorted(pairs)
+            for key, row in pairs:
+                if row >= live_from:
+                    assert row not in got
+                    got[row] = key
+        assert got == live
+        entries = sum(len(keys) for keys, _, _ in r.runs())
+        assert r.nbytes >= 12 * entries
+        assert op == "add" or entries <= 2 * len(live) + 4096          # settled: few entries of rows gone
