@@ -72,8 +72,8 @@ def test_llhj_equals_oracle(pred, kind, n):
 @pytest.mark.parametrize("n", [1, 3])
 def test_every_segment_is_empty_at_the_end_of_the_input(n):
     """At the end of the input each stream moves on to its exit, where the other stream's input
-    has ended: what arrives there has met every partner and goes (handshake.HandshakeModule.
-    _drop_met), instead of the whole window piling up at the exit end."""
+    has ended: what arrives there has met every partner and goes (handshake.Segment.drop_met),
+    instead of the whole window piling up at the exit end."""
     job = _job("band", "time")
     arrays = random_streams(np.random.default_rng(4), 900, key_range=8)
     got, mods, _ = simulate_strategy("handshake", job, arrays, n, seed=3, batch_size=5, local_join="index")

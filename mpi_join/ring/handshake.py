@@ -113,6 +113,16 @@ class Segment:
         if self.exits[o]:
             self.join.expire_stream(o, bounds[o])
 
+    def drop_met(self, ended):
+        """At the end where a stream leaves, its tuples wait only for tuples of the other stream
+        still to enter there; once that input has ended (`ended[s]`: the input has ended on
+        stream s's side) they have met every partner (an arriving batch meets what is here, and
+        one it crossed meets it at the neighbour), so they go: at the end of the input every
+        stream moves to its exit, and would otherwise pile up there."""
+        for s in (0, 1):
+            if self.exits[s] and ended[1 - s] and len(self.join.windows[s]):
+                self.join.drop(s, len(self.join.windows[s]))
+
     def _clock(self, batch):
         t = int(batch["ts"][-1])
         self.now = t if self.now is None else max(self.now, t)
@@ -205,17 +215,8 @@ class HandshakeModule(Operator):
         else:
             raise RuntimeError(f"rank {self.rank}: a handshake batch without its header ({body!r})")
         self._move(out, header.bounds)
-        self._drop_met()
+        self.seg.drop_met(self.ended)
         return out
-
-    def _drop_met(self):
-        """At the end where a stream leaves, its tuples wait only for tuples of the other stream
-        still to enter there; once that input has ended they have met every partner (an arriving
-        batch meets what is here, and one it crossed meets it at the neighbour), so they go: at the
-        end of the input every stream moves to its exit, and would otherwise pile up there."""
-        for s in (0, 1):
-            if self.exits[s] and self.ended[1 - s] and len(self.seg.join.windows[s]):
-                self.seg.join.drop(s, len(self.seg.join.windows[s]))
 
     def _move(self, out, bounds):
         due = self.seg.due(tuple(self.ended))
@@ -235,7 +236,7 @@ class HandshakeModule(Operator):
             self.ended[1] = True
         out = Output()
         self._move(out, tuple(0 for _ in self.dtypes))
-        self._drop_met()
+        self.seg.drop_met(self.ended)
         return out
 
     def stats(self):

@@ -504,8 +504,12 @@ class SortedRuns:
         gone outnumber the live ones (by 4,096), both runs merge without them, so a window that
         empties (a chain's end segment) does not keep its index until its next rows come."""
         if len(self.big[0]) + len(self.small[0]) > 2 * live + 4096:
-            self.big = _merge(*self.big, *self.small, live_from)
-            self.small = (np.zeros(0, self.kd), _EU, 0)
+            self._merge_small(live_from)
+
+    def _merge_small(self, live_from):
+        """The small run into the big one, entries below live_from dropped."""
+        self.big = _merge(*self.big, *self.small, live_from)
+        self.small = (np.zeros(0, self.kd), _EU, 0)
 
     def add(self, keys, first, live_from):
         """Entries for rows first, first+1, ... with these keys; entries below `live_from` are
@@ -521,8 +525,7 @@ class SortedRuns:
         # of 460,000 rows in batches of 575, against 104 when the small run went to big / 4:
         # 208-226 ns an entry added against 459-576, one process, alternating runs)
         if len(self.small[0]) > min(len(self.big[0]) // 4, math.isqrt(2 * len(keys) * len(self.big[0]))) + 1024:
-            self.big = _merge(*self.big, *self.small, live_from)
-            self.small = (np.zeros(0, self.kd), _EU, 0)
+            self._merge_small(live_from)
 
 
 MAX_SPAN = (1 << 32) - 1           # the largest uint32 offset from a run's base
