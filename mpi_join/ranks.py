@@ -136,7 +136,8 @@ def _sources(job, tx, ctx, follow, resumed=None):
     if resumed is not None:
         k, why = resumed, "the checkpoint's"
     elif follow:
-        k, why = 1, "a followed log is read by one source"
+        k, why = 1, ("a followed log: one source releases each batch as soon as it is committed (several wait "
+                     "for whole batches, and commit at part boundaries); set run.sources for more")
     elif ctx.get("choose_sources") is None:
         k, why = 1, "no planner"
     else:
@@ -159,9 +160,6 @@ def _driver(job_path, overrides, tx, ctx):
     metrics = RankMetrics(0, "driver")
     try:
         job = load_job(job_path, overrides)
-        if job.run.sources > 1 and overrides.get("follow"):
-            raise JobError(f"{job.path}: run.sources = {job.run.sources} with --follow: a followed run reads its log "
-                           f"with one source in this version; set run.sources = 1 (or leave it \"auto\")")
         if overrides.get("follow"):
             job = _live_job(job)              # results are committed at checkpoints (commits.py)
         ctx["output"] = job.output
@@ -365,6 +363,8 @@ def _worker(job_path, overrides, tx, ctx):
     if start.error:
         return 2
     job = load_job(job_path, overrides)
+    if overrides.get("follow"):
+        job = _live_job(job)                 # as rank 0 runs it: its checkpoints are the commits
     if job.run.sources_auto:             # rank 0's choice (_sources)
         from dataclasses import replace
         job = replace(job, run=replace(job.run, sources=start.sources))
@@ -376,7 +376,7 @@ def _worker(job_path, overrides, tx, ctx):
     if tx.rank in graph.sources:                  # an extra source: reads and routes its share
         from .master.feeder import Feeder
         Feeder(job, tx, graph, info.load_role("driver"), metrics, Progress(0, enabled=False),
-               (start.resume_dir, start.resume_id) if start.resume_dir else None).run()
+               (start.resume_dir, start.resume_id) if start.resume_dir else None, bool(overrides.get("follow"))).run()
         return 0
     writer = ResultWriter(os.path.join(job.output, "results"), tx.rank, job.stream_names,
                           snapshot_dir=os.path.join(job.output, "aggregate"))

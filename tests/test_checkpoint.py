@@ -284,6 +284,18 @@ def test_parallel_sources_sigkill_then_resume(tmp_path, strategy, k, victim):
     assert r.returncode == 2 and f"was cut with run.sources = {k}, this run has 1" in r.stderr, r.stderr
 
 
+def test_psp_count_bounded_slices_with_two_sources_sigkill_then_resume(tmp_path):
+    """psp's head sets count-bounded cuts (it sees every tuple; each source sees its parts): its
+    slicer is part of the checkpoint. The head killed after two checkpoints, --resume: exactly
+    the oracle's pairs, each once."""
+    path, job, arrays = paced_checkpointed_job(tmp_path, "psp", None, extra_strategy='slice_counts = "40"',
+                                               run="sources = 2\npart = 300")
+    kill_then_resume(path, job, ranks=5, victim=1, total=16000)
+    got = read_results(job.output, job.stream_names)
+    assert len(got) == len(as_set(got)), "a result was written twice"
+    assert as_set(got) == as_set(run_oracle(job, arrays))
+
+
 def test_auto_sources_take_the_planners_choice_and_a_resume_keeps_the_checkpoints(tmp_path):
     """run.sources left "auto": rank 0 takes the planner's choice for the ranks and cores it has,
     here from a calibration (MPI_JOIN_CALIBRATION) whose driver cost makes two sources model

@@ -307,6 +307,41 @@ def test_a_run_waiting_on_the_log_uses_no_cpu_and_ends_with_it(tmp_path):
     assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
 
 
+def test_two_sources_follow_a_log_through_a_rank_kill_and_resume(tmp_path):
+    """run.sources = 2 following a log: commits come at part boundaries none of the sources has
+    started; a worker SIGKILLed after one, --resume --follow goes on from it while the log
+    grows, and the results on the final log equal the oracle's, each pair once."""
+    job, w, rng = _log_job(tmp_path, seed=4, commit_every="100ms", batches=3, extra="sources = 2\npart = 128")
+    cmd = [MPIEXEC, "-n", "4", *mpi_join_cmd("run", "--follow", str(tmp_path / "job.toml"))]
+    run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           env=_env())
+    committed = tmp_path / "out" / "_COMMITTED"
+    _wait(lambda: committed.exists() and json.loads(committed.read_text())["results"] > 0, "a commit")
+    first = json.loads(committed.read_text())
+    assert first["input_offset"] % 128 == 0, f"a commit at a part boundary: {first}"
+    pids = mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 1, str(tmp_path / "job.toml"))
+    assert pids and run.poll() is None, "rank 1 not found"
+    os.kill(pids[0], signal.SIGKILL)
+    code, _, err = _finish(run, "the killed run")
+    assert code != 0 and not (tmp_path / "out" / "_SUCCESS").exists()
+    w.commit(3, [_random_rows(job, 0, 3000, rng), _random_rows(job, 1, 3000, rng)], ["d.csv"])
+    cmd.insert(-1, "--resume")
+    cmd.insert(-1, str(tmp_path / "out" / "_checkpoints"))
+    run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           env=_env())
+    time.sleep(1)
+    w.commit(4, [_random_rows(job, 0, 4000, rng), _random_rows(job, 1, 4000, rng)], ["e.csv"])
+    w.end("test")
+    code, out, err = _finish(run, "the resumed run")
+    assert code == 0, err[-3000:]
+    assert "resuming from checkpoint" in err
+    v = cli("verify", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"))
+    assert v.returncode == 0 and "OK: results equal the oracle" in v.stdout, v.stdout + v.stderr
+    summary = json.loads((tmp_path / "out" / "metrics" / "summary.json").read_text())
+    at = summary["resumed_from"]["input_offset"]
+    assert summary["sources"] == 2 and at > 0 and at % 128 == 0 and summary["tuples"] == 5 * 600 - at, summary
+
+
 def test_ctrl_c_of_a_following_run(tmp_path):
     """Ctrl-C of a run waiting on the log: exit 130, one line saying what it committed stands."""
     job, w, rng = _log_job(tmp_path, seed=3, commit_every="100ms")
@@ -388,13 +423,23 @@ def _log_rows(job, k, t0, rng, n):
     return a
 
 
-@pytest.mark.parametrize("strategy,ranks,predicate,params", FOLLOWED, ids=[f[0] for f in FOLLOWED])
-def test_every_strategy_follows_a_growing_log(tmp_path, strategy, ranks, predicate, params):
+FOLLOWED_SOURCES = [  # several sources follow the log: one strategy of each rank-0 vertex kind
+    pytest.param("hash", 3 + 1, None, "", 2, id="hash-k2"),
+    pytest.param("psp", 3 + 2, None, 'slice_counts = "60"', 3, id="psp-counts-k3"),
+    pytest.param("handshake", 3 + 1, 'band = [{ left = "R.v", right = "S.w", eps = 0.05 }]', "", 2, id="handshake-k2"),
+]
+
+
+@pytest.mark.parametrize("strategy,ranks,predicate,params,sources",
+                         [pytest.param(*f, 1, id=f[0]) for f in FOLLOWED] + FOLLOWED_SOURCES)
+def test_every_strategy_follows_a_growing_log(tmp_path, strategy, ranks, predicate, params, sources):
     """The log grows while the run follows it (batches of varying density, one committed while the
     run waits); the results equal the oracle's on the final log, and biclique's online
-    aggregate's final snapshot equals the oracle's aggregate."""
+    aggregate's final snapshot equals the oracle's aggregate. With several sources each releases
+    whole batches of its parts as the log commits them (parts of 100 tuples here)."""
     text = equi_job_text(('"100ms"', '"100ms"'), strategy=strategy, predicate=predicate, extra_strategy=params,
-                         run='batch_size = 50\nflush_interval = "5ms"')
+                         run='batch_size = 50\nflush_interval = "5ms"' + (f"\nsources = {sources}\npart = 100"
+                                                                          if sources > 1 else ""))
     (tmp_path / "job.toml").write_text(text.replace('dir = "out"', 'dir = "out"\ncommit_every = "100ms"'))
     job = load_job(str(tmp_path / "job.toml"))
     w = LogWriter(job, job.staged, 0, {"test": 1})
@@ -414,6 +459,10 @@ def test_every_strategy_follows_a_growing_log(tmp_path, strategy, ranks, predica
     assert v.returncode == 0 and "OK: results equal the oracle" in v.stdout, v.stdout + v.stderr
     committed = json.loads((tmp_path / "out" / "_COMMITTED").read_text())
     assert committed["final"] and committed["commits"] >= 2
+    summary = json.loads((tmp_path / "out" / "metrics" / "summary.json").read_text())
+    assert summary["sources"] == sources
+    own = [r.get("released_own") for r in summary["ranks"] if "released_own" in r]
+    assert len(own) == sources and all(own) and sum(own) == 2 * sum(sizes), f"every source released its share: {own}"
     if "aggregate" in params:
         assert "the final one equals the oracle's aggregate" in v.stdout, v.stdout
         ranks = json.loads((tmp_path / "out" / "metrics" / "summary.json").read_text())["ranks"]

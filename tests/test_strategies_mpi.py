@@ -260,3 +260,21 @@ def test_psp_relocates_with_several_sources(tmp_path, k, mode):
     assert ranks[0]["relocations"] == [[6, [0.0, 1.0, 3.0], mode]]
     held = {r["rank"]: r["window_tuples"] for r in ranks if r["role"] in ("head", "ring", "tail")}
     assert held[1] < held[3], f"the head's slice went to 0 and the tail's grew threefold (without it the head holds more): {held}"
+
+
+@pytest.mark.parametrize("k,counts", [(2, "60"), (3, "balanced")])
+def test_psp_count_bounded_slices_with_several_sources(tmp_path, k, counts):
+    """Count-bounded slices follow every tuple, and each source sees only its parts: the head,
+    where all input enters in seq order, sets the cuts. Results equal the oracle's, and each
+    operator holds what its count says (time slices, the default, would give the head a third)."""
+    import json
+    text = equi_job_text(('"3s"', '"3s"'), strategy="psp", extra_strategy=f'slice_counts = "{counts}"',
+                         run=f"batch_size = 37\nmax_inflight = 2\nsources = {k}\npart = 111")
+    _, job = _equals_oracle(tmp_path, 3 + k, text, random_streams(np.random.default_rng(k), 3000, key_range=8))
+    ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
+    held = [r["window_tuples"] for r in sorted(ranks, key=lambda r: r["rank"]) if r["role"] in ("head", "ring", "tail")]
+    if counts == "balanced":
+        assert max(held) - min(held) <= sum(held) // 6, f"each operator holds about a third: {held}"
+    else:       # both streams: 60 each, plus a batch the head inserts before it purges, and ties of ts
+        assert held[0] <= 2 * (60 + 37 + 4) and held[1] <= 2 * (60 + 37 + 4), held
+        assert held[2] > 2 * (held[0] + held[1]), f"the tail holds the rest of the windows: {held}"

@@ -369,6 +369,8 @@ class Driver:
             at = self.lease
             if at * self.source.part_rows >= self.source.total or self.hold is not None:
                 return          # every part has begun (nothing left to cut before), or a barrier is due
+            if self.source.tail is not None:  # a followed log: the part files read so far hold the cut's offset
+                self.ckpt.input = self.source.tail.records
             m = self.ckpt.cut(self.epoch - 1, at * self.source.part_rows, {}, {"tuples_out": self.metrics.tuples_out},
                               sum(self.results.values()))     # the router's state: when rank 0's marker is out
             self.placed.append((at, "marker", m))

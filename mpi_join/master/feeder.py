@@ -21,10 +21,11 @@ from .driver import Driver
 
 
 class Feeder(Driver):
-    def __init__(self, job, tx, graph, router_cls, metrics, progress, resume=None):
+    def __init__(self, job, tx, graph, router_cls, metrics, progress, resume=None, follow=False):
         """`resume`: (checkpoint dir, id) of a resumed run: its router starts from rank 0's state
-        at the cut (Go says where in the input)."""
-        super().__init__(job, tx, graph, router_cls, metrics, progress)
+        at the cut (Go says where in the input); `follow`: its parts of a staged log, as they are
+        committed (source.py)."""
+        super().__init__(job, tx, graph, router_cls, metrics, progress, follow=follow)
         self.resume = resume
         self.workers = []             # rank 0 runs the job: a feeder waits on no one but its entries
         self.go = self.fin = False

@@ -14,6 +14,10 @@ source releases whole batches of its parts (batch b holds seq [b x B, (b + 1) x 
 source numbers batches alike: `batch_no`) and skips the others' parts (count-window coordinates
 continue from the files' counts), so every batch, its coordinates and its bounds are what one
 source would give. Each source checks its own parts, and the first tuple past each of them.
+
+A followed log with several sources: a source releases a batch once all of it is committed (or
+the log has ended), and goes past the others' parts once the log holds them (their counts are
+the coordinates' base), so batches and parts are those of the log at rest.
 """
 import time
 
@@ -69,15 +73,21 @@ class Source:
         self.own = 0                             # tuples this source released (its share)
         self._in_part = False                    # released some of the part it is on
         self.origin = 0                          # where this run's replay starts (a resumed one's offset)
-        if self.k > 1:
+        self._skip = None                        # several sources, a followed log: go past seq below
+        if self.k > 1:                           # this once the log holds it (_pass)
             self._pass(self.index * self.part_rows)
+
+    @property
+    def _end(self):
+        """Where the input ends, as far as is known: a followed log's end is not known until it ends."""
+        return self.total if self.tail is None or self.tail.ended else 1 << 62
 
     @property
     def part_end(self):
         """Where the part being released ends (one source: the input's end)."""
         if self.k == 1:
             return self.total
-        return min(self.total, (self.released // self.part_rows + 1) * self.part_rows)
+        return min(self._end, (self.released // self.part_rows + 1) * self.part_rows)
 
     @property
     def part(self):
@@ -100,7 +110,7 @@ class Source:
 
     def part_done(self):
         """Has this source released the whole part it was on (several sources)?"""
-        return self._in_part and (self.released % self.part_rows == 0 or self.released >= self.total)
+        return self._in_part and (self.released % self.part_rows == 0 or self.released >= self._end)
 
     def next_part(self):
         """Past the other sources' parts, to this source's next one (or the input's end)."""
@@ -110,7 +120,12 @@ class Source:
         """Go past every tuple with seq < `end` without releasing it: the row groups of other
         sources' parts are not read (StreamReader.skip_to); counts come from the files'
         statistics. The first tuple past the part just released is checked against its last
-        (seq dense, ts not going back), so every part boundary is checked by one source."""
+        (seq dense, ts not going back), so every part boundary is checked by one source. A
+        followed log that does not hold them all yet: later (wait_for_input)."""
+        if end > self.total and (self.tail is not None and not self.tail.ended):
+            self._skip = end
+            return
+        self._skip = None
         end = min(end, self.total)
         if end <= self.released:
             return
@@ -131,13 +146,25 @@ class Source:
 
     @property
     def done(self):
-        return self.released >= self.total and (self.tail is None or self.tail.ended)
+        return self._skip is None and self.released >= self.total and (self.tail is None or self.tail.ended)
+
+    def _ready(self):
+        """Can the next release go out? One source: any tuple past those released is committed;
+        several: this source's whole next batch is (batches are fixed seq ranges), and the
+        others' parts before it, which it goes past, too."""
+        if self._skip is not None:
+            self._pass(self._skip)
+            if self._skip is not None:
+                return False
+        if self.k == 1:
+            return self.released < self.total
+        return self.released + min(self.batch_size, self.part_end - self.released) <= self.total
 
     def wait_for_input(self, idle):
-        """Following a log: block until tuples beyond those released are committed (True) or the
-        log has ended (False), calling `idle()` between looks (the driver handles its messages);
-        the look is a stat of the manifest every few ms, so a waiting rank 0 uses no core."""
-        if self.tail is None or self.released < self.total:
+        """Following a log: block until the next release is committed (True) or the log has ended
+        (False), calling `idle()` between looks (the driver handles its messages); the look is a
+        stat of the manifest every few ms, so a waiting rank 0 uses no core."""
+        if self.tail is None or self._ready():
             return True
         while True:
             files = self.tail.poll()
@@ -146,7 +173,10 @@ class Source:
                     r.add(f)
                 self.total = sum(r.count for r in self.readers)
                 self._eof = [False] * self.M
-                if self.released < self.total:
+                if self.tail.ended:
+                    self._ready()          # goes past the others' parts up to the end
+                    return self.released < self.total
+                if self._ready():
                     return True
             if self.tail.ended:
                 return False

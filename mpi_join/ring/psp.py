@@ -28,6 +28,10 @@ that batch) and probes only rows inside them, and deletes purged rows only when 
 flight can still need them (delayed purge); the head tells the ring which batches have retired
 on the next batch it sends.
 
+Cuts: rank 0's slicer (or each source's) computes them per batch; count-bounded slices
+(`slice_counts`) follow every tuple, which only the head sees with several sources, so there the
+head's own slicer sets them (a relocation's weights do not apply: the counts set the slices).
+
 State: a slice row holds what a probe reads of it (slice_dtype: seq, ts, its stream's
 condition columns); probe copies, partial combinations and moved rows travel as runtime rows.
 
@@ -253,6 +257,7 @@ class SlicedJoin(Operator):
     no MPI in it. The head and the tail are the role classes below: the head closes each batch's
     cycle (END life-span control), the tail passes nothing on."""
     closes = False         # holds the partial results a probe makes, to mark the last one END
+    slicer = None          # the head's own, for count-bounded slices
 
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
@@ -340,6 +345,8 @@ class SlicedJoin(Operator):
     def _input(self, out, batches, body, bounds):
         M = self.M
         batch_id, _, orderings, cuts = batch_parts(body, M, self.n)
+        if self.slicer is not None:     # count-bounded slices: only the head sees every tuple
+            cuts = self.slicer.next(batches)
         if self.cuts is not None:       # cuts never decrease: with several sources, each slicer
             cuts = np.maximum(cuts, self.cuts)    # knows only its own parts' batches (a no-op with one)
         for j, b in enumerate(batches):
@@ -517,6 +524,14 @@ class HeadSlice(SlicedJoin):
     which batches have retired."""
     closes = True
 
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        if slice_counts(job, self.n) is not None:
+            # count-bounded cuts follow every tuple: with several sources each source's slicer sees
+            # only its parts, so the head, where all input enters in seq order, sets them
+            self.slicer = new_slicer(job, self.n, counts=True)
+            self.declare(slicer=self.slicer)
+
     def _note_retired(self, retired):
         pass                                   # the head retires batches itself (_cycle_ended)
 
@@ -535,6 +550,28 @@ class OnlySlice(HeadSlice, TailSlice):
     """A ring of one operator (role `solo`): head and tail at once; it sends to itself."""
 
 
+def slice_counts(job, n):
+    """The strategy's `slice_counts` as Slicer counts: None (time slicing), "balanced" or n counts."""
+    text = job.strategy.params["slice_counts"]
+    if not text or text == "balanced":
+        return text or None
+    counts = [int(x) for x in str(text).split(",")]
+    return (counts + [counts[-1]] * n)[:n]
+
+
+def new_slicer(job, n, counts):
+    """The Slicer of the strategy's parameters for a ring of n operators; `counts` False: time
+    slicing whatever `slice_counts` says (a source's: the head sets count-bounded cuts)."""
+    p = job.strategy.params
+    weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
+    lengths = None
+    if p["lengths"]:
+        given = dict(kv.split("=") for kv in str(p["lengths"]).split(","))
+        lengths = [int(given.get(s.name, n)) for s in job.streams]
+    return Slicer([s.window for s in job.streams], n, weights=weights, counts=slice_counts(job, n) if counts else None,
+                  mode=p["relocation"], lengths=lengths)
+
+
 class PspRouter(Operator):
     """The driver's side: numbers each batch, computes its cuts and join orderings, sends it to
     the head, and knows which batches have ended their cycle (a checkpoint waits for all)."""
@@ -548,18 +585,7 @@ class PspRouter(Operator):
         self.given = parse_ordering(p["ordering"], names) if p["ordering"] != "auto" else {}
         self.orderings = None
         weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
-        counts = None
-        if p["slice_counts"] == "balanced":
-            counts = "balanced"
-        elif p["slice_counts"]:
-            counts = [int(x) for x in str(p["slice_counts"]).split(",")]
-            counts = (counts + [counts[-1]] * self.n)[:self.n]
-        lengths = None
-        if p["lengths"]:
-            given = dict(kv.split("=") for kv in str(p["lengths"]).split(","))
-            lengths = [int(given.get(nm, self.n)) for nm in names]
-        self.slicer = Slicer([s.window for s in job.streams], self.n, weights=weights, counts=counts,
-                             mode=p["relocation"], lengths=lengths)
+        self.slicer = new_slicer(job, self.n, counts=False)
         self.force = _parse_force(p["force_relocate"])
         self.weights = list(weights) if weights else [1.0] * self.n
         self.adapt_every = int(p["adapt_every"])
@@ -678,8 +704,4 @@ def check_job(job, nranks):
         except (ValueError, IndexError, AssertionError):
             return (f"{where}.force_relocate: expected EPOCH:W1,...,W{n}[:passive|aggressive] ({n} weights, "
                     f"one per operator), got {p['force_relocate']!r}")
-    if p["slice_counts"] and job.run.sources > 1:
-        return (f"{where}.slice_counts: count-bounded slices follow every tuple routed, and with run.sources = "
-                f"{job.run.sources} each source sees only its parts; use slice_counts = \"\" (time slices) or "
-                f"run.sources = 1")
     return None
