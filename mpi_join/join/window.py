@@ -77,8 +77,8 @@ def runtime_dtype(stream_dtype, M=2):
 
 
 def _capacity(rows):
-    """A buffer for `rows` rows and room to grow: 1.25x (a full window holds 1.14-1.25x its rows)."""
-    return max(256, rows + rows // 4)
+    """A buffer for `rows` rows and room to grow: 1.125x (a full window holds 1.07-1.125x its rows)."""
+    return max(256, rows + rows // 8)
 
 
 def _too_big(cap, rows):
@@ -90,9 +90,10 @@ class Window:
     """A growable window of tuples in arrival order; expires a prefix at a time.
 
     Appends are amortised O(1) per tuple: when the rows no longer fit, they move to the front
-    (compaction) if they fill at most 7/8 of the buffer, else to a new buffer of 1.25 times their
-    number. A sliding window thus holds 1.14 to 1.25 times its rows (memory is the scarcer
-    resource: a row is copied about 4 times in its life, a memcpy, against 2 at 1.5x). A large
+    (compaction) if they fill at most 15/16 of the buffer, else to a new buffer of 1.125 times
+    their number. A sliding window thus holds 1.07 to 1.125 times its rows (memory is the scarcer
+    resource: a row is copied 8 to 15 times in its life, a memmove of a few dozen bytes, against 2
+    at 1.5x). A large
     buffer that expiry or a drop leaves less than a quarter full shrinks the same way at once, not
     at the next append (a chain's end segment empties when its stream moves on and may get no
     more rows). `view()` is a zero-copy slice kernels read directly; a view taken before an
@@ -126,7 +127,7 @@ class Window:
         if self._end + n > len(self._buf):
             live = len(self)
             need, cap = live + n, len(self._buf)
-            if need > cap - cap // 8 or _too_big(cap, need):
+            if need > cap - cap // 16 or _too_big(cap, need):
                 cap = _capacity(need)
             if cap != len(self._buf):
                 self._move_to(cap)
