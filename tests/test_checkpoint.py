@@ -284,18 +284,6 @@ def test_parallel_sources_sigkill_then_resume(tmp_path, strategy, k, victim):
     assert r.returncode == 2 and f"was cut with run.sources = {k}, this run has 1" in r.stderr, r.stderr
 
 
-def test_psp_count_bounded_slices_with_two_sources_sigkill_then_resume(tmp_path):
-    """psp's head sets count-bounded cuts (it sees every tuple; each source sees its parts): its
-    slicer is part of the checkpoint. The head killed after two checkpoints, --resume: exactly
-    the oracle's pairs, each once."""
-    path, job, arrays = paced_checkpointed_job(tmp_path, "psp", None, extra_strategy='slice_counts = "40"',
-                                               run="sources = 2\npart = 300")
-    kill_then_resume(path, job, ranks=5, victim=1, total=16000)
-    got = read_results(job.output, job.stream_names)
-    assert len(got) == len(as_set(got)), "a result was written twice"
-    assert as_set(got) == as_set(run_oracle(job, arrays))
-
-
 def test_auto_sources_take_the_planners_choice_and_a_resume_keeps_the_checkpoints(tmp_path):
     """run.sources left "auto": rank 0 takes the planner's choice for the ranks and cores it has,
     here from a calibration (MPI_JOIN_CALIBRATION) whose driver cost makes two sources model
@@ -326,18 +314,25 @@ def test_auto_sources_take_the_planners_choice_and_a_resume_keeps_the_checkpoint
     assert r.returncode == 0 and summary["sources"] == 1 and "more sources would not model" in summary["sources_auto"]
 
 
-def test_parallel_sources_sigkill_with_migrations_then_resume(tmp_path):
-    """hash with two sources and a move placed at every reorganisation: a slave killed after two
-    checkpoints, --resume: every source routes by the partition map at the cut (rank 0's router
-    state, taken when its marker went out), and the result is the oracle's, each pair once."""
-    path, job, arrays = paced_checkpointed_job(tmp_path, "hash", None, run="sources = 2\npart = 300",
-                                               extra_strategy='reorganize_every = 1\nforce = "migrate"')
-    kill_then_resume(path, job, ranks=5, victim=2, total=16000)
+@pytest.mark.parametrize("strategy,extra,victim", [
+    ("hash", 'reorganize_every = 1\nforce = "migrate"', 2),
+    ("psp", 'slice_counts = "40"', 1)], ids=["hash-moves", "psp-count-slices"])
+def test_parallel_sources_sigkill_with_routing_state_then_resume(tmp_path, strategy, extra, victim):
+    """Two sources and routing state a resume must take from the checkpoint, a worker killed after
+    two checkpoints, --resume: the result is the oracle's, each pair once.
+    - hash, a move placed at every reorganisation: every source routes by the partition map at
+      the cut (rank 0's router state, taken when its marker went out);
+    - psp, count-bounded slices: the head sets their cuts (it sees every tuple; each source sees
+      its parts), and its slicer is part of its checkpoint; the head is the one killed."""
+    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, None, run="sources = 2\npart = 300",
+                                               extra_strategy=extra)
+    kill_then_resume(path, job, ranks=5, victim=victim, total=16000)
     got = read_results(job.output, job.stream_names)
     assert len(got) == len(as_set(got)), "a result was written twice"
     assert as_set(got) == as_set(run_oracle(job, arrays))
-    moved = json.load(open(os.path.join(job.output, "metrics", "rank-0000.json")))["migrations"]
-    assert moved, "moves after the resume too"
+    if strategy == "hash":
+        moved = json.load(open(os.path.join(job.output, "metrics", "rank-0000.json")))["migrations"]
+        assert moved, "moves after the resume too"
 
 
 def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):
