@@ -64,7 +64,9 @@ def main():
 @click.option("--overwrite", is_flag=True, help="Write into an existing non-empty output directory that no "
               "mpi-join run has used; only mpi-join's own files there are ever replaced.")
 @click.option("--follow", is_flag=True, help="Tail a staged log (written by `stage --follow`): join its batches as "
-              "they are committed, until its end marker (README \"Live streams\").")
+              "they are committed, until its end marker (README \"Live streams\"). With run.sources > 1 "
+              "each source waits for whole batches of its parts and commits come at part boundaries; "
+              "\"auto\" takes one source here.")
 @click.option("--allow-empty", is_flag=True, help="Exit 0 on 0 results even when the input drew a warning (a time "
               "unit that looks wrong, streams that never meet); without it such a run exits 3.")
 def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_empty):

@@ -316,7 +316,7 @@ class Prefetched:
 
 
 class LogTail:
-    """Rank 0's view of a staged log it follows: which committed part files it has not read yet,
+    """A source's view of a staged log it follows: which committed part files it has not read yet,
     the event-time frontier (no later tuple is older) and whether the log has ended. A look
     costs a stat of the manifest; it is read again only when it changed."""
 
