@@ -173,3 +173,71 @@ def test_a_source_decodes_little_more_than_its_share(tmp_path, monkeypatch):
         # a part's row groups of a stream are decoded in one chunk, not one per group (was 41, 40)
         assert calls[0] <= decoded[0] / ROW_GROUP / 2, f"source {i}: {calls[0]} decodes of {decoded[0]:,} rows"
     assert np.array_equal(np.sort(np.concatenate(seqs)), np.arange(n))
+
+
+def _log_rows(job, k, t0, rng, n):
+    from mpi_join.storage.staged_log import waiting_dtype
+    a = np.zeros(n, waiting_dtype(job.streams[k]))
+    a["ts"] = t0 + np.sort(rng.integers(0, 100, n))
+    a["k"] = rng.integers(0, 8, n)
+    a["_rec"] = np.arange(1, n + 1)
+    return a
+
+
+def _grown_log(d, text, sizes, seed):
+    """A staged log in d with its first commit made; returns (job, a function that makes the next
+    commit, or ends the log after the last: False when nothing is left)."""
+    from conftest import write_job
+    from mpi_join.storage.staged_log import LogWriter
+    _, job = write_job(str(d), text)
+    w = LogWriter(job, job.staged, 0, {"test": 1})
+    rng = np.random.default_rng(seed)
+    steps = [lambda b=b, n=n: w.commit(b, [_log_rows(job, s, b * 100, rng, n) for s in range(2)], ["a.csv"])
+             for b, n in enumerate(sizes)] + [lambda: w.end("test")]
+    steps.pop(0)()
+
+    def grow():
+        if steps:
+            steps.pop(0)()
+            return True
+        return False
+    return job, grow
+
+
+@pytest.mark.parametrize("window", [('"60ms"', '"20ms"'), ("5", "17")], ids=["time", "count"])
+def test_shares_of_a_followed_log_put_together_are_one_source(tmp_path, window):
+    """Sources following a log that grows by commits of any size (here while each waits): each
+    releases only whole batches of its parts (the last of the log excepted), and their batches put
+    together are one source's over the final log at rest: numbers, seqs, coordinates, lo."""
+    from mpi_join.storage.staged import staged_manifest
+    k, part, batch, sizes = 3, 40, 16, [37, 5, 90, 1, 64, 23]
+    job, grow = _grown_log(tmp_path / "one", equi_job_text(window, run=f"batch_size = {batch}"), sizes, 7)
+    while grow():
+        pass
+    one = _released(Source(job, man=staged_manifest(job)))
+    merged, waits = [], 0
+    for i in range(k):
+        text = equi_job_text(window, run=f"batch_size = {batch}\nsources = {k}\npart = {part}")
+        job, grow = _grown_log(tmp_path / f"s{i}", text, sizes, 7)
+        src = Source(job, man=staged_manifest(job), follow=True, share=(i, k))
+
+        def idle():
+            nonlocal waits
+            waits += 1
+            grow()
+        while not src.done:
+            if not src.wait_for_input(idle):
+                continue
+            b = src.next_epoch()
+            n = sum(len(x) for x in b)
+            assert n == batch or src.released == src.total == 2 * sum(sizes), (i, n)
+            merged.append((src.batch_no, b))
+            if src.part_done():
+                src.next_part()
+    assert waits >= k * len(sizes) // 2, "the sources waited on the log as it grew"
+    merged.sort(key=lambda x: x[0])
+    assert [n for n, _ in merged] == list(range(len(one))), "batch numbers dense from 0, each once"
+    for (_, b1, _), (_, bk) in zip(one, merged):
+        for s in range(2):
+            for name in ("seq", "ts", "k", "_lo") + (("_coord",) if "_coord" in b1[s].dtype.names else ()):
+                assert np.array_equal(b1[s][name], bk[s][name]), name

@@ -158,7 +158,7 @@ class Source:
                 return False
         if self.k == 1:
             return self.released < self.total
-        return self.released + min(self.batch_size, self.part_end - self.released) <= self.total
+        return self.released < self.total and self.released + min(self.batch_size, self.part_end - self.released) <= self.total
 
     def wait_for_input(self, idle):
         """Following a log: block until the next release is committed (True) or the log has ended
