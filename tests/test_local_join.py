@@ -349,6 +349,40 @@ def test_equi_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe
 
 
 @settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), n_run=st.integers(0, 300), n_probe=st.integers(1, 120),
+       domain=st.integers(1, 40), eps=st.sampled_from([0.0, 0.5, 1.0, 3.0]), closed=st.booleans(),
+       order=st.sampled_from(["none", "ascending", "shuffled"]), odd=st.booleans())
+def test_band_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe, domain, eps, closed, order, odd):
+    """band_run gallops from the last probe's place while the probes' first band values ascend
+    (`order`: the probes to take in turn; "shuffled" gives a random order, where it searches anew
+    whenever a value goes down): the pairs are those of a brute-force test of both bands (values
+    on a small grid, so many sit exactly on a band's edge; `odd`: NaN and infinities too, within
+    no band)."""
+    from mpi_join.slaves.local_join import band_run
+    rng = np.random.default_rng(seed)
+
+    def values(n):
+        v = rng.integers(0, domain, (n, 2)).astype(np.float64) / 2
+        if odd and n:
+            v[rng.random((n, 2)) < 0.1] = rng.choice([np.nan, np.inf, -np.inf])
+        return v
+    xb, pb = values(n_run), values(n_probe)
+    run = SortedRuns.of(np.nan_to_num(xb[:, 0], nan=np.inf, posinf=np.inf, neginf=-np.inf)).big
+    o = {"none": np.zeros(0, np.int64), "ascending": np.argsort(pb[:, 0], kind="stable"),
+         "shuffled": rng.permutation(n_probe)}[order]
+    z = np.zeros
+    oa, ob = np.empty(n_run * n_probe + 1, np.int64), np.empty(n_run * n_probe + 1, np.int64)
+    e, c = np.array([eps, eps + 0.5]), np.array([closed, not closed])
+    n = band_run(pb, z(n_probe, np.int64), z(n_probe, np.int64), z(n_probe, np.int64), 0, run[0], run[1], 0,
+                 xb, z(n_run, np.int64), z(n_run, np.int64), z(n_run, np.int64), 0, e, c, False, o, oa, ob)
+    got = sorted(zip(oa[:n].tolist(), ob[:n].tolist()))
+    with np.errstate(invalid="ignore"):
+        d = np.abs(pb[:, None, :] - xb[None, :, :])
+        ok = np.where(c, d <= e, d < e).all(axis=2)
+    assert got == sorted(zip(*map(np.ndarray.tolist, np.nonzero(ok))))
+
+
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["append", "expire", "drop"]), st.integers(0, 9000)), min_size=1,
                 max_size=40))
 def test_a_window_keeps_its_rows_in_order_and_no_large_buffer_under_a_quarter_full(ops):

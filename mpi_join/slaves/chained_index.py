@@ -93,6 +93,9 @@ class ChainedIndex:
             order = np.argsort(h, kind="stable")
             new, tin = new[order], tin[order]
             self.proto._remember(new, o, h[order])
+        elif self.proto.method == "band" and len(new) > 1:    # in order of the first band value:
+            order = np.argsort(new["_band"][:, 0], kind="stable")    # likewise, sorted once here
+            new, tin = new[order], tin[order]
         parts = []
         if len(new):
             reach = int(self.proto.lo(new, o).max())                   # the narrowest window of the batch
