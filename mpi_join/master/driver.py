@@ -365,20 +365,18 @@ class Driver:
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving.
         With several sources, at the first part no source has started (the lease): each puts the
         marker out there (_at), rank 0 too."""
+        if self.source.tail is not None:      # a followed log: the part files read so far hold the cut's offset
+            self.ckpt.input = self.source.tail.records
         if len(self.sources) > 1:
             at = self.lease
             if at * self.source.part_rows >= self.source.total or self.hold is not None:
                 return          # every part has begun (nothing left to cut before), or a barrier is due
-            if self.source.tail is not None:  # a followed log: the part files read so far hold the cut's offset
-                self.ckpt.input = self.source.tail.records
             m = self.ckpt.cut(self.epoch - 1, at * self.source.part_rows, {}, {"tuples_out": self.metrics.tuples_out},
                               sum(self.results.values()))     # the router's state: when rank 0's marker is out
             self.placed.append((at, "marker", m))
             self._grant(at + 2 * len(self.sources), m, at)
             return
         self._settle()
-        if self.source.tail is not None:      # a followed log: the part files read so far, as committed
-            self.ckpt.input = self.source.tail.records
         arrays, attrs = self.router.snapshot()
         self.ckpt.cut(self.epoch - 1, self.source.released, {f"router/{k}": v for k, v in arrays.items()},
                       {"router": attrs, "tuples_out": self.metrics.tuples_out, "sent": self.sent},

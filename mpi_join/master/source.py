@@ -173,10 +173,7 @@ class Source:
                     r.add(f)
                 self.total = sum(r.count for r in self.readers)
                 self._eof = [False] * self.M
-                if self.tail.ended:
-                    self._ready()          # goes past the others' parts up to the end
-                    return self.released < self.total
-                if self._ready():
+                if self._ready():          # once the log has ended, this goes past the others' parts
                     return True
             if self.tail.ended:
                 return False

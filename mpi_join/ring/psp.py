@@ -559,16 +559,21 @@ def slice_counts(job, n):
     return (counts + [counts[-1]] * n)[:n]
 
 
+def slice_weights(job, n):
+    """The strategy's `weights`, one per operator of a ring of n (default equal)."""
+    text = job.strategy.params["weights"]
+    return [float(x) for x in str(text).split(",")] if text else [1.0] * n
+
+
 def new_slicer(job, n, counts):
     """The Slicer of the strategy's parameters for a ring of n operators; `counts` False: time
     slicing whatever `slice_counts` says (a source's: the head sets count-bounded cuts)."""
     p = job.strategy.params
-    weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
     lengths = None
     if p["lengths"]:
         given = dict(kv.split("=") for kv in str(p["lengths"]).split(","))
         lengths = [int(given.get(s.name, n)) for s in job.streams]
-    return Slicer([s.window for s in job.streams], n, weights=weights, counts=slice_counts(job, n) if counts else None,
+    return Slicer([s.window for s in job.streams], n, weights=slice_weights(job, n), counts=slice_counts(job, n) if counts else None,
                   mode=p["relocation"], lengths=lengths)
 
 
@@ -584,10 +589,9 @@ class PspRouter(Operator):
         names = [s.name for s in job.streams]
         self.given = parse_ordering(p["ordering"], names) if p["ordering"] != "auto" else {}
         self.orderings = None
-        weights = [float(x) for x in str(p["weights"]).split(",")] if p["weights"] else None
         self.slicer = new_slicer(job, self.n, counts=False)
         self.force = _parse_force(p["force_relocate"])
-        self.weights = list(weights) if weights else [1.0] * self.n
+        self.weights = slice_weights(job, self.n)
         self.adapt_every = int(p["adapt_every"])
         self.asked = False
         self.next_id = 0
