@@ -252,7 +252,7 @@ def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates):
 def _stage_follow(job, out, master, conf, force, until, trigger):
     from .storage.spark.follow import follow, landing_dir
     from .storage.spark.session import spark_session
-    from .storage.staged_log import until_ts
+    from .storage.staged_log import hold_staged, until_ts
     from .units import parse_duration_ns
     every = parse_duration_ns(trigger, "--trigger") / 1e9
     if until not in (None, "end"):
@@ -261,8 +261,13 @@ def _stage_follow(job, out, master, conf, force, until, trigger):
         if s.raw is None:
             raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
         landing_dir(s)
-    man = follow(spark_session(master, "mpi-join stage --follow", conf), job, out or job.staged, until=until,
-                 trigger=f"{max(every, 0.05):g} seconds", say=lambda m: click.echo(m, err=True), force=force)
+    lock = hold_staged(out or job.staged, follow=True, force=force, say=lambda m: click.echo(m, err=True))
+    try:
+        man = follow(spark_session(master, "mpi-join stage --follow", conf), job, out or job.staged, until=until,
+                     trigger=f"{max(every, 0.05):g} seconds", say=lambda m: click.echo(m, err=True), force=force)
+    finally:
+        if lock is not None:
+            lock.release()
     q = man["quarantined"]
     late = man["log"]["late"]
     per = ", ".join(f"{k} {v['count']:,}" for k, v in man["streams"].items())
@@ -550,6 +555,7 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
     from .storage.paths import check_layout, job_dirs
     from .storage.spark.session import spark_session
     from .storage.spark.stage import precheck, small_input, stage as do_stage
+    from .storage.staged_log import hold_staged
     if (until or trigger != "500ms") and not follow:
         _fail(JobError("--until and --trigger go with --follow (live staging)"))
     try:
@@ -557,14 +563,19 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
         check_layout(job_dirs(job, stage_out=out))     # before any JVM starts
         if follow:
             return _stage_follow(job, out, master, conf, force, until, trigger)
-        man = precheck(job, out, force=force, overwrite=overwrite, allow_empty=allow_empty)
-        if man is not None:
-            click.echo(f"stage: {out or job.staged} is up to date (same settings, raw files unchanged); --force "
-                       f"stages again", err=True)
-        else:
-            man = do_stage(spark_session(master, "mpi-join stage", conf, small=small_input(job)), job, out,
-                           progress=lambda m: click.echo(m, err=True), overwrite=overwrite, force=force,
-                           allow_empty=allow_empty)
+        lock = hold_staged(out or job.staged, force=force, say=lambda m: click.echo(m, err=True))
+        try:
+            man = precheck(job, out, force=force, overwrite=overwrite, allow_empty=allow_empty)
+            if man is not None:
+                click.echo(f"stage: {out or job.staged} is up to date (same settings, raw files unchanged); --force "
+                           f"stages again", err=True)
+            else:
+                man = do_stage(spark_session(master, "mpi-join stage", conf, small=small_input(job)), job, out,
+                               progress=lambda m: click.echo(m, err=True), overwrite=overwrite, force=force,
+                               allow_empty=allow_empty)
+        finally:
+            if lock is not None:
+                lock.release()
     except JobError as e:
         _fail(e)
     q = man["quarantined"]

@@ -15,27 +15,19 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     from .launch import mpiexec_cmd
     from .config import load_job
     from .storage.spark.collect import collect, collecting, default_out
-    from .storage.spark.stage import stage
+    from .storage.staged_log import hold_staged
     job = load_job(job_path)
     out = collect_out or default_out(job.output)
     from .storage.paths import check_layout, job_dirs
     check_layout(job_dirs(job, collect_out=out))        # before any JVM or rank starts
     t0 = time.perf_counter()
     steps = 3 + bool(verify)
-    spark = None
-    from .storage.spark.stage import precheck
-    if all(s.raw is not None for s in job.streams) and precheck(job, force=force) is not None:
-        say(f"1/{steps} stage: {job.staged} is up to date (same settings, raw files unchanged; no Spark needed)")
-    elif all(s.raw is not None for s in job.streams):
-        say(f"1/{steps} stage with Spark ({master}) -> {job.staged}")
-        spark = _session(master, conf, say)
-        man = stage(spark, job, progress=lambda m: say("    " + m), force=force)
-        say(f"    {man['total']:,} tuples staged, {sum(man['quarantined'].values()):,} quarantined")
-        from .storage.staged import with_string_widths
-        job = with_string_widths(job, man)          # string columns as wide as the input staged now
-    else:
-        say(f"1/{steps} stage: skipped (streams without raw input; staged input is {job.staged})")
-    took = {"stage": time.perf_counter() - t0}
+    lock = hold_staged(job.staged, force=force, say=say) if all(s.raw is not None for s in job.streams) else None
+    try:                                                # the lock before any JVM starts
+        spark, job, took = _stage(job, steps, force, master, conf, say, t0)
+    finally:
+        if lock is not None:
+            lock.release()
     say(f"2/{steps} run: mpiexec -n {nprocs} mpi-join run {job_path}")
     rc = subprocess.call(mpiexec_cmd(nprocs, ["run", job_path, *run_args]))
     if rc != 0:
@@ -64,6 +56,26 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
         + f"; {most} took longest" + ("; the Spark session starts in the first Spark step, about 5 s" if spark else "")
         + f"); results {os.path.join(job.output, 'results')}, collected {out}")
     return code
+
+
+def _stage(job, steps, force, master, conf, say, t0):
+    """Step 1, under the staged directory's lock: (the Spark session or None, the job with its
+    string widths as staged, {"stage": seconds})."""
+    from .storage.spark.stage import precheck, stage
+    spark = None
+    if all(s.raw is not None for s in job.streams) and precheck(job, force=force) is not None:
+        say(f"1/{steps} stage: {job.staged} is up to date (same settings, raw files unchanged; no Spark needed)")
+    elif all(s.raw is not None for s in job.streams):
+        say(f"1/{steps} stage with Spark ({master}) -> {job.staged}")
+        spark = _session(master, conf, say)
+        man = stage(spark, job, progress=lambda m: say("    " + m), force=force)
+        say(f"    {man['total']:,} tuples staged, {sum(man['quarantined'].values()):,} quarantined")
+        from .storage.staged import with_string_widths
+        job = with_string_widths(job, man)          # string columns as wide as the input staged now
+    else:
+        say(f"1/{steps} stage: skipped (streams without raw input; staged input is {job.staged})")
+    took = {"stage": time.perf_counter() - t0}
+    return spark, job, took
 
 
 def _session(master, conf, say):

@@ -214,6 +214,10 @@ def _driver(job_path, overrides, tx, ctx):
         sys.stderr.write(f"mpi-join: warning: run.sources = {job.run.sources}: {unadapted}\n")
     for w in warned:
         sys.stderr.write(f"mpi-join: warning: {w}\n")
+    few = None if overrides.get("follow") else _few_parts(job, driver.source,
+                                                         driver.resumed_from["input_offset"] if resume else 0)
+    if few:
+        sys.stderr.write(f"mpi-join: warning: {few}\n")
     if job.run.sources_auto and job.run.sources > 1:
         sys.stderr.write(f"mpi-join: run.sources = \"auto\": {job.run.sources} sources ({ctx['sources_why']}); set "
                          f"run.sources to choose\n")
@@ -280,6 +284,18 @@ def _live_job(job):
     else:
         c = dataclasses.replace(c, every_ns=min(c.every_ns or job.commit_every_ns, job.commit_every_ns))
     return dataclasses.replace(job, checkpoint=c)
+
+
+def _few_parts(job, source, origin):
+    """With several sources a checkpoint is cut at the first part no source has begun, 2k parts
+    ahead: why a job asking for checkpoints by tuples would take none, or None."""
+    every = job.checkpoint.every_tuples if job.checkpoint is not None else None
+    if not every or source.k < 2 or (origin // source.part_rows + 2 * source.k) * source.part_rows < source.total:
+        return None
+    return (f"checkpoint.every_tuples = {every:,}: with run.sources = {source.k} a checkpoint is cut at a part "
+            f"boundary {2 * source.k} parts ahead, and the {source.total - origin:,} tuples to replay are "
+            f"{-(-(source.total - origin) // source.part_rows)} part(s) of {source.part_rows:,} (run.part): this "
+            f"run takes no checkpoint; set run.part to {max(1, every // 2):,} or less")
 
 
 def _commits(job, resume, kept):

@@ -1,6 +1,7 @@
 """HDF5 checkpoints: state round trips, validation, and exactly-once restart after SIGKILL."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -259,27 +260,52 @@ def test_sigkill_then_resume_a_shifted_interval(tmp_path, strategy, ranks, victi
     assert as_set(got) == as_set(expect)
 
 
-@pytest.mark.parametrize("strategy,k,victim", [(n, 2 + i % 2, "source" if i % 2 == 0 else "worker")
-                                               for i, n in enumerate(n for n in strategies.names()
-                                                                     if not strategies.get(n).testing
-                                                                     and strategies.get(n).streams[0] <= 2)])
-def test_parallel_sources_sigkill_then_resume(tmp_path, strategy, k, victim):
-    """run.sources = k: a checkpoint is cut at a part boundary every source puts its marker at;
-    an extra source or a worker killed after two checkpoints, --resume with the same k: exactly
-    the oracle's pairs, each once; another k is refused with one line."""
-    info = strategies.get(strategy)
-    workers = info.min_ranks - 1
+def _parallel_cases():
+    """Every strategy of two streams, k = 2 and 3, time and count windows, each role killed in turn."""
+    cases = []
+    for n in strategies.names():
+        info = strategies.get(n)
+        if info.testing or info.streams[0] > 2:
+            continue
+        workers = max(info.min_ranks - 1, 3 if n in ("handshake", "llhj") else 1)
+        for i, k in enumerate((2, 3)):
+            cases.append((n, k, workers, "time" if i == 0 else "count"))
+    return cases
+
+
+@pytest.mark.parametrize("strategy,k,workers,kind", _parallel_cases())
+def test_parallel_sources_sigkill_each_role_then_resume(tmp_path, strategy, k, workers, kind):
+    """run.sources = k: a checkpoint is cut at a part boundary every source puts its marker at; a
+    rank that gets a neighbour's marker copy first cuts there and records the input up to its own
+    copy as channel state, resuming at that copy's part. Each role in turn (an extra source, every
+    worker role: a chain's ends and its middle, a dispatcher, a merger) killed after two
+    checkpoints, --resume with the same k: exactly the oracle's pairs, each once, time and count
+    windows. Another k is refused with one line."""
     ranks = 1 + workers + k - 1
-    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, None, run=f"sources = {k}\npart = 300")
-    kill_then_resume(path, job, ranks=ranks, victim=ranks - 1 if victim == "source" else 1, total=16000)
-    got = read_results(job.output, job.stream_names)
-    assert len(got) == len(as_set(got)), "a result was written twice"
-    assert as_set(got) == as_set(run_oracle(job, arrays))
-    man = [m for _, m in ck.list_checkpoints(job.checkpoint.dir) if m][-1]
-    assert man["sources"] == k and man["part_rows"] == 320, "parts of 300 tuples, rounded up to batches of 40"
-    assert man["input_offset"] % 320 == 0 and man["input_offset"] > 0, "cut at a part boundary"
+    windows = ('"60ms"', '"40ms"') if kind == "time" else ("50", "70")
+    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, None, run=f"sources = {k}\npart = 300",
+                                               windows=windows)
+    expect = as_set(run_oracle(job, arrays))
+    info = strategies.get(strategy)
+    graph = info.build_graph(ranks, job.strategy.params, k)
+    roles = {}
+    for v in graph.vertices:
+        if v.role != "driver":
+            roles.setdefault(v.role, []).append(v.rank)
+    victims = sorted({f"{role}@{r}" for role, rs in roles.items() for r in ([rs[-1]] if role == "source" else rs)})
+    assert len(victims) >= 2 and any(v.startswith("source@") for v in victims), roles
+    for victim in victims[k % 2::2]:        # the two cases of a strategy kill every role between them
+        kill_then_resume(path, job, ranks=ranks, victim=int(victim.split("@")[1]), total=16000)
+        got = read_results(job.output, job.stream_names)
+        assert len(got) == len(as_set(got)), f"{victim}: a result was written twice"
+        assert as_set(got) == expect, f"{victim}: the resumed run's pairs differ from the oracle's"
+        man = [m for _, m in ck.list_checkpoints(job.checkpoint.dir) if m][-1]
+        assert man["sources"] == k and man["part_rows"] == 320, "parts of 300 tuples, rounded up to batches of 40"
+        assert man["input_offset"] % 320 == 0 and man["input_offset"] > 0, "cut at a part boundary"
+        shutil.rmtree(job.checkpoint.dir)
     other = path.replace("job.toml", "job-k.toml")
     open(other, "w").write(open(path).read().replace(f"sources = {k}", "sources = 1"))
+    kill_after_checkpoints(path, job.checkpoint.dir, ranks, 1, 2, 16000)
     r = run_mpi(ranks, "run", other, "--resume", job.checkpoint.dir, "--overwrite")
     assert r.returncode == 2 and f"was cut with run.sources = {k}, this run has 1" in r.stderr, r.stderr
 

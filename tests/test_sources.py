@@ -89,6 +89,43 @@ def test_inbox_takes_sources_in_part_order():
     assert box.buffered == 0
 
 
+def test_a_restored_inbox_replays_the_inputs_channel_state_first():
+    """A rank that cut on a neighbour's marker copy recorded the input that came before the
+    input's own copy as channel state, and resumes at that copy's part (3, source 5's turn): the
+    replay goes first, whichever source's turn it is, then the sources' parts from part 3 on."""
+    box = Inbox(1, (), (DRIVER, 5))
+    take = lambda item: True        # noqa: E731
+    box.part = 3
+    box.data(DRIVER, *_data(n=6), ack=False)      # replayed: parts 1 and 2, handed over after the cut
+    box.data(DRIVER, *_data(n=7), ack=False)
+    box.data(5, *_data(n=3))                      # part 3, after the resume
+    box.ctrl(5, PartEnd(3))
+    box.data(DRIVER, *_data(n=2))                 # part 4
+    got = []
+    while (item := box.next(take, lambda: None, set())) is not None:
+        src, it = item
+        got.append((src, len(it[2][0]), it[3]))
+        box.handled(src, len(it[2][0]))
+    assert got == [(DRIVER, 6, False), (DRIVER, 7, False), (5, 3, True), (DRIVER, 2, True)]
+    assert box.buffered == 0
+
+
+def test_parts_are_sized_for_the_checkpoints_asked_for():
+    """With several sources a checkpoint is cut at a part boundary: run.part unset and a
+    checkpoint every 800 tuples makes parts of 800 (not 65,536, which on 6,000 tuples took no
+    checkpoint at all); a part set larger is told at start in one line."""
+    from mpi_join.ranks import _few_parts
+    arrays = random_streams(np.random.default_rng(4), 6000)
+    ckpt = '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 800\n'
+    src = Source(_job(('"6ms"', '"2ms"'), 40, k=2, part=0, checkpoint=ckpt), arrays=arrays, share=(0, 2))
+    assert src.part_rows == 800
+    assert _few_parts(src.job, src, 0) is None
+    src = Source(_job(('"6ms"', '"2ms"'), 40, k=2, part=65536, checkpoint=ckpt), arrays=arrays, share=(0, 2))
+    assert "takes no checkpoint; set run.part to 400 or less" in _few_parts(src.job, src, 0)
+    src = Source(_job(('"6ms"', '"2ms"'), 40, k=2, part=0), arrays=arrays, share=(0, 2))
+    assert src.part_rows == 65560 and _few_parts(src.job, src, 0) is None, "65,536 in whole batches; no checkpoints"
+
+
 def test_inbox_refuses_a_part_out_of_turn_and_input_after_the_end():
     box = Inbox(1, (), (DRIVER, 5))
     box.ctrl(DRIVER, PartEnd(1))

@@ -144,6 +144,35 @@ def test_restart_continues_skips_a_replayed_batch_and_sweeps_a_half_written_one(
         LogWriter(job, job.staged, job.allowed_lateness, {"x": 2})
 
 
+def _rewrite_keys(path):
+    """A committed part file rewritten with every key + 1 (same rows, new bytes)."""
+    import pyarrow as pa
+    t = pq.read_table(path)
+    pq.write_table(t.set_column(t.schema.get_field_index("k"), "k", pa.array(t.column("k").to_numpy() + 1)), path)
+
+
+def test_a_restarted_stager_and_a_follower_refuse_a_committed_part_that_changed(tmp_path):
+    """The committed parts a stager continues from, and those a following source reads as the
+    log grows, must be the files the manifest records (size and SHA-256): one changed after its
+    commit is refused with one line naming it, not continued from or joined."""
+    from mpi_join.errors import InputError
+    from mpi_join.master.source import Source
+    job = _job(tmp_path)
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    _commit(w, job, 0, [1, 2, 30], [3, 40])
+    man = json.loads((tmp_path / "staged/_manifest.json").read_text())
+    src = Source(job, man=man, follow=True)
+    while src.released < src.total:                # what the first commit holds
+        src.next_epoch()
+    _commit(w, job, 1, [50, 60], [55, 70])
+    part = sorted((tmp_path / "staged/R").glob("part-*.parquet"))[-1]
+    _rewrite_keys(str(part))
+    with pytest.raises(InputError, match=f"{part}: staged part file .*stage again"):
+        src.wait_for_input(lambda: None)
+    with pytest.raises(InputError, match=f"{part}: staged part file .*stage again"):
+        LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+
+
 def test_tail_sees_new_commits_and_the_end(tmp_path):
     job = _job(tmp_path)
     w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
@@ -161,21 +190,50 @@ def test_tail_sees_new_commits_and_the_end(tmp_path):
     assert tail.frontier == 40
 
 
-def test_one_stager_per_log(tmp_path):
-    """A second `stage --follow` on a log another one holds is refused before Spark is used."""
-    from mpi_join.storage.paths import DirLock
-    from mpi_join.storage.spark.follow import follow
+def test_one_writer_per_staged_directory_and_no_stage_over_a_live_log(tmp_path, monkeypatch):
+    """Every command that writes a staged directory takes its lock before any JVM starts: a
+    second `stage --follow` (with --force too) and a `stage` at rest on a directory another
+    process holds are refused at once with one line. A `stage` at rest on a log that has not
+    ended is refused even with --force (it deleted the log's committed part files, then crashed);
+    on an ended log it needs --force."""
+    import subprocess
+    import sys
+    from conftest import cli
+    from mpi_join.storage.spark import session
     text = JOB.format(lateness="10ms")
     for n in ("R", "S"):
         text = text.replace(f'[streams.{n}]\n', f'[streams.{n}]\nraw = {{ path = "raw/{n}", format = "csv", time = "t", '
                                                  f'time_unit = "ms" }}\n')
         os.makedirs(tmp_path / "raw" / n)
+        (tmp_path / "raw" / n / "a.csv").write_text("t,k,v\n1,1,1.0\n")
     (tmp_path / "job.toml").write_text(text)
     job = load_job(str(tmp_path / "job.toml"))
     os.makedirs(job.staged)
-    held = DirLock(job.staged, "the staged log").acquire()
+
+    def no_jvm(*a, **k):
+        raise AssertionError("a JVM was started before the staged directory's lock was taken")
+    monkeypatch.setattr(session, "spark_session", no_jvm)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from mpi_join.storage.paths import DirLock; "
+                               f"DirLock({job.staged!r}, 'x').acquire(); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
     try:
-        with pytest.raises(JobError, match=r"the staged log: .* is in use by another run"):
-            follow(None, job, job.staged, until="end", say=lambda m: None)
+        assert holder.stdout.readline().strip() == "held"
+        for args in (["--follow"], ["--follow", "--force"], [], ["--force"]):
+            r = cli("stage", *args, tmp_path / "job.toml")
+            assert r.returncode == 2 and "the staged directory: " in r.stderr and "is in use by another run" in r.stderr \
+                and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
     finally:
-        held.release()
+        holder.kill()
+        holder.wait()
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    _commit(w, job, 0, [1, 2, 30], [3, 40])
+    parts = sorted(os.listdir(tmp_path / "staged" / "R"))
+    for args in ([], ["--force"]):
+        r = cli("stage", *args, tmp_path / "job.toml")
+        assert r.returncode == 2 and "holds a staged log" in r.stderr and "has not ended" in r.stderr \
+            and "would delete its committed part files" in r.stderr and "--out DIR" in r.stderr, r.stderr
+    assert sorted(os.listdir(tmp_path / "staged" / "R")) == parts, "the log's part files are untouched"
+    w.end("done")
+    r = cli("stage", tmp_path / "job.toml")
+    assert r.returncode == 2 and "pass --force" in r.stderr, r.stderr
+    assert not os.path.exists(os.path.join(job.staged, ".mpi-join.lock")), "each refusal released its lock"

@@ -80,6 +80,25 @@ def test_changed_input_is_refused(copy):
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
 
 
+@pytest.mark.parametrize("sources", [1, 2])
+def test_a_plain_run_refuses_a_part_changed_after_staging(tmp_path, sources):
+    """R's keys + 1 in a staged part file (its size and SHA-256 no longer the manifest's): a plain
+    run, without --resume and with one source or two, exits 2 with one line naming the file, and
+    writes no _SUCCESS (it read the file, gave 215 results of 1,985 and exit 0 before)."""
+    path, job, arrays = _slow_job(tmp_path, n=3000, every=500)
+    text = open(path).read().replace("rate = 4000", f'rate = "max"\nsources = {sources}\npart = 200')
+    open(path, "w").write(text)
+    f = sorted(glob.glob(os.path.join(job.staged, "R", "*.parquet")))[0]
+    t = pq.read_table(f)
+    pq.write_table(t.set_column(t.schema.get_field_index("k"), "k", pa.array(t.column("k").to_numpy() + 1)), f)
+    p = run_mpi(2 + sources, "run", path)
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("mpi-join: ")]
+    assert p.returncode == 2, p.stderr
+    assert any(f in ln and "changed" in ln and "stage again" in ln for ln in lines), p.stderr
+    assert "Traceback" not in p.stderr
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
 def test_edited_hdf5_row_skips_that_checkpoint(copy):
     """A row of a window array edited in the newest checkpoint: its checksum fails; the run says
     so, resumes from the one before, and is exact."""

@@ -29,6 +29,17 @@ from ..storage.staged import ROW_GROUP, ArrayReader, LogTail, OrderCheck, Prefet
 from ..join.window import NEG_INF, POS_INF, coords, lows, runtime_dtype
 
 
+def default_part(job):
+    """Tuples per part when run.part is not set: about four row groups of each stream (source i
+    reads little more than its own parts; every link from a source has credit for a whole part,
+    the driver's Credits, so each source can send its next part while the entries take another's),
+    and no more than checkpoint.every_tuples: with several sources a checkpoint is cut at a part
+    boundary, so parts larger than that would take fewer checkpoints than asked, or none."""
+    part = 4 * ROW_GROUP * len(job.streams)
+    every = job.checkpoint.every_tuples if job.checkpoint is not None else None
+    return min(part, every) if every else part
+
+
 class Source:
     def __init__(self, job, annotate=None, slots=1, chunk_rows=65536, counts=None, arrays=None, man=None,
                  follow=False, share=(0, 1)):
@@ -64,10 +75,7 @@ class Source:
         self.batch_size = max(1, -(-job.run.batch_size // slots))
         self.flush_ns = job.run.flush_interval_ns / slots
         self.index, self.k = share
-        # a part is about four row groups of each stream by default (source i reads little more
-        # than its own parts), and every link from a source has credit for a whole part (the
-        # driver's Credits): each source can send its next part while the entries take another's
-        part = job.run.part or 4 * ROW_GROUP * self.M
+        part = job.run.part or default_part(job)
         self.part_rows = self.batch_size * max(1, -(-part // self.batch_size)) if self.k > 1 else None
         self.batch_no = -1                       # several sources: the number of the batch last released
         self.own = 0                             # tuples this source released (its share)
@@ -169,8 +177,8 @@ class Source:
         while True:
             files = self.tail.poll()
             if files is not None:
-                for r, f in zip(self.readers, files):
-                    r.add(f)
+                for r, f, s in zip(self.readers, files, self.job.streams):
+                    r.add(f, self.tail.records[s.name])
                 self.total = sum(r.count for r in self.readers)
                 self._eof = [False] * self.M
                 if self._ready():          # once the log has ended, this goes past the others' parts

@@ -32,11 +32,13 @@ class Cuts:
         if self.cut is not None and src in self.cut.waiting:
             self.cut.channel.append((src, header.encode(), [b.copy() for b in batches]))
 
-    def marker(self, src, m, state):
+    def marker(self, src, m, state, input_part=None):
         """A marker copy from `src`. Returns True when it begins a cut (the caller forwards the
         marker); `state()` -> (module arrays, module attrs, counters) is called then. Returns
         the MarkerDone to send the driver once every upstream copy is in, else None, as the
-        second element."""
+        second element. `input_part`: with the input's copy (several sources), the part of the
+        input it stands at, where the sources resume: a cut begun on a neighbour's copy records
+        the input up to there as channel state, so the restored inbox continues from that part."""
         began = False
         if self.cut is None or self.cut.marker.id != m.id:
             if self.cut is not None:
@@ -48,6 +50,8 @@ class Cuts:
             began = True
         else:
             self.cut.waiting.discard(src)
+        if input_part is not None:
+            self.cut.attrs["input_part"] = input_part
         return began, (self._finish() if not self.cut.waiting else None)
 
     def _finish(self):

@@ -33,6 +33,7 @@ class Inbox:
         self.ended = set()                             # sources whose end of stream is in
         self.marked = -1                               # the last checkpoint whose marker passed
         self.moved = set()                             # (kind, unit, epoch) of placed moves passed
+        self.replayed = deque()                        # the input's channel state, replayed first (restore)
 
     def data(self, src, header, batches, ack=True):
         """Queue a DATA message (ack False: replayed channel state, acknowledged before the cut)."""
@@ -44,6 +45,9 @@ class Inbox:
             self.watermark[src] = header.order
         if src in self.sources:
             self.buffered += sum(len(b) for b in batches)
+        if src == DRIVER and not ack and len(self.sources) > 1:
+            self.replayed.append(("data", header, batches, ack))
+            return
         self.queues.setdefault(src, deque()).append(("data", header, batches, ack))
 
     def ctrl(self, src, msg):
@@ -82,7 +86,12 @@ class Inbox:
 
     def _input_next(self, take_driver):
         """Several sources: a control record of the driver's passes at once; the input goes part
-        by part, each from its source until its PartEnd; the end of stream once all have sent it."""
+        by part, each from its source until its PartEnd; the end of stream once all have sent it.
+        The input's channel state of a restored cut goes first: it is the flow from the part the
+        rank was at when it cut (on a neighbour's marker copy) to the part of the input's own copy,
+        where the sources resume, and `part` is that one (Cuts.marker)."""
+        if self.replayed:
+            return (DRIVER, self.replayed.popleft()) if take_driver(self.replayed[0]) else None
         for src in self.sources:
             q = self.queues.get(src)
             if q and q[0][0] == "ctrl" and not isinstance(q[0][1], (PartEnd, Eos)) and not placed(q[0][1]) \

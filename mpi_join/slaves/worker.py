@@ -254,7 +254,7 @@ class Worker:
 
     # -- checkpoints ------------------------------------------------------------------------
     def _marker(self, src, m):
-        began, done = self.cuts.marker(src, m, self._cut_state)
+        began, done = self.cuts.marker(src, m, self._cut_state, self.inbox.part if src == DRIVER else None)
         if began:
             self.outbox.everywhere(m)
             self.outbox.pump()

@@ -114,7 +114,7 @@ def check_file(path, rec, what):
         raise InputError(f"{path}: {what} is missing")
     size = os.path.getsize(path)
     if size != rec.get("bytes"):
-        raise InputError(f"{path}: {what} has {size:,} bytes, {rec.get('bytes')!r} were recorded; it changed")
+        raise InputError(f"{path}: {what} has {size:,} bytes, {rec.get('bytes'):,} were recorded; it changed")
     if file_sha256(path) != rec.get("sha256"):
         raise InputError(f"{path}: {what} has changed since it was recorded (SHA-256 differs)")
 

@@ -98,6 +98,24 @@ def stream_files(staged, stream, man=None):
     return files
 
 
+def check_part(path, records):
+    """A staged part file must be the one its manifest records, `records` ({name: {bytes, sha256}}
+    of its stream): listed, of that size and SHA-256. A part changed after staging (a key edited, a
+    file copied over another) would give a different join that verify, reading the same files,
+    would call right. Input staged by a version that recorded no files (`records` None) is read
+    unchecked. Raises InputError naming the file."""
+    from .checksums import check_file
+    if records is None:
+        return
+    rec = records.get(os.path.basename(path))
+    if rec is None:
+        raise InputError(f"{path}: staged part file is not in the manifest; stage again")
+    try:
+        check_file(path, rec, "staged part file")
+    except InputError as e:
+        raise InputError(f"{e}; stage again (`mpi-join stage JOB --force`)") from None
+
+
 def is_log(man):
     """Is this manifest a staged log's (staged_log.py), grown batch by batch?"""
     return isinstance(man, dict) and isinstance(man.get("log"), dict)
@@ -126,7 +144,12 @@ class StreamReader:
         self.stream, self.chunk_rows = stream, chunk_rows
         self.parts = []                  # (file, ParquetFile, [(row group, rows, seq min, seq max)])
         self.count = 0
-        self.add(stream_files(staged, stream.name, man))
+        if man is None and os.path.isdir(staged):
+            man = read_manifest(staged)
+        files = stream_files(staged, stream.name, man)
+        recorded = (man or {}).get("files")            # None: staged by a version that recorded no files
+        self.records = None if recorded is None else dict(recorded.get(stream.name, {}))   # {part: {bytes, sha256}}
+        self.add(files)
         self._it = None
         self._pos = (0, 0)               # next (part, row group) to open
         self._skip = -1                  # drop rows with seq below this (after a seek)
@@ -135,11 +158,15 @@ class StreamReader:
         self._counting = {}              # file -> ParquetFile for count_before
         self.upto = None                 # read no row group wholly at or past this seq (a source's part end)
 
-    def add(self, files):
+    def add(self, files, records=None):
         """Read these part files too (a log's newly committed batches: their seqs follow every
-        file's already added, so they go at the end)."""
+        file's already added, so they go at the end; `records` are theirs from the manifest).
+        Each must be the file the manifest records (check_part) before a row of it is trusted."""
+        if records:
+            self.records = {**(self.records or {}), **records}
         new = []
         for f in files:
+            check_part(f, self.records)
             try:
                 pf = pq.ParquetFile(f, buffer_size=1 << 20, pre_buffer=False)
             except Exception as e:  # noqa: BLE001 - a damaged file is the user's to see
@@ -295,14 +322,14 @@ class Prefetched:
         else:
             self.reader.skip_to(seq)
 
-    def add(self, files):
+    def add(self, files, records=None):
         """More part files (a log's new commits): the read in flight, if any, is kept, unless it
         found the end, which is now further on."""
         if self._ahead is not None:
             self._ahead.exception()
             if self._ahead.result() is None:
                 self._ahead = None
-        self.reader.add(files)
+        self.reader.add(files, records)
         self.count = self.reader.count
 
     def count_before(self, offset):

@@ -30,7 +30,7 @@ from .durable import write_json
 from ..errors import InputError, JobError
 from .checksums import file_records, file_sha256
 from ..schema import SEQ, TS, to_arrow
-from .staged import FORMAT, MANIFEST, check_structure, is_log, read_manifest, string_columns
+from .staged import FORMAT, MANIFEST, check_part, check_structure, is_log, read_manifest, string_columns
 from ..units import ts_unit_ns
 
 LOG = "_log"
@@ -124,6 +124,40 @@ def lateness_text(delta, ts_unit):
     return f"late by {s:g} s" if s >= 1 else f"late by {delta:,} {ts_unit}"
 
 
+def hold_staged(out, follow=False, force=False, say=None):
+    """Lock the staged directory `out` for this command, before any JVM starts, so that a second
+    writer (a stager, a stage at rest, a pipeline) is refused at once with one line; and refuse
+    what would destroy a log: staging at rest into a log that has not ended would delete its
+    committed part files (rows whose landing files are gone would be lost for good), and into an
+    ended one needs --force. Returns the DirLock to release, or None where `out` is not local (a
+    directory on HDFS is Spark's to write)."""
+    from .paths import DirLock, local, real
+    if not local(out):
+        return None
+    root = real(out[len("file://"):] if out.startswith("file://") else out)
+    lock = DirLock(root, "the staged directory", say=say).acquire()
+    try:
+        try:
+            man = read_manifest(root)
+        except InputError:
+            man = None                       # damaged: staging writes a new one
+        if not follow and is_log(man):
+            what = (f"{root}: holds a staged log ({man.get('total', 0):,} tuples in "
+                    f"{man['log'].get('batches', 0)} batches)")
+            if not man["log"].get("ended"):
+                raise JobError(f"{what} that has not ended: staging at rest here would delete its committed part "
+                               f"files, and rows whose landing files are gone would be lost; stage into a directory "
+                               f"of its own (--out DIR), or end the log first (`mpi-join stage --follow JOB --until "
+                               f"end`)")
+            if not force:
+                raise JobError(f"{what}: staging at rest replaces it; pass --force to, or stage into a directory "
+                               f"of its own (--out DIR)")
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
 class LogWriter:
     """The stager's side of the log: opens (or starts) the log in `out`, commits batches."""
 
@@ -151,6 +185,10 @@ class LogWriter:
             if man["log"].get("settings") != settings:
                 raise JobError(f"{os.path.join(out, MANIFEST)}: the log was started with other settings (streams, "
                                f"schemas, raw sources, allowed_lateness); pass --force to start a new log")
+            for n in self.names:        # the parts it continues from must be those it committed
+                recs = man["files"].get(n, {})
+                for part in sorted(recs):
+                    check_part(os.path.join(out, n, part), recs)
         self.man = man
         self.pending = self._load_pending()
         self._sweep()

@@ -217,7 +217,8 @@ def clear(job, out):
 def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, force=False):
     """Stage the landing directories of `job` into the staged log at `out` until `until` ("end":
     the files present now; an event time in the job's unit; None: until Ctrl-C or SIGTERM), then
-    write the end marker. Returns the log's manifest."""
+    write the end marker. Returns the log's manifest. The caller holds `out`'s lock
+    (staged_log.hold_staged), taken before the JVM started."""
     if not paths.local(out):
         raise JobError(f"{out}: a staged log is written on a local or mounted filesystem (its commits are atomic "
                        f"renames)")
@@ -230,11 +231,7 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
             raise InputError(f"{out}: the staged log overlaps the landing directory of stream '{s.name}'; "
                              f"stage into a directory of its own")
     os.makedirs(out, exist_ok=True)
-    lock = paths.DirLock(out, "the staged log", say=say).acquire()     # one stager per log
-    try:
-        return _follow(spark, job, out, until, trigger, say, force)
-    finally:
-        lock.release()
+    return _follow(spark, job, out, until, trigger, say, force)
 
 
 def _follow(spark, job, out, until, trigger, say, force):

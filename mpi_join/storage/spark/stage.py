@@ -39,7 +39,7 @@ def precheck(job, out=None, force=False, overwrite=False, allow_empty=False):
     import os
     out = fs.qualify(out or job.staged)
     _check_local_targets(job, out)
-    if paths.local(out) and os.path.isdir(paths.real(out)) and os.listdir(paths.real(out)) \
+    if paths.local(out) and os.path.isdir(paths.real(out)) and set(os.listdir(paths.real(out))) - {paths.LOCK} \
             and not os.path.exists(os.path.join(paths.real(out), "_manifest.json")) and not overwrite:
         raise _not_staged(out)
     sources = {}
