@@ -261,12 +261,22 @@ def test_live_band_join_ctrl_c_of_the_stager(tmp_path):
         land.round(late=2 if k == 1 else 0)
         time.sleep(0.5)
     _wait(lambda: _accounted(tmp_path) == land.count(), "every file taken in")
+    # a careless producer writes 100 new rows under a name already staged (hidden name, rename):
+    # Spark never reads a name twice; the stager quarantines them and says so (lost before)
+    first = tmp_path / "raw" / "R" / "f0000.csv"
+    (tmp_path / "raw" / "R" / ".again").write_text("t,k,v\n" + "".join(f"{t},3,0.5\n" for t in range(100)))
+    os.rename(tmp_path / "raw" / "R" / ".again", first)
+    _wait(lambda: _manifest(tmp_path)["log"]["rewritten"]["R"] == 100, "the rewritten file quarantined")
     os.killpg(stager.pid, signal.SIGINT)
     code, out, err = _finish(stager, "the stager")
     assert code == 0 and "stopped by SIGINT" in err, err[-2000:]
+    said = [ln for ln in err.splitlines() if "rewritten after staging" in ln]
+    assert len(said) == 1 and str(first) in said[0] and "100 row(s) not staged" in said[0], err[-2000:]
+    assert pq.read_table(str(tmp_path / "staged/_quarantine/_rewritten/R")).num_rows == 100
     code, out, err = _finish(run, "the run")
     assert code == 0, err[-3000:]
-    _check_final(tmp_path, land)
+    man = _check_final(tmp_path, land)
+    assert man["quarantined"]["R"] == man["log"]["late"]["R"] + 100
 
 
 def _cpu_ticks(pids):

@@ -236,4 +236,48 @@ def test_one_writer_per_staged_directory_and_no_stage_over_a_live_log(tmp_path, 
     w.end("done")
     r = cli("stage", tmp_path / "job.toml")
     assert r.returncode == 2 and "pass --force" in r.stderr, r.stderr
+    r = cli("stage", "--follow", "--until", "end", tmp_path / "job.toml")     # refused before a JVM (65 s busy)
+    assert r.returncode == 2 and "the log has ended (done); pass --force to start a new log" in r.stderr, r.stderr
     assert not os.path.exists(os.path.join(job.staged, ".mpi-join.lock")), "each refusal released its lock"
+
+
+@pytest.mark.parametrize("change", ["rewrite", "append", "truncate"])
+def test_a_landing_file_changed_after_staging_is_quarantined_not_lost(tmp_path, change):
+    """A landing file rewritten (same name, new rows), appended to or truncated after the stager
+    read it: its content that was not staged is quarantined as changed after staging, counted in
+    the log's quarantined rows, said in one line naming the file; never dropped in silence (the
+    rewritten file's 100 rows were lost, exit 0, before). Noticed again after a restart too."""
+    text = JOB.format(lateness="10ms").replace(
+        '[streams.R]\n', '[streams.R]\nraw = { path = "landing", format = "csv", time = "t", time_unit = "ms" }\n')
+    (tmp_path / "job.toml").write_text(text)
+    job = load_job(str(tmp_path / "job.toml"))
+    land = tmp_path / "landing"
+    land.mkdir()
+    f = land / "a.csv"
+    f.write_text("t,k,v\n" + "".join(f"{t},1,1.0\n" for t in (1, 2, 30)))
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    w.commit(0, [_rows(job, 0, [1, 2, 30]), _rows(job, 1, [])], [f"file:{f}"])
+    said = []
+    assert w.quarantine_changed(said.append) == 0 and not said, "nothing changed yet"
+    if change == "rewrite":
+        f.write_text("t,k,v\n" + "".join(f"{t},2,2.0\n" for t in range(100, 200)))
+        rows, reason = 100, "rewritten after staging"
+    elif change == "append":
+        with open(f, "a") as h:
+            h.write("40,1,1.0\n41,1,1.0\n")
+        rows, reason = 2, "appended to after staging"
+    else:
+        f.write_text("t,k,v\n1,1,1.0\n")
+        rows, reason = 1, "truncated after staging"
+    os.utime(f, ns=(0, 0)) if change == "rewrite" else None      # a restored mtime does not hide it
+    w2 = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})   # a restart keeps what was read
+    assert w2.quarantine_changed(said.append) == 1
+    assert len(said) == 1 and str(f) in said[0] and reason in said[0] and f"{rows:,} row(s) not staged" in said[0]
+    q = pq.read_table(str(tmp_path / "staged/_quarantine/_rewritten/R")).to_pylist()
+    assert len(q) == rows and all(x["file"] == f"file:{f}" and x["reason"].startswith(reason) for x in q)
+    if change == "append":
+        assert [x["text"] for x in q] == ["40,1,1.0", "41,1,1.0"]
+    man = json.loads((tmp_path / "staged/_manifest.json").read_text())
+    assert man["quarantined"]["R"] == rows and man["log"]["rewritten"]["R"] == rows
+    assert w2.quarantine_changed(said.append) == 0 and len(said) == 1, "each change is reported once"
+    assert sum(len(p) for p in w2.pending) == 3, "what was read stays in the log (waiting for the watermark)"

@@ -129,7 +129,7 @@ def hold_staged(out, follow=False, force=False, say=None):
     writer (a stager, a stage at rest, a pipeline) is refused at once with one line; and refuse
     what would destroy a log: staging at rest into a log that has not ended would delete its
     committed part files (rows whose landing files are gone would be lost for good), and into an
-    ended one needs --force. Returns the DirLock to release, or None where `out` is not local (a
+    ended one needs --force, as does following an ended log again (a new log). Returns the DirLock to release, or None where `out` is not local (a
     directory on HDFS is Spark's to write)."""
     from .paths import DirLock, local, real
     if not local(out):
@@ -141,6 +141,9 @@ def hold_staged(out, follow=False, force=False, say=None):
             man = read_manifest(root)
         except InputError:
             man = None                       # damaged: staging writes a new one
+        if follow and is_log(man) and man["log"].get("ended") and not force:
+            raise JobError(f"{os.path.join(root, LOG, 'end.json')}: the log has ended "
+                           f"({man['log']['ended'].get('reason')}); pass --force to start a new log")
         if not follow and is_log(man):
             what = (f"{root}: holds a staged log ({man.get('total', 0):,} tuples in "
                     f"{man['log'].get('batches', 0)} batches)")
@@ -190,6 +193,8 @@ class LogWriter:
                 for part in sorted(recs):
                     check_part(os.path.join(out, n, part), recs)
         self.man = man
+        self.log.setdefault("landed", {})                 # landing file -> what was read of it (landed.py)
+        self.log.setdefault("rewritten", {n: 0 for n in self.names})
         self.pending = self._load_pending()
         self._sweep()
 
@@ -282,6 +287,7 @@ class LogWriter:
                 n += [int(pa.compute.max(t.column("record")).as_py()) for t in (bad or []) if t is not None
                       and t.num_rows and p in t.column("file").to_pylist()]
                 base[p] = max([base.get(p, 0)] + n)
+        self._record_landed(arrivals, paths, bad)
         max_seen = [self.log["max_seen"][n] for n in self.names]
         released, late, keep, max_seen, frontier, bound = advance(
             self.pending, arr, max_seen, self.log["frontier"], self.lateness, flush=flush, until=until)
@@ -338,6 +344,49 @@ class LogWriter:
             from .paths import remove_file
             remove_file(self.out, os.path.join(self.out, LOG, old_pending))
         return entry
+
+    def _record_landed(self, arrivals, paths, bad):
+        """What this batch read of each landing file it has rows of (landed.record), kept with the
+        log so that a change after staging is noticed, across restarts too."""
+        from .landed import local_path, record
+        of = {}
+        for k, a in enumerate(arrivals):
+            of.update((paths[i], self.names[k]) for i in np.unique(a["_src"]))
+            if bad and bad[k] is not None:
+                of.update((p, self.names[k]) for p in set(bad[k].column("file").to_pylist()))
+        for p, n in of.items():
+            lp = local_path(p)
+            if lp is not None and p not in self.log["landed"]:
+                rec = record(lp, n)
+                if rec is not None:
+                    self.log["landed"][p] = rec
+
+    def quarantine_changed(self, say):
+        """Landing files that changed after they were staged (landed.changed): the content not
+        staged goes to _quarantine/_rewritten/<stream>/, counted as quarantined, with one line
+        said per file; the manifest is written when any did. Returns how many files changed."""
+        from .landed import changed, new_content
+        from .paths import inside, plain_dir
+        found = changed(self.log["landed"])
+        streams = {s.name: s for s in self.job.streams}
+        for uri, rec, now, reason in found:
+            n, s = rec["stream"], streams.get(rec["stream"])
+            t = new_content(uri, rec, now, reason, s.raw.format if s and s.raw else "csv",
+                            bool(s and s.raw and s.raw.header))
+            d = os.path.join(self.out, "_quarantine", "_rewritten", n)
+            plain_dir(d, "a folder the log writes")
+            os.makedirs(inside(self.out, d), exist_ok=True)
+            name = f"rewritten-{len([f for f in os.listdir(d) if f.startswith('rewritten-')]):06d}.parquet"
+            self._atomic_parquet(d, name, t)
+            self.log["landed"][uri] = now
+            self.log["rewritten"][n] = self.log["rewritten"].get(n, 0) + t.num_rows
+            self.man["quarantined"][n] += t.num_rows
+            say(f"stage --follow: warning: {uri}: {reason} ({rec['bytes']:,} -> {now['bytes']:,} bytes): "
+                f"{t.num_rows:,} row(s) not staged, quarantined in {os.path.join(d, name)}; a landed file must "
+                f"not change (write under a hidden name, then rename)")
+        if found:
+            self._write_manifest(self.man)
+        return len(found)
 
     def end(self, reason, until=None):
         """Release what waits (up to `until`, if given) and write the end marker."""

@@ -273,8 +273,13 @@ def _follow(spark, job, out, until, trigger, say, force):
         + (" (until the files present are staged)" if until == "end" else
            f" (until event time {cap})" if cap is not None else " (Ctrl-C or SIGTERM ends the log)"))
     failed = None
+    look = 0.0                           # when landing files are next looked at for changes
     try:
         while True:
+            if time.monotonic() >= look:
+                with lock:
+                    writer.quarantine_changed(say)
+                look = time.monotonic() + 1.0
             try:
                 if not q.isActive:
                     break
@@ -304,6 +309,7 @@ def _follow(spark, job, out, until, trigger, say, force):
     if failed is not None:
         raise InputError(f"{out}: the streaming query failed: {_first_line(failed)}; the log stays open (a restart "
                          f"continues it)")
+    writer.quarantine_changed(say)       # a change since the last look, before the log ends
     reason = (f"stopped by {signal.Signals(state['signal']).name}" if state["signal"] is not None else
               "the files present were staged" if until == "end" else f"event time {cap} reached")
     e = writer.end(reason, until=cap)

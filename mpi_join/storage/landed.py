@@ -1,0 +1,99 @@
+"""What the stager read of each landing file, and what it does when one changes afterwards.
+
+The producer contract (README "Live streams"): a file is written under a hidden name and renamed
+into the landing directory when complete, and a landed file is never written again. Spark's file
+source reads a name once; a file rewritten, appended to or truncated under a name already read
+would otherwise be lost in silence. The stager records each file it committed rows of (size,
+modification time, inode, SHA-256 of what it read), looks again between micro-batches, and
+quarantines the new content of a file that changed, counted in the log, with one line said.
+"""
+import hashlib
+import json
+import os
+
+import pyarrow as pa
+
+FIELDS = ("bytes", "mtime_ns", "ino")
+
+
+def local_path(p):
+    """The local path of a Spark file URI (file:/a, file:///a) or a plain path; None for a stream
+    source (socket://, another source), which has no file to look at."""
+    if p.startswith("file://"):
+        return p[len("file://"):]
+    if p.startswith("file:"):
+        return p[len("file:"):]
+    return None if "://" in p else p
+
+
+def _sha256(path, size=None):
+    h, left = hashlib.sha256(), size
+    with open(path, "rb") as f:
+        while left is None or left > 0:
+            chunk = f.read(1 << 20 if left is None else min(1 << 20, left))
+            if not chunk:
+                break
+            h.update(chunk)
+            if left is not None:
+                left -= len(chunk)
+    return h.hexdigest()
+
+
+def record(path, stream):
+    """{bytes, mtime_ns, ino, sha256, stream} of a landing file now, or None when it is gone."""
+    try:
+        st = os.stat(path)
+        return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "sha256": _sha256(path),
+                "stream": stream}
+    except OSError:
+        return None
+
+
+def changed(landed):
+    """[(uri, what it was, what it is now, reason)] of the recorded files that changed since: a
+    file deleted after staging has not changed (producers may clean up)."""
+    out = []
+    for uri, rec in landed.items():
+        p = local_path(uri)
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if (st.st_size, st.st_mtime_ns, st.st_ino) == tuple(rec[k] for k in FIELDS):
+            continue
+        now = record(p, rec["stream"])
+        if now is None or now["sha256"] == rec["sha256"]:
+            if now is not None:
+                landed[uri] = now           # touched or copied over with the same bytes
+            continue
+        grown = now["bytes"] > rec["bytes"] and _sha256(p, rec["bytes"]) == rec["sha256"]
+        shrunk = now["bytes"] < rec["bytes"] and now["ino"] == rec["ino"]     # a new file renamed over it is rewritten
+        reason = ("appended to after staging" if grown else
+                  "truncated after staging" if shrunk else "rewritten after staging")
+        out.append((uri, rec, now, reason))
+    return out
+
+
+def new_content(uri, rec, now, reason, fmt, header=False):
+    """The quarantine table of what a changed file holds that was not staged: the bytes appended,
+    or the whole file when it was rewritten or truncated, one row per line (a CSV file's header
+    left out; a Parquet file: one row per row, as JSON), with its file, record number and reason."""
+    p = local_path(uri)
+    with open(p, "rb") as f:
+        if reason.startswith("appended"):
+            f.seek(rec["bytes"])
+        data = f.read(now["bytes"] - (rec["bytes"] if reason.startswith("appended") else 0))
+    if fmt == "parquet":
+        try:
+            import pyarrow.parquet as pq
+            rows = [json.dumps(r, default=str) for r in pq.read_table(p).to_pylist()]
+        except Exception:  # noqa: BLE001 - a damaged file is quarantined as one record of bytes
+            rows = [data.decode("utf-8", "replace")]
+    else:
+        rows = [ln for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+        if fmt == "csv" and header and not reason.startswith("appended"):
+            rows = rows[1:]
+    return pa.table({"file": pa.array([uri] * len(rows), pa.string()),
+                     "record": pa.array(range(1, len(rows) + 1), pa.int64()),
+                     "reason": pa.array([f"{reason} ({rec['bytes']:,} -> {now['bytes']:,} bytes)"] * len(rows)),
+                     "text": pa.array(rows, pa.string())})
