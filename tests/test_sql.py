@@ -21,8 +21,8 @@ raw = {{ path = "raw/quotes", format = "csv", time = "time", time_unit = "ms" }}
 """
 
 
-def _job(predicate, wt='window = "5s"', wq='window = "5s"', strategy="hash"):
-    text = ('[job]\nname = "tq"\nts_unit = "ms"\n[input]\nstaged = "staged"\n[output]\ndir = "out"\n'
+def _job(predicate, wt='window = "5s"', wq='window = "5s"', strategy="hash", unit="ms"):
+    text = (f'[job]\nname = "tq"\nts_unit = "{unit}"\n[input]\nstaged = "staged"\n[output]\ndir = "out"\n'
             + STREAMS.format(wt=wt, wq=wq) + f"[predicate]\n{predicate}\n[strategy]\nname = \"{strategy}\"\n")
     return parse_job(tomllib.loads(text))
 
@@ -37,7 +37,7 @@ PAIRS = [
      'equi = [["trades.sym", "quotes.sym"]]', True),
     ("SELECT * FROM trades t, quotes q WHERE t.sym = q.sym AND ABS(t.px - q.bid) < 0.05",
      'equi = [["trades.sym", "quotes.sym"]]\nband = [{left = "trades.px", right = "quotes.bid", eps = 0.05}]', True),
-    ("SELECT t.sym, q.bid FROM trades AS t INNER JOIN quotes AS q ON ABS(q.bid - t.px) <= 2",
+    ("SELECT t.*, q.* FROM trades AS t INNER JOIN quotes AS q ON ABS(q.bid - t.px) <= 2",
      'band = [{left = "quotes.bid", right = "trades.px", eps = 2, closed = true}]', True),
     ("SELECT * FROM trades JOIN quotes ON trades.px BETWEEN quotes.bid - 0.5 AND quotes.bid + 0.5",
      'band = [{left = "trades.px", right = "quotes.bid", eps = 0.5, closed = true}]', True),
@@ -129,6 +129,17 @@ REFUSED = [
     ("SELECT * FROM trades t JOIN quotes q USING (sym)", "USING join"),
     ("SELECT * FROM trades t JOIN quotes q ON ABS(t.px - q.bid) < -1", "a band's width must be positive"),
     ("SELEKT * FROM trades", "predicate.sql:"),
+    ("SELECT * FROM trades t JOIN quotes q ON " + "(" * 3000 + "t.sym = q.sym" + ")" * 3000,
+     "parentheses nested 3,000 deep; at most 32"),
+    ("SELECT * FROM trades t JOIN quotes q ON " + " AND ".join(["t.sym = q.sym"] * 3000),
+     "3,000 conditions joined by AND; at most 256"),
+    ("SELECT * FROM trades t JOIN quotes q ON " + "(" * 40 + "t.sym = q.sym" + ")" * 40,
+     "parentheses nested 40 deep"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts BETWEEN t.ts - 1e400 AND t.ts",
+     "1e400 is out of range"),
+    ("SELECT * FROM trades t JOIN quotes q ON ABS(t.px - q.bid) < 1e400", "1e400 is not a finite number"),
+    ("SELECT t.sym, q.bid FROM trades t JOIN quotes q ON t.sym = q.sym",
+     "SELECT t.sym: the join's result is its matching tuples"),
 ]
 
 
@@ -138,6 +149,20 @@ def test_what_sql_cannot_say_is_refused_with_one_line_naming_the_clause(sql, say
         _job(_sql(sql), wt="", wq="")
     msg = str(e.value)
     assert "\n" not in msg and "predicate.sql: " in msg and says in msg, msg
+
+
+def test_an_integer_duration_above_2_to_the_53_is_read_exactly():
+    """`R.ts - 9007199254740993` in a nanosecond job is that many ns (read through a float it
+    became -9007199254740992 ns, another join), as its TOML form is; in a millisecond job the same
+    bound is past 100 years and refused quoting it exactly."""
+    q = "SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts BETWEEN t.ts - 9007199254740993 AND t.ts"
+    job = _job(_sql(q), "", "", unit="ns")
+    twin = _job('equi = [["trades.sym", "quotes.sym"]]\ninterval = { left = "trades", right = "quotes", '
+                'lower = "-9007199254740993ns", upper = "0s", closed = "both" }', "", "", unit="ns")
+    assert job.predicate == twin.predicate and job.streams == twin.streams
+    assert [s.window.size for s in job.streams] == [1, 9007199254740993]
+    with pytest.raises(ConfigError, match="-9007199254740993ms"):
+        _job(_sql(q), wt="", wq="")
 
 
 def test_sql_and_the_toml_keys_are_not_given_together():

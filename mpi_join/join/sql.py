@@ -23,6 +23,11 @@ from sqlglot import exp
 
 from ..errors import ConfigError
 
+# what a SQL text may hold: its parser and the tree walks recurse, so a deeper or longer
+# condition is refused with one line instead of a RecursionError traceback
+MAX_DEPTH = 32          # parentheses nested (about 45 overflowed the parser)
+MAX_CONDITIONS = 256    # conditions joined by AND
+
 UNITS = {"MICROSECOND": "us", "MILLISECOND": "ms", "SECOND": "s", "MINUTE": "min", "HOUR": "h", "DAY": "d"}
 
 
@@ -39,12 +44,36 @@ def predicate_table(sql, streams, ts_unit, time_columns=None):
     names; `time_columns`: {stream: its raw time column}, also read as its event time. Raises
     ConfigError("predicate.sql: ...") naming what it cannot express."""
     try:
+        _limits(sql)
         return _translate(sql, list(streams), ts_unit, time_columns or {})
     except _Refused as e:
         raise ConfigError(f"predicate.sql: {e}") from None
+    except RecursionError:
+        raise ConfigError("predicate.sql: nested too deeply to read; write the conditions as a flat AND") from None
     except sqlglot.errors.ParseError as e:
         first = str(e).splitlines()[0] if str(e) else "cannot parse it"
         raise ConfigError(f"predicate.sql: not a SQL SELECT sqlglot can read: {first}") from None
+
+
+def _limits(sql):
+    """Refuse a text nested deeper than MAX_DEPTH parentheses or with more than MAX_CONDITIONS
+    ANDs (outside quoted text) before it is parsed."""
+    if not isinstance(sql, str):
+        return
+    import re
+    bare = re.sub(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"", "''", sql)     # quoted text and names count for nothing
+    depth = deepest = 0
+    for c in bare:
+        if c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth -= 1
+    if deepest > MAX_DEPTH:
+        _no(f"parentheses nested {deepest:,} deep; at most {MAX_DEPTH}")
+    ands = len(re.findall(r"\bAND\b", bare, re.IGNORECASE))
+    if ands + 1 > MAX_CONDITIONS:
+        _no(f"{ands + 1:,} conditions joined by AND; at most {MAX_CONDITIONS}")
 
 
 def _translate(sql, names, ts_unit, time_columns):
@@ -66,6 +95,9 @@ def _translate(sql, names, ts_unit, time_columns):
             _no(f"an aggregate in the SELECT list ({e.sql()}): the join's result is its matching pairs")
         if e.find(exp.Subquery, exp.Select) and e is not q:
             _no(f"a subquery in the SELECT list ({e.sql()})")
+        if not (isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))):
+            _no(f"SELECT {e.sql()}: the join's result is its matching tuples (each stream's seq), not chosen "
+                f"columns; write SELECT * and take the columns after `collect --with-payload`")
     alias = {}
 
     def table(t):
@@ -186,30 +218,43 @@ def _duration(e, ts_unit):
         unit = unit[:-1] if unit.endswith("S") else unit                  # SECONDS as SECOND
         if unit not in UNITS:
             _no(f"{e.sql()}: interval unit {unit or '(none)'}; use one of {', '.join(UNITS)}")
-        v = e.this.name if isinstance(e.this, exp.Literal) else None
-        try:
-            n = float(v)
-        except (TypeError, ValueError):
-            _no(f"{e.sql()}: expected INTERVAL 'n' UNIT with a number n")
-        if n < 0 or n != n or n == float("inf"):
+        n = _exact(e, e.this.name if isinstance(e.this, exp.Literal) else None, f"INTERVAL 'n' UNIT with a number n")
+        if n < 0:
             _no(f"{e.sql()}: expected a non-negative number of {unit.lower()}s")
         if n != int(n):                      # Flink writes 250 ms as INTERVAL '0.25' SECOND
-            from decimal import Decimal
-            return f"{format(Decimal(v.strip()), 'f')}{UNITS[unit]}"
+            return f"{format(n, 'f')}{UNITS[unit]}"
         return f"{int(n)}{UNITS[unit]}" if n else "0s"
     if isinstance(e, exp.Literal) and not e.is_string:
-        n = float(e.name)
+        n = _exact(e, e.name, f"a number of {ts_unit}")
         if n != int(n) or n < 0:
             _no(f"{e.sql()}: expected a whole, non-negative number of {ts_unit} (or INTERVAL 'n' UNIT)")
         return f"{int(n)}{ts_unit}" if n else "0s"
     _no(f"{e.sql()}: expected a duration (INTERVAL '5' SECOND, or a number of {ts_unit})")
 
 
+def _exact(e, text, what):
+    """The number `text` of the expression `e` read exactly (a Decimal: an integer above 2^53
+    stays that integer, where a float would read another duration); a non-finite one refused."""
+    from decimal import Decimal, InvalidOperation
+    try:
+        n = Decimal(str(text).strip())
+    except (InvalidOperation, ValueError):
+        _no(f"{e.sql()}: expected {what}")
+    if not n.is_finite() or abs(n.adjusted()) > 30:
+        _no(f"{e.sql()}: {str(text).strip()[:40]} is out of range (a duration's magnitude is at most 10^30)")
+    return n
+
+
 def _number(e):
     if isinstance(e, exp.Neg):
         _no(f"{e.sql()}: a band's width must be positive")
     if isinstance(e, exp.Literal) and not e.is_string:
-        return float(e.name) if any(c in e.name for c in ".eE") else int(e.name)
+        if any(c in e.name for c in ".eE"):
+            v = float(e.name)
+            if v != v or v in (float("inf"), float("-inf")):
+                _no(f"{e.sql()}: {e.name[:40]} is not a finite number (a band's width)")
+            return v
+        return int(e.name)
     _no(f"{e.sql()}: expected a number (a band's width)")
 
 
