@@ -1,6 +1,7 @@
 """Warnings about staged input that is valid but probably not what the user meant: streams whose
-event times never come within a window of each other (an empty answer, exit 0), and event times
-that look like they were read in the wrong unit (a float-seconds column read as "ms" lands in
+event times never come within a window of each other (an empty answer, exit 0), event times
+with a part finer than the job's ts_unit (dropped when staged), and event times that look like
+they were read in the wrong unit (a float-seconds column read as "ms" lands in
 January 1970). `check`, `explain` and `run` print them, one line each; they never stop a run."""
 import datetime
 
@@ -43,6 +44,11 @@ def warnings(job, man):
     for s in job.streams:
         m = st[s.name]
         n, lo, hi = m.get("count", 0), m.get("ts_min"), m.get("ts_max")
+        finer = m.get("ts_finer") or 0
+        if finer:
+            out.append(f"stream {s.name}: {finer:,} of its event times had a part finer than ts_unit = \"{unit}\", "
+                       f"dropped when staged (such as the milliseconds of ISO timestamps): tuples closer than a "
+                       f"{unit} apart now have equal event times; set job.ts_unit finer and stage again")
         if not n or lo is None:
             out.append(f"stream {s.name} has no staged tuples: every result needs one of each stream, so the "
                        f"answer is empty")

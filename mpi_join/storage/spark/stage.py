@@ -267,6 +267,7 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
     text = [(i, c) for i, s in enumerate(job.streams) for c in string_columns(s)]
     stats = ordered.groupBy("_pid", "_stream").agg(
         F.count("*").alias("n"), F.min("_ts").alias("lo"), F.max("_ts").alias("hi"),
+        F.sum(F.col("_finer").cast("long")).alias("finer"),
         *[F.max(F.octet_length(F.col(f"_p{i}.{c}"))).alias(f"_w{k}") for k, (i, c) in enumerate(text)]).collect()
     for t in tagged_frames:
         t.unpersist()
@@ -325,7 +326,8 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         n = sum(r["n"] for r in mine)
         man["streams"][s.name] = {"count": int(n), "ts_min": min((r["lo"] for r in mine), default=None),
                                   "ts_max": max((r["hi"] for r in mine), default=None),
-                                  "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)}}
+                                  "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)},
+                                  "ts_finer": int(sum(r["finer"] or 0 for r in mine))}
         if string_columns(s):
             man["streams"][s.name]["string_bytes"] = {c: w for (j, c), w in widths.items() if j == i}
         progress(f"stage: stream {s.name}: {n:,} tuples -> {out}/{s.name}")
@@ -461,7 +463,8 @@ def _tag(df, s, job):
     """Each row parsed into _ts and the stream's columns, plus _reason: what could not be parsed
     ("" for a good row). Kept with the raw text so that quarantined rows show what was read."""
     from pyspark.sql import functions as F
-    parsed = {"_ts": _parse_time(df, s, job)}
+    ts, finer = _parse_time(df, s, job)
+    parsed = {"_ts": ts}
     for c, t in s.schema.items():
         parsed[c] = _parse_col(df, c, s.dtype.fields[c][0], t)
     fields = "a row with more or fewer fields than the header"
@@ -482,7 +485,7 @@ def _tag(df, s, job):
           for k in parsed]))
     return (df.select("_file", "_path", "_row", "_bad_fields", "_bad_utf8",
                       *[F.col(c).cast("string").alias(f"_raw_{c}") for c in _declared(s)],
-                      *[v.alias(f"_v_{k}") for k, v in parsed.items()])
+                      *[v.alias(f"_v_{k}") for k, v in parsed.items()], finer.alias("_finer"))
             .withColumn("_reason", reason).withColumn("_why", why))
 
 
@@ -510,7 +513,7 @@ def _split(parsed, tagged, s):
     """(parsed rows, quarantined rows with a reason and their raw text) of one stream."""
     from pyspark.sql import functions as F
     good = parsed.filter(F.col("_reason") == "").select(
-        "_file", "_row", F.col("_v__ts").alias("_ts"), *[F.col(f"_v_{c}").alias(c) for c in s.schema])
+        "_file", "_row", F.col("_v__ts").alias("_ts"), "_finer", *[F.col(f"_v_{c}").alias(c) for c in s.schema])
     # record: the row's number in its file (1-based, header excluded). A CSV file is read whole by
     # one task (multiLine), so its rows are numbered in order within the task's ids; a JSON file
     # read in one split likewise (the default split is 128 MB)
@@ -529,6 +532,8 @@ def _union(frames):
 
 
 def _parse_time(df, s, job):
+    """(the event time in the job's ts_unit, rounded down; whether rounding dropped a part of it:
+    ISO timestamps with milliseconds staged in seconds, counted so that stage can say so)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType, TimestampNTZType
     c = s.raw.time
@@ -537,10 +542,11 @@ def _parse_time(df, s, job):
         dt = df.schema[c].dataType
         ts = F.col(c) if isinstance(dt, (TimestampType, TimestampNTZType)) else F.expr(f"try_to_timestamp(`{c}`)")
         micros = F.unix_micros(ts.cast("timestamp"))
-        return F.floor(micros.cast("decimal(38,9)") * F.lit(1000 / target_ns).cast("decimal(38,9)")).cast("bigint")
-    factor = ts_unit_ns(s.raw.time_unit) / target_ns
-    v = F.expr(f"try_cast(`{c}` as decimal(38,9))")
-    return F.floor(v * F.lit(factor).cast("decimal(38,9)")).cast("bigint")
+        exact = micros.cast("decimal(38,9)") * F.lit(1000 / target_ns).cast("decimal(38,9)")
+    else:
+        factor = ts_unit_ns(s.raw.time_unit) / target_ns
+        exact = F.expr(f"try_cast(`{c}` as decimal(38,9))") * F.lit(factor).cast("decimal(38,9)")
+    return F.floor(exact).cast("bigint"), F.coalesce(exact != F.floor(exact), F.lit(False))
 
 
 def _parse_col(df, c, fd, tname):
@@ -573,7 +579,7 @@ def _parse_col(df, c, fd, tname):
 def _as_union_row(good, i, job):
     """One row shape for every stream: _stream, _ts, _file, _row, and a struct per stream."""
     from pyspark.sql import functions as F
-    cols = [F.lit(i).alias("_stream"), "_ts", "_file", "_row"]
+    cols = [F.lit(i).alias("_stream"), "_ts", "_finer", "_file", "_row"]
     for j, s in enumerate(job.streams):
         if j == i:
             cols.append(F.struct(*[F.col(c) for c in s.schema]).alias(f"_p{j}"))
