@@ -29,6 +29,16 @@ def test_bench_adaptive_writes_tables_and_plots(tmp_path):
         assert os.path.getsize(out / f) > 0
 
 
+def test_bench_suite_refuses_an_out_inside_the_installed_package(tmp_path):
+    """It wrote there with --overwrite before; now refused at once, before any run."""
+    import mpi_join
+    from conftest import cli
+    pkg = os.path.dirname(os.path.abspath(mpi_join.__file__))
+    p = cli("bench-suite", "--out", os.path.join(pkg, "tools", "suite-out"), "--overwrite", "--no-spark", "--no-flink")
+    assert p.returncode == 2 and "inside the installed mpi-join package" in p.stderr, p.stderr
+    assert not os.path.exists(os.path.join(pkg, "tools", "suite-out"))
+
+
 def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
     """With a relative --out, relative to where the user is (issue: a relative --out crashed with
     a FileNotFoundError after the first probe). A case that sustains the highest rate tried

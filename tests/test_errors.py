@@ -150,12 +150,16 @@ def test_bad_predicate_column(tmp_path):
 
 
 def test_failing_rank_aborts_the_job_with_rank_and_reason(tmp_path):
-    text = equi_job_text(('"5ms"', '"5ms"'), run="batch_size = 10")
+    text = equi_job_text(('"5ms"', '"5ms"'), run="batch_size = 10") + '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 100\n'
     path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(2), 500))
     p = run_mpi(4, "run", path, env={"MPI_JOIN_FAULT": "2:3"}, timeout=60)
     assert p.returncode != 0
     assert "mpi-join: rank 2 failed: RuntimeError: fault injected at batch 3" in p.stderr
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    # rank 0 was told before the abort and released its locks (the next run took them over as stale)
+    assert not os.path.exists(os.path.join(job.output, ".mpi-join.lock")), "the output's lock is left behind"
+    assert not os.path.exists(os.path.join(job.checkpoint.dir, ".mpi-join.lock")), "the checkpoints' lock is left behind"
+    assert "rank 0 failed" not in p.stderr, p.stderr
 
 
 def test_verify_reports_missing_extra_and_duplicated(good):

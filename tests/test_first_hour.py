@@ -81,7 +81,12 @@ def test_interval_equals_windows_and_duckdb(tmp_path, closed, lower, upper):
 
     def off(v):
         return "" if v == 0 else f" {'-' if v < 0 else '+'} " + (f"{abs(v) // 1000} s" if v % 1000 == 0 else f"{abs(v)} ms")
-    assert f"quotes.ts in [trades.ts{off(lo_c)}, trades.ts{off(up_c)}]" in out.stdout, out.stdout
+    if lo_c <= 0 <= up_c:   # the windows' bounds: open (W) or closed (W - 1), whichever reads shorter
+        lo_t, lb = (off(lo_c), "[") if len(off(lo_c)) <= len(off(lo_c - 1)) else (off(lo_c - 1), "(")
+        up_t, ub = (off(up_c), "]") if len(off(up_c)) <= len(off(up_c + 1)) else (off(up_c + 1), ")")
+        assert f"quotes.ts in {lb}trades.ts{lo_t}, trades.ts{up_t}{ub}" in out.stdout, out.stdout
+    else:                   # a shifted interval's own bounds, closed in whole ms
+        assert f"quotes.ts in [trades.ts{off(lo_c)}, trades.ts{off(up_c)}]" in out.stdout, out.stdout
     assert "kept: each trades tuple" in out.stdout
 
 
@@ -111,6 +116,12 @@ def test_explain_prints_the_time_condition_of_windows(tmp_path):
     p, job = _job(tmp_path, "w", trades_job('"1ms"', '"5001ms"'), arrays)
     out = cli("explain", p, "-n", "3")
     assert "quotes.ts in [trades.ts - 5 s, trades.ts]" in out.stdout, out.stdout
+    from mpi_join.storage.input_warnings import duration
+    assert duration(29_999_999_000, exact=True) == "29999999 us", "exact, never 3e+07 us"
+    p, job = _job(tmp_path, "w30", trades_job('"30s"', '"30s"'), arrays)
+    out = cli("explain", p, "-n", "3")      # not [trades.ts - 3e+07 us, ...]: exact, and open where open
+    assert ("quotes.ts in (trades.ts - 30 s, trades.ts + 30 s); kept: each trades tuple less than 30 s past its "
+            "event time") in out.stdout, out.stdout
 
 
 def test_float_seconds_read_as_ms_are_warned_about(tmp_path):

@@ -173,6 +173,25 @@ def test_a_restarted_stager_and_a_follower_refuse_a_committed_part_that_changed(
         LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
 
 
+def test_an_edited_batch_record_is_noticed(tmp_path):
+    """The manifest covers each batch record (_log/batch-*.json) with its SHA-256: one edited
+    after its commit is refused by a restarted stager and by what reads the records."""
+    from mpi_join.errors import InputError
+    from mpi_join.storage.staged import read_manifest
+    from mpi_join.storage.staged_log import batch_records
+    job = _job(tmp_path)
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    _commit(w, job, 0, [1, 2, 30], [3, 40])
+    _commit(w, job, 1, [50, 60], [55, 70])
+    assert [e["batch"] for e in batch_records(job.staged, read_manifest(job.staged))] == [0, 1]
+    rec = tmp_path / "staged" / LOG / "batch-000001.json"
+    rec.write_text(rec.read_text().replace('"batch": 1', '"batch": 7'))
+    with pytest.raises(InputError, match=f"{rec}: the log's batch record is missing or changed"):
+        batch_records(job.staged, read_manifest(job.staged))
+    with pytest.raises(InputError, match="batch-000001.json: the log's batch record"):
+        LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+
+
 def test_tail_sees_new_commits_and_the_end(tmp_path):
     job = _job(tmp_path)
     w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
@@ -238,6 +257,8 @@ def test_one_writer_per_staged_directory_and_no_stage_over_a_live_log(tmp_path, 
     assert r.returncode == 2 and "pass --force" in r.stderr, r.stderr
     r = cli("stage", "--follow", "--until", "end", tmp_path / "job.toml")     # refused before a JVM (65 s busy)
     assert r.returncode == 2 and "the log has ended (done); pass --force to start a new log" in r.stderr, r.stderr
+    r = cli("stage", "--follow", "--force", "--until", str(2 ** 64), tmp_path / "job.toml")
+    assert r.returncode == 2 and f"--until: {2 ** 64} is out of range" in r.stderr, r.stderr
     assert not os.path.exists(os.path.join(job.staged, ".mpi-join.lock")), "each refusal released its lock"
 
 

@@ -26,6 +26,7 @@ class Tag(IntEnum):
     STATE = 6     # a piece of join state moved between workers (migration, scaling)
     DONE = 7      # worker -> rank 0: final metrics
     ALIVE = 8     # heartbeat of an idle link (liveness.py); consumed by the transport
+    FAILED = 9    # a failing rank -> rank 0: release the run's locks, the job is being aborted
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,30 @@ def unpack_obj(buf):
     return json.loads(bytes(buf).decode())
 
 
+class PeerFailed(Exception):
+    """Another rank failed and is aborting the job (Tag.FAILED): rank 0 releases the run's locks
+    before the abort reaches it. The failing rank has said why."""
+
+    def __init__(self, rank, why):
+        super().__init__(f"rank {rank} failed: {why}")
+
+
+def tell_rank0_failed(comm, why, wait=1.0):
+    """From a failing rank other than 0, before it aborts the job: tell rank 0 (Tag.FAILED), so
+    that it releases the locks it holds (the abort would kill it with them on disk), and give it
+    up to `wait` seconds, within which rank 0 aborts the job itself."""
+    buf = np.frombuffer(why.encode("utf-8", "replace")[:1000], np.uint8).copy()
+    try:
+        req = comm.Isend([buf, MPI.BYTE], dest=0, tag=Tag.FAILED)
+        t = time.monotonic() + wait
+        while time.monotonic() < t and not req.Test():
+            time.sleep(0.01)
+        while time.monotonic() < t:
+            time.sleep(0.05)
+    except MPI.Exception:
+        pass
+
+
 class Transport:
     """Point-to-point messaging for one rank, with idle and communication time accounted."""
 
@@ -210,6 +234,8 @@ class Transport:
             self.comm_s += time.perf_counter() - t
             if self.live is not None:
                 self._heard(src, tg, buf, time.monotonic())
+            if tg == Tag.FAILED:
+                raise PeerFailed(src, bytes(buf).decode("utf-8", "replace"))
             if tg != Tag.ALIVE:
                 return src, Tag(tg), buf
 

@@ -29,6 +29,8 @@ def duration(ns, exact=False):
                       ("us", 10**3)):
         if exact and ns % per:
             continue
+        if exact and abs(ns) >= per:
+            return f"{ns // per} {unit}"
         if abs(ns) >= per:
             v = ns / per
             return f"{v:g} {unit}" if v == int(v) else f"{v:.3g} {unit}"

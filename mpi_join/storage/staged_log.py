@@ -124,6 +124,24 @@ def lateness_text(delta, ts_unit):
     return f"late by {s:g} s" if s >= 1 else f"late by {delta:,} {ts_unit}"
 
 
+def batch_records(out, man):
+    """The log's batch records (_log/batch-*.json) as the manifest records them (SHA-256 each),
+    in batch order; one edited or missing after its commit raises InputError naming it. A log
+    written before the manifest recorded them gives them unchecked."""
+    sums = man["log"].get("batch_files")
+    names = sorted(sums) if sums is not None else sorted(
+        f for f in os.listdir(os.path.join(out, LOG)) if f.startswith("batch-") and f.endswith(".json"))
+    out_ = []
+    for n in names:
+        p = os.path.join(out, LOG, n)
+        if sums is not None and (not os.path.isfile(p) or file_sha256(p) != sums[n]):
+            raise InputError(f"{p}: the log's batch record is missing or changed since it was committed (SHA-256 "
+                             f"differs from the manifest's)")
+        with open(p) as f:
+            out_.append(json.load(f))
+    return out_
+
+
 def hold_staged(out, follow=False, force=False, say=None):
     """Lock the staged directory `out` for this command, before any JVM starts, so that a second
     writer (a stager, a stage at rest, a pipeline) is refused at once with one line; and refuse
@@ -188,6 +206,7 @@ class LogWriter:
             if man["log"].get("settings") != settings:
                 raise JobError(f"{os.path.join(out, MANIFEST)}: the log was started with other settings (streams, "
                                f"schemas, raw sources, allowed_lateness); pass --force to start a new log")
+            batch_records(out, man)      # and the batch records it wrote
             for n in self.names:        # the parts it continues from must be those it committed
                 recs = man["files"].get(n, {})
                 for part in sorted(recs):
@@ -336,6 +355,8 @@ class LogWriter:
         if end is not None:
             self.log["ended"] = dict(end, beyond_until=waiting, seq_end=self.man["total"])
         self._atomic_json(os.path.join(self.out, LOG), f"batch-{b:06d}.json", entry)
+        self.log.setdefault("batch_files", {})[f"batch-{b:06d}.json"] = file_sha256(
+            os.path.join(self.out, LOG, f"batch-{b:06d}.json"))      # the manifest covers the records
         self._write_manifest(self.man)                       # the commit point
         self.pending = keep
         if end is not None:
@@ -450,9 +471,14 @@ def until_ts(text, job):
     """`--until` as an event time in the job's unit: a number (in the job's unit) or ISO-8601 text."""
     import datetime
     try:
-        return int(text)
+        v = int(text)
     except ValueError:
-        pass
+        v = None
+    if v is not None:
+        if not -(2 ** 62) < v < 2 ** 62:
+            raise JobError(f"--until: {text[:40]} is out of range: an event time is an int64 in {job.ts_unit} "
+                           f"(at most 2^62 in magnitude)")
+        return v
     try:
         d = datetime.datetime.fromisoformat(text)
     except ValueError:

@@ -115,8 +115,9 @@ def _latencies(job, since_ns):
     arrays = read_staged(job)
     landed = [a["landed"] * 1_000_000 for a in arrays]
     seqs = [a["seq"] for a in arrays]
-    batches = sorted((json.load(open(f)) for f in glob.glob(os.path.join(job.staged, "_log", "batch-*.json"))),
-                     key=lambda e: e["batch"])
+    from ..storage.staged import read_manifest
+    from ..storage.staged_log import batch_records
+    batches = sorted(batch_records(job.staged, read_manifest(job.staged)), key=lambda e: e["batch"])
     b_lo = np.array([e["seq"][0] for e in batches if e["seq"][1] > e["seq"][0]], np.int64)
     b_ns = np.array([e["committed_ns"] for e in batches if e["seq"][1] > e["seq"][0]], np.int64)
     commits = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(job.output, "commits", "commit-*.json")))]

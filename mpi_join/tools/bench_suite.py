@@ -211,8 +211,13 @@ MARKER = ".mpi-join-bench-suite"
 def claim(out, overwrite=False):
     """`out` as an absolute path (a relative one is relative to where the user is), made this
     suite's: a non-empty directory that an earlier suite did not write is refused unless
-    `overwrite`."""
+    `overwrite`, and one inside the installed package always."""
+    from ..storage.paths import contains, real
     out = os.path.abspath(out)
+    pkg = real(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))        # the mpi_join package
+    if contains(pkg, real(out)):
+        raise JobError(f"--out {out}: inside the installed mpi-join package {pkg}; a suite writes and deletes its "
+                       f"runs there: choose a directory of your own")
     if os.path.exists(out) and not os.path.isdir(out):
         raise JobError(f"--out {out}: exists and is not a directory")
     if os.path.isdir(out) and os.listdir(out) and not os.path.exists(os.path.join(out, MARKER)) and not overwrite:

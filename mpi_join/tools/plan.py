@@ -142,9 +142,13 @@ def time_conditions(job):
             a, b = job.streams[i], job.streams[j]
             if a.window.kind == "time" and b.window.kind == "time":
                 iv = [c for c in job.predicate.between(i, j) if isinstance(c, Interval)]
-                lo, up = (iv[0].lo, iv[0].up) if iv else (-(b.window.size - 1), a.window.size - 1)
-                cond = (f"{b.name}.ts in [{a.name}.ts{off(lo)}, {a.name}.ts{off(up)}]; kept: each {a.name} tuple "
-                        f"{_kept(a, per)}, each {b.name} tuple {_kept(b, per)}")
+                if iv:                  # an interval's bounds, closed in whole ts units
+                    (lo, lc), (up, uc) = (off(iv[0].lo), True), (off(iv[0].up), True)
+                else:                   # windows: open bounds W, or closed W - 1, whichever reads shorter
+                    lo, lc = _edge(-b.window.size, off)
+                    up, uc = _edge(a.window.size, off)
+                cond = (f"{b.name}.ts in {'[' if lc else '('}{a.name}.ts{lo}, {a.name}.ts{up}{']' if uc else ')'}; "
+                        f"kept: each {a.name} tuple {_kept(a, per)}, each {b.name} tuple {_kept(b, per)}")
             else:
                 def one(x, y):
                     w = x.window
@@ -162,9 +166,22 @@ def time_conditions(job):
     return lines
 
 
+def _edge(w, off):
+    """One side of the time condition of a pair of windows, as (text, closed): with integer event
+    times the open bound W is the closed W - 1; the one that reads exactly in fewer characters
+    (`- 5 s]` for a window of 5001 ms, `+ 30 s)` for one of 30 s, not `+ 29999999 us]`)."""
+    step = 1 if w > 0 else -1
+    closed, opened = off(w - step), off(w)
+    return (closed, True) if len(closed) <= len(opened) else (opened, False)
+
+
 def _kept(s, per):
     """How long a tuple of a time window stays for later tuples to join: W - 1 units past its own
-    event time (W = 1: only for tuples with the same event time)."""
+    event time, or less than W (whichever reads shorter; W = 1: only for tuples with the same
+    event time)."""
     from ..storage.input_warnings import duration
-    w = s.window.size - 1
-    return f"{duration(w * per, exact=True)} past its event time" if w else "only for tuples of the same event time"
+    w = s.window.size
+    if w == 1:
+        return "only for tuples of the same event time"
+    closed, opened = duration((w - 1) * per, exact=True), duration(w * per, exact=True)
+    return f"{closed} past its event time" if len(closed) <= len(opened) else f"less than {opened} past its event time"
