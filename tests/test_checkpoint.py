@@ -284,18 +284,25 @@ def test_parallel_sources_sigkill_each_role_then_resume(tmp_path, strategy, k, w
     ranks = 1 + workers + k - 1
     windows = ('"60ms"', '"40ms"') if kind == "time" else ("50", "70")
     path, job, arrays = paced_checkpointed_job(tmp_path, strategy, None, run=f"sources = {k}\npart = 300",
-                                               windows=windows)
+                                               windows=windows, total=12000)
     expect = as_set(run_oracle(job, arrays))
-    info = strategies.get(strategy)
-    graph = info.build_graph(ranks, job.strategy.params, k)
+    graph = strategies.get(strategy).build_graph(ranks, job.strategy.params, k)
     roles = {}
     for v in graph.vertices:
         if v.role != "driver":
             roles.setdefault(v.role, []).append(v.rank)
     victims = sorted({f"{role}@{r}" for role, rs in roles.items() for r in ([rs[-1]] if role == "source" else rs)})
     assert len(victims) >= 2 and any(v.startswith("source@") for v in victims), roles
-    for victim in victims[k % 2::2]:        # the two cases of a strategy kill every role between them
-        kill_then_resume(path, job, ranks=ranks, victim=int(victim.split("@")[1]), total=16000)
+    other = path.replace("job.toml", "job-k.toml")
+    open(other, "w").write(open(path).read().replace(f"sources = {k}", "sources = 1"))
+    for n, victim in enumerate(victims[k % 2::2]):        # the two cases of a strategy kill every role between them
+        p = kill_after_checkpoints(path, job.checkpoint.dir, ranks, int(victim.split("@")[1]), 2, 12000)
+        assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+        if n == 0:
+            r = run_mpi(ranks, "run", other, "--resume", job.checkpoint.dir)
+            assert r.returncode == 2 and f"was cut with run.sources = {k}, this run has 1" in r.stderr, r.stderr
+        r = run_mpi(ranks, "run", path, "--resume", job.checkpoint.dir)
+        assert r.returncode == 0 and "resuming from checkpoint" in r.stderr, f"{victim}: " + r.stderr
         got = read_results(job.output, job.stream_names)
         assert len(got) == len(as_set(got)), f"{victim}: a result was written twice"
         assert as_set(got) == expect, f"{victim}: the resumed run's pairs differ from the oracle's"
@@ -303,41 +310,6 @@ def test_parallel_sources_sigkill_each_role_then_resume(tmp_path, strategy, k, w
         assert man["sources"] == k and man["part_rows"] == 320, "parts of 300 tuples, rounded up to batches of 40"
         assert man["input_offset"] % 320 == 0 and man["input_offset"] > 0, "cut at a part boundary"
         shutil.rmtree(job.checkpoint.dir)
-    other = path.replace("job.toml", "job-k.toml")
-    open(other, "w").write(open(path).read().replace(f"sources = {k}", "sources = 1"))
-    kill_after_checkpoints(path, job.checkpoint.dir, ranks, 1, 2, 16000)
-    r = run_mpi(ranks, "run", other, "--resume", job.checkpoint.dir, "--overwrite")
-    assert r.returncode == 2 and f"was cut with run.sources = {k}, this run has 1" in r.stderr, r.stderr
-
-
-def test_auto_sources_take_the_planners_choice_and_a_resume_keeps_the_checkpoints(tmp_path):
-    """run.sources left "auto": rank 0 takes the planner's choice for the ranks and cores it has,
-    here from a calibration (MPI_JOIN_CALIBRATION) whose driver cost makes two sources model
-    twice as fast on 4 ranks; every rank runs with it. A worker killed after two checkpoints and
-    the run resumed with the shipped calibration (auto alone would now take one source): the
-    resume keeps the checkpoint's two, and the result is the oracle's, each pair once."""
-    from mpi_join.tools.scaling_model import load_models
-    cal = tmp_path / "calibration.json"
-    models = [dict(m, d_us=50.0) for m in load_models()[0] if m["strategy"] == "hash" and m["workload"] == "equi"]
-    cal.write_text(json.dumps({"model": models}))
-    path, job, arrays = paced_checkpointed_job(tmp_path, "hash", None, run="part = 300")
-    assert job.run.sources_auto
-    env = dict(os.environ, MPI_JOIN_CALIBRATION=str(cal))
-    p, _, err = fault_after_checkpoints([MPIEXEC, "-n", "4", *mpi_join_cmd("run", path)], job.checkpoint.dir, 2, 16000,
-                                        lambda: os.kill(_rank_pid(1, path), signal.SIGKILL), env=env)
-    assert p.returncode != 0 and 'run.sources = "auto": 2 sources (the planner\'s model of hash on equi' in err, err
-    man = [m for _, m in ck.list_checkpoints(job.checkpoint.dir) if m][-1]
-    assert man["sources"] == 2
-    r = run_mpi(4, "run", path, "--resume", job.checkpoint.dir)
-    assert r.returncode == 0, r.stderr + r.stdout
-    got = read_results(job.output, job.stream_names)
-    assert len(got) == len(as_set(got)), "a result was written twice"
-    assert as_set(got) == as_set(run_oracle(job, arrays))
-    summary = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
-    assert summary["sources"] == 2 and summary["sources_auto"] == "the checkpoint's"
-    r = run_mpi(4, "run", path, "--overwrite")
-    summary = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
-    assert r.returncode == 0 and summary["sources"] == 1 and "more sources would not model" in summary["sources_auto"]
 
 
 @pytest.mark.parametrize("strategy,extra,victim", [
