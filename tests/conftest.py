@@ -283,6 +283,19 @@ def with_text_columns(text, arrays, rng):
     return text, text_columns(arrays, rng, [("tag", 6), ("name", 12)])
 
 
+def rerecord(job):
+    """Record the staged part files as they are now in the manifest, as a tool that writes the
+    staged layout itself would: a part edited after staging then reaches the reader's schema
+    and content checks (a part that no longer matches its record is refused before them)."""
+    import json
+    from mpi_join.storage.staged import MANIFEST, hash_input
+    p = os.path.join(job.staged, MANIFEST)
+    man = json.load(open(p))
+    man["files"] = hash_input(job)
+    with open(p, "w") as f:
+        json.dump(man, f)
+
+
 def write_job(tmp, text, arrays=None):
     """Write job.toml (and staged data for `arrays`) under tmp; returns (path, loaded job)."""
     os.makedirs(tmp, exist_ok=True)

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import cli, equi_job_text, random_streams, run_mpi, write_job
+from conftest import cli, equi_job_text, random_streams, rerecord, run_mpi, write_job
 
 
 def _one_error_line(p):
@@ -56,6 +56,7 @@ def test_wrong_schema(good):
     t = pq.read_table(f)
     t = t.set_column(t.schema.get_field_index("k"), "k", pa.array(t.column("k").to_numpy().astype(np.float64)))
     pq.write_table(t, f)
+    rerecord(job)
     _expect_run_error(path, f, "column 'k' has type double", "int32")
 
 
@@ -63,6 +64,7 @@ def test_missing_column(good):
     tmp, path, job, arrays = good
     f = os.path.join(job.staged, "S", "part-00000.parquet")
     pq.write_table(pq.read_table(f).drop(["w"]), f)
+    rerecord(job)
     _expect_run_error(path, f, "column 'w' of stream 'S' is missing")
 
 
@@ -103,6 +105,7 @@ def test_nulls_in_key_column(good):
     k[7] = None
     t = t.set_column(t.schema.get_field_index("k"), "k", pa.array(k, pa.int64()))
     pq.write_table(t, f)
+    rerecord(job)
     _expect_run_error(path, f, "column 'k' has 1 null value(s) (first at row 7)")
 
 
