@@ -52,8 +52,8 @@ def run_rank(job_path, overrides, choose_sources=None):
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         if isinstance(e, PeerFailed):       # its rank said why; rank 0 has released its locks
             sys.stderr.flush()
-            comm.Abort(1)
-            return 1
+            comm.Abort(e.code)
+            return e.code
         if isinstance(e, JobError):
             sys.stderr.write(f"mpi-join: error: {why} (rank {rank}; job aborted)\n")
         else:
@@ -61,11 +61,12 @@ def run_rank(job_path, overrides, choose_sources=None):
             if not isinstance(e, KeyboardInterrupt):
                 traceback.print_exc(file=sys.stderr)
         sys.stderr.flush()
+        code = 2 if isinstance(e, JobError) else 1
         if rank != 0:            # rank 0 releases its locks and aborts the job (or this rank does, in 1 s)
-            tell_rank0_failed(comm, why)
+            tell_rank0_failed(comm, why, code)
         else:
             time.sleep(0.2)      # let mpiexec forward the line before the job is torn down
-        comm.Abort(2 if isinstance(e, JobError) else 1)
+        comm.Abort(code)
         return 1
     # finalise here, not at interpreter exit: a message still unmatched (a protocol bug) is then
     # an error with this rank's name, not a silent exit that makes mpiexec kill the others

@@ -71,17 +71,18 @@ def unpack_obj(buf):
 
 class PeerFailed(Exception):
     """Another rank failed and is aborting the job (Tag.FAILED): rank 0 releases the run's locks
-    before the abort reaches it. The failing rank has said why."""
+    and aborts the job with that rank's exit code. The failing rank has said why."""
 
-    def __init__(self, rank, why):
+    def __init__(self, rank, why, code):
         super().__init__(f"rank {rank} failed: {why}")
+        self.code = int(code)
 
 
-def tell_rank0_failed(comm, why, wait=1.0):
-    """From a failing rank other than 0, before it aborts the job: tell rank 0 (Tag.FAILED), so
-    that it releases the locks it holds (the abort would kill it with them on disk), and give it
-    up to `wait` seconds, within which rank 0 aborts the job itself."""
-    buf = np.frombuffer(why.encode("utf-8", "replace")[:1000], np.uint8).copy()
+def tell_rank0_failed(comm, why, code, wait=1.0):
+    """From a failing rank other than 0, before it aborts the job with `code`: tell rank 0
+    (Tag.FAILED), so that it releases the locks it holds (the abort would kill it with them on
+    disk), and give it up to `wait` seconds, within which rank 0 aborts the job itself."""
+    buf = pack_obj({"why": why[:1000], "code": int(code)})
     try:
         req = comm.Isend([buf, MPI.BYTE], dest=0, tag=Tag.FAILED)
         t = time.monotonic() + wait
@@ -235,7 +236,8 @@ class Transport:
             if self.live is not None:
                 self._heard(src, tg, buf, time.monotonic())
             if tg == Tag.FAILED:
-                raise PeerFailed(src, bytes(buf).decode("utf-8", "replace"))
+                said = unpack_obj(buf)
+                raise PeerFailed(src, said["why"], said["code"])
             if tg != Tag.ALIVE:
                 return src, Tag(tg), buf
 
