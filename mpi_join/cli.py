@@ -554,7 +554,7 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
     from .config import load_job
     from .storage.paths import check_layout, job_dirs
     from .storage.spark.session import spark_session
-    from .storage.spark.stage import precheck, small_input, stage as do_stage
+    from .storage.spark.stage import precheck, small_input, stage as do_stage, stageable
     from .storage.staged_log import hold_staged
     if (until or trigger != "500ms") and not follow:
         _fail(JobError("--until and --trigger go with --follow (live staging)"))
@@ -563,6 +563,7 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
         check_layout(job_dirs(job, stage_out=out))     # before any JVM starts
         if follow:
             return _stage_follow(job, out, master, conf, force, until, trigger)
+        stageable(job)
         lock = hold_staged(out or job.staged, force=force, say=lambda m: click.echo(m, err=True))
         try:
             man = precheck(job, out, force=force, overwrite=overwrite, allow_empty=allow_empty)

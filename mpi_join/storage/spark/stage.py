@@ -179,6 +179,15 @@ def _not_a_socket(job, s):
                        f"`mpi-join stage --follow JOB`")
 
 
+def stageable(job):
+    """What the job alone says against staging it at rest (no raw input, a live source), before
+    any directory is locked or file read."""
+    for s in job.streams:
+        if s.raw is None:
+            raise _no_raw(job, s)
+        _not_a_socket(job, s)
+
+
 def _no_files(s):
     return InputError(f"{s.raw.path}: no input files for stream '{s.name}'")
 
