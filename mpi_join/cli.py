@@ -249,12 +249,13 @@ def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates):
         _fail(e)
 
 
-def _stage_follow(job, out, master, conf, force, until, trigger):
+def _stage_follow(job, out, master, conf, force, until, trigger, batch_bytes=64 << 20):
     from .storage.spark.follow import follow, landing_dir
     from .storage.spark.session import spark_session
-    from .storage.staged_log import hold_staged, until_ts
+    from .storage.staged_log import hold_staged, refuse_live, until_ts
     from .units import parse_duration_ns
     every = parse_duration_ns(trigger, "--trigger") / 1e9
+    refuse_live(job)
     if until not in (None, "end"):
         until_ts(until, job)
     for s in job.streams:                           # before any JVM starts
@@ -264,7 +265,8 @@ def _stage_follow(job, out, master, conf, force, until, trigger):
     lock = hold_staged(out or job.staged, follow=True, force=force, say=lambda m: click.echo(m, err=True))
     try:
         man = follow(spark_session(master, "mpi-join stage --follow", conf), job, out or job.staged, until=until,
-                     trigger=f"{max(every, 0.05):g} seconds", say=lambda m: click.echo(m, err=True), force=force)
+                     trigger=f"{max(every, 0.05):g} seconds", say=lambda m: click.echo(m, err=True), force=force,
+                     batch_bytes=batch_bytes)
     finally:
         if lock is not None:
             lock.release()
@@ -535,9 +537,12 @@ _CONF = click.option("--conf", multiple=True, metavar="KEY=VALUE", help="Extra S
               "ISO-8601 text); then end the log. Default: run until Ctrl-C or SIGTERM.")
 @click.option("--trigger", "trigger", default="500ms", show_default=True, help="With --follow: how often Spark "
               "looks for new files (a micro-batch at most this often).")
+@click.option("--batch-mb", type=click.IntRange(1, 1 << 20), default=64, show_default=True, help="With --follow: "
+              "the landing files one micro-batch reads, at most this many MB in all (one file at least), so that a "
+              "backlog is staged in bounded steps.")
 @_MASTER
 @_CONF
-def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, until, trigger):
+def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, until, trigger, batch_mb):
     """Stage the raw input of JOB with Spark into the staged layout.
 
     Each stream's `raw = { path, format, time, time_unit }` names its files (CSV, JSON lines or
@@ -556,13 +561,13 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
     from .storage.spark.session import spark_session
     from .storage.spark.stage import precheck, small_input, stage as do_stage, stageable
     from .storage.staged_log import hold_staged
-    if (until or trigger != "500ms") and not follow:
-        _fail(JobError("--until and --trigger go with --follow (live staging)"))
+    if (until or trigger != "500ms" or batch_mb != 64) and not follow:
+        _fail(JobError("--until, --trigger and --batch-mb go with --follow (live staging)"))
     try:
         job = load_job(job_path)
         check_layout(job_dirs(job, stage_out=out))     # before any JVM starts
         if follow:
-            return _stage_follow(job, out, master, conf, force, until, trigger)
+            return _stage_follow(job, out, master, conf, force, until, trigger, batch_mb << 20)
         stageable(job)
         lock = hold_staged(out or job.staged, force=force, say=lambda m: click.echo(m, err=True))
         try:

@@ -178,8 +178,13 @@ def _driver(job_path, overrides, tx, ctx):
         fault_spec(tx.size)
         info = strategies.get(job.strategy.name)
         ctx["locks"] = _lock_dirs(job, overrides)
+        if overrides.get("follow"):
+            _await_log(job)
         man = None
-        if overrides.get("resume"):
+        if overrides.get("resume") and overrides.get("follow") and _no_checkpoint_yet(overrides["resume"]):
+            _say(f"run --follow --resume: {os.path.abspath(overrides['resume'])} holds no checkpoint yet (the run "
+                 f"before stopped before its first commit): starting from the log's beginning")
+        elif overrides.get("resume"):
             from .storage.checkpoint import latest_complete
             root = os.path.abspath(overrides["resume"])
             cid, man = latest_complete(root, job, tx.size, say=_say,
@@ -202,7 +207,7 @@ def _driver(job_path, overrides, tx, ctx):
         _prepare_output(job.output, keep=set(ctx["kept"]) if resume else None,
                         overwrite=bool(overrides.get("overwrite")))
         if overrides.get("follow"):
-            driver.ckpt.commits = _commits(job, resume, ctx["kept"])
+            driver.ckpt.commits = _commits(job, resume, ctx["kept"], man.get("input_offset") if man else None)
     except JobError as e:
         err = str(e)
         _release(ctx)
@@ -281,6 +286,28 @@ def _driver(job_path, overrides, tx, ctx):
     return 0
 
 
+def _no_checkpoint_yet(root):
+    """Does `root` hold no checkpoint at all (not even a damaged one)? A followed run that died
+    before its first commit left none, and starting from the log's beginning is then exact."""
+    from .storage.checkpoint import list_checkpoints
+    return not os.path.isdir(root) or not list_checkpoints(root)
+
+
+def _await_log(job, poll_s=0.2):
+    """A followed run started before its stager has written the log waits for the log's manifest
+    to appear, saying so once, asleep between looks (a stager takes 20 s to minutes to start)."""
+    from .storage.staged import MANIFEST
+    p = os.path.join(job.staged, MANIFEST)
+    if os.path.exists(p):
+        return
+    _say(f"run --follow: waiting for the staged log {job.staged} to appear (`mpi-join stage --follow "
+         f"{job.path}` writes it)")
+    t0 = time.monotonic()
+    while not os.path.exists(p):
+        time.sleep(poll_s)
+    _say(f"run --follow: the staged log appeared after {time.monotonic() - t0:.1f} s")
+
+
 def _live_job(job):
     """`job` as a followed run runs it: checkpoints at least every output.commit_every (in
     OUTPUT/_checkpoints when the job configures none), since its results commit at checkpoints."""
@@ -307,7 +334,7 @@ def _few_parts(job, source, origin):
             f"run takes no checkpoint; set run.part to {max(1, every // 2):,} or less")
 
 
-def _commits(job, resume, kept):
+def _commits(job, resume, kept, offset=None):
     """A followed run's results log (commits.py): a fresh run starts it, a resumed one goes back
     to its checkpoint's commit; a fresh run also drops the implicit checkpoints of a run before."""
     from .storage.commits import IMPLICIT, Commits
@@ -319,7 +346,7 @@ def _commits(job, resume, kept):
                 shutil.rmtree(inside(job.checkpoint.dir, os.path.join(job.checkpoint.dir, d)))
     c = Commits(job.output, resumed=resume)
     if resume is not None:
-        c.resumed(kept, resume[1], _say)
+        c.resumed(kept, resume[1], _say, offset)
     return c
 
 

@@ -17,7 +17,7 @@ from mpi_join.storage.staged import read_staged
 from mpi_join.storage.staged_log import LogWriter, waiting_dtype
 import pytest
 
-from conftest import cli, equi_job_text, mpi_join_cmd, mpi_join_pids, MPIEXEC, run_cli
+from conftest import cli, equi_job_text, mpi_join_cmd, mpi_join_pids, MPIEXEC, run_cli, run_cli_no_spark
 
 SLOW = True
 
@@ -292,27 +292,33 @@ def _cpu_ticks(pids):
 
 
 def test_a_run_waiting_on_the_log_uses_no_cpu_and_ends_with_it(tmp_path):
-    """No Spark: the log is written with LogWriter. While no batch comes, the three ranks of a
-    following run use next to no CPU; a batch committed then is joined, the end marker ends the
-    run, and the results equal the oracle's."""
-    job, w, rng = _log_job(tmp_path, seed=1)
+    """No Spark: the log is written with LogWriter. A following run started before the log
+    exists waits for it and says so (it failed at once before); while no batch comes, its
+    three ranks use next to no CPU; the log's batches are joined, the end marker ends the run,
+    and the results equal the oracle's."""
+    (tmp_path / "job.toml").write_text(JOB.format(window="50ms", predicate=EQUI, strategy="hash", extra=""))
     run = _runner(tmp_path)
     marker = str(tmp_path / "job.toml")
     _wait(lambda: len(mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], None, marker)) >= 3, "the ranks")
-    time.sleep(8)                                          # started, compiled, the first batch joined
+    time.sleep(8)                                          # started, waiting for the log
     pids = [p for p in mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], None, marker)]
     hz = os.sysconf("SC_CLK_TCK")
-    before, t0 = _cpu_ticks(pids), time.time()
-    time.sleep(3)
-    used = (_cpu_ticks(pids) - before) / hz
-    wall = time.time() - t0
-    assert run.poll() is None, run.communicate()[1][-2000:]
-    # three ranks waiting: their heartbeats and looks at the manifest, not a core spinning
-    assert used < 0.15 * wall, f"the waiting ranks used {used:.2f} s of CPU in {wall:.1f} s"
+    for phase in ("no log yet", "no batch yet"):
+        before, t0 = _cpu_ticks(pids), time.time()
+        time.sleep(3)
+        used = (_cpu_ticks(pids) - before) / hz
+        wall = time.time() - t0
+        assert run.poll() is None, run.communicate()[1][-2000:]
+        # three ranks waiting: their heartbeats and looks at the manifest, not a core spinning
+        assert used < 0.15 * wall, f"{phase}: the waiting ranks used {used:.2f} s of CPU in {wall:.1f} s"
+        if phase == "no log yet":
+            job, w, rng = _log_job(tmp_path, seed=1)
+            time.sleep(8)                                  # the first batch joined
     w.commit(1, [_random_rows(job, 0, 1000, rng), _random_rows(job, 1, 1000, rng)], ["b.csv"])
     w.end("test")
     code, out, err = _finish(run, "the run")
     assert code == 0, err[-3000:]
+    assert f"run --follow: waiting for the staged log {tmp_path / 'staged'} to appear" in err, err[-3000:]
     v = cli("verify", str(tmp_path / "out"), "--job", marker)
     assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
 
@@ -645,3 +651,148 @@ def test_json_and_parquet_landing_files_and_a_named_spark_source(tmp_path):
     assert len(R2) == len(S2) == 50 and sorted(R2["ts"].tolist()) == list(range(50))
     r = run_cli("stage", str(tmp_path / "named.toml"))
     assert r.returncode == 2 and "is a live source; stage it with `mpi-join stage --follow JOB`" in r.stderr
+
+
+ORDERS = ["t,k,v", "t,v,k", "k,t,v", "k,v,t", "v,t,k", "v,k,t"]
+
+
+def _ordered_file(path, header, rows):
+    """A CSV file whose columns come in the order `header` names them (write, then rename)."""
+    cols = header.split(",")
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(header + "\n" + "".join(",".join(r[c] for c in cols) + "\n" for r in rows))
+    os.rename(tmp, path)
+
+
+def test_live_csv_columns_are_matched_by_header_name_in_every_order(tmp_path):
+    """The stager starts before any file lands (so no first file can set the columns); then files
+    land whose headers give t, k, v in each of their six orders, and one without k. Every row of
+    the six is staged with its own values; the rows of the file without k are quarantined with
+    the reason, and one warning names it. SIGTERM to the stager's process group ends the log."""
+    (tmp_path / "job.toml").write_text(JOB.format(window="200ms", predicate=EQUI, strategy="hash", extra="")
+                                       .replace('allowed_lateness = "300ms"', 'allowed_lateness = "1d"'))
+    for s in "RS":
+        os.makedirs(tmp_path / "raw" / s)
+    stager = _stager(tmp_path)
+    _wait(lambda: (tmp_path / "staged" / "_spark").exists(), "the stager's query", timeout=240)
+    want = {"R": set(), "S": set()}
+    for i, header in enumerate(ORDERS):
+        for s in "RS":
+            rows = [{"t": str(i * 1000 + j), "k": str((i * 7 + j) % 11), "v": f"{i}.{j:03d}"} for j in range(40)]
+            want[s] |= {(int(r["t"]), int(r["k"]), float(r["v"])) for r in rows}
+            _ordered_file(str(tmp_path / "raw" / s / f"f{i}.csv"), header, rows)
+    _ordered_file(str(tmp_path / "raw" / "R" / "nok.csv"), "v,t", [{"t": "9000", "v": "1.5"}, {"t": "9001", "v": "2"}])
+    _wait(lambda: _accounted(tmp_path) == 6 * 40 * 2 and _manifest(tmp_path)["quarantined"]["R"] == 2,
+          "every row taken in", timeout=240)
+    os.killpg(stager.pid, signal.SIGTERM)
+    code, out, err = _finish(stager, "the stager")
+    assert code == 0 and "stopped by SIGTERM" in err, err[-3000:]
+    said = [ln for ln in err.splitlines() if "warning:" in ln]
+    assert len(said) == 1 and "nok.csv: column 'k' of stream 'R' is missing (file has: v, t)" in said[0], err[-3000:]
+    job = load_job(str(tmp_path / "job.toml"))
+    R, S = read_staged(job)
+    assert {(int(r["ts"]), int(r["k"]), float(r["v"])) for r in R} == want["R"] and len(R) == 240
+    assert {(int(r["ts"]), int(r["k"]), float(r["v"])) for r in S} == want["S"] and len(S) == 240
+    bad = pq.read_table(str(tmp_path / "staged" / "_quarantine" / "R")).to_pylist()
+    assert sorted((b["file"].endswith("nok.csv"), b["record"], b["reason"]) for b in bad) == [
+        (True, 1, "k: missing (null)"), (True, 2, "k: missing (null)")]
+    assert _manifest(tmp_path)["log"]["ended"]
+
+
+HOSTILE = [  # (header, rows as CSV text): values stage must parse, or quarantine with a reason
+    ("t,k,v", '1,1,0.5\n2, 2 ,1e-3\n3,x,0.5\n4,5,"6.5"\n,1,1\n5,1\n6,1,2,9\n7,\\N,1\n8,"",1\n9,3,nan\n'),
+    ("v,k,t", '0.25,3,10\n"1,5",4,11\n-0,2147483648,12\n1.5,-2147483648,13\n\xe9,1,14\n2,2,15.9\n'),
+    ("\ufeffk,t,v", "7,20,0.125\n8,21,inf\n9,22,-1.5E2\n"),
+]
+
+
+def test_live_staging_parses_as_stage_does(tmp_path):
+    """The same landing files, hostile values and every column order among them, staged at rest
+    (`stage`) and live (`stage --follow --until end`): the staged rows and the quarantined rows
+    (file, record, reason, raw text) are equal field for field."""
+    for s in "RS":
+        os.makedirs(tmp_path / "raw" / s)
+    n = 0
+    for s in "RS":
+        for header, body in HOSTILE:
+            with open(tmp_path / "raw" / s / f"h{n}.csv", "wb") as f:
+                f.write((header + "\n").encode() + body.encode("latin-1" if "\xe9" in body else "utf-8"))
+            n += 1
+        for i, header in enumerate(ORDERS):
+            _ordered_file(str(tmp_path / "raw" / s / f"o{i}.csv"), header,
+                          [{"t": str(100 + i * 10 + j), "k": str(j), "v": f"{j}.5"} for j in range(5)])
+    text = JOB.format(window="200ms", predicate=EQUI, strategy="hash", extra="").replace(
+        'allowed_lateness = "300ms"', 'allowed_lateness = "1d"')
+    (tmp_path / "job.toml").write_text(text)
+    (tmp_path / "live.toml").write_text(text.replace('staged = "staged"', 'staged = "live"'))
+    r = run_cli("stage", str(tmp_path / "job.toml"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_cli("stage", "--follow", "--until", "end", str(tmp_path / "live.toml"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rest, live = load_job(str(tmp_path / "job.toml")), load_job(str(tmp_path / "live.toml"))
+    for a, b in zip(read_staged(rest), read_staged(live)):
+        assert len(a) > 30 and a.dtype == b.dtype and a.tobytes() == b.tobytes()     # NaN too, bit for bit
+    for s in "RS":
+        def q(d):
+            rows = pq.read_table(str(tmp_path / d / "_quarantine" / s)).to_pylist()
+            return sorted((repr(tuple((k, x[k].replace("file:///", "file:/") if k == "file" else x[k])
+                                      for k in sorted(x))) for x in rows))
+        at_rest, staged_live = q("staged"), q("live")
+        assert len(at_rest) >= 8 and at_rest == staged_live
+
+
+def test_resume_before_the_first_commit_offsets_across_resumes_and_verify_on_an_open_log(tmp_path):
+    """A LEFT join followed, no Spark. (1) Its first run dies waiting for the log: `collect` says how a
+    followed run resumes (not that the job keeps no checkpoints), and `--resume` starts from the log's
+    beginning with one line (it said "no checkpoint" before). (2) That run dies after a commit; the
+    resumed run's commit records keep the input offset (lost before: "up to input seq 0"). (3) On the
+    open log `verify` says so and checks the committed prefix, OK (DIFFERENT before: the LEFT join's
+    lone rows come at the end); after the end, the whole result."""
+    text = JOB.format(window="50ms", predicate=EQUI + '\nouter = ["R"]', strategy="hash", extra="").replace(
+        'dir = "out"', 'dir = "out"\ncommit_every = "100ms"')
+    (tmp_path / "job.toml").write_text(text)
+    marker = str(tmp_path / "job.toml")
+    ckpts = str(tmp_path / "out" / "_checkpoints")
+    committed = tmp_path / "out" / "_COMMITTED"
+
+    def ranks(n):
+        return mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], n, marker)
+
+    def record():
+        return json.loads(committed.read_text()) if committed.exists() else {}
+    run = _runner(tmp_path)
+    _wait(lambda: ranks(1), "rank 1")
+    time.sleep(3)
+    os.kill(ranks(1)[0], signal.SIGKILL)
+    code, _, err = _finish(run, "the run killed while waiting for the log")
+    assert code != 0 and "waiting for the staged log" in err, err[-2000:]
+    p, spark_modules = run_cli_no_spark(tmp_path, "collect", str(tmp_path / "out"), "--job", marker,
+                                        "--out", str(tmp_path / "coll"))
+    assert p.returncode == 2 and not spark_modules, p.stderr
+    assert f"resume it with `mpi-join run --follow {marker} --resume {ckpts}`" in p.stderr, p.stderr
+    assert "keeps no checkpoints" not in p.stderr
+    job = load_job(marker)
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"test": 1})
+    rng = np.random.default_rng(9)
+    for b in range(2):
+        w.commit(b, [_random_rows(job, 0, b * 1000, rng), _random_rows(job, 1, b * 1000, rng)], [f"{b}.csv"])
+    run = _runner(tmp_path, "--resume", ckpts)
+    _wait(lambda: record().get("results", 0) > 0, "a commit")
+    os.kill(ranks(1)[0], signal.SIGKILL)
+    code, _, err = _finish(run, "the run killed after a commit")
+    assert code != 0 and "holds no checkpoint yet" in err and "starting from the log's beginning" in err, err[-2000:]
+    run = _runner(tmp_path, "--resume", ckpts)
+    w.commit(2, [_random_rows(job, 0, 2000, rng), _random_rows(job, 1, 2000, rng)], ["2.csv"])
+    _wait(lambda: (record().get("input_offset") or 0) > 1200, "a commit of batch 2")
+    v = cli("verify", str(tmp_path / "out"), "--job", marker)
+    assert v.returncode == 0 and "OK: results equal the oracle" in v.stdout, v.stdout + v.stderr
+    assert "the staged log has not ended: checked the run's" in v.stdout, v.stdout
+    w.end("test")
+    code, out, err = _finish(run, "the resumed run")
+    assert code == 0 and "resuming from checkpoint" in err, err[-3000:]
+    entries = [json.loads(f.read_text()) for f in sorted((tmp_path / "out" / "commits").iterdir())]
+    assert entries and all(e.get("input_offset") is not None for e in entries), entries
+    v = cli("verify", str(tmp_path / "out"), "--job", marker)
+    assert v.returncode == 0 and "OK: results equal the oracle" in v.stdout and "not ended" not in v.stdout, v.stdout
+    assert record()["final"]

@@ -302,3 +302,24 @@ def test_a_landing_file_changed_after_staging_is_quarantined_not_lost(tmp_path, 
     assert man["quarantined"]["R"] == rows and man["log"]["rewritten"]["R"] == rows
     assert w2.quarantine_changed(said.append) == 0 and len(said) == 1, "each change is reported once"
     assert sum(len(p) for p in w2.pending) == 3, "what was read stays in the log (waiting for the watermark)"
+
+
+def test_a_string_column_is_refused_by_live_staging_before_a_jvm(tmp_path, monkeypatch):
+    """A live log holds text at a fixed width: `stage --follow` on a job with a `string` column is
+    refused in one line naming the column, before any JVM starts (and before the lock)."""
+    from conftest import cli
+    from mpi_join.storage.spark import session
+    text = JOB.format(lateness="10ms").replace('v = "float64"', 'v = "float64", name = "string"', 1)
+    for n in ("R", "S"):
+        text = text.replace(f'[streams.{n}]\n', f'[streams.{n}]\nraw = {{ path = "raw/{n}", format = "csv", time = "t", '
+                                                 f'time_unit = "ms" }}\n')
+        os.makedirs(tmp_path / "raw" / n)
+    (tmp_path / "job.toml").write_text(text)
+
+    def no_jvm(*a, **k):
+        raise AssertionError("a JVM was started before the job was refused")
+    monkeypatch.setattr(session, "spark_session", no_jvm)
+    r = cli("stage", "--follow", tmp_path / "job.toml")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "streams.R.schema.name: a live log holds text at a fixed width; declare it char(N)" in r.stderr, r.stderr
+    assert not (tmp_path / "staged").exists()

@@ -61,7 +61,15 @@ def as_rows(records):
 def no_success(run_dir, job=None):
     """The error for a run without _SUCCESS, where a finished one is needed. It suggests --resume
     only to a job that keeps checkpoints (`job`, when known): without them a run can only be redone."""
-    if job is not None and job.checkpoint is None:
+    import os
+    from .commits import DIR, IMPLICIT
+    followed = job is not None and (os.path.isdir(os.path.join(str(run_dir), DIR)) or (     # commits.py
+        job.checkpoint is None and os.path.isdir(os.path.join(str(run_dir), IMPLICIT))))
+    if followed:
+        again = (f"resume it with `mpi-join run --follow {job.path} --resume "
+                 f"{job.checkpoint.dir if job.checkpoint else os.path.join(str(run_dir), IMPLICIT)}` (from the log's "
+                 f"beginning when it stopped before its first commit)")
+    elif job is not None and job.checkpoint is None:
         again = (f"run it again (its job {job.path} keeps no checkpoints, so it cannot be resumed: add a "
                  f"[checkpoint] table for that)")
     elif job is not None:
@@ -194,7 +202,7 @@ def check_recorded_parts(run_dir, partial=False, job=None):
         # a followed run still going or stopped: its committed prefix; later files are not yet
         sys.stderr.write(f"mpi-join: {run_dir} has not finished: collecting its committed results, "
                          f"{committed['results']:,} in {committed['commits']} commit(s), up to input seq "
-                         f"{committed.get('input_offset', 0):,}\n")
+                         f"{committed.get('input_offset') or 0:,}\n")
         for name, r in sorted(committed["files"].items()):
             verify_part(os.path.join(rdir, name), r)
         return [os.path.join(rdir, n) for n in sorted(committed["files"])]

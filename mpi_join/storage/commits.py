@@ -51,7 +51,7 @@ class Commits:
         self.n = prev["commits"] if prev and resumed is not None else 0
         self.files = dict(prev["files"]) if prev and resumed is not None else {}
 
-    def resumed(self, kept, cid, say):
+    def resumed(self, kept, cid, say, offset=None):
         """After a resume from checkpoint `cid`: what is committed is what it kept. Commits a
         reader saw after it (only when a newer checkpoint was damaged and skipped) are said."""
         from .paths import remove_file
@@ -70,7 +70,7 @@ class Commits:
                     remove_file(self.out, os.path.join(self.d, f))
         self.files = dict(kept)
         self.n = len([f for f in os.listdir(self.d) if ENTRY.fullmatch(f)])
-        self._write({"checkpoint": cid}, final=False, new={})
+        self._write({"checkpoint": cid, "input_offset": offset}, final=False, new={})
 
     def commit(self, cid, offset, records, results, final=False):
         """Commit the result files `records` ({name: {rows, bytes, sha256}}) covering the input

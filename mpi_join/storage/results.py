@@ -193,11 +193,14 @@ def result_files(path):
     return files
 
 
-def read_results(path, stream_names):
-    """All result rows as an (n, M) int64 array of seqs, columns in stream order."""
+def read_results(path, stream_names, only=None):
+    """All result rows as an (n, M) int64 array of seqs, columns in stream order (`only`: of the
+    part files of these names)."""
     cols = [f"{n}_seq" for n in stream_names]
     parts = []
     for f in result_files(path):
+        if only is not None and os.path.basename(f) not in only:
+            continue
         try:
             t = pq.read_table(f, columns=cols)
         except Exception as e:  # noqa: BLE001

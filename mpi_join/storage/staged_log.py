@@ -179,6 +179,16 @@ def hold_staged(out, follow=False, force=False, say=None):
     return lock
 
 
+def refuse_live(job):
+    """What a live log cannot hold, said before any JVM starts: a `string` column (its width is
+    set by the longest value, which a log that grows cannot know)."""
+    for s in job.streams:
+        if string_columns(s):
+            c = string_columns(s)[0]
+            raise JobError(f"{job.path}: streams.{s.name}.schema.{c}: a live log holds text at a fixed width; "
+                           f"declare it char(N) (longer values are quarantined)")
+
+
 class LogWriter:
     """The stager's side of the log: opens (or starts) the log in `out`, commits batches."""
 
@@ -219,11 +229,7 @@ class LogWriter:
 
     # -- state ---------------------------------------------------------------------------
     def _fresh(self, settings):
-        for s in self.job.streams:
-            if string_columns(s):
-                c = string_columns(s)[0]
-                raise JobError(f"{self.job.path}: streams.{s.name}.schema.{c}: a live log holds text at a fixed "
-                               f"width; declare it char(N) (longer values are quarantined)")
+        refuse_live(self.job)
         for d in [LOG] + self.names + [os.path.join("_quarantine", n) for n in self.names]:
             os.makedirs(os.path.join(self.out, d), exist_ok=True)
         man = {"format": FORMAT, "ts_unit": self.job.ts_unit, "total": 0, "files": {n: {} for n in self.names},

@@ -61,91 +61,190 @@ def landing_dir(s):
     return os.path.abspath(p)
 
 
-def _present(d):
-    return sorted(os.path.join(d, f) for f in os.listdir(d)
-                  if not f.startswith(("_", ".")) and os.path.isfile(os.path.join(d, f)))
-
-
-def _source(spark, s):
-    """The stream's landing directory as a streaming DataFrame of text columns, as stage reads a file."""
+def _records_source(spark, s):
+    """A stream of records (a socket, or any Spark streaming source): CSV lines in the declared
+    order, or JSON objects, parsed in the streaming query itself."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
-    d, want = landing_dir(s), _declared(s)
-    files = _present(d) if d else []
-    if d is None:           # a stream of records: CSV lines in the declared order, or JSON objects
-        if s.raw.format == "parquet":
-            raise JobError(f"streams.{s.name}.raw.format: a stream source carries CSV lines or JSON objects "
-                           f"in its `value`, not Parquet")
-        if s.raw.source is None:
-            host, port = socket_address(s)
-            # one partition: the lines stay in the order they came (the default deals them round
-            # robin), so a line's record is its number on the socket
-            reader = (spark.readStream.format("socket").option("host", host).option("port", port)
-                      .option("numPartitions", 1))
-        else:                # any Spark streaming source, its options passed as they are
-            reader = spark.readStream.format(s.raw.source)
-            for k, v in s.raw.options:
-                reader = reader.option(k, v)
-        value = F.col("value").cast("string")
-        if s.raw.format == "json":
-            schema = StructType([StructField(c, StringType()) for c in want])
-            parsed = F.from_json(value, schema)
-            df = reader.load().select(parsed.alias("r"), F.when(parsed.isNull(), value).alias("_corrupt")).select(
-                "r.*", "_corrupt")
-        else:
-            ddl = ", ".join(f"`{c}` STRING" for c in want) + ", `_corrupt` STRING"
-            df = reader.load().select(F.from_csv(value, ddl, {"sep": s.raw.delimiter, "mode": "PERMISSIVE",
-                                                              "columnNameOfCorruptRecord": "_corrupt"}).alias("r")
-                                      ).select("r.*")
-        df = _utf8(df, want, "csv-text")
-        return df.select(*want, F.col("_corrupt").isNotNull().alias("_bad_fields"), "_bad_utf8", F.lit(0).alias("_file"),
-                         F.lit(s.raw.path).alias("_path"), F.lit(0).cast("long").alias("_row"))
-    if s.raw.format == "csv":
-        header = want
-        if files and s.raw.header:
-            from . import fs
-            line = fs.first_line(spark, f"file://{files[0]}") or ""
-            import csv
-            header = [c.strip() for c in next(csv.reader([line.lstrip("\ufeff")], delimiter=s.raw.delimiter), [])]
+    want = _declared(s)
+    if s.raw.format == "parquet":
+        raise JobError(f"streams.{s.name}.raw.format: a stream source carries CSV lines or JSON objects "
+                       f"in its `value`, not Parquet")
+    if s.raw.source is None:
+        host, port = socket_address(s)
+        # one partition: the lines stay in the order they came (the default deals them round
+        # robin), so a line's record is its number on the socket
+        reader = (spark.readStream.format("socket").option("host", host).option("port", port)
+                  .option("numPartitions", 1))
+    else:                # any Spark streaming source, its options passed as they are
+        reader = spark.readStream.format(s.raw.source)
+        for k, v in s.raw.options:
+            reader = reader.option(k, v)
+    value = F.col("value").cast("string")
+    if s.raw.format == "json":
+        schema = StructType([StructField(c, StringType()) for c in want])
+        parsed = F.from_json(value, schema)
+        df = reader.load().select(parsed.alias("r"), F.when(parsed.isNull(), value).alias("_corrupt")).select(
+            "r.*", "_corrupt")
+    else:
+        ddl = ", ".join(f"`{c}` STRING" for c in want) + ", `_corrupt` STRING"
+        df = reader.load().select(F.from_csv(value, ddl, {"sep": s.raw.delimiter, "mode": "PERMISSIVE",
+                                                          "columnNameOfCorruptRecord": "_corrupt"}).alias("r")
+                                  ).select("r.*")
+    df = _utf8(df, want, "csv-text")
+    return df.select(*want, F.col("_corrupt").isNotNull().alias("_bad_fields"), "_bad_utf8", F.lit(0).alias("_file"),
+                     F.lit(s.raw.path).alias("_path"), F.lit(0).cast("long").alias("_row"))
+
+
+# Spark's binaryFile source lists the files that land; only their names and sizes are selected
+# from it, so Spark never loads their content
+_LISTING = "path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY"
+
+
+def _listing(spark, s, batch_bytes):
+    """The files that land in stream `s`'s directory, as a stream of names: Spark's file source
+    and its checkpoint say which are new, exactly once. A micro-batch takes files of at most
+    `batch_bytes` in all (one file at least), so a backlog is worked off in bounded steps."""
+    from pyspark.sql import functions as F
+    r = spark.readStream.format("binaryFile").schema(_LISTING)
+    if batch_bytes:
+        r = r.option("maxBytesPerTrigger", int(batch_bytes))
+    return r.load(landing_dir(s)).select(F.col("path").alias("_listed"), F.col("length").alias("_bytes"))
+
+
+def header_of(s, path):
+    """A landing CSV file's column names, from its first line (the declared order when the job
+    says its files have no header line)."""
+    if not s.raw.header:
+        return tuple(_declared(s))
+    import csv
+    with open(path, encoding="ISO-8859-1", newline="") as f:
+        line = f.readline().rstrip("\r\n")
+    line = line[3:] if line.startswith("\xef\xbb\xbf") else line       # a UTF-8 byte order mark
+    return tuple(c.strip() for c in next(csv.reader([line], delimiter=s.raw.delimiter), []))
+
+
+def read_landed(spark, s, files, say=print):
+    """Landed files of stream `s` (local paths) as one batch DataFrame of text columns, each file
+    read as `stage` reads one: CSV columns matched by name in each file's own header, in any
+    order; a declared column that a file lacks is null in its rows, which are quarantined."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+    want, groups, frames = _declared(s), {}, []
+    for f in files:
+        groups.setdefault(header_of(s, f) if s.raw.format == "csv" else None, []).append(f)
+    for header, group in groups.items():
+        uris = [f"file://{f}" for f in group]
+        if s.raw.format == "csv":
             missing = [c for c in want if c not in header]
             if missing:
-                raise InputError(f"{files[0]}: column '{missing[0]}' of stream '{s.name}' is missing "
-                                 f"(file has: {', '.join(header) or 'no columns'})")
-        schema = StructType([StructField(c, StringType()) for c in header] + [StructField("_corrupt", StringType())])
-        df = csv_options(spark.readStream, s).option("enforceSchema", False).schema(schema).csv(d)
-        bad_fields = F.col("_corrupt").isNotNull()
-    elif s.raw.format == "json":
-        schema = StructType([StructField(c, StringType()) for c in want] + [StructField("_corrupt_record", StringType())])
-        df = spark.readStream.schema(schema).json(d)
-        bad_fields = F.lit(False)
-    else:
-        if not files:
-            raise InputError(f"{d}: live Parquet needs one file present to learn its schema; none has landed yet")
-        df = spark.readStream.schema(spark.read.parquet(f"file://{files[0]}").schema).parquet(d)
-        bad_fields = F.lit(False)
-    df = _utf8(df, want, s.raw.format)
-    return df.select(*want, bad_fields.alias("_bad_fields"), "_bad_utf8", F.lit(0).alias("_file"),
-                     F.input_file_name().alias("_path"), F.lit(0).cast("long").alias("_row"))
+                say(f"stage --follow: warning: file://{group[0]}"
+                    f"{f' and {len(group) - 1} more' if len(group) > 1 else ''}: column '{missing[0]}' of stream "
+                    f"'{s.name}' is missing (file has: {', '.join(header) or 'no columns'}); its rows are quarantined")
+            # each header column read by position; a repeated name after its first is not used
+            names = [c if c not in header[:i] else f"_dup{i}" for i, c in enumerate(header or ("_c0",))]
+            schema = StructType([StructField(c, StringType()) for c in names] + [StructField("_corrupt", StringType())])
+            df = csv_options(spark.read, s).schema(schema).csv(uris)
+            df = df.select(*[F.col(f"`{c}`") if c in names else F.lit(None).cast("string").alias(c) for c in want],
+                           "_corrupt")
+            bad_fields = F.col("_corrupt").isNotNull()
+        elif s.raw.format == "json":
+            schema = StructType([StructField(c, StringType()) for c in want] +
+                                [StructField("_corrupt_record", StringType())])
+            df = spark.read.schema(schema).json(uris)
+            bad_fields = F.lit(False)
+        else:
+            df = spark.read.parquet(*uris)
+            df = df.select(*[F.col(f"`{c}`") if c in df.columns else F.lit(None).cast("string").alias(c)
+                             for c in want])
+            bad_fields = F.lit(False)
+        df = _utf8(df, want, s.raw.format)
+        frames.append(df.select(*want, bad_fields.alias("_bad_fields"), "_bad_utf8", F.lit(0).alias("_file"),
+                                F.input_file_name().alias("_path"), F.lit(0).cast("long").alias("_row")))
+    return _union(frames)
 
 
-def _packed(spark, job):
-    """All streams as one streaming DataFrame: _stream, _path, _reason, _why, and per stream a
-    struct _p{i} of its parsed (_v_*) and raw (_raw_*) columns (null in other streams' rows)."""
+def _empty(spark, s):
+    """No rows, in the shape read_landed gives (for the packed rows' types)."""
     from pyspark.sql import functions as F
-    tagged = [_tag(_source(spark, s), s, job) for s in job.streams]
+    from pyspark.sql.types import StringType, StructField, StructType
+    want = _declared(s)
+    df = spark.createDataFrame([], StructType([StructField(c, StringType()) for c in want]))
+    return df.select(*want, F.lit(False).alias("_bad_fields"), F.lit("").alias("_bad_utf8"), F.lit(0).alias("_file"),
+                     F.lit("").alias("_path"), F.lit(0).cast("long").alias("_row"))
+
+
+def _pack(tagged, types=None):
+    """Per stream tagged rows (None: none this time) as one DataFrame of packed rows: _stream,
+    _path, _reason, _why, and per stream a struct _p{i} of its parsed (_v_*) and raw (_raw_*)
+    columns, null in other streams' rows. Returns (it, the structs' types)."""
+    from pyspark.sql import functions as F
     structs = []
     for t in tagged:
+        if t is None:
+            structs.append(None)
+            continue
         bad = F.col("_reason") != ""
         # the raw text travels only with rows that go to the quarantine (a good row's is not needed)
         structs.append(F.struct(*[F.col(c) for c in t.columns if c.startswith("_v_")],
                                 *[F.when(bad, F.col(c)).alias(c) for c in t.columns if c.startswith("_raw_")]))
-    types = [t.select(st.alias("x")).schema["x"].dataType for t, st in zip(tagged, structs)]
-    frames = []
-    for i, t in enumerate(tagged):
-        frames.append(t.select(F.lit(i).alias("_stream"), "_path", "_reason", F.when(F.col("_reason") != "", F.col("_why")).alias("_why"),
-                               *[(structs[i] if j == i else F.lit(None).cast(types[j])).alias(f"_p{j}")
-                                 for j in range(len(tagged))]))
-    return _union(frames)
+    types = types or [t.select(st.alias("x")).schema["x"].dataType for t, st in zip(tagged, structs)]
+    frames = [t.select(F.lit(i).alias("_stream"), "_path", "_reason",
+                       F.when(F.col("_reason") != "", F.col("_why")).alias("_why"),
+                       *[(structs[i] if j == i else F.lit(None).cast(types[j])).alias(f"_p{j}")
+                         for j in range(len(tagged))])
+              for i, t in enumerate(tagged) if t is not None]
+    return _union(frames), types
+
+
+class Packed:
+    """The stager's streaming query and how a micro-batch of it becomes packed rows. A landing
+    directory delivers the names of new files, read in the micro-batch by read_landed (so each
+    file's header is its own); a stream source delivers records, parsed in the query."""
+
+    def __init__(self, spark, job, batch_bytes=None):
+        from pyspark.sql import functions as F
+        self.spark, self.job = spark, job
+        self.files = [landing_dir(s) is not None for s in job.streams]
+        # the packed rows' shape, from the same parse with no rows
+        shape, self.types = _pack([_tag(_empty(spark, s), s, job) for s in job.streams])
+        rows = shape.schema
+        frames = []
+        for i, s in enumerate(job.streams):
+            if self.files[i]:
+                frames.append(_listing(spark, s, batch_bytes).select(
+                    F.lit(i).alias("_stream"), "_listed", "_bytes", F.lit(None).cast(rows).alias("_rows")))
+            else:
+                packed, _ = _pack([_tag(_records_source(spark, s), s, job) if j == i else None
+                                   for j in range(len(job.streams))], self.types)
+                frames.append(packed.select(F.lit(i).alias("_stream"), F.lit(None).cast("string").alias("_listed"),
+                                            F.lit(None).cast("long").alias("_bytes"),
+                                            F.struct(*[F.col(c) for c in rows.names]).alias("_rows")))
+        self.query = _union(frames)
+
+    def batch(self, df, say):
+        """One micro-batch -> (an Arrow table of packed rows with _mid, their read order, or None;
+        the bytes of the files it listed; how many)."""
+        from pyspark.sql import functions as F
+        from .. import landed
+        listed = df.where(F.col("_listed").isNotNull()).select("_stream", "_listed", "_bytes").toArrow()
+        tables = []
+        if not all(self.files):
+            rec = df.where(F.col("_listed").isNull()).select("_rows.*").withColumn(
+                "_mid", F.monotonically_increasing_id()).toArrow()
+            if rec.num_rows:
+                tables.append(rec)
+        streams, names = listed.column("_stream").to_pylist(), listed.column("_listed").to_pylist()
+        tagged = []
+        for i, s in enumerate(self.job.streams):
+            mine = sorted(landed.local_path(p) for p, k in zip(names, streams) if k == i)
+            tagged.append(_tag(read_landed(self.spark, s, mine, say), s, self.job) if mine else None)
+        if names:
+            packed, _ = _pack(tagged, self.types)
+            tables.append(packed.withColumn("_mid", F.monotonically_increasing_id()).toArrow())
+        t = (None if not tables else tables[0] if len(tables) == 1 else
+             pa.concat_tables(tables, promote_options="permissive"))
+        return t, int(sum(x or 0 for x in listed.column("_bytes").to_pylist())), len(names)
 
 
 def _records(files, mid):
@@ -214,7 +313,10 @@ def clear(job, out):
         paths.remove_file(root, m)
 
 
-def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, force=False):
+BATCH_BYTES = 64 << 20
+
+
+def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, force=False, batch_bytes=BATCH_BYTES):
     """Stage the landing directories of `job` into the staged log at `out` until `until` ("end":
     the files present now; an event time in the job's unit; None: until Ctrl-C or SIGTERM), then
     write the end marker. Returns the log's manifest. The caller holds `out`'s lock
@@ -231,10 +333,10 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
             raise InputError(f"{out}: the staged log overlaps the landing directory of stream '{s.name}'; "
                              f"stage into a directory of its own")
     os.makedirs(out, exist_ok=True)
-    return _follow(spark, job, out, until, trigger, say, force)
+    return _follow(spark, job, out, until, trigger, say, force, batch_bytes)
 
 
-def _follow(spark, job, out, until, trigger, say, force):
+def _follow(spark, job, out, until, trigger, say, force, batch_bytes):
     from ..staged_log import until_ts
     if force:
         clear(job, out)
@@ -252,20 +354,22 @@ def _follow(spark, job, out, until, trigger, say, force):
                 raise RuntimeError("the stager is stopping")
             try:
                 t0 = time.perf_counter()
-                t = df.withColumn("_mid", F.monotonically_increasing_id()).toArrow()
+                t, nbytes, nfiles = packed.batch(df, say)
                 t1 = time.perf_counter()
-                arrivals, paths, bad = _split(t, job)
+                arrivals, paths, bad = (_split(t, job) if t is not None else
+                                        ([np.zeros(0, waiting_dtype(s)) for s in job.streams], [], None))
                 e = writer.commit(batch_id, arrivals, paths, bad, until=cap,
                                   timing={"spark_ms": round((t1 - t0) * 1e3, 1),
-                                          "split_ms": round((time.perf_counter() - t1) * 1e3, 1)})
+                                          "split_ms": round((time.perf_counter() - t1) * 1e3, 1),
+                                          "files": nfiles, "bytes": nbytes})
             except Exception as ex:  # noqa: BLE001 - reported by the main thread, one line
                 state["error"] = ex
                 raise
             if e is not None:
                 _report(say, e, writer)
 
-    packed = _packed(spark, job)
-    w = packed.writeStream.foreachBatch(on_batch).option("checkpointLocation", os.path.join(out, SPARK_DIR))
+    packed = Packed(spark, job, batch_bytes)
+    w = packed.query.writeStream.foreachBatch(on_batch).option("checkpointLocation", os.path.join(out, SPARK_DIR))
     w = w.trigger(availableNow=True) if until == "end" else w.trigger(processingTime=trigger)
     old = {sig: signal.signal(sig, lambda n, f: state.__setitem__("signal", n)) for sig in (signal.SIGINT, signal.SIGTERM)}
     q = w.start()
