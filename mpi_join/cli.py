@@ -83,6 +83,8 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
                   (written by `mpi-join stage JOB` from each stream's raw input, below)
                   allowed_lateness = "1s"  live staging: how far behind a stream's newest
                   event time a row may arrive (0 to 1 day; README "Live streams")
+                  idle_timeout = "5s"      live staging: a stream silent this long no longer
+                  holds the watermark back (default: none; README "Live streams")
       [output]    dir = "dir"
                   commit_every = "1s"      results are committed (made durable and visible) at
                   commit_rows = 1000000    least this often and after this many rows at most
@@ -159,19 +161,41 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
 @click.option("--counts", is_flag=True, help="One line per commit (results so far, input covered) instead of "
               "the result rows.")
 @click.option("--no-follow", is_flag=True, help="Print what is committed now and stop.")
-def tail(out, counts, no_follow):
+@click.option("--with-payload", is_flag=True, help="Add each result's tuples' columns (<stream>_ts, <stream>_<col>) "
+              "from the staged input; needs --job.")
+@click.option("--job", "job_path", type=click.Path(dir_okay=False), default=None,
+              help="The run's job file (for --with-payload).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True,
+              help="csv: a header line, then a line per result; jsonl: a JSON object per result.")
+def tail(out, counts, no_follow, with_payload, job_path, fmt):
     """Print the results of the run in OUT as they are committed.
 
     A followed run (`run --follow`) commits its results at least every output.commit_every;
-    each commit's new part files are checked against their records and printed as CSV
-    (<stream>_seq..., emit_ns, latency_ns), each result once, until the run's last commit.
-    Ctrl-C stops. On a finished replay run it prints its results once."""
+    each commit's new part files are checked against their records and printed (<stream>_seq...,
+    emit_ns, latency_ns, and with --with-payload the tuples' columns), each result once, until
+    the run's last commit. Ctrl-C stops. On a finished replay run it prints its results once.
+
+    \b
+      mpi-join tail OUT --with-payload --job JOB --format jsonl | consumer"""
+    import csv
+    import io
+    import json
+    import numpy as np
     import pyarrow.parquet as pq
-    from .storage.tail import follow
+    from .storage.tail import Payloads, follow
     if not os.path.isdir(out):
         _fail(JobError(f"{out}: no such run output directory"))
+    if with_payload and not job_path:
+        _fail(JobError("--with-payload: give the run's job file with --job JOB (its staged input holds the columns)"))
+    if (with_payload or job_path) and counts:
+        _fail(JobError("--counts prints one line per commit; --with-payload and --job go with the result rows"))
     header = False
     try:
+        payloads = None
+        if with_payload:
+            from .config import load_job
+            job = load_job(job_path)
+            payloads = Payloads(job)
         for rec, files in follow(out, once=no_follow):
             if counts:
                 click.echo(f"commit {rec['commits'] - 1}: {rec['results']:,} results, input seq "
@@ -179,11 +203,27 @@ def tail(out, counts, no_follow):
                 continue
             for f in files:
                 t = pq.read_table(f)
+                names = list(t.column_names)
+                rows = list(zip(*[t.column(i).to_pylist() for i in range(t.num_columns)]))
+                if payloads is not None:
+                    seq = [f"{n}_seq" for n in payloads.job.stream_names]
+                    if any(c not in names for c in seq):
+                        raise JobError(f"{f}: result columns {', '.join(seq)} expected (is --job the run's job?)")
+                    seqs = np.stack([t.column(c).fill_null(-1).to_numpy() for c in seq], axis=1).astype(np.int64) \
+                        if t.num_rows else np.zeros((0, len(seq)), np.int64)
+                    rows = [r + p for r, p in zip(rows, payloads.values(seqs))]
+                    names += payloads.names()
+                if fmt == "jsonl":
+                    for r in rows:
+                        click.echo(json.dumps(dict(zip(names, r))))
+                    continue
+                buf = io.StringIO()
+                w = csv.writer(buf, lineterminator="\n")
                 if not header:
-                    click.echo(",".join(t.column_names))
+                    w.writerow(names)
                     header = True
-                cols = [t.column(i).to_pylist() for i in range(t.num_columns)]
-                click.echo("\n".join(",".join(map(str, row)) for row in zip(*cols)) if t.num_rows else "", nl=bool(t.num_rows))
+                w.writerows(["" if v is None else v for v in r] for r in rows)
+                click.echo(buf.getvalue(), nl=False)
     except JobError as e:
         _fail(e)
     except KeyboardInterrupt:

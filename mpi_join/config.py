@@ -181,6 +181,7 @@ class Job:
     allowed_lateness: int = 0     # ts units a live stream's row may arrive behind the newest (staged_log.py)
     commit_every_ns: int = 1_000_000_000   # a followed run commits its results at least this often (commits.py)
     commit_rows: int = 1_000_000           # ... and after this many results
+    idle_timeout_ns: int | None = None     # a live stream silent this long stops holding the watermark back
 
     @property
     def stream_names(self):
@@ -196,7 +197,7 @@ class Job:
 JOB_KEYS = {
     "": ("job", "input", "output", "streams", "predicate", "strategy", "run", "checkpoint"),
     "job": ("name", "ts_unit"),
-    "input": ("staged", "allowed_lateness"),
+    "input": ("staged", "allowed_lateness", "idle_timeout"),
     "output": ("dir", "commit_every", "commit_rows"),
     "streams.*": ("schema", "window", "raw"),
     "streams.*.raw": ("path", "format", "time", "time_unit", "delimiter", "header", "source", "options"),
@@ -260,6 +261,8 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     staged = overrides.get("staged") or _str(inp, "staged", "input.", path)
     lateness = ns_to_ts(_duration(inp.get("allowed_lateness", "1s"), "input.allowed_lateness", path, lo_ns=0),
                         ts_unit)
+    idle = (_duration(inp["idle_timeout"], "input.idle_timeout", path, lo_ns=1_000_000)
+            if "idle_timeout" in inp else None)
     out = _table(raw, "output", path)
     _no_unknown(out, JOB_KEYS["output"], "output.", path)
     output = overrides.get("output") or _str(out, "dir", "output.", path)
@@ -276,7 +279,7 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     run = _run(raw, path)
     ckpt = _checkpoint(raw, path, base, overrides)
     job = _staged_widths(Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, ckpt, raw,
-                             lateness, commit_every, commit_rows))
+                             lateness, commit_every, commit_rows, idle))
     from .strategies import check_strategy
     job = check_strategy(job)
     try:

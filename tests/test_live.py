@@ -796,3 +796,20 @@ def test_resume_before_the_first_commit_offsets_across_resumes_and_verify_on_an_
     v = cli("verify", str(tmp_path / "out"), "--job", marker)
     assert v.returncode == 0 and "OK: results equal the oracle" in v.stdout and "not ended" not in v.stdout, v.stdout
     assert record()["final"]
+    # tail with the tuples' columns: each result once, its R and S rows as staged (equal keys when matched)
+    R, S = read_staged(job)
+    t = cli("tail", tmp_path / "out", "--no-follow", "--with-payload", "--job", marker, "--format", "jsonl")
+    assert t.returncode == 0, t.stderr
+    got = [json.loads(x) for x in t.stdout.splitlines()]
+    assert len(got) == record()["results"] and len({(g["R_seq"], g["S_seq"]) for g in got}) == len(got)
+    by_seq = {int(r["seq"]): r for r in R}
+    for g in got:
+        r = by_seq[g["R_seq"]]
+        assert (g["R_ts"], g["R_k"], g["R_v"]) == (int(r["ts"]), int(r["k"]), float(r["v"]))
+        assert g["S_k"] == g["R_k"] if g["S_seq"] is not None else g["S_ts"] is None
+    assert any(g["S_seq"] is None for g in got) and any(g["S_seq"] is not None for g in got)
+    c = cli("tail", tmp_path / "out", "--no-follow", "--with-payload", "--job", marker)
+    lines = c.stdout.splitlines()
+    assert lines[0] == "R_seq,S_seq,emit_ns,latency_ns,R_ts,R_k,R_v,S_ts,S_k,S_v" and len(lines) == len(got) + 1
+    bad = cli("tail", tmp_path / "out", "--with-payload")
+    assert bad.returncode == 2 and "--with-payload: give the run's job file with --job JOB" in bad.stderr

@@ -323,3 +323,35 @@ def test_a_string_column_is_refused_by_live_staging_before_a_jvm(tmp_path, monke
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "streams.R.schema.name: a live log holds text at a fixed width; declare it char(N)" in r.stderr, r.stderr
     assert not (tmp_path / "staged").exists()
+
+
+def test_an_idle_stream_stops_holding_the_watermark_back_and_its_late_rows_are_quarantined(tmp_path):
+    """[input] idle_timeout: S sends nothing for longer than it, so R's rows are released on R's
+    watermark alone (without it they wait forever); when S wakes, its rows behind what was
+    released are late, quarantined with the reason, and the rest go on as before."""
+    p = tmp_path / "job.toml"
+    p.write_text(JOB.format(lateness="10ms").replace('allowed_lateness = "10ms"',
+                                                     'allowed_lateness = "10ms"\nidle_timeout = "2s"'))
+    job = load_job(str(p))
+    assert job.idle_timeout_ns == 2_000_000_000
+    empty = [np.zeros(0, waiting_dtype(s)) for s in job.streams]
+    # advance: an idle stream is left out of the bound; every stream idle releases nothing
+    rel, late, keep, seen, front, bound = advance(empty, [_rows(job, 0, [5, 30]), empty[1]], [None, None], None, 10,
+                                                  idle=[False, True])
+    assert bound == 20 and rel[0]["ts"].tolist() == [5] and keep[0]["ts"].tolist() == [30]
+    rel, late, keep, seen, front, bound = advance(keep, empty, seen, front, 10, idle=[True, True])
+    assert bound is None and not any(map(len, rel)) and keep[0]["ts"].tolist() == [30]
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    _commit(w, job, 0, [1, 2], [3])
+    e = _commit(w, job, 1, [50, 100], [])
+    assert e["watermark"] == -7 and e["seq"] == [0, 0] and "idle" not in e     # S (at 3) holds it back
+    w.log["heard_ns"]["S"] -= 3_000_000_000                                     # S silent for 3 s
+    e = _commit(w, job, 2, [120], [])
+    assert e["idle"] == ["S"] and e["watermark"] == 110 and e["seq"] == [0, 5]    # all but R's 120
+    e = _commit(w, job, 3, [], [60, 115])                                        # S wakes: 60 is late
+    assert "idle" not in e and e["streams"]["S"]["late"] == 1 and e["streams"]["S"]["rows"] == 0
+    late = pq.read_table(str(tmp_path / "staged" / "_quarantine" / "S")).to_pylist()
+    assert [x["ts"] for x in late] == [60] and late[0]["reason"].startswith("late by ")
+    w.end("test")
+    R, S = read_staged(job)
+    assert R["ts"].tolist() == [1, 2, 50, 100, 120] and S["ts"].tolist() == [3, 115]

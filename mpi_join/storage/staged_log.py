@@ -43,7 +43,7 @@ def waiting_dtype(stream):
     return np.dtype(list(stream.dtype.descr) + EXTRA)
 
 
-def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=None):
+def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=None, idle=None):
     """One step of the watermark (no I/O, so it is tested as it is).
 
     `pending`, `arrivals`: per stream, rows (waiting_dtype) waiting and just arrived. `max_seen`:
@@ -51,7 +51,9 @@ def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=
     written so far (None: nothing yet). Each stream's watermark is its max_seen less `lateness`;
     rows at or below the smallest watermark (every stream's, so that no stream can still send an
     older row) are released; `flush` releases every waiting row (the end of the input), `until`
-    caps the release at that event time.
+    caps the release at that event time. `idle`: per stream, whether it has been silent longer
+    than [input] idle_timeout; an idle stream does not hold the bound back (when every stream is
+    idle, nothing is released), and its rows, when it wakes, are late if behind the frontier.
 
     Returns (released, late, pending, max_seen, frontier, bound): per stream, the rows released
     (unordered across streams; `order` orders them), the late rows (older than `frontier`), the
@@ -67,12 +69,13 @@ def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=
             max_seen[k] = top if max_seen[k] is None else max(max_seen[k], top)
         pool = np.concatenate([pending[k], a[~bad]]) if len(pending[k]) else a[~bad]
         keep.append(pool)
+    held = [m for k, m in enumerate(max_seen) if not (idle and idle[k])]
     if flush:
         bound = until                    # None: release everything
-    elif any(m is None for m in max_seen):
+    elif not held or any(m is None for m in held):
         bound = NOTHING                  # a stream not heard from yet may still send anything
     else:
-        bound = min(m - lateness for m in max_seen)
+        bound = min(m - lateness for m in held)
         bound = bound if until is None else min(bound, until)
     for k in range(M):
         pool = keep[k]
@@ -224,6 +227,8 @@ class LogWriter:
         self.man = man
         self.log.setdefault("landed", {})                 # landing file -> what was read of it (landed.py)
         self.log.setdefault("rewritten", {n: 0 for n in self.names})
+        # when each stream last sent a row: from now, also after a restart (idle_timeout, _idle)
+        self.log["heard_ns"] = {n: time.time_ns() for n in self.names}
         self.pending = self._load_pending()
         self._sweep()
 
@@ -314,14 +319,17 @@ class LogWriter:
                 base[p] = max([base.get(p, 0)] + n)
         self._record_landed(arrivals, paths, bad)
         max_seen = [self.log["max_seen"][n] for n in self.names]
+        idle = self._idle(arr, bad)
         released, late, keep, max_seen, frontier, bound = advance(
-            self.pending, arr, max_seen, self.log["frontier"], self.lateness, flush=flush, until=until)
+            self.pending, arr, max_seen, self.log["frontier"], self.lateness, flush=flush, until=until, idle=idle)
         rows = order(released, srcs, self.man["total"])
         b = self.log["batches"]
         t_begin = time.time_ns()
         entry = {"batch": b, "spark_batch": spark_batch, "committed_ns": t_begin,
                  "seq": [self.man["total"], self.man["total"] + sum(len(r) for r in rows)],
                  "watermark": bound, "frontier": frontier, "streams": {}, **(timing or {})}
+        if any(idle):
+            entry["idle"] = self.log["idle"]
         for k, s in enumerate(self.job.streams):
             n = s.name
             st = self.man["streams"][n]
@@ -371,6 +379,19 @@ class LogWriter:
             from .paths import remove_file
             remove_file(self.out, os.path.join(self.out, LOG, old_pending))
         return entry
+
+    def _idle(self, arrivals, bad, now_ns=None):
+        """Per stream, whether it has sent nothing (no row, good or bad) for longer than the job's
+        idle_timeout (Flink's withIdleness); what each was last heard is kept in the log."""
+        now = time.time_ns() if now_ns is None else now_ns
+        heard = self.log["heard_ns"]
+        for k, n in enumerate(self.names):
+            if len(arrivals[k]) or (bad and bad[k] is not None and bad[k].num_rows):
+                heard[n] = now
+        t = self.job.idle_timeout_ns
+        idle = [t is not None and now - heard.get(n, now) > t for n in self.names]
+        self.log["idle"] = [n for n, i in zip(self.names, idle) if i]
+        return idle
 
     def _record_landed(self, arrivals, paths, bad):
         """What this batch read of each landing file it has rows of (landed.record), kept with the
