@@ -289,7 +289,7 @@ def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates):
         _fail(e)
 
 
-def _stage_follow(job, out, master, conf, force, until, trigger, batch_bytes=64 << 20):
+def _stage_follow(job, out, master, conf, force, until, trigger, batch_bytes=64 << 20, drain=True):
     from .storage.spark.follow import follow, landing_dir
     from .storage.spark.session import spark_session
     from .storage.staged_log import hold_staged, refuse_live, until_ts
@@ -304,9 +304,9 @@ def _stage_follow(job, out, master, conf, force, until, trigger, batch_bytes=64 
         landing_dir(s)
     lock = hold_staged(out or job.staged, follow=True, force=force, say=lambda m: click.echo(m, err=True))
     try:
-        man = follow(spark_session(master, "mpi-join stage --follow", conf), job, out or job.staged, until=until,
-                     trigger=f"{max(every, 0.05):g} seconds", say=lambda m: click.echo(m, err=True), force=force,
-                     batch_bytes=batch_bytes)
+        man = follow(spark_session(master, "mpi-join stage --follow", conf, shield_term=True), job,
+                     out or job.staged, until=until, trigger=f"{max(every, 0.05):g} seconds",
+                     say=lambda m: click.echo(m, err=True), force=force, batch_bytes=batch_bytes, drain=drain)
     finally:
         if lock is not None:
             lock.release()
@@ -314,7 +314,8 @@ def _stage_follow(job, out, master, conf, force, until, trigger, batch_bytes=64 
     late = man["log"]["late"]
     per = ", ".join(f"{k} {v['count']:,}" for k, v in man["streams"].items())
     click.echo(f"staged {man['total']:,} tuples in {man['log']['batches']} batch(es) ({per}); quarantined "
-               f"{sum(q.values()):,}, of them late {sum(late.values()):,}; the log has ended")
+               f"{sum(q.values()):,}, of them late {sum(late.values()):,}; "
+               + ("the log has ended" if man["log"].get("ended") else "the log stays open"))
 
 
 def _planned_command(f):
@@ -580,9 +581,12 @@ _CONF = click.option("--conf", multiple=True, metavar="KEY=VALUE", help="Extra S
 @click.option("--batch-mb", type=click.IntRange(1, 1 << 20), default=64, show_default=True, help="With --follow: "
               "the landing files one micro-batch reads, at most this many MB in all (one file at least), so that a "
               "backlog is staged in bounded steps.")
+@click.option("--no-drain", is_flag=True, help="With --follow: Ctrl-C or SIGTERM stops at once and leaves the log "
+              "open, to be continued by the next `stage --follow` (default: stage every file that has landed, then "
+              "end the log).")
 @_MASTER
 @_CONF
-def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, until, trigger, batch_mb):
+def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, until, trigger, batch_mb, no_drain):
     """Stage the raw input of JOB with Spark into the staged layout.
 
     Each stream's `raw = { path, format, time, time_unit }` names its files (CSV, JSON lines or
@@ -601,13 +605,13 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
     from .storage.spark.session import spark_session
     from .storage.spark.stage import precheck, small_input, stage as do_stage, stageable
     from .storage.staged_log import hold_staged
-    if (until or trigger != "500ms" or batch_mb != 64) and not follow:
-        _fail(JobError("--until, --trigger and --batch-mb go with --follow (live staging)"))
+    if (until or trigger != "500ms" or batch_mb != 64 or no_drain) and not follow:
+        _fail(JobError("--until, --trigger, --batch-mb and --no-drain go with --follow (live staging)"))
     try:
         job = load_job(job_path)
         check_layout(job_dirs(job, stage_out=out))     # before any JVM starts
         if follow:
-            return _stage_follow(job, out, master, conf, force, until, trigger, batch_mb << 20)
+            return _stage_follow(job, out, master, conf, force, until, trigger, batch_mb << 20, not no_drain)
         stageable(job)
         lock = hold_staged(out or job.staged, force=force, say=lambda m: click.echo(m, err=True))
         try:

@@ -813,3 +813,41 @@ def test_resume_before_the_first_commit_offsets_across_resumes_and_verify_on_an_
     assert lines[0] == "R_seq,S_seq,emit_ns,latency_ns,R_ts,R_k,R_v,S_ts,S_k,S_v" and len(lines) == len(got) + 1
     bad = cli("tail", tmp_path / "out", "--with-payload")
     assert bad.returncode == 2 and "--with-payload: give the run's job file with --job JOB" in bad.stderr
+
+
+def test_sigterm_to_the_stagers_group_drains_and_no_drain_leaves_the_log_open(tmp_path):
+    """SIGTERM to the stager's whole process group (what timeout and supervisors send; its JVM
+    too) right after files land: the stager stages them (drains) and ends the log, every row
+    staged or late once. With --no-drain it stops at once and the log stays open; the next
+    stager continues it, and every row is in it once."""
+    (tmp_path / "job.toml").write_text(JOB.format(window="200ms", predicate=EQUI, strategy="hash", extra=""))
+    land = Landing(str(tmp_path), seed=11)
+    land.round()
+    stager = _stager(tmp_path)
+    _wait(lambda: _batches(tmp_path) >= 1, "the first batch", timeout=240)
+    land.round()
+    land.round()
+    os.killpg(stager.pid, signal.SIGTERM)
+    code, out, err = _finish(stager, "the stager")
+    assert code == 0 and "SIGTERM: draining" in err and "the log ended (stopped by SIGTERM)" in err, err[-3000:]
+    man = _manifest(tmp_path)
+    assert man["log"]["ended"] and man["total"] + sum(man["log"]["late"].values()) == land.count()
+    # --no-drain: the log stays open; the next stager continues it
+    land2 = Landing(str(tmp_path / "second"), seed=12)
+    (tmp_path / "second" / "job.toml").write_text(JOB.format(window="200ms", predicate=EQUI, strategy="hash", extra=""))
+    land2.round()
+    first = subprocess.Popen(mpi_join_cmd("stage", "--follow", "--no-drain", "--trigger", "200ms",
+                                          str(tmp_path / "second" / "job.toml")),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=_env())
+    _wait(lambda: _batches(tmp_path / "second") >= 1, "the first batch", timeout=240)
+    os.killpg(first.pid, signal.SIGTERM)
+    code, out, err = _finish(first, "the --no-drain stager")
+    assert code == 0 and "without draining; the log stays open" in err and "the log stays open" in out, err[-3000:]
+    assert not _manifest(tmp_path / "second")["log"]["ended"]
+    land2.round()
+    r = run_cli("stage", "--follow", "--until", "end", str(tmp_path / "second" / "job.toml"))
+    assert r.returncode == 0 and "continuing the log" in r.stderr, r.stderr[-3000:]
+    man = _manifest(tmp_path / "second")
+    assert man["log"]["ended"] and man["total"] + sum(man["log"]["late"].values()) == land2.count()
+    R, S = read_staged(load_job(str(tmp_path / "second" / "job.toml")))
+    assert len(R) + man["log"]["late"]["R"] == len(land2.rows["R"]) and len(np.unique(R["seq"])) == len(R)

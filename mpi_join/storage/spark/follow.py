@@ -316,7 +316,8 @@ def clear(job, out):
 BATCH_BYTES = 64 << 20
 
 
-def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, force=False, batch_bytes=BATCH_BYTES):
+def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, force=False, batch_bytes=BATCH_BYTES,
+           drain=True):
     """Stage the landing directories of `job` into the staged log at `out` until `until` ("end":
     the files present now; an event time in the job's unit; None: until Ctrl-C or SIGTERM), then
     write the end marker. Returns the log's manifest. The caller holds `out`'s lock
@@ -333,10 +334,10 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
             raise InputError(f"{out}: the staged log overlaps the landing directory of stream '{s.name}'; "
                              f"stage into a directory of its own")
     os.makedirs(out, exist_ok=True)
-    return _follow(spark, job, out, until, trigger, say, force, batch_bytes)
+    return _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain)
 
 
-def _follow(spark, job, out, until, trigger, say, force, batch_bytes):
+def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
     from ..staged_log import until_ts
     if force:
         clear(job, out)
@@ -369,15 +370,66 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes):
                 _report(say, e, writer)
 
     packed = Packed(spark, job, batch_bytes)
-    w = packed.query.writeStream.foreachBatch(on_batch).option("checkpointLocation", os.path.join(out, SPARK_DIR))
-    w = w.trigger(availableNow=True) if until == "end" else w.trigger(processingTime=trigger)
-    old = {sig: signal.signal(sig, lambda n, f: state.__setitem__("signal", n)) for sig in (signal.SIGINT, signal.SIGTERM)}
-    q = w.start()
-    say(f"stage --follow: watching {', '.join(landing_dir(s) or s.raw.path for s in job.streams)} -> {out}"
-        + (" (until the files present are staged)" if until == "end" else
-           f" (until event time {cap})" if cap is not None else " (Ctrl-C or SIGTERM ends the log)"))
-    failed = None
-    look = 0.0                           # when landing files are next looked at for changes
+
+    def start(now):
+        w = packed.query.writeStream.foreachBatch(on_batch).option("checkpointLocation", os.path.join(out, SPARK_DIR))
+        return (w.trigger(availableNow=True) if now else w.trigger(processingTime=trigger)).start()
+
+    def on_signal(n, f):
+        state["signals"] += 1
+        state["signal"] = state["signal"] or n
+    state["signals"] = 0
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        q = start(until == "end")
+        say(f"stage --follow: watching {', '.join(landing_dir(s) or s.raw.path for s in job.streams)} -> {out}"
+            + (" (until the files present are staged)" if until == "end" else
+               f" (until event time {cap})" if cap is not None else
+               " (Ctrl-C or SIGTERM stages what has landed and ends the log)" if drain else
+               " (Ctrl-C or SIGTERM stops, the log stays open)"))
+        _watch(q, state, lock, writer, cap, say, out)
+        if state["signal"] is not None and drain and until != "end" and state["error"] is None:
+            # the files that landed before the signal are staged too (an availableNow query on the
+            # same checkpoint: what the stopped query had not read, each once); a second signal
+            # stops at once and leaves the log open
+            say(f"stage --follow: {signal.Signals(state['signal']).name}: draining (staging every file that has "
+                f"landed; a second Ctrl-C or SIGTERM stops at once and leaves the log open)")
+            state["stopping"], seen = False, state["signals"]
+            _watch(start(True), state, lock, writer, cap, say, out, until_signal=seen)
+            if state["signals"] > seen:
+                drain = False
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    if state["error"] is not None:
+        e = state["error"]
+        raise e if isinstance(e, JobError) else InputError(f"{out}: a micro-batch failed: {_first_line(e)}")
+    if state["failed"] is not None:
+        raise InputError(f"{out}: the streaming query failed: {_first_line(state['failed'])}; the log stays open (a "
+                         f"restart continues it)")
+    if state["signal"] is not None and not drain:
+        writer.quarantine_changed(say)
+        say(f"stage --follow: stopped by {signal.Signals(state['signal']).name} without draining; the log stays open "
+            f"after batch {writer.log['batches'] - 1} (seq {writer.man['total']:,}); `stage --follow` continues it")
+        return writer.man
+    writer.quarantine_changed(say)       # a change since the last look, before the log ends
+    reason = (f"stopped by {signal.Signals(state['signal']).name}" if state["signal"] is not None else
+              "the files present were staged" if until == "end" else f"event time {cap} reached")
+    e = writer.end(reason, until=cap)
+    _report(say, e, writer)
+    say(f"stage --follow: the log ended ({reason}); {writer.man['total']:,} tuples in {writer.log['batches']} batch(es)"
+        + (f"; {writer.log['ended']['beyond_until']:,} row(s) after event time {cap} not staged" if cap is not None
+           and writer.log["ended"]["beyond_until"] else ""))
+    return writer.man
+
+
+def _watch(q, state, lock, writer, cap, say, out, until_signal=None):
+    """Run query `q` until it finishes, fails, a signal comes (with `until_signal`: another
+    signal than the `until_signal` seen so far) or the watermark reaches `cap`; then stop it
+    (a micro-batch in flight commits first; none starts after). Landing files are looked at
+    for changes about every second meanwhile."""
+    look = 0.0
+    state.setdefault("failed", None)
     try:
         while True:
             if time.monotonic() >= look:
@@ -388,40 +440,24 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes):
                 if not q.isActive:
                     break
                 q.awaitTermination(0.25)
-            except Exception:  # noqa: BLE001 - the JVM is gone (a SIGTERM to the whole group)
+            except Exception:  # noqa: BLE001 - the JVM is gone (a SIGKILL to it)
                 if state["signal"] is None:
                     raise
                 break
-            if state["signal"] is not None or state["error"] is not None:
+            signalled = state["signals"] > until_signal if until_signal is not None else state["signal"] is not None
+            if signalled or state["error"] is not None:
                 break
             wm = writer.log.get("watermark")
             if cap is not None and wm is not None and wm >= cap:
                 break
     finally:
-        with lock:                       # a micro-batch in flight commits first; none starts after
+        with lock:
             state["stopping"] = True
         try:
-            failed = q.exception() if state["signal"] is None else None
+            state["failed"] = q.exception() if state["signal"] is None else None
             q.stop()
-        except Exception:  # noqa: BLE001 - stopping a query whose JVM was signalled too
+        except Exception:  # noqa: BLE001 - stopping a query whose JVM is gone
             pass
-        for sig, h in old.items():
-            signal.signal(sig, h)
-    if state["error"] is not None:
-        e = state["error"]
-        raise e if isinstance(e, JobError) else InputError(f"{out}: a micro-batch failed: {_first_line(e)}")
-    if failed is not None:
-        raise InputError(f"{out}: the streaming query failed: {_first_line(failed)}; the log stays open (a restart "
-                         f"continues it)")
-    writer.quarantine_changed(say)       # a change since the last look, before the log ends
-    reason = (f"stopped by {signal.Signals(state['signal']).name}" if state["signal"] is not None else
-              "the files present were staged" if until == "end" else f"event time {cap} reached")
-    e = writer.end(reason, until=cap)
-    _report(say, e, writer)
-    say(f"stage --follow: the log ended ({reason}); {writer.man['total']:,} tuples in {writer.log['batches']} batch(es)"
-        + (f"; {writer.log['ended']['beyond_until']:,} row(s) after event time {cap} not staged" if cap is not None
-           and writer.log["ended"]["beyond_until"] else ""))
-    return writer.man
 
 
 def _first_line(e):

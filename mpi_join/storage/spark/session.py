@@ -10,12 +10,15 @@ _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.proper
 SHORT_LIVED = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
 
 
-def spark_session(master=None, app="mpi-join", conf=(), small=False, java_extra=""):
+def spark_session(master=None, app="mpi-join", conf=(), small=False, java_extra="", shield_term=False):
     """Build (or reuse) the session. `master` None keeps what spark-submit set (the CLI passes
     local[*] by default). `small`: the work is small and local (stage.small_input), so a local
     master's JVM is set up for a short life (SHORT_LIVED). The driver JVM maps the class archive
     of `mpi-join warm-spark` when there is one (warm.py: about half the start-up). `--conf
-    spark.driver.extraJavaOptions` replaces all of these."""
+    spark.driver.extraJavaOptions` replaces all of these. `shield_term`: the JVM ignores SIGTERM
+    (it inherits the ignored disposition, and then installs no handler of its own), so that a
+    SIGTERM to the whole process group reaches only Python, which stops the streaming query
+    and ends the log with the JVM still there (live staging); the JVM ends with its Python."""
     from .warm import java_options
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", _python())
@@ -35,7 +38,13 @@ def spark_session(master=None, app="mpi-join", conf=(), small=False, java_extra=
     for kv in conf:
         k, _, v = kv.partition("=")
         b = b.config(k, v)
-    spark = b.getOrCreate()
+    import signal
+    old = signal.signal(signal.SIGTERM, signal.SIG_IGN) if shield_term else None
+    try:
+        spark = b.getOrCreate()
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
