@@ -131,6 +131,9 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
       [checkpoint] dir = "ckpt"            HDF5 checkpoints (one file per rank + MANIFEST.json)
                   every_tuples = 100000   cut every N input tuples, and/or
                   every = "10s"           every interval; keep = 2 newest complete ones (1..1000)
+      [live]      restart_attempts = 3     `mpi-join live` restarts a stager or run that dies at
+                  restart_delay = "2s"     most this often, after this delay; with
+                  restart_interval = "10min"  at most that many within any such interval
       Numbers are refused outside their ranges; NaN and infinity everywhere. Strategy
       parameters and their ranges: `mpi-join strategies`. What run reads, writes, deletes and
       locks: README "Safety".
@@ -228,6 +231,50 @@ def tail(out, counts, no_follow, with_payload, job_path, fmt):
         _fail(e)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+@main.command()
+@click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
+@click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), required=True,
+              help="MPI ranks of the following run.")
+@click.option("--no-drain", is_flag=True, help="Ctrl-C or SIGTERM stops at once: the log stays open and the "
+              "committed results stand, and the next `live` continues both (default: drain, see below).")
+@click.option("--trigger", default="500ms", show_default=True, help="How often the stager looks for new files.")
+@click.option("--batch-mb", type=click.IntRange(1, 1 << 20), default=64, show_default=True,
+              help="The landing files one micro-batch reads, at most this many MB in all.")
+@click.option("--status-every", type=click.FloatRange(0.2, 3600), default=5.0, show_default=True,
+              help="Seconds between status lines (and OUT/metrics/live.json).")
+def live(job_path, nprocs, no_drain, trigger, batch_mb, status_every):
+    """Run a live join as one supervised job: the stager (`stage --follow JOB`) and the
+    following run (`run -n N --follow JOB`) together.
+
+    \b
+    It checks the job before anything starts (landing directories, what a live log cannot
+    hold), starts both, and restarts either when it dies, by the job's [live] restart strategy
+    (restart_attempts, restart_delay, restart_interval): a stager continues its log, a run
+    resumes from its newest checkpoint (or the log's beginning before its first). Each restart
+    is one line. A status line every --status-every seconds: per stream rows staged and
+    quarantined per second, the watermark's lag behind wall time, results committed and per
+    second, restarts; the same in OUT/metrics/live.json.
+
+    \b
+    Ctrl-C or SIGTERM (to it or its process group): by default it drains: stages every file
+    that has landed, ends the log, and the run commits its last results; exit 0. With
+    --no-drain: stops at once, exit 130 (143 for SIGTERM), the log open; a second Ctrl-C stops
+    a drain at once. Exit 1 when a child dies more often than the restart strategy allows."""
+    from .config import load_job
+    from .live import Supervisor, precheck
+    from .storage.paths import check_layout, job_dirs
+    from .units import parse_duration_ns
+    try:
+        job = load_job(job_path)
+        check_layout(job_dirs(job))
+        parse_duration_ns(trigger, "--trigger")
+        precheck(job)
+    except JobError as e:
+        _fail(e)
+    sys.exit(Supervisor(job, nprocs, lambda m: click.echo(m, err=True), drain=not no_drain, trigger=trigger,
+                        batch_mb=batch_mb, status_every=status_every).run())
 
 
 def _generate_live(workload, out, rate, window, keys, seed, seconds, disorder, late, every, strategy):

@@ -60,6 +60,16 @@ class Stream:
 
 
 @dataclass(frozen=True)
+class Restart:
+    """`mpi-join live`'s restart strategy for its stager and its run (live.py): at most
+    `attempts` restarts in all, or, with `interval_ns`, within any such interval (Flink's
+    fixed-delay and failure-rate strategies); `delay_ns` before each."""
+    attempts: int = 3
+    delay_ns: int = 2_000_000_000
+    interval_ns: int | None = None
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """Consistent cuts of every rank's state, written to HDF5 (see checkpoint.py)."""
     dir: str
@@ -182,6 +192,7 @@ class Job:
     commit_every_ns: int = 1_000_000_000   # a followed run commits its results at least this often (commits.py)
     commit_rows: int = 1_000_000           # ... and after this many results
     idle_timeout_ns: int | None = None     # a live stream silent this long stops holding the watermark back
+    restart: Restart = Restart()           # `mpi-join live`'s restart strategy ([live])
 
     @property
     def stream_names(self):
@@ -195,7 +206,7 @@ class Job:
 # the loader refuses any other, and `run --help` documents each one (tests/test_help.py).
 # [strategy] holds `name` and the strategy's own parameters (`mpi-join strategies`).
 JOB_KEYS = {
-    "": ("job", "input", "output", "streams", "predicate", "strategy", "run", "checkpoint"),
+    "": ("job", "input", "output", "streams", "predicate", "strategy", "run", "checkpoint", "live"),
     "job": ("name", "ts_unit"),
     "input": ("staged", "allowed_lateness", "idle_timeout"),
     "output": ("dir", "commit_every", "commit_rows"),
@@ -208,6 +219,7 @@ JOB_KEYS = {
     "run": ("batch_size", "flush_interval", "rate", "max_inflight", "progress", "liveness_timeout",
             "overload_after", "stop_when_overloaded", "sources", "part"),
     "checkpoint": ("dir", "every_tuples", "every", "keep"),
+    "live": ("restart_attempts", "restart_delay", "restart_interval"),
 }
 _TOP = set(JOB_KEYS[""])
 
@@ -279,7 +291,7 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     run = _run(raw, path)
     ckpt = _checkpoint(raw, path, base, overrides)
     job = _staged_widths(Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, ckpt, raw,
-                             lateness, commit_every, commit_rows, idle))
+                             lateness, commit_every, commit_rows, idle, _restart(raw, path)))
     from .strategies import check_strategy
     job = check_strategy(job)
     try:
@@ -507,6 +519,15 @@ def _raw_source(r, schema, where, path, base):
     full = p if "://" in p or os.path.isabs(p) else os.path.join(base, p)
     return RawSource(full, fmt, t, unit, delim, header, source,
                      tuple(sorted((str(k), str(v).lower() if isinstance(v, bool) else str(v)) for k, v in options.items())))
+
+
+def _restart(raw, path):
+    lv = _table(raw, "live", path, required=False)
+    _no_unknown(lv, JOB_KEYS["live"], "live.", path)
+    return Restart(_int_in(lv.get("restart_attempts", 3), 0, 1000, "live.restart_attempts", path),
+                   _duration(lv.get("restart_delay", "2s"), "live.restart_delay", path, lo_ns=0),
+                   _duration(lv["restart_interval"], "live.restart_interval", path)
+                   if "restart_interval" in lv else None)
 
 
 def _checkpoint(raw, path, base, overrides):

@@ -851,3 +851,63 @@ def test_sigterm_to_the_stagers_group_drains_and_no_drain_leaves_the_log_open(tm
     assert man["log"]["ended"] and man["total"] + sum(man["log"]["late"].values()) == land2.count()
     R, S = read_staged(load_job(str(tmp_path / "second" / "job.toml")))
     assert len(R) + man["log"]["late"]["R"] == len(land2.rows["R"]) and len(np.unique(R["seq"])) == len(R)
+
+
+def _stager_pid(marker):
+    """The pid of the `stage --follow` process whose command line names `marker`."""
+    for pid in (d for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"mpi_join" in cmd and b"stage" in cmd and b"--follow" in cmd and marker.encode() in cmd:
+            return int(pid)
+    return None
+
+
+def test_mpi_join_live_recovers_from_a_stager_kill_and_a_rank_kill_and_drains_on_sigterm(tmp_path):
+    """`mpi-join live -n 3`: one command starts the stager and the run. The stager is SIGKILLed
+    (with its JVM) and a join rank is SIGKILLed during the run: live restarts each by itself
+    (one line each, counted in OUT/metrics/live.json). SIGTERM to live's process group drains:
+    files that landed are staged, the log ends with its end marker, the run commits its last
+    results, exit 0; the results equal the oracle's on the final log, each once."""
+    (tmp_path / "job.toml").write_text(
+        JOB.format(window="300ms", predicate=EQUI, strategy="hash", extra="")
+        + '[live]\nrestart_attempts = 2\nrestart_delay = "200ms"\n')
+    marker = str(tmp_path / "job.toml")
+    land = Landing(str(tmp_path), seed=21)
+    land.round()
+    live = subprocess.Popen(mpi_join_cmd("live", "-n", "3", "--status-every", "1", "--trigger", "200ms", marker),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=_env())
+    committed = tmp_path / "out" / "_COMMITTED"
+
+    def results():
+        return json.loads(committed.read_text())["results"] if committed.exists() else 0
+    _wait(lambda: results() > 0 or live.poll() is not None, "a first commit", timeout=300, feed=land.round)
+    assert live.poll() is None, live.communicate()[1][-3000:]
+    pid = _stager_pid(marker)
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)                         # the stager and its JVM
+    before = _batches(tmp_path)
+    _wait(lambda: _batches(tmp_path) > before or live.poll() is not None, "the restarted stager's batch",
+          timeout=300, feed=land.round)
+    ranks = mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 1, marker)
+    assert ranks and live.poll() is None
+    os.kill(ranks[0], signal.SIGKILL)
+    seen = results()
+    _wait(lambda: results() > seen or live.poll() is not None, "a commit of the resumed run", timeout=300,
+          feed=land.round)
+    land.round()
+    os.killpg(live.pid, signal.SIGTERM)
+    code, out, err = _finish(live, "live", timeout=300)
+    assert code == 0, err[-4000:]
+    assert "live: SIGTERM: draining" in err and "live: the log has ended and every result is committed" in err, err[-3000:]
+    assert "live: the stager exited with code" in err and "live: the run exited with code" in err, err[-3000:]
+    assert any(ln.startswith("live: R +") and "watermark lag" in ln for ln in err.splitlines()), err[-3000:]
+    status = json.loads((tmp_path / "out" / "metrics" / "live.json").read_text())
+    assert status["restarts"] == {"stager": 1, "run": 1} and status["log_ended"], status
+    man = _check_final(tmp_path, land)
+    assert man["log"]["ended"]["reason"] == "stopped by SIGTERM"
+    assert status["results"] == json.loads(committed.read_text())["results"] > 0

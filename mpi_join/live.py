@@ -1,0 +1,257 @@
+"""`mpi-join live JOB -n N`: a live join as one supervised job (README "Live streams").
+
+The supervisor starts the stager (`stage --follow`) and the following run (`run -n N
+--follow`) as children in sessions of their own, so that a signal to its own process group
+reaches it alone and it decides how they stop. It restarts a child that dies by the job's
+`[live]` restart strategy: a stager continues its log (Spark's checkpoint and the log's
+manifest), a run resumes from its newest checkpoint, or from the log's beginning when it had
+none yet (ranks.py). Every few seconds it prints one status line and writes the same figures
+to OUT/metrics/live.json.
+
+Stopping (Ctrl-C or SIGTERM): by default it drains: the stager stages every file that has
+landed and ends the log, the run joins to the end marker and commits its last results; exit 0.
+With `--no-drain` both stop at once; the log stays open and the results committed so far stand;
+the next `live` continues both; exit 128 + the signal.
+"""
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from .errors import JobError
+from .storage.commits import IMPLICIT, read_committed
+from .storage.durable import write_json
+from .storage.staged import MANIFEST
+
+STATUS_EVERY_S = 5.0
+
+
+def _cmd(*args):
+    return [sys.executable, "-m", "mpi_join", *args]
+
+
+class Restarts:
+    """The restart strategy as a state machine (no processes): may a child that died be started
+    again now, and when."""
+
+    def __init__(self, policy):
+        self.policy, self.times, self.count = policy, collections.deque(), 0
+
+    def allow(self, now_s):
+        """True, counting it, when another restart is within the strategy at `now_s`."""
+        p = self.policy
+        if p.interval_ns is not None:
+            while self.times and now_s - self.times[0] > p.interval_ns / 1e9:
+                self.times.popleft()
+        if len(self.times) >= p.attempts:
+            return False
+        self.times.append(now_s)
+        self.count += 1
+        return True
+
+    def why_not(self):
+        p = self.policy
+        return (f"{p.attempts} restart(s)" + (f" within {p.interval_ns / 1e9:g} s" if p.interval_ns else "")
+                + " already ([live] restart_attempts" + (", restart_interval" if p.interval_ns else "") + ")")
+
+
+class Status:
+    """The figures of the status line and live.json, from the log's manifest and the run's
+    commit record, as rates over the interval since the last look."""
+
+    def __init__(self, job):
+        self.job, self.last, self.t0 = job, None, time.time()
+
+    def sample(self, restarts):
+        now = time.time()
+        man = _read_json(os.path.join(self.job.staged, MANIFEST)) or {}
+        rec = read_committed(self.job.output) if os.path.isdir(self.job.output) else None
+        log = man.get("log") or {}
+        cur = {"t": now,
+               "staged": {n: (man.get("streams") or {}).get(n, {}).get("count", 0) for n in self.job.stream_names},
+               "quarantined": {n: (man.get("quarantined") or {}).get(n, 0) for n in self.job.stream_names},
+               "results": (rec or {}).get("results", 0)}
+        prev, self.last = self.last or dict(cur, t=self.t0), cur
+        dt = max(now - prev["t"], 1e-9)
+        wm = log.get("watermark")
+        from .units import ts_unit_ns
+        lag = None if wm is None else round(now - wm * ts_unit_ns(self.job.ts_unit) / 1e9, 3)
+        return {
+            "time_ns": time.time_ns(), "uptime_s": round(now - self.t0, 1),
+            "streams": {n: {"staged": cur["staged"][n], "quarantined": cur["quarantined"][n],
+                            "staged_per_s": round((cur["staged"][n] - prev["staged"][n]) / dt, 1),
+                            "quarantined_per_s": round((cur["quarantined"][n] - prev["quarantined"][n]) / dt, 1)}
+                        for n in self.job.stream_names},
+            "watermark": wm, "watermark_lag_s": lag, "log_batches": log.get("batches", 0),
+            "log_ended": bool(log.get("ended")),
+            "results": cur["results"], "results_per_s": round((cur["results"] - prev["results"]) / dt, 1),
+            "commits": (rec or {}).get("commits", 0), "input_offset": (rec or {}).get("input_offset"),
+            "restarts": restarts,
+        }
+
+
+def line(st):
+    per = ", ".join(f"{n} +{v['staged_per_s']:,.0f}/s" + (f" ({v['quarantined_per_s']:,.0f}/s quarantined)"
+                                                          if v["quarantined_per_s"] else "")
+                    for n, v in st["streams"].items())
+    lag = "-" if st["watermark_lag_s"] is None else f"{st['watermark_lag_s']:.1f} s"
+    r = st["restarts"]
+    return (f"live: {per}; watermark lag {lag}; results {st['results']:,} (+{st['results_per_s']:,.0f}/s) in "
+            f"{st['commits']} commit(s); restarts: stager {r['stager']}, run {r['run']}")
+
+
+def _read_json(p):
+    try:
+        with open(p) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+class Supervisor:
+    """Starts, watches, restarts and stops the stager and the run of one live job."""
+
+    def __init__(self, job, nprocs, say, drain=True, trigger="500ms", batch_mb=64, status_every=STATUS_EVERY_S,
+                 env=None):
+        self.job, self.n, self.say, self.drain = job, nprocs, say, drain
+        self.trigger, self.batch_mb, self.every, self.env = trigger, batch_mb, status_every, env
+        self.ckpt = job.checkpoint.dir if job.checkpoint else os.path.join(job.output, IMPLICIT)
+        self.restarts = {"stager": Restarts(job.restart), "run": Restarts(job.restart)}
+        self.children, self.signal, self.status, self.ended = {}, None, Status(job), set()
+
+    # -- children ------------------------------------------------------------------------
+    def _resumable(self):
+        """Has a followed run of this output stopped without finishing? Then it resumes."""
+        out = self.job.output
+        return (not os.path.exists(os.path.join(out, "_SUCCESS"))
+                and (os.path.isdir(os.path.join(out, "commits")) or os.path.isdir(self.ckpt)))
+
+    def _start(self, which):
+        if which == "stager":
+            args = _cmd("stage", "--follow", "--trigger", self.trigger, "--batch-mb", str(self.batch_mb),
+                        *([] if self.drain else ["--no-drain"]), self.job.path)
+        else:
+            args = _cmd("run", "-n", str(self.n), "--follow",
+                        *(["--resume", self.ckpt] if self._resumable() else []), self.job.path)
+        self.children[which] = subprocess.Popen(args, start_new_session=True, env=self.env)
+
+    def _stop(self, which, sig):
+        p = self.children.get(which)
+        if p is not None and p.poll() is None:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self):
+        """Supervise until the log has ended and the run has finished, or a stop. Returns the
+        exit code."""
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return self._loop()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            for which in ("stager", "run"):
+                self._stop(which, signal.SIGKILL)
+                if which in self.children:
+                    self.children[which].wait()
+
+    def _on_signal(self, signum, frame):
+        if self.signal is not None:           # a second one: stop at once
+            self.drain = False
+        self.signal = signum
+
+    def _loop(self):
+        self._start("stager")
+        self._start("run")
+        next_status, asked = time.monotonic() + self.every, None
+        code = None
+        while True:
+            if self.signal is not None and asked != (self.signal, self.drain):
+                asked = (self.signal, self.drain)
+                how = "draining: staging what has landed, ending the log" if self.drain else "stopping at once"
+                self.say(f"live: {signal.Signals(self.signal).name}: {how}")
+                self._stop("stager", signal.SIGTERM)  # the stager drains and ends the log, or leaves it open
+                if not self.drain:
+                    self._stop("run", signal.SIGTERM)
+            for which in ("stager", "run"):
+                p = self.children[which]
+                rc = p.poll()
+                if rc is None or id(p) in self.ended:
+                    continue
+                self.ended.add(id(p))
+                if which == "run" and rc == 0:
+                    code = 0
+                elif which == "stager" and rc == 0:
+                    pass                              # the log has ended (or stays open, --no-drain)
+                elif self.signal is not None:
+                    if which == "run":
+                        code = 128 + self.signal
+                elif not self._restart(which, rc):
+                    self._stop("stager", signal.SIGTERM)
+                    self._stop("run", signal.SIGTERM)
+                    self._wait_all()
+                    self._write_status()
+                    return 1
+            if code is not None and all(c.poll() is not None for c in self.children.values()):
+                self._write_status()
+                if code == 0:
+                    self.say("live: the log has ended and every result is committed")
+                return code
+            if self.signal is not None and not self.drain and all(c.poll() is not None
+                                                                   for c in self.children.values()):
+                self._write_status()
+                self.say("live: stopped; the log stays open and the committed results stand; `mpi-join live` "
+                         "continues both")
+                return 128 + self.signal
+            if time.monotonic() >= next_status:
+                self.say(line(self._write_status()))
+                next_status = time.monotonic() + self.every
+            time.sleep(0.2)
+
+    def _restart(self, which, rc):
+        if not self.restarts[which].allow(time.monotonic()):
+            self.say(f"live: error: the {which} exited with code {rc} and is not restarted: "
+                     f"{self.restarts[which].why_not()}")
+            return False
+        delay = self.job.restart.delay_ns / 1e9
+        self.say(f"live: the {which} exited with code {rc}; restarting it in {delay:g} s (restart "
+                 f"{self.restarts[which].count} of {self.job.restart.attempts})"
+                 + (" from its newest checkpoint" if which == "run" else ", continuing the log"))
+        end = time.monotonic() + delay
+        while time.monotonic() < end and self.signal is None:
+            time.sleep(0.05)
+        if self.signal is None:
+            self._start(which)
+        return True
+
+    def _wait_all(self):
+        for p in self.children.values():
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+    def _write_status(self):
+        st = self.status.sample({k: r.count for k, r in self.restarts.items()})
+        d = os.path.join(self.job.output, "metrics")
+        if os.path.isdir(d):
+            write_json(os.path.join(d, "live.json"), st, tmp=os.path.join(d, ".live.json.tmp"))
+        return st
+
+
+def precheck(job):
+    """What `live` refuses before any child or JVM starts: a job without live input, what a live
+    log cannot hold, a landing directory that does not exist."""
+    from .storage.spark.follow import landing_dir
+    from .storage.staged_log import refuse_live
+    for s in job.streams:
+        if s.raw is None:
+            raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
+        landing_dir(s)
+    refuse_live(job)

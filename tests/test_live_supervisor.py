@@ -1,0 +1,79 @@
+"""`mpi-join live`'s parts that need no process: the restart strategy, the status figures, the
+refusals before anything starts."""
+import json
+import os
+
+from mpi_join.config import Restart, load_job
+from mpi_join.live import Restarts, Status, line
+
+from conftest import cli
+
+
+def test_fixed_delay_allows_the_attempts_in_all_and_failure_rate_within_its_interval():
+    fixed = Restarts(Restart(attempts=2))
+    assert [fixed.allow(t) for t in (0, 100, 10_000)] == [True, True, False] and fixed.count == 2
+    assert "2 restart(s) already" in fixed.why_not()
+    rate = Restarts(Restart(attempts=2, interval_ns=60 * 10**9))
+    assert [rate.allow(t) for t in (0, 10, 20, 65, 69, 200)] == [True, True, False, True, False, True]
+    assert rate.count == 4 and "within 60 s" in rate.why_not()
+    assert Restarts(Restart(attempts=0)).allow(0) is False
+
+
+JOB = """
+[job]
+ts_unit = "ms"
+[input]
+staged = "staged"
+[output]
+dir = "out"
+[streams.R]
+schema = { k = "int32" }
+window = "1s"
+raw = { path = "raw/R", format = "csv", time = "t", time_unit = "ms" }
+[streams.S]
+schema = { k = "int32" }
+window = "1s"
+raw = { path = "raw/S", format = "csv", time = "t", time_unit = "ms" }
+[predicate]
+equi = [["R.k", "S.k"]]
+[strategy]
+name = "hash"
+"""
+
+
+def test_status_rates_come_from_the_log_and_the_commits(tmp_path):
+    (tmp_path / "job.toml").write_text(JOB + '[live]\nrestart_attempts = 5\nrestart_delay = "0s"\n'
+                                             'restart_interval = "1min"\n')
+    job = load_job(str(tmp_path / "job.toml"))
+    assert job.restart == Restart(5, 0, 60 * 10**9)
+    st = Status(job)
+    first = st.sample({"stager": 0, "run": 0})
+    assert first["results"] == 0 and first["watermark"] is None and "watermark lag -" in line(first)
+    os.makedirs(tmp_path / "staged")
+    os.makedirs(tmp_path / "out")
+    (tmp_path / "staged" / "_manifest.json").write_text(json.dumps(
+        {"streams": {"R": {"count": 500}, "S": {"count": 300}}, "quarantined": {"R": 2, "S": 0},
+         "log": {"watermark": 1000, "batches": 4, "ended": None}}))
+    (tmp_path / "out" / "_COMMITTED").write_text(json.dumps(
+        {"format": "mpi-join-results-log/1", "files": {}, "results": 900, "commits": 3, "input_offset": 700}))
+    st.last["t"] -= 1.0                                   # one second since the last look
+    s = st.sample({"stager": 1, "run": 0})
+    assert 450 < s["streams"]["R"]["staged_per_s"] <= 500 and s["streams"]["R"]["quarantined"] == 2
+    assert s["results"] == 900 and 800 < s["results_per_s"] <= 900 and s["commits"] == 3
+    assert s["watermark_lag_s"] > 1e9                      # event time 1 s after the epoch
+    assert "restarts: stager 1, run 0" in line(s) and "results 900" in line(s)
+
+
+def test_live_refuses_before_anything_starts(tmp_path):
+    (tmp_path / "job.toml").write_text(JOB)
+    r = cli("live", "-n", "3", tmp_path / "job.toml")
+    assert r.returncode == 2 and "the landing directory of stream 'R' does not exist" in r.stderr, r.stderr
+    for s in "RS":
+        os.makedirs(tmp_path / "raw" / s)
+    (tmp_path / "job.toml").write_text(JOB.replace('schema = { k = "int32" }', 'schema = { k = "int32", n = "string" }', 1))
+    r = cli("live", "-n", "3", tmp_path / "job.toml")
+    assert r.returncode == 2 and "streams.R.schema.n: a live log holds text at a fixed width" in r.stderr, r.stderr
+    (tmp_path / "job.toml").write_text(JOB + "[live]\nrestart_attempts = -1\n")
+    r = cli("live", "-n", "3", tmp_path / "job.toml")
+    assert r.returncode == 2 and "live.restart_attempts" in r.stderr, r.stderr
+    assert not (tmp_path / "staged").exists() and not (tmp_path / "out").exists()
