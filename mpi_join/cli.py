@@ -244,7 +244,10 @@ def tail(out, counts, no_follow, with_payload, job_path, fmt):
               help="The landing files one micro-batch reads, at most this many MB in all.")
 @click.option("--status-every", type=click.FloatRange(0.2, 3600), default=5.0, show_default=True,
               help="Seconds between status lines (and OUT/metrics/live.json).")
-def live(job_path, nprocs, no_drain, trigger, batch_mb, status_every):
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve the status figures to Prometheus on this port (GET /metrics; gauges named "
+              "mpi_join_live_*).")
+def live(job_path, nprocs, no_drain, trigger, batch_mb, status_every, metrics_port):
     """Run a live join as one supervised job: the stager (`stage --follow JOB`) and the
     following run (`run -n N --follow JOB`) together.
 
@@ -266,15 +269,20 @@ def live(job_path, nprocs, no_drain, trigger, batch_mb, status_every):
     from .live import Supervisor, precheck
     from .storage.paths import check_layout, job_dirs
     from .units import parse_duration_ns
+    from .live import Exporter
     try:
         job = load_job(job_path)
         check_layout(job_dirs(job))
         parse_duration_ns(trigger, "--trigger")
         precheck(job)
+        try:
+            exporter = Exporter(job, metrics_port) if metrics_port else None
+        except OSError as e:
+            raise JobError(f"--metrics-port {metrics_port}: cannot serve metrics there ({e.strerror or e})") from None
     except JobError as e:
         _fail(e)
     sys.exit(Supervisor(job, nprocs, lambda m: click.echo(m, err=True), drain=not no_drain, trigger=trigger,
-                        batch_mb=batch_mb, status_every=status_every).run())
+                        batch_mb=batch_mb, status_every=status_every, exporter=exporter).run())
 
 
 def _generate_live(workload, out, rate, window, keys, seed, seconds, disorder, late, every, strategy):

@@ -63,7 +63,8 @@ class Status:
     commit record, as rates over the interval since the last look."""
 
     def __init__(self, job):
-        self.job, self.last, self.t0 = job, None, time.time()
+        from .storage.latency import Clock
+        self.job, self.last, self.t0, self.clock = job, None, time.time(), Clock(job)
 
     def sample(self, restarts):
         now = time.time()
@@ -90,7 +91,16 @@ class Status:
             "results": cur["results"], "results_per_s": round((cur["results"] - prev["results"]) / dt, 1),
             "commits": (rec or {}).get("commits", 0), "input_offset": (rec or {}).get("input_offset"),
             "restarts": restarts,
+            "landing_latency_ms": self._latency(),
         }
+
+    def _latency(self):
+        """Landing to commit, and its parts, of the results committed since the last look."""
+        from .storage.latency import percentiles
+        try:
+            return percentiles(self.clock.new_results(self.job.output))
+        except OSError:
+            return None
 
 
 def line(st):
@@ -98,9 +108,10 @@ def line(st):
                                                           if v["quarantined_per_s"] else "")
                     for n, v in st["streams"].items())
     lag = "-" if st["watermark_lag_s"] is None else f"{st['watermark_lag_s']:.1f} s"
-    r = st["restarts"]
+    r, lat = st["restarts"], st.get("landing_latency_ms")
+    t = "" if not lat else f"; landing to commit p50 {lat['total']['p50']:,.0f} ms, p99 {lat['total']['p99']:,.0f} ms"
     return (f"live: {per}; watermark lag {lag}; results {st['results']:,} (+{st['results_per_s']:,.0f}/s) in "
-            f"{st['commits']} commit(s); restarts: stager {r['stager']}, run {r['run']}")
+            f"{st['commits']} commit(s){t}; restarts: stager {r['stager']}, run {r['run']}")
 
 
 def _read_json(p):
@@ -111,16 +122,52 @@ def _read_json(p):
         return None
 
 
+class Exporter:
+    """The status figures as Prometheus gauges on `port` (prometheus_client's own registry and
+    HTTP server, in a thread), updated at each status."""
+
+    def __init__(self, job, port, addr="0.0.0.0"):
+        from prometheus_client import CollectorRegistry, Gauge, start_http_server
+        self.reg = CollectorRegistry()
+        g = lambda name, doc, labels=(): Gauge(f"mpi_join_live_{name}", doc, labels, registry=self.reg)  # noqa: E731
+        self.staged = g("staged_rows", "Rows staged into the log", ["stream"])
+        self.quarantined = g("quarantined_rows", "Rows quarantined (late or unparseable)", ["stream"])
+        self.staged_rate = g("staged_rows_per_second", "Rows staged per second over the last interval", ["stream"])
+        self.lag = g("watermark_lag_seconds", "Wall time less the log's watermark")
+        self.results = g("results", "Results committed")
+        self.results_rate = g("results_per_second", "Results committed per second over the last interval")
+        self.latency = g("landing_to_commit_seconds", "Landing to commit over the last interval", ["quantile"])
+        self.restarts = g("restarts", "Restarts of the stager and of the run", ["child"])
+        self.server = start_http_server(port, addr=addr, registry=self.reg)
+
+    def update(self, st):
+        for n, v in st["streams"].items():
+            self.staged.labels(n).set(v["staged"])
+            self.quarantined.labels(n).set(v["quarantined"])
+            self.staged_rate.labels(n).set(v["staged_per_s"])
+        if st["watermark_lag_s"] is not None:
+            self.lag.set(st["watermark_lag_s"])
+        self.results.set(st["results"])
+        self.results_rate.set(st["results_per_s"])
+        lat = st.get("landing_latency_ms")
+        if lat:
+            self.latency.labels("0.5").set(lat["total"]["p50"] / 1e3)
+            self.latency.labels("0.99").set(lat["total"]["p99"] / 1e3)
+        for k, v in st["restarts"].items():
+            self.restarts.labels(k).set(v)
+
+
 class Supervisor:
     """Starts, watches, restarts and stops the stager and the run of one live job."""
 
     def __init__(self, job, nprocs, say, drain=True, trigger="500ms", batch_mb=64, status_every=STATUS_EVERY_S,
-                 env=None):
+                 env=None, exporter=None):
         self.job, self.n, self.say, self.drain = job, nprocs, say, drain
         self.trigger, self.batch_mb, self.every, self.env = trigger, batch_mb, status_every, env
         self.ckpt = job.checkpoint.dir if job.checkpoint else os.path.join(job.output, IMPLICIT)
         self.restarts = {"stager": Restarts(job.restart), "run": Restarts(job.restart)}
         self.children, self.signal, self.status, self.ended = {}, None, Status(job), set()
+        self.exporter = exporter
 
     # -- children ------------------------------------------------------------------------
     def _resumable(self):
@@ -242,6 +289,8 @@ class Supervisor:
         d = os.path.join(self.job.output, "metrics")
         if os.path.isdir(d):
             write_json(os.path.join(d, "live.json"), st, tmp=os.path.join(d, ".live.json.tmp"))
+        if self.exporter is not None:
+            self.exporter.update(st)
         return st
 
 

@@ -273,6 +273,9 @@ def _driver(job_path, overrides, tx, ctx):
                                                           "snapshots": snapshots})
     if driver.ckpt.commits is not None:      # the last commit: every result, the whole log
         driver.ckpt.commits.commit(None, driver.total, part_records, summary["results"], final=True)
+        from .storage.latency import Clock, percentiles
+        summary["landing_latency_ms"] = percentiles(Clock(job).new_results(job.output))
+        write_json(os.path.join(mdir, "summary.json"), summary)
     _release(ctx)
     if not os.environ.get("MPI_JOIN_QUIET"):
         print(summary_table(summary), flush=True)

@@ -911,3 +911,10 @@ def test_mpi_join_live_recovers_from_a_stager_kill_and_a_rank_kill_and_drains_on
     man = _check_final(tmp_path, land)
     assert man["log"]["ended"]["reason"] == "stopped by SIGTERM"
     assert status["results"] == json.loads(committed.read_text())["results"] > 0
+    # latency from the landing file's arrival to the result's commit, and its parts, which add up
+    assert any("landing to commit p50" in ln for ln in err.splitlines()), err[-3000:]
+    lat = json.loads((tmp_path / "out" / "metrics" / "summary.json").read_text())["landing_latency_ms"]
+    assert lat["total"]["results"] > 0 and lat["total"]["p50"] > 0, lat
+    assert all(lat[k]["p50"] >= 0 for k in ("landing_to_staged", "staged_to_released", "released_to_joined",
+                                           "joined_to_committed")), lat
+    assert lat["total"]["p99"] >= lat["landing_to_staged"]["p50"], lat

@@ -77,3 +77,28 @@ def test_live_refuses_before_anything_starts(tmp_path):
     r = cli("live", "-n", "3", tmp_path / "job.toml")
     assert r.returncode == 2 and "live.restart_attempts" in r.stderr, r.stderr
     assert not (tmp_path / "staged").exists() and not (tmp_path / "out").exists()
+
+
+def test_the_status_figures_are_served_to_prometheus(tmp_path):
+    """--metrics-port: the figures of a status, scraped over HTTP in Prometheus' text format."""
+    import socket
+    import urllib.request
+    from mpi_join.live import Exporter
+    (tmp_path / "job.toml").write_text(JOB)
+    job = load_job(str(tmp_path / "job.toml"))
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    ex = Exporter(job, port, addr="127.0.0.1")
+    st = Status(job).sample({"stager": 1, "run": 2})
+    st["landing_latency_ms"] = {"total": {"p50": 1500.0, "p99": 4000.0, "results": 10}}
+    st["streams"]["R"]["staged"] = 123
+    ex.update(st)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert 'mpi_join_live_staged_rows{stream="R"} 123.0' in text
+    assert 'mpi_join_live_restarts{child="run"} 2.0' in text
+    assert 'mpi_join_live_landing_to_commit_seconds{quantile="0.99"} 4.0' in text
+    ex.server[0].shutdown()
+    r = cli("live", "-n", "3", "--metrics-port", "0", tmp_path / "job.toml")
+    assert r.returncode == 2 and "--metrics-port" in r.stderr

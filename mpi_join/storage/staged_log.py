@@ -35,6 +35,9 @@ from ..units import ts_unit_ns
 
 LOG = "_log"
 NOTHING = object()
+# a log part's rows also carry when the stager first saw their landing file (wall-clock ns): the
+# readers of staged input read only the declared columns; latency.py reads this one
+LANDED = "_landed_ns"
 EXTRA = [("_src", np.int32), ("_rec", np.int64)]   # a waiting row's source file (index) and record
 
 
@@ -94,13 +97,14 @@ def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=
     return released, late, keep, max_seen, frontier, bound
 
 
-def order(released, sources, next_seq):
+def order(released, sources, next_seq, origin=False):
     """Number the released rows of every stream with seq from `next_seq`, in (event time, stream,
     source file, record) order. Returns per stream its rows in seq order, without the origin
-    columns (the staged dtype)."""
+    columns (the staged dtype); with `origin`, (those, per stream each row's source index)."""
     n = sum(len(r) for r in released)
     if not n:
-        return [r[[f for f in r.dtype.names if f not in ("_src", "_rec")]] for r in released]
+        rows = [r[[f for f in r.dtype.names if f not in ("_src", "_rec")]] for r in released]
+        return (rows, [r["_src"] for r in released]) if origin else rows
     rank = np.empty(max(1, len(sources)), np.int64)
     rank[np.argsort(np.array(sources, dtype=object), kind="stable")] = np.arange(len(sources))
     ts = np.concatenate([r[TS] for r in released])
@@ -110,7 +114,7 @@ def order(released, sources, next_seq):
     perm = np.lexsort((rec, src, sid, ts))
     seq = np.empty(n, np.int64)
     seq[perm] = np.arange(next_seq, next_seq + n)
-    out, at = [], 0
+    out, srcs, at = [], [], 0
     for k, r in enumerate(released):
         s = seq[at:at + len(r)]
         at += len(r)
@@ -118,7 +122,8 @@ def order(released, sources, next_seq):
         rows = r[o].copy()
         rows[SEQ] = s[o]
         out.append(rows[[f for f in r.dtype.names if f not in ("_src", "_rec")]])
-    return out
+        srcs.append(rows["_src"])
+    return (out, srcs) if origin else out
 
 
 def lateness_text(delta, ts_unit):
@@ -288,11 +293,13 @@ class LogWriter:
                 remove_file(self.out, os.path.join(d, f))
 
     # -- committing ----------------------------------------------------------------------
-    def commit(self, spark_batch, arrivals, paths, bad=None, flush=False, until=None, end=None, timing=None):
+    def commit(self, spark_batch, arrivals, paths, bad=None, flush=False, until=None, end=None, timing=None,
+               seen_ns=None):
         """Commit one micro-batch. `arrivals`: per stream, staged-dtype rows with `_src` as indices
         into `paths` (this batch's source files) and `_rec` their records; `bad`: per stream an
-        Arrow table of unparseable rows (or None). Returns the log entry, or None when the log
-        already holds this micro-batch."""
+        Arrow table of unparseable rows (or None); `seen_ns`: when the stager first saw this
+        batch's new sources (default: now). Returns the log entry, or None when the log already
+        holds this micro-batch."""
         if spark_batch is not None and spark_batch <= self.log["spark_batch"]:
             return None
         srcs = self.log["sources"]
@@ -322,7 +329,13 @@ class LogWriter:
         idle = self._idle(arr, bad)
         released, late, keep, max_seen, frontier, bound = advance(
             self.pending, arr, max_seen, self.log["frontier"], self.lateness, flush=flush, until=until, idle=idle)
-        rows = order(released, srcs, self.man["total"])
+        # when the stager first saw each source: a row's landing time (column LANDED of its part)
+        seen = self.log.setdefault("seen_ns", [])
+        seen.extend([int(seen_ns or time.time_ns())] * (len(srcs) - len(seen)))
+        for p in paths:                  # a stream source's records go on: seen as they come
+            if _streamed(p):
+                seen[index[p]] = int(seen_ns or time.time_ns())
+        rows, origin = order(released, srcs, self.man["total"], origin=True)
         b = self.log["batches"]
         t_begin = time.time_ns()
         entry = {"batch": b, "spark_batch": spark_batch, "committed_ns": t_begin,
@@ -337,7 +350,9 @@ class LogWriter:
                  "quarantined": int(bad[k].num_rows) if bad and bad[k] is not None else 0, "files": {}}
             if len(rows[k]):
                 name = f"part-b{b:06d}.parquet"
-                self._atomic_parquet(os.path.join(self.out, n), name, to_arrow(rows[k]))
+                landed = np.asarray(seen, np.int64)[origin[k]] if len(seen) else np.zeros(len(rows[k]), np.int64)
+                self._atomic_parquet(os.path.join(self.out, n), name,
+                                     to_arrow(rows[k]).append_column(LANDED, pa.array(landed)))
                 e["files"] = file_records(os.path.join(self.out, n), [name])
                 e["seq"] = [int(rows[k][SEQ][0]), int(rows[k][SEQ][-1])]
                 e["ts"] = [int(rows[k][TS][0]), int(rows[k][TS][-1])]

@@ -354,7 +354,7 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
             if state["stopping"]:
                 raise RuntimeError("the stager is stopping")
             try:
-                t0 = time.perf_counter()
+                t0, seen = time.perf_counter(), time.time_ns()
                 t, nbytes, nfiles = packed.batch(df, say)
                 t1 = time.perf_counter()
                 arrivals, paths, bad = (_split(t, job) if t is not None else
@@ -362,7 +362,7 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
                 e = writer.commit(batch_id, arrivals, paths, bad, until=cap,
                                   timing={"spark_ms": round((t1 - t0) * 1e3, 1),
                                           "split_ms": round((time.perf_counter() - t1) * 1e3, 1),
-                                          "files": nfiles, "bytes": nbytes})
+                                          "files": nfiles, "bytes": nbytes}, seen_ns=seen)
             except Exception as ex:  # noqa: BLE001 - reported by the main thread, one line
                 state["error"] = ex
                 raise
