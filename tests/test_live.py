@@ -707,10 +707,16 @@ HOSTILE = [  # (header, rows as CSV text): values stage must parse, or quarantin
 ]
 
 
+# well-formed, so read by Arrow live: every value must come out as Spark's parse gives it
+TRICKY = ("k,v,t", "-0,.5,007\n2147483647,5.,8\n-2147483648,1E2,9\n0012,-1.5e-3,10\n"
+                   "7,123456789012345678901234567890,11\n8,0.1000000000000000055511151231257827,12\n")
+
+
 def test_live_staging_parses_as_stage_does(tmp_path):
     """The same landing files, hostile values and every column order among them, staged at rest
     (`stage`) and live (`stage --follow --until end`): the staged rows and the quarantined rows
-    (file, record, reason, raw text) are equal field for field."""
+    (file, record, reason, raw text) are equal field for field. Live, the clean files are read by
+    Arrow in the stager's process and the hostile ones by Spark (fast_csv.py)."""
     for s in "RS":
         os.makedirs(tmp_path / "raw" / s)
     n = 0
@@ -719,6 +725,7 @@ def test_live_staging_parses_as_stage_does(tmp_path):
             with open(tmp_path / "raw" / s / f"h{n}.csv", "wb") as f:
                 f.write((header + "\n").encode() + body.encode("latin-1" if "\xe9" in body else "utf-8"))
             n += 1
+        (tmp_path / "raw" / s / "tricky.csv").write_text(TRICKY[0] + "\n" + TRICKY[1])
         for i, header in enumerate(ORDERS):
             _ordered_file(str(tmp_path / "raw" / s / f"o{i}.csv"), header,
                           [{"t": str(100 + i * 10 + j), "k": str(j), "v": f"{j}.5"} for j in range(5)])
@@ -730,6 +737,10 @@ def test_live_staging_parses_as_stage_does(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     r = run_cli("stage", "--follow", "--until", "end", str(tmp_path / "live.toml"))
     assert r.returncode == 0, r.stderr[-3000:]
+    # the clean files were read by Arrow in the stager's process, the hostile ones by Spark
+    entries = [json.loads(p.read_text()) for p in sorted((tmp_path / "live" / "_log").glob("batch-*.json"))]
+    assert sum(e.get("arrow_files", 0) for e in entries) == 2 * (len(ORDERS) + 1), entries
+    assert sum(e.get("files", 0) for e in entries) == 2 * (len(ORDERS) + len(HOSTILE) + 1), entries
     rest, live = load_job(str(tmp_path / "job.toml")), load_job(str(tmp_path / "live.toml"))
     for a, b in zip(read_staged(rest), read_staged(live)):
         assert len(a) > 30 and a.dtype == b.dtype and a.tobytes() == b.tobytes()     # NaN too, bit for bit

@@ -223,10 +223,12 @@ class Packed:
         self.query = _union(frames)
 
     def batch(self, df, say):
-        """One micro-batch -> (an Arrow table of packed rows with _mid, their read order, or None;
-        the bytes of the files it listed; how many)."""
+        """One micro-batch -> (per stream waiting rows, their sources, per stream quarantined
+        rows or None (as _split gives them); what it read: files, bytes, files read by Arrow).
+        A landing CSV file whose every value Arrow reads as Spark does is read in this process
+        (fast_csv.py); the other files by Spark, as `stage` reads them."""
         from pyspark.sql import functions as F
-        from .. import landed
+        from .. import fast_csv, landed
         listed = df.where(F.col("_listed").isNotNull()).select("_stream", "_listed", "_bytes").toArrow()
         tables = []
         if not all(self.files):
@@ -235,16 +237,33 @@ class Packed:
             if rec.num_rows:
                 tables.append(rec)
         streams, names = listed.column("_stream").to_pylist(), listed.column("_listed").to_pylist()
-        tagged = []
+        tagged, fast, fast_paths = [], [[] for _ in self.job.streams], []
         for i, s in enumerate(self.job.streams):
-            mine = sorted(landed.local_path(p) for p, k in zip(names, streams) if k == i)
-            tagged.append(_tag(read_landed(self.spark, s, mine, say), s, self.job) if mine else None)
-        if names:
+            spark_files = []
+            for f in sorted(landed.local_path(p) for p, k in zip(names, streams) if k == i):
+                rows = fast_csv.read(s, f, header_of(s, f), _declared(s), waiting_dtype(s), self.job.ts_unit) \
+                    if s.raw.format == "csv" else None
+                if rows is None:
+                    spark_files.append(f)
+                else:
+                    rows["_src"] = len(fast_paths)
+                    fast_paths.append(fast_csv.plain_uri(f))
+                    fast[i].append(rows)
+            tagged.append(_tag(read_landed(self.spark, s, spark_files, say), s, self.job) if spark_files else None)
+        if any(t is not None for t in tagged):
             packed, _ = _pack(tagged, self.types)
             tables.append(packed.withColumn("_mid", F.monotonically_increasing_id()).toArrow())
         t = (None if not tables else tables[0] if len(tables) == 1 else
              pa.concat_tables(tables, promote_options="permissive"))
-        return t, int(sum(x or 0 for x in listed.column("_bytes").to_pylist())), len(names)
+        arrivals, paths, bad = (_split(t, self.job) if t is not None else
+                                ([np.zeros(0, waiting_dtype(s)) for s in self.job.streams], [], None))
+        for i, s in enumerate(self.job.streams):      # Arrow's files after Spark's sources
+            for rows in fast[i]:
+                rows["_src"] += len(paths)
+            arrivals[i] = np.concatenate([arrivals[i]] + fast[i]) if fast[i] else arrivals[i]
+        stats = {"files": len(names), "bytes": int(sum(x or 0 for x in listed.column("_bytes").to_pylist())),
+                 "arrow_files": len(fast_paths)}
+        return arrivals, paths + fast_paths, bad, stats
 
 
 def _records(files, mid):
@@ -355,14 +374,9 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
                 raise RuntimeError("the stager is stopping")
             try:
                 t0, seen = time.perf_counter(), time.time_ns()
-                t, nbytes, nfiles = packed.batch(df, say)
-                t1 = time.perf_counter()
-                arrivals, paths, bad = (_split(t, job) if t is not None else
-                                        ([np.zeros(0, waiting_dtype(s)) for s in job.streams], [], None))
-                e = writer.commit(batch_id, arrivals, paths, bad, until=cap,
-                                  timing={"spark_ms": round((t1 - t0) * 1e3, 1),
-                                          "split_ms": round((time.perf_counter() - t1) * 1e3, 1),
-                                          "files": nfiles, "bytes": nbytes}, seen_ns=seen)
+                arrivals, paths, bad, stats = packed.batch(df, say)
+                e = writer.commit(batch_id, arrivals, paths, bad, until=cap, seen_ns=seen,
+                                  timing={"read_ms": round((time.perf_counter() - t0) * 1e3, 1), **stats})
             except Exception as ex:  # noqa: BLE001 - reported by the main thread, one line
                 state["error"] = ex
                 raise

@@ -1,0 +1,116 @@
+"""Landing CSV files read in the stager's own process with Arrow, when every value in a file is
+one that `stage`'s Spark parse (spark/stage.py) reads the same way; any other file is read by
+Spark as before. This keeps Spark's planning and parsing off the common case of live staging
+(well-formed numbers), and the result equal field for field to `stage`'s (tests/test_live.py
+stages the same files both ways and compares).
+
+A file takes this path when: its name is plain (letters, digits, `._/-`, so its URI is
+`file://` + the path, as Spark names it), it is valid UTF-8 without a byte order mark, its
+header names each declared column once, every row has the header's number of fields, and every
+value of a declared column is, for its type:
+  integers        -?[0-9]{1,18} within the type's range (Spark: try_cast as the SQL integer type)
+  floats          a plain decimal or exponent number (Java's and Arrow's parsers both round
+                  correctly)
+  bool            true or false
+  charN           non-empty text of at most N UTF-8 bytes without NUL
+  event time      an integer, in ns, us, ms or s, where the unit's ratio to the job's ts_unit is
+                  at least 1e-6 (Spark's decimal product is then exact; ns in a job of seconds
+                  is rounded by Spark at 6 decimals, so it goes to Spark)
+Anything else (nulls, \\N, spaces, base64 arrays, ISO timestamps, a quarantined row) sends the
+whole file to Spark, which also writes the reasons of the rows it quarantines.
+"""
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..schema import SEQ
+from ..units import ts_unit_ns
+
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._/-]+")
+_INT = r"^-?[0-9]{1,18}$"
+_FLOAT = r"^-?([0-9]{1,40}(\.[0-9]{0,40})?|\.[0-9]{1,40})([eE][-+]?[0-9]{1,2})?$"
+
+
+def plain_uri(path):
+    """The URI Spark gives a local file (input_file_name), when the path needs no escaping."""
+    return f"file://{path}" if _PLAIN_PATH.fullmatch(path) else None
+
+
+def read(s, path, header, declared, waiting, job_unit):
+    """Stream `s`'s landing CSV file `path` (whose column names are `header`) as rows of dtype
+    `waiting` (the staged row with _src 0 and _rec its record), or None when Spark must read it
+    (see the module's rules)."""
+    import pyarrow.csv as pcsv
+    if s.raw.format != "csv" or plain_uri(path) is None or len(set(header)) != len(header) \
+            or any(c not in header for c in declared) or any('"' in c for c in header):
+        return None
+    with open(path, "rb") as f:
+        if f.read(3) == b"\xef\xbb\xbf":
+            return None
+    try:
+        t = pcsv.read_csv(
+            path,
+            read_options=pcsv.ReadOptions(column_names=list(header), skip_rows=1 if s.raw.header else 0),
+            parse_options=pcsv.ParseOptions(delimiter=s.raw.delimiter, quote_char='"', double_quote=True,
+                                            escape_char=False, newlines_in_values=True),
+            convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in header}, null_values=[],
+                                                strings_can_be_null=False, quoted_strings_can_be_null=False))
+    except (pa.ArrowInvalid, OSError):
+        return None                      # a row with another number of fields, invalid UTF-8, ...
+    out = np.zeros(t.num_rows, waiting)
+    for c in declared:
+        v = _value(t.column(c), s, c, out.dtype, job_unit)
+        if v is None:
+            return None
+        out["ts" if c == s.raw.time else c] = v
+    out["_rec"] = np.arange(1, t.num_rows + 1)
+    out[SEQ] = 0
+    return out
+
+
+def _value(col, s, c, dtype, job_unit):
+    """Column `c` parsed as Spark would, or None when some value is not certain to be."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if col.null_count:
+        return None
+    if c == s.raw.time:
+        unit = s.raw.time_unit
+        if unit == "timestamp" or (len(col) and not pc.all(pc.match_substring_regex(col, _INT)).as_py()):
+            return None
+        x = pc.cast(col, pa.int64()).to_numpy()
+        num, den = ts_unit_ns(unit), ts_unit_ns(job_unit)
+        if num >= den:
+            f = num // den
+            if len(x) and int(np.abs(x).max()) > (2 ** 62) // f:
+                return None
+            return x * f
+        if den // num > 10 ** 6:
+            return None
+        return np.floor_divide(x, den // num)
+    fd = dtype.fields[c][0]
+    if fd.shape:
+        return None
+    if fd.kind in "iu":
+        if len(col) and not pc.all(pc.match_substring_regex(col, _INT)).as_py():
+            return None
+        x = pc.cast(col, pa.int64()).to_numpy()
+        lo, hi = (0, min(np.iinfo(fd).max, 2 ** 63 - 1)) if fd.kind == "u" else (np.iinfo(fd).min, np.iinfo(fd).max)
+        if len(x) and (x.min() < lo or x.max() > hi):
+            return None
+        return x
+    if fd.kind == "f":
+        if len(col) and not pc.all(pc.match_substring_regex(col, _FLOAT)).as_py():
+            return None
+        return pc.cast(col, pa.float32() if fd.itemsize == 4 else pa.float64()).to_numpy()
+    if fd.kind == "b":
+        if len(col) and not pc.all(pc.is_in(col, pa.array(["true", "false"]))).as_py():
+            return None
+        return pc.equal(col, "true").to_numpy(zero_copy_only=False)
+    if fd.kind == "S":
+        n = pc.binary_length(col).to_numpy()
+        if len(col) and (n.min() < 1 or n.max() > fd.itemsize or pc.any(pc.match_substring(col, "\0")).as_py()):
+            return None
+        return np.array(col.cast(pa.binary()).to_pylist(), dtype=fd)
+    return None
