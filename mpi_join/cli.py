@@ -274,15 +274,20 @@ def live(job_path, nprocs, no_drain, trigger, batch_mb, status_every, metrics_po
         job = load_job(job_path)
         check_layout(job_dirs(job))
         parse_duration_ns(trigger, "--trigger")
-        precheck(job)
+        lock = precheck(job)
         try:
             exporter = Exporter(job, metrics_port) if metrics_port else None
         except OSError as e:
+            lock.release()
             raise JobError(f"--metrics-port {metrics_port}: cannot serve metrics there ({e.strerror or e})") from None
     except JobError as e:
         _fail(e)
-    sys.exit(Supervisor(job, nprocs, lambda m: click.echo(m, err=True), drain=not no_drain, trigger=trigger,
-                        batch_mb=batch_mb, status_every=status_every, exporter=exporter).run())
+    try:
+        code = Supervisor(job, nprocs, lambda m: click.echo(m, err=True), drain=not no_drain, trigger=trigger,
+                          batch_mb=batch_mb, status_every=status_every, exporter=exporter).run()
+    finally:
+        lock.release()
+    sys.exit(code)
 
 
 def _generate_live(workload, out, rate, window, keys, seed, seconds, disorder, late, every, strategy):

@@ -296,7 +296,10 @@ class Supervisor:
 
 def precheck(job):
     """What `live` refuses before any child or JVM starts: a job without live input, what a live
-    log cannot hold, a landing directory that does not exist."""
+    log cannot hold, a landing directory that does not exist, a staged, output or checkpoint
+    directory another process holds. Returns `live`'s own lock (beside the output directory),
+    held until it ends, so that a second `live` of the same output is refused at once."""
+    from .storage.paths import DirLock, LOCK
     from .storage.spark.follow import landing_dir
     from .storage.staged_log import refuse_live
     for s in job.streams:
@@ -304,3 +307,18 @@ def precheck(job):
             raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
         landing_dir(s)
     refuse_live(job)
+    out = os.path.abspath(job.output)
+    lock = DirLock(os.path.dirname(out), "live", name=f".{os.path.basename(out)}.mpi-join-live.lock",
+                   subject=out).acquire()
+    try:
+        ckpt = job.checkpoint.dir if job.checkpoint else os.path.join(out, IMPLICIT)
+        for d, what in ((job.staged, "the staged directory"), (out, "output.dir"), (ckpt, "the checkpoints")):
+            if os.path.exists(os.path.join(d, LOCK)):
+                holder, stale = DirLock(d, what).holder()
+                if stale is None:
+                    raise JobError(f"{what}: {d} is in use by another process (pid {(holder or {}).get('pid', '?')}); "
+                                   f"stop it first, or give this job other directories")
+    except JobError:
+        lock.release()
+        raise
+    return lock

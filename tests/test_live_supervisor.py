@@ -102,3 +102,34 @@ def test_the_status_figures_are_served_to_prometheus(tmp_path):
     ex.server[0].shutdown()
     r = cli("live", "-n", "3", "--metrics-port", "0", tmp_path / "job.toml")
     assert r.returncode == 2 and "--metrics-port" in r.stderr
+
+
+def test_a_second_live_of_the_same_output_and_a_held_directory_are_refused_at_once(tmp_path):
+    """`live` holds a lock beside its output directory for its life: a second `live` of the same
+    job is refused with one line; so is a job whose staged directory another process holds."""
+    import subprocess
+    import sys
+    from mpi_join.live import precheck
+    (tmp_path / "job.toml").write_text(JOB)
+    for s in "RS":
+        os.makedirs(tmp_path / "raw" / s)
+    job = load_job(str(tmp_path / "job.toml"))
+    lock = precheck(job)
+    try:
+        r = cli("live", "-n", "3", tmp_path / "job.toml")
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert f"live: {tmp_path / 'out'} is in use by another run" in r.stderr, r.stderr
+    finally:
+        lock.release()
+    os.makedirs(tmp_path / "staged")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from mpi_join.storage.paths import DirLock; "
+                               f"DirLock({str(tmp_path / 'staged')!r}, 'x').acquire(); print('held', flush=True); "
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = cli("live", "-n", "3", tmp_path / "job.toml")
+        assert r.returncode == 2 and "the staged directory: " in r.stderr and "is in use by another process" in r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (tmp_path / f".out.mpi-join-live.lock").exists(), "each refusal released live's lock"
