@@ -364,7 +364,7 @@ def _stage_follow(job, out, master, conf, force, until, trigger, batch_bytes=64 
         landing_dir(s)
     lock = hold_staged(out or job.staged, follow=True, force=force, say=lambda m: click.echo(m, err=True))
     try:
-        man = follow(spark_session(master, "mpi-join stage --follow", conf, shield_term=True), job,
+        man = follow(lambda: spark_session(master, "mpi-join stage --follow", conf, shield_term=True), job,
                      out or job.staged, until=until, trigger=f"{max(every, 0.05):g} seconds",
                      say=lambda m: click.echo(m, err=True), force=force, batch_bytes=batch_bytes, drain=drain)
     finally:

@@ -675,7 +675,8 @@ def test_live_csv_columns_are_matched_by_header_name_in_every_order(tmp_path):
     for s in "RS":
         os.makedirs(tmp_path / "raw" / s)
     stager = _stager(tmp_path)
-    _wait(lambda: (tmp_path / "staged" / "_spark").exists(), "the stager's query", timeout=240)
+    _wait(lambda: _manifest(tmp_path) is not None, "the stager's log", timeout=240)
+    time.sleep(1)                                          # it has listed the empty directories
     want = {"R": set(), "S": set()}
     for i, header in enumerate(ORDERS):
         for s in "RS":

@@ -294,12 +294,13 @@ class LogWriter:
 
     # -- committing ----------------------------------------------------------------------
     def commit(self, spark_batch, arrivals, paths, bad=None, flush=False, until=None, end=None, timing=None,
-               seen_ns=None):
+               seen_ns=None, consumed=None):
         """Commit one micro-batch. `arrivals`: per stream, staged-dtype rows with `_src` as indices
         into `paths` (this batch's source files) and `_rec` their records; `bad`: per stream an
         Arrow table of unparseable rows (or None); `seen_ns`: when the stager first saw this
         batch's new sources (default: now). Returns the log entry, or None when the log already
-        holds this micro-batch."""
+        holds this micro-batch. `consumed`: the URIs of the landing files this batch read, kept
+        with the log (the stager's own listing reads each once, also across restarts)."""
         if spark_batch is not None and spark_batch <= self.log["spark_batch"]:
             return None
         srcs = self.log["sources"]
@@ -381,6 +382,8 @@ class LogWriter:
                         watermark=bound, last_commit_ns=entry["committed_ns"])
         if spark_batch is not None:
             self.log["spark_batch"] = spark_batch
+        if consumed:
+            self.log.setdefault("consumed", []).extend(consumed)
         if end is not None:
             self.log["ended"] = dict(end, beyond_until=waiting, seq_end=self.man["total"])
         self._atomic_json(os.path.join(self.out, LOG), f"batch-{b:06d}.json", entry)

@@ -1,12 +1,13 @@
 """Live staging (README "Live streams"): `mpi-join stage --follow JOB`.
 
-Spark Structured Streaming reads the files that land in each stream's raw directory (CSV, JSON
-lines or Parquet, parsed and checked exactly as `stage` does: spark/stage.py), one query for all
-streams so that every micro-batch has one id. Each micro-batch is collected to the driver and
-committed to the staged log (staged_log.py), which holds rows back until the event-time
-watermark passes them, numbers them, quarantines late rows and commits atomically. Spark's
-checkpoint (in <staged>/_spark) remembers which files were read; the log remembers which
-micro-batch it committed last, so a stager killed at any point and started again continues
+Landing directories: the stager lists them itself and reads the files it has not read yet, a
+clean CSV file with Arrow in this process and any other with Spark exactly as `stage` reads it
+(Reader; Spark starts when a file first needs it). A job with a stream source (a socket, a named
+Spark source) runs one Spark Structured Streaming query for all streams instead (Packed), whose
+file source lists the landing directories and whose checkpoint (in <staged>/_spark) remembers
+what was read. Each batch is committed to the staged log (staged_log.py), which holds rows back
+until the event-time watermark passes them, numbers them, quarantines late rows and commits
+atomically, recording the files read; a stager killed at any point and started again continues
 without losing or repeating a row.
 """
 import os
@@ -197,16 +198,69 @@ def _pack(tagged, types=None):
     return _union(frames), types
 
 
+class Reader:
+    """Reads landed files into waiting rows: a CSV file whose every value Arrow reads as Spark
+    does in this process (fast_csv.py), any other by Spark as `stage` reads it (read_landed).
+    `spark`: the session, or a function that starts one, called only when a file needs it."""
+
+    def __init__(self, spark, job):
+        self.job, self._spark, self._types = job, spark, None
+
+    def spark(self):
+        if callable(self._spark):
+            self._spark = self._spark()
+        return self._spark
+
+    def types(self):
+        """The packed rows' struct types, from the same parse with no rows."""
+        if self._types is None:
+            self._types = _pack([_tag(_empty(self.spark(), s), s, self.job) for s in self.job.streams])[1]
+        return self._types
+
+    def read(self, per_stream, say, records=None):
+        """`per_stream`: each stream's landed files (local paths); `records`: packed rows a
+        stream source delivered (an Arrow table with _mid) or None. Returns (per stream waiting
+        rows, their sources, per stream quarantined rows or None; files read by Arrow)."""
+        from pyspark.sql import functions as F
+        from .. import fast_csv
+        tables = [records] if records is not None and records.num_rows else []
+        tagged, fast, fast_paths = [], [[] for _ in self.job.streams], []
+        for i, s in enumerate(self.job.streams):
+            spark_files = []
+            for f in per_stream[i]:
+                rows = fast_csv.read(s, f, header_of(s, f), _declared(s), waiting_dtype(s), self.job.ts_unit) \
+                    if s.raw.format == "csv" else None
+                if rows is None:
+                    spark_files.append(f)
+                else:
+                    rows["_src"] = len(fast_paths)
+                    fast_paths.append(fast_csv.plain_uri(f))
+                    fast[i].append(rows)
+            tagged.append(_tag(read_landed(self.spark(), s, spark_files, say), s, self.job) if spark_files else None)
+        if any(t is not None for t in tagged):
+            packed, _ = _pack(tagged, self.types())
+            tables.append(packed.withColumn("_mid", F.monotonically_increasing_id()).toArrow())
+        t = (None if not tables else tables[0] if len(tables) == 1 else
+             pa.concat_tables(tables, promote_options="permissive"))
+        arrivals, paths, bad = (_split(t, self.job) if t is not None else
+                                ([np.zeros(0, waiting_dtype(s)) for s in self.job.streams], [], None))
+        for i, s in enumerate(self.job.streams):      # Arrow's files after Spark's sources
+            for rows in fast[i]:
+                rows["_src"] += len(paths)
+            arrivals[i] = np.concatenate([arrivals[i]] + fast[i]) if fast[i] else arrivals[i]
+        return arrivals, paths + fast_paths, bad, len(fast_paths)
+
+
 class Packed:
-    """The stager's streaming query and how a micro-batch of it becomes packed rows. A landing
-    directory delivers the names of new files, read in the micro-batch by read_landed (so each
-    file's header is its own); a stream source delivers records, parsed in the query."""
+    """The stager's streaming query, for a job with a stream source (a socket, a named Spark
+    source): a landing directory delivers the names of new files (read in the micro-batch by
+    Reader, so each file's header is its own); a stream source delivers records, parsed in the
+    query."""
 
     def __init__(self, spark, job, batch_bytes=None):
         from pyspark.sql import functions as F
-        self.spark, self.job = spark, job
+        self.spark, self.job, self.reader = spark, job, Reader(spark, job)
         self.files = [landing_dir(s) is not None for s in job.streams]
-        # the packed rows' shape, from the same parse with no rows
         shape, self.types = _pack([_tag(_empty(spark, s), s, job) for s in job.streams])
         rows = shape.schema
         frames = []
@@ -224,46 +278,20 @@ class Packed:
 
     def batch(self, df, say):
         """One micro-batch -> (per stream waiting rows, their sources, per stream quarantined
-        rows or None (as _split gives them); what it read: files, bytes, files read by Arrow).
-        A landing CSV file whose every value Arrow reads as Spark does is read in this process
-        (fast_csv.py); the other files by Spark, as `stage` reads them."""
+        rows or None (as _split gives them); what it read: files, bytes, files read by Arrow)."""
         from pyspark.sql import functions as F
-        from .. import fast_csv, landed
+        from .. import landed
         listed = df.where(F.col("_listed").isNotNull()).select("_stream", "_listed", "_bytes").toArrow()
-        tables = []
+        rec = None
         if not all(self.files):
             rec = df.where(F.col("_listed").isNull()).select("_rows.*").withColumn(
                 "_mid", F.monotonically_increasing_id()).toArrow()
-            if rec.num_rows:
-                tables.append(rec)
         streams, names = listed.column("_stream").to_pylist(), listed.column("_listed").to_pylist()
-        tagged, fast, fast_paths = [], [[] for _ in self.job.streams], []
-        for i, s in enumerate(self.job.streams):
-            spark_files = []
-            for f in sorted(landed.local_path(p) for p, k in zip(names, streams) if k == i):
-                rows = fast_csv.read(s, f, header_of(s, f), _declared(s), waiting_dtype(s), self.job.ts_unit) \
-                    if s.raw.format == "csv" else None
-                if rows is None:
-                    spark_files.append(f)
-                else:
-                    rows["_src"] = len(fast_paths)
-                    fast_paths.append(fast_csv.plain_uri(f))
-                    fast[i].append(rows)
-            tagged.append(_tag(read_landed(self.spark, s, spark_files, say), s, self.job) if spark_files else None)
-        if any(t is not None for t in tagged):
-            packed, _ = _pack(tagged, self.types)
-            tables.append(packed.withColumn("_mid", F.monotonically_increasing_id()).toArrow())
-        t = (None if not tables else tables[0] if len(tables) == 1 else
-             pa.concat_tables(tables, promote_options="permissive"))
-        arrivals, paths, bad = (_split(t, self.job) if t is not None else
-                                ([np.zeros(0, waiting_dtype(s)) for s in self.job.streams], [], None))
-        for i, s in enumerate(self.job.streams):      # Arrow's files after Spark's sources
-            for rows in fast[i]:
-                rows["_src"] += len(paths)
-            arrivals[i] = np.concatenate([arrivals[i]] + fast[i]) if fast[i] else arrivals[i]
+        per = [sorted(landed.local_path(p) for p, k in zip(names, streams) if k == i) for i in range(len(self.job.streams))]
+        arrivals, paths, bad, arrow = self.reader.read(per, say, rec)
         stats = {"files": len(names), "bytes": int(sum(x or 0 for x in listed.column("_bytes").to_pylist())),
-                 "arrow_files": len(fast_paths)}
-        return arrivals, paths + fast_paths, bad, stats
+                 "arrow_files": arrow}
+        return arrivals, paths, bad, stats
 
 
 def _records(files, mid):
@@ -365,6 +393,9 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
     if writer.log["batches"]:
         say(f"stage --follow: continuing the log in {out} after batch {writer.log['batches'] - 1} "
             f"(seq {writer.man['total']:,}, {sum(len(p) for p in writer.pending):,} rows waiting)")
+    if all(landing_dir(s) is not None for s in job.streams):
+        return _follow_dirs(spark, job, out, writer, cap, until, float(trigger.split()[0]), batch_bytes, drain, say)
+    spark = spark() if callable(spark) else spark
     lock, state = threading.Lock(), {"stopping": False, "signal": None, "error": None}
 
     def on_batch(df, batch_id):
@@ -426,8 +457,109 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
         say(f"stage --follow: stopped by {signal.Signals(state['signal']).name} without draining; the log stays open "
             f"after batch {writer.log['batches'] - 1} (seq {writer.man['total']:,}); `stage --follow` continues it")
         return writer.man
+    return _end(writer, say, state["signal"], until, cap)
+
+
+def landed_files(job, done, only=None):
+    """[(mtime_ns, name, stream index, local path, bytes)] of the files in the landing
+    directories not in `done` (their URIs) and, with `only`, in it; hidden names (`.`, `_`) are
+    being written, by the producer contract."""
+    from pathlib import Path
+    out = []
+    for i, s in enumerate(job.streams):
+        with os.scandir(landing_dir(s)) as it:
+            for e in it:
+                if e.name.startswith((".", "_")) or not e.is_file(follow_symlinks=False):
+                    continue
+                uri = Path(e.path).as_uri()
+                if uri in done or (only is not None and uri not in only):
+                    continue
+                st = e.stat(follow_symlinks=False)
+                out.append((st.st_mtime_ns, e.name, i, e.path, st.st_size))
+    return sorted(out)
+
+
+def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drain, say):
+    """Live staging of landing directories only, with no streaming query: the stager lists the
+    directories itself every `every_s` and reads the files it has not read (oldest first, at
+    most `batch_bytes` a batch, one file at least); the log records each file read in the same
+    commit as its rows (log["consumed"]), so that a restart reads each exactly once. Spark
+    starts only when a file needs it (Reader)."""
+    from pathlib import Path
+    from ..landed import local_path
+    reader = Reader(spark, job)
+    done = set(writer.log.get("consumed") or []) | {Path(local_path(u)).as_uri() for u in writer.log["landed"]
+                                                   if local_path(u)}
+    state = {"signal": None, "signals": 0}
+
+    def on_signal(n, f):
+        state["signals"] += 1
+        state["signal"] = state["signal"] or n
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    say(f"stage --follow: watching {', '.join(landing_dir(s) for s in job.streams)} -> {out}"
+        + (" (until the files present are staged)" if until == "end" else
+           f" (until event time {cap})" if cap is not None else
+           " (Ctrl-C or SIGTERM stages what has landed and ends the log)" if drain else
+           " (Ctrl-C or SIGTERM stops, the log stays open)"))
+    only, look, stopped = None, 0.0, False
+    try:
+        if until == "end":
+            only = {Path(f[3]).as_uri() for f in landed_files(job, done)}
+        while True:
+            t0 = time.monotonic()
+            if state["signal"] is not None and only is None:
+                if not drain:
+                    stopped = True
+                    break
+                say(f"stage --follow: {signal.Signals(state['signal']).name}: draining (staging every file that has "
+                    f"landed; a second Ctrl-C or SIGTERM stops at once and leaves the log open)")
+                only = {Path(f[3]).as_uri() for f in landed_files(job, done)}
+            if state["signals"] > 1:
+                stopped = True
+                break
+            new, take, size = landed_files(job, done, only), [], 0
+            for f in new:
+                if take and size + f[4] > batch_bytes:
+                    break
+                take.append(f)
+                size += f[4]
+            if take:
+                seen, r0 = time.time_ns(), time.perf_counter()
+                arrivals, paths, bad, arrow = reader.read(
+                    [[f[3] for f in take if f[2] == i] for i in range(len(job.streams))], say)
+                uris = [Path(f[3]).as_uri() for f in take]
+                e = writer.commit(None, arrivals, paths, bad, until=cap, seen_ns=seen, consumed=uris, timing={
+                    "read_ms": round((time.perf_counter() - r0) * 1e3, 1), "files": len(take), "bytes": size,
+                    "arrow_files": arrow})
+                done.update(uris)
+                _report(say, e, writer)
+            if time.monotonic() >= look:
+                writer.quarantine_changed(say)
+                look = time.monotonic() + 1.0
+            wm = writer.log.get("watermark")
+            if cap is not None and wm is not None and wm >= cap:
+                break
+            if only is not None and len(take) == len(new):       # every file of the set is staged
+                break
+            if len(take) < len(new):                              # a backlog: the next batch at once
+                continue
+            while time.monotonic() - t0 < every_s and state["signals"] == (0 if only is None else 1):
+                time.sleep(0.02)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    if stopped:
+        writer.quarantine_changed(say)
+        say(f"stage --follow: stopped by {signal.Signals(state['signal']).name} without draining; the log stays open "
+            f"after batch {writer.log['batches'] - 1} (seq {writer.man['total']:,}); `stage --follow` continues it")
+        return writer.man
+    return _end(writer, say, state["signal"], until, cap)
+
+
+def _end(writer, say, signum, until, cap):
+    """Release what waits and write the end marker, saying why."""
     writer.quarantine_changed(say)       # a change since the last look, before the log ends
-    reason = (f"stopped by {signal.Signals(state['signal']).name}" if state["signal"] is not None else
+    reason = (f"stopped by {signal.Signals(signum).name}" if signum is not None else
               "the files present were staged" if until == "end" else f"event time {cap} reached")
     e = writer.end(reason, until=cap)
     _report(say, e, writer)
