@@ -274,7 +274,7 @@ def live(job_path, nprocs, no_drain, trigger, batch_mb, status_every, metrics_po
         job = load_job(job_path)
         check_layout(job_dirs(job))
         parse_duration_ns(trigger, "--trigger")
-        lock = precheck(job)
+        lock = precheck(job, nprocs)
         try:
             exporter = Exporter(job, metrics_port) if metrics_port else None
         except OSError as e:

@@ -239,6 +239,14 @@ class Supervisor:
                 elif self.signal is not None:
                     if which == "run":
                         code = 128 + self.signal
+                elif rc == 2:                         # a one-line refusal: it would only come again
+                    self.say(f"live: error: the {which} stopped with a one-line error (exit 2, above); it is not "
+                             f"restarted")
+                    self._stop("stager", signal.SIGTERM)
+                    self._stop("run", signal.SIGTERM)
+                    self._wait_all()
+                    self._write_status()
+                    return 2
                 elif not self._restart(which, rc):
                     self._stop("stager", signal.SIGTERM)
                     self._stop("run", signal.SIGTERM)
@@ -294,7 +302,7 @@ class Supervisor:
         return st
 
 
-def precheck(job):
+def precheck(job, nprocs=None):
     """What `live` refuses before any child or JVM starts: a job without live input, what a live
     log cannot hold, a landing directory that does not exist, a staged, output or checkpoint
     directory another process holds. Returns `live`'s own lock (beside the output directory),
@@ -307,6 +315,9 @@ def precheck(job):
             raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
         landing_dir(s)
     refuse_live(job)
+    if nprocs is not None:
+        from .strategies import check_runnable
+        check_runnable(job, nprocs)
     out = os.path.abspath(job.output)
     lock = DirLock(os.path.dirname(out), "live", name=f".{os.path.basename(out)}.mpi-join-live.lock",
                    subject=out).acquire()

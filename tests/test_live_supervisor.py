@@ -76,6 +76,9 @@ def test_live_refuses_before_anything_starts(tmp_path):
     (tmp_path / "job.toml").write_text(JOB + "[live]\nrestart_attempts = -1\n")
     r = cli("live", "-n", "3", tmp_path / "job.toml")
     assert r.returncode == 2 and "live.restart_attempts" in r.stderr, r.stderr
+    (tmp_path / "job.toml").write_text(JOB)
+    r = cli("live", "-n", "1", tmp_path / "job.toml")       # hash needs a router and a slave
+    assert r.returncode == 2 and "needs at least" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "staged").exists() and not (tmp_path / "out").exists()
 
 
