@@ -257,6 +257,9 @@ class Supervisor:
                 self._write_status()
                 if code == 0:
                     self.say("live: the log has ended and every result is committed")
+                else:
+                    self.say("live: stopped; the log stays open and the committed results stand; `mpi-join live` "
+                             "continues both")
                 return code
             if self.signal is not None and not self.drain and all(c.poll() is not None
                                                                    for c in self.children.values()):

@@ -262,6 +262,7 @@ class Packed:
         self.spark, self.job, self.reader = spark, job, Reader(spark, job)
         self.files = [landing_dir(s) is not None for s in job.streams]
         shape, self.types = _pack([_tag(_empty(spark, s), s, job) for s in job.streams])
+        self.reader._types = self.types
         rows = shape.schema
         frames = []
         for i, s in enumerate(job.streams):
