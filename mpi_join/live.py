@@ -242,17 +242,9 @@ class Supervisor:
                 elif rc == 2:                         # a one-line refusal: it would only come again
                     self.say(f"live: error: the {which} stopped with a one-line error (exit 2, above); it is not "
                              f"restarted")
-                    self._stop("stager", signal.SIGTERM)
-                    self._stop("run", signal.SIGTERM)
-                    self._wait_all()
-                    self._write_status()
-                    return 2
+                    return self._give_up(2)
                 elif not self._restart(which, rc):
-                    self._stop("stager", signal.SIGTERM)
-                    self._stop("run", signal.SIGTERM)
-                    self._wait_all()
-                    self._write_status()
-                    return 1
+                    return self._give_up(1)
             if code is not None and all(c.poll() is not None for c in self.children.values()):
                 self._write_status()
                 if code == 0:
@@ -287,6 +279,14 @@ class Supervisor:
         if self.signal is None:
             self._start(which)
         return True
+
+    def _give_up(self, code):
+        """Stop both children (the stager ends or leaves its log as asked), wait, say the figures."""
+        self._stop("stager", signal.SIGTERM)
+        self._stop("run", signal.SIGTERM)
+        self._wait_all()
+        self._write_status()
+        return code
 
     def _wait_all(self):
         for p in self.children.values():

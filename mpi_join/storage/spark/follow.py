@@ -421,25 +421,17 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
         w = packed.query.writeStream.foreachBatch(on_batch).option("checkpointLocation", os.path.join(out, SPARK_DIR))
         return (w.trigger(availableNow=True) if now else w.trigger(processingTime=trigger)).start()
 
-    def on_signal(n, f):
-        state["signals"] += 1
-        state["signal"] = state["signal"] or n
     state["signals"] = 0
-    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old = _catch(state)
     try:
         q = start(until == "end")
-        say(f"stage --follow: watching {', '.join(landing_dir(s) or s.raw.path for s in job.streams)} -> {out}"
-            + (" (until the files present are staged)" if until == "end" else
-               f" (until event time {cap})" if cap is not None else
-               " (Ctrl-C or SIGTERM stages what has landed and ends the log)" if drain else
-               " (Ctrl-C or SIGTERM stops, the log stays open)"))
+        say(_watching(job, out, until, cap, drain))
         _watch(q, state, lock, writer, cap, say, out)
         if state["signal"] is not None and drain and until != "end" and state["error"] is None:
             # the files that landed before the signal are staged too (an availableNow query on the
             # same checkpoint: what the stopped query had not read, each once); a second signal
             # stops at once and leaves the log open
-            say(f"stage --follow: {signal.Signals(state['signal']).name}: draining (staging every file that has "
-                f"landed; a second Ctrl-C or SIGTERM stops at once and leaves the log open)")
+            say(_draining(state["signal"]))
             state["stopping"], seen = False, state["signals"]
             _watch(start(True), state, lock, writer, cap, say, out, until_signal=seen)
             if state["signals"] > seen:
@@ -454,10 +446,7 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
         raise InputError(f"{out}: the streaming query failed: {_first_line(state['failed'])}; the log stays open (a "
                          f"restart continues it)")
     if state["signal"] is not None and not drain:
-        writer.quarantine_changed(say)
-        say(f"stage --follow: stopped by {signal.Signals(state['signal']).name} without draining; the log stays open "
-            f"after batch {writer.log['batches'] - 1} (seq {writer.man['total']:,}); `stage --follow` continues it")
-        return writer.man
+        return _left_open(writer, say, state["signal"])
     return _end(writer, say, state["signal"], until, cap)
 
 
@@ -492,16 +481,8 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
     done = set(writer.log.get("consumed") or []) | {Path(local_path(u)).as_uri() for u in writer.log["landed"]
                                                    if local_path(u)}
     state = {"signal": None, "signals": 0}
-
-    def on_signal(n, f):
-        state["signals"] += 1
-        state["signal"] = state["signal"] or n
-    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    say(f"stage --follow: watching {', '.join(landing_dir(s) for s in job.streams)} -> {out}"
-        + (" (until the files present are staged)" if until == "end" else
-           f" (until event time {cap})" if cap is not None else
-           " (Ctrl-C or SIGTERM stages what has landed and ends the log)" if drain else
-           " (Ctrl-C or SIGTERM stops, the log stays open)"))
+    old = _catch(state)
+    say(_watching(job, out, until, cap, drain))
     only, look, stopped = None, 0.0, False
     try:
         if until == "end":
@@ -512,8 +493,7 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
                 if not drain:
                     stopped = True
                     break
-                say(f"stage --follow: {signal.Signals(state['signal']).name}: draining (staging every file that has "
-                    f"landed; a second Ctrl-C or SIGTERM stops at once and leaves the log open)")
+                say(_draining(state["signal"]))
                 only = {Path(f[3]).as_uri() for f in landed_files(job, done)}
             if state["signals"] > 1:
                 stopped = True
@@ -550,11 +530,38 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
         for sig, h in old.items():
             signal.signal(sig, h)
     if stopped:
-        writer.quarantine_changed(say)
-        say(f"stage --follow: stopped by {signal.Signals(state['signal']).name} without draining; the log stays open "
-            f"after batch {writer.log['batches'] - 1} (seq {writer.man['total']:,}); `stage --follow` continues it")
-        return writer.man
+        return _left_open(writer, say, state["signal"])
     return _end(writer, say, state["signal"], until, cap)
+
+
+def _catch(state):
+    """Count Ctrl-C and SIGTERM in `state` (the first one's number in "signal", how many in
+    "signals") instead of dying; returns the handlers it replaced."""
+    def on_signal(n, f):
+        state["signals"] += 1
+        state["signal"] = state["signal"] or n
+    return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _watching(job, out, until, cap, drain):
+    return (f"stage --follow: watching {', '.join(landing_dir(s) or s.raw.path for s in job.streams)} -> {out}"
+            + (" (until the files present are staged)" if until == "end" else
+               f" (until event time {cap})" if cap is not None else
+               " (Ctrl-C or SIGTERM stages what has landed and ends the log)" if drain else
+               " (Ctrl-C or SIGTERM stops, the log stays open)"))
+
+
+def _draining(signum):
+    return (f"stage --follow: {signal.Signals(signum).name}: draining (staging every file that has landed; a "
+            f"second Ctrl-C or SIGTERM stops at once and leaves the log open)")
+
+
+def _left_open(writer, say, signum):
+    """Stopped without draining: the log stays open, to be continued by the next stager."""
+    writer.quarantine_changed(say)
+    say(f"stage --follow: stopped by {signal.Signals(signum).name} without draining; the log stays open after "
+        f"batch {writer.log['batches'] - 1} (seq {writer.man['total']:,}); `stage --follow` continues it")
+    return writer.man
 
 
 def _end(writer, say, signum, until, cap):
