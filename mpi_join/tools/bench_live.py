@@ -52,8 +52,32 @@ def _cmd(*args):
     return [sys.executable, "-m", "mpi_join", *args]
 
 
+def tree_cpu_s(pid):
+    """CPU seconds (user + system) used so far by process `pid` and every live descendant, from
+    /proc: what the stager or the run (mpiexec, its proxies and ranks, a JVM) costs, counted
+    while it runs. Reaped descendants count in their parents' cutime/cstime."""
+    tick, kids, cpu = os.sysconf("SC_CLK_TCK"), {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kids.setdefault(int(fields[1]), []).append(int(d))
+        cpu[int(d)] = sum(int(x) for x in fields[11:15]) / tick
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += cpu.get(p, 0.0)
+        todo += kids.get(p, [])
+    return total
+
+
 def trial(work, rate, seconds, ranks, window="1s", keys=10_000, say=print):
-    """One mpi-join trial at `rate`; returns its figures (see module docstring)."""
+    """One mpi-join trial at `rate`; returns its figures (see module docstring), with the CPU
+    seconds the generator, the stager and the run used while the measured rows landed."""
     from ..config import load_job
     from ..launch import mpiexec_path
     os.makedirs(work, exist_ok=True)
@@ -74,8 +98,11 @@ def trial(work, rate, seconds, ranks, window="1s", keys=10_000, say=print):
         _wait(lambda: _taken(job_staged(path)) >= sum(gen.rows.values()), "the warm-up rows staged")
         t_start = time.time_ns()
         say(f"bench live: mpi-join at {rate:,.0f} tuples/s per stream for {seconds} s ...")
+        rows0, cpu0 = sum(gen.rows.values()), (time.process_time(), tree_cpu_s(stager.pid), tree_cpu_s(run.pid))
         gen.run(seconds)
         t_end = time.time_ns()
+        cpu1 = (time.process_time(), tree_cpu_s(stager.pid), tree_cpu_s(run.pid))
+        rows = sum(gen.rows.values()) - rows0
         stager.send_signal(signal.SIGINT)
         stager.wait(timeout=120)
         run.wait(timeout=300)
@@ -90,7 +117,51 @@ def trial(work, rate, seconds, ranks, window="1s", keys=10_000, say=print):
     out = _latencies(job, t_start)
     out.update(rate=rate, seconds=seconds, ranks=ranks, rows=sum(gen.rows.values()), exact=v.returncode == 0,
                drain_s=round((out.pop("last_commit_ns") - t_end) / 1e9, 2))
+    wall = (t_end - t_start) / 1e9
+    used = {k: b - a for k, a, b in zip(("generator", "stager", "run"), cpu0, cpu1)}
+    out["cores_used"] = {k: round(v / wall, 2) for k, v in used.items()}
+    out["stager_cpu_us_per_row"] = round(used["stager"] / max(rows, 1) * 1e6, 2)
     return out
+
+
+def start_trial(work, ranks, rate=5000, window="1s", keys=10_000, say=print, timeout=300):
+    """`mpi-join live` from its start, with files landing at `rate` per stream: the seconds until
+    the stager has written its log (staging is up) and until the first result is committed;
+    then SIGTERM drains it, and the results are verified."""
+    from ..config import load_job
+    os.makedirs(work, exist_ok=True)
+    path = os.path.join(work, "job.toml")
+    with open(path, "w") as f:
+        f.write(job_text(rate, window, f"{LATENESS_MS}ms", keys))
+    gen, stop = Generator(work, rate, lateness_ms=LATENESS_MS, keys=keys), threading.Event()
+    feeder = threading.Thread(target=gen.run, args=(None, stop.is_set), daemon=True)
+    feeder.start()
+    say(f"bench live: `mpi-join live -n {ranks}` from its start, {rate:,.0f} tuples/s per stream landing ...")
+    t0 = time.monotonic()
+    live, llog = _spawn(_cmd("live", path, "-n", str(ranks), "--status-every", "2"))
+    try:
+        manifest, commits = os.path.join(work, "staged", "_manifest.json"), os.path.join(work, "out", "commits")
+        _wait(lambda: os.path.exists(manifest) or live.poll() is not None, "the stager's log", timeout)
+        staged_s = time.monotonic() - t0
+        _wait(lambda: glob.glob(os.path.join(commits, "commit-*.json")) or live.poll() is not None,
+              "the first committed result", timeout)
+        first_s = time.monotonic() - t0
+        if live.poll() is not None:
+            raise JobError("bench live: `live` stopped early: " + " | ".join(llog[-3:]))
+        stop.set()
+        feeder.join()
+        live.send_signal(signal.SIGTERM)
+        live.wait(timeout=timeout)
+        if live.returncode != 0:
+            raise JobError(f"bench live: `live` exited {live.returncode}: " + " | ".join(llog[-3:]))
+    finally:
+        stop.set()
+        if live.poll() is None:
+            os.killpg(live.pid, signal.SIGKILL)
+    job = load_job(path)
+    v = subprocess.run(_cmd("verify", job.output, "--job", path), capture_output=True, text=True)
+    return {"rate": rate, "ranks": ranks, "log_up_s": round(staged_s, 2), "first_result_s": round(first_s, 2),
+            "exact": v.returncode == 0}
 
 
 def job_staged(path):
@@ -259,6 +330,15 @@ def bench_live(out, rates, seconds, ranks, spark=True, say=print, spark_rates=No
         report["at_80pct"] = at
         say(f"  mpi-join at 80% ({0.8 * best:,.0f}/s): p50 {at['p50_ms']:,} ms, p99 {at['p99_ms']:,} ms; median parts "
             + ", ".join(f"{k} {v:,} ms" for k, v in at["parts_ms"].items()))
+    if report["mpi_join"]:
+        say(f"  stager CPU per row: " + ", ".join(f"{r['stager_cpu_us_per_row']:,} us at {r['rate']:,.0f}/s"
+                                                   for r in report["mpi_join"])
+            + "; cores used (generator, stager, run) at the last rate: "
+            + ", ".join(f"{v:g}" for v in report["mpi_join"][-1]["cores_used"].values()))
+    st = start_trial(os.path.join(out, "live-start"), ranks, say=say)
+    report["live_start"] = st
+    say(f"  live from its start: the log up in {st['log_up_s']} s, the first result committed in "
+        f"{st['first_result_s']} s" + (", exact" if st["exact"] else ", NOT exact"))
     if spark:
         report["spark_best"] = ladder("spark", lambda d, r: spark_trial(d, r, seconds, say=say),
                                       rates=spark_rates or rates)
