@@ -69,7 +69,11 @@ def main():
               "\"auto\" takes one source here.")
 @click.option("--allow-empty", is_flag=True, help="Exit 0 on 0 results even when the input drew a warning (a time "
               "unit that looks wrong, streams that never meet); without it such a run exits 3.")
-def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_empty):
+@click.option("--local", is_flag=True, help="Run every rank in this process, each a thread (-n of them, default 3), "
+              "without mpiexec: one start instead of one per rank, for small jobs, first tries and notebooks. "
+              "Results, checkpoints and output are those of an mpiexec run of the same -n, and each resumes the "
+              "other's checkpoints. One core runs the join.")
+def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_empty, local):
     """Run JOB (a TOML job file) on the MPI ranks of this launch.
 
     Rank 0 drives: it reads the staged input, replays the merged stream in seq order and sends it
@@ -143,6 +147,13 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
     run with 0 results on input that drew a warning (unless --allow-empty).
     """
     overrides = {"output": output, "staged": staged, "strategy": strategy, "resume": resume}
+    flags = dict(overwrite=overwrite, follow=follow, allow_empty=allow_empty)
+    if local:
+        if _under_mpi():
+            _fail(JobError("--local runs every rank in this one process; start it without mpiexec or srun"))
+        from .ranks import run_local
+        from .tools.scaling_model import auto_sources
+        sys.exit(run_local(job, dict(overrides, **flags), nprocs or 3, auto_sources))
     if nprocs is not None and not _under_mpi():
         args = ["run", job] + sum([[f"--{k}", v] for k, v in overrides.items() if v], []) + (
             ["--overwrite"] if overwrite else []) + (["--follow"] if follow else []) + (
@@ -155,8 +166,7 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
         sys.exit(launch(cmd))
     from .ranks import run_rank
     from .tools.scaling_model import auto_sources
-    sys.exit(run_rank(job, dict(overrides, overwrite=overwrite, follow=follow, allow_empty=allow_empty),
-                      auto_sources))
+    sys.exit(run_rank(job, dict(overrides, **flags), auto_sources))
 
 
 @main.command()
@@ -331,8 +341,10 @@ def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates):
 
     Reports for each rate the end-to-end latency (a row's file landing to its result's commit)
     p50 and p99 and whether the lag grows; the highest rate sustained; the latency and its parts
-    (staging, replay, join, commit) at 80% of that rate; and Spark Structured Streaming's own
-    stream-stream join on the same input and cores, measured the same way."""
+    (staging, replay, join, commit) at 80% of that rate; the stager's CPU per row and the cores
+    the generator, the stager and the run used; `mpi-join live`'s time from its start to its log
+    and to its first committed result; and Spark Structured Streaming's own stream-stream join
+    on the same input and cores, measured the same way."""
     from .tools.bench_live import bench_live
     ladders = {}
     for opt, text in (("--rates", rates), ("--spark-rates", spark_rates)):

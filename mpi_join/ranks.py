@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -47,21 +48,14 @@ def run_rank(job_path, overrides, choose_sources=None):
     except KeyboardInterrupt:
         _interrupted(rank, ctx, signal.SIGINT)
     except BaseException as e:  # noqa: BLE001 - any failure must take the whole job down
-        from .runtime.transport import PeerFailed, tell_rank0_failed
+        from .runtime.transport import tell_rank0_failed
+        from .runtime.wire import PeerFailed
         _release(ctx)
-        why = str(e).splitlines()[0] if str(e) else type(e).__name__
         if isinstance(e, PeerFailed):       # its rank said why; rank 0 has released its locks
             sys.stderr.flush()
             comm.Abort(e.code)
             return e.code
-        if isinstance(e, JobError):
-            sys.stderr.write(f"mpi-join: error: {why} (rank {rank}; job aborted)\n")
-        else:
-            sys.stderr.write(f"mpi-join: rank {rank} failed: {type(e).__name__}: {why}\n")
-            if not isinstance(e, KeyboardInterrupt):
-                traceback.print_exc(file=sys.stderr)
-        sys.stderr.flush()
-        code = 2 if isinstance(e, JobError) else 1
+        why, code = _say_failed(rank, e)
         if rank != 0:            # rank 0 releases its locks and aborts the job (or this rank does, in 1 s)
             tell_rank0_failed(comm, why, code)
         else:
@@ -76,6 +70,54 @@ def run_rank(job_path, overrides, choose_sources=None):
         sys.stderr.write(f"mpi-join: rank {rank} failed: MPI_Finalize: {str(e).strip().splitlines()[-1]}\n")
         return 1
     return code
+
+
+def _say_failed(rank, e):
+    """The one line (and, for a bug, the traceback) of a rank that failed; returns (why, exit code)."""
+    why = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, JobError):
+        sys.stderr.write(f"mpi-join: error: {why} (rank {rank}; job aborted)\n")
+    else:
+        sys.stderr.write(f"mpi-join: rank {rank} failed: {type(e).__name__}: {why}\n")
+        traceback.print_exc(file=sys.stderr)
+    sys.stderr.flush()
+    return why, 2 if isinstance(e, JobError) else 1
+
+
+def run_local(job_path, overrides, nprocs, choose_sources=None):
+    """Run the job's `nprocs` ranks in this process, each a thread (runtime/local.py), rank 0 on
+    this one: the same driver, workers, checkpoints and output as under mpiexec, with one start
+    (one import, one numba compile) instead of one per rank. A rank that fails stops the others
+    as under MPI; returns the exit code run_rank would."""
+    from .runtime.local import Hub
+    from .runtime.wire import PeerFailed
+    hub = Hub(nprocs)
+    ctxs = [{"cores": 1, "choose_sources": choose_sources} for _ in range(nprocs)]   # one thread at a time runs Python
+    codes = [0] * nprocs
+
+    def rank_body(r):
+        try:
+            tx = hub.transport(r)
+            codes[r] = _driver(job_path, overrides, tx, ctxs[r]) if r == 0 else _worker(job_path, overrides, tx, ctxs[r])
+        except PeerFailed as e:
+            _release(ctxs[r])
+            codes[r] = e.code
+        except BaseException as e:  # noqa: BLE001 - any failure must take the whole job down
+            _release(ctxs[r])
+            why, codes[r] = _say_failed(r, e)
+            hub.fail(r, why, codes[r])
+
+    if threading.current_thread() is threading.main_thread():     # not so when a program runs it on a thread
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, _: _interrupted(0, ctxs[0], signum))
+    threads = [threading.Thread(target=rank_body, args=(r,), name=f"rank {r}", daemon=True) for r in range(1, nprocs)]
+    for t in threads:
+        t.start()
+    rank_body(0)
+    for t in threads:
+        t.join()
+    failed = hub.failed
+    return failed[2] if failed else codes[0]
 
 
 def _interrupted(rank, ctx, signum):
@@ -166,7 +208,7 @@ def _driver(job_path, overrides, tx, ctx):
     from .master.progress import Progress, summary_table
     t_start = time.perf_counter()
     err, resume, driver = None, None, None
-    metrics = RankMetrics(0, "driver")
+    metrics = RankMetrics(0, "driver", tx.cpu)
     try:
         job = load_job(job_path, overrides)
         if overrides.get("follow"):
@@ -427,7 +469,7 @@ def _worker(job_path, overrides, tx, ctx):
     tx.watch(0)                          # the driver must be heard from (liveness.py)
     info = strategies.get(job.strategy.name)
     graph = info.build_graph(tx.size, job.strategy.params, job.run.sources)
-    metrics = RankMetrics(tx.rank, graph.role(tx.rank))
+    metrics = RankMetrics(tx.rank, graph.role(tx.rank), tx.cpu)
     if tx.rank in graph.sources:                  # an extra source: reads and routes its share
         from .master.feeder import Feeder
         Feeder(job, tx, graph, info.load_role("driver"), metrics, Progress(0, enabled=False),

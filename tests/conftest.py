@@ -185,6 +185,34 @@ def run_mpi(n, *args, timeout=RUN_TIMEOUT, env=None):
         pytest.fail(f"mpiexec -n {n} {' '.join(args)} did not finish within {timeout} s (a rank hangs)")
 
 
+def run_local(n, *args, timeout=RUN_TIMEOUT, env=None):
+    """`mpi-join run --local -n n ARGS` (ARGS as run_mpi's, starting with "run") in this process:
+    the in-process runtime (runtime/local.py), the same ranks' code as under mpiexec, without a
+    process per rank. On a thread, so that a hang fails the test instead of stalling the suite."""
+    import threading
+    assert args[0] == "run", args
+    done = []
+    e = dict(env or {}, MPI_JOIN_QUIET="1")
+    t = threading.Thread(target=lambda: done.append(_invoke(["run", "--local", "-n", str(n), *args[1:]], e)),
+                         daemon=True)
+    t.start()
+    t.join(timeout)
+    if not done:
+        pytest.fail(f"run --local -n {n} {' '.join(args[1:])} did not finish within {timeout} s (a rank hangs)")
+    return done[0]
+
+
+def _invoke(args, env=None):
+    from click.testing import CliRunner
+    from mpi_join.cli import main
+    r = CliRunner().invoke(main, [str(a) for a in args], prog_name="mpi-join", env=env)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        import traceback
+        raise AssertionError("mpi-join " + " ".join(map(str, args)) + " raised:\n"
+                             + "".join(traceback.format_exception(r.exception)) + r.stderr)
+    return subprocess.CompletedProcess(list(args), r.exit_code, r.stdout, r.stderr)
+
+
 def run_cli(*args, timeout=300, env=None, cwd=None):
     return subprocess.run(mpi_join_cmd(*args), capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
@@ -194,14 +222,7 @@ def cli(*args):
     one-line errors as `run_cli`, without the new interpreter (about 0.8 s of imports each). For
     commands that launch nothing (check, explain, plan, generate, oracle, verify, --help); a test
     of what a process imports or of its exit by a signal uses `run_cli`."""
-    from click.testing import CliRunner
-    from mpi_join.cli import main
-    r = CliRunner().invoke(main, [str(a) for a in args], prog_name="mpi-join")
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        import traceback
-        raise AssertionError("mpi-join " + " ".join(map(str, args)) + " raised:\n"
-                             + "".join(traceback.format_exception(r.exception)) + r.stderr)
-    return subprocess.CompletedProcess(list(args), r.exit_code, r.stdout, r.stderr)
+    return _invoke(args)
 
 
 def job_toml(streams, predicate, strategy='name = "hash"', run="", extra="", inp='staged = "staged"',

@@ -1,6 +1,6 @@
 import numpy as np
 
-from mpi_join.runtime.transport import pack, pack_obj, unpack, unpack_obj
+from mpi_join.runtime.wire import pack, pack_obj, unpack, unpack_obj
 
 
 def test_pack_roundtrip_keeps_arrays_and_alignment():

@@ -22,7 +22,7 @@ from ..runtime.protocol import (CutSent, DataHeader, Eos, Go, Lease, LoadReport,
 from ..join.jit import Compiles, GcPauses, freeze_heap
 from ..runtime.operator import SOURCE
 from ..storage.staged import staged_manifest
-from ..runtime.transport import Credits, pack, unpack_obj
+from ..runtime.wire import Credits, pack, unpack_obj
 from .checkpointer import Checkpointer, restore_driver
 from .moves import Moves
 from .pace import Pace

@@ -15,7 +15,7 @@ from ..join.jit import Compiles, freeze_heap
 from ..runtime.graph import DRIVER
 from ..runtime.headers import Ready
 from ..runtime.protocol import CutSent, Fin, Go, Lease, Marker, Probe, ProbeReply, Tag, decode_control
-from ..runtime.transport import pack_obj
+from ..runtime.wire import pack_obj
 from .checkpointer import restore_router
 from .driver import Driver
 

@@ -129,7 +129,8 @@ def run_interleave(nprocs, workdir, **_):
 _HOP = """
 import sys, time, json
 import numpy as np
-from mpi_join.runtime.transport import Transport, pack
+from mpi_join.runtime.transport import Transport
+from mpi_join.runtime.wire import pack
 from mpi_join.runtime.protocol import Tag
 tx = Transport()
 buf = pack([0], [np.zeros(64, np.uint8)])

@@ -19,7 +19,7 @@ import numpy as np
 from ..master.source import Source
 from ..join.predicate import binary_parts
 from ..join.range_join import pair_mask
-from ..runtime.transport import pack, unpack
+from ..runtime.wire import pack, unpack
 from ..storage.input_stats import rates_and_windows
 from . import cost_model as cm
 from .psp import auto_orderings, estimate_selectivity, parse_ordering

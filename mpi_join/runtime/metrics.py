@@ -65,15 +65,17 @@ class LatencyHistogram:
 
 
 class RankMetrics:
-    def __init__(self, rank, role):
-        self.rank, self.role = rank, role
+    def __init__(self, rank, role, cpu=time.process_time):
+        """`cpu`: this rank's CPU clock, the process's under MPI, its thread's in one process
+        (runtime/local.py)."""
+        self.rank, self.role, self.cpu = rank, role, cpu
         self.tuples_in = 0
         self.tuples_out = 0
         self.results = 0
         self.epochs = 0
         self.latency = LatencyHistogram()
         self._wall0 = time.perf_counter()
-        self._cpu0 = time.process_time()
+        self._cpu0 = cpu()
         self.clock_start_unix = time.time()
         self.extra = {}
 
@@ -81,7 +83,7 @@ class RankMetrics:
         """Measure wall, CPU, idle and communication time from now on: the replay. Start-up (imports,
         compiling, waiting for the other ranks) is reported once, as the job's startup_s, so no
         rank shows more idle time than the run's wall time."""
-        self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
+        self._wall0, self._cpu0 = time.perf_counter(), self.cpu()
         self.clock_start_unix = time.time()     # where this rank's clock starts, to align the ranks' series
         transport.idle_s = transport.comm_s = 0.0
 
@@ -95,7 +97,7 @@ class RankMetrics:
             "tuples_in": self.tuples_in, "tuples_out": self.tuples_out, "results": self.results,
             "epochs": self.epochs,
             "wall_s": self.wall_s(), "clock_start_unix": self.clock_start_unix,
-            "cpu_s": time.process_time() - self._cpu0,
+            "cpu_s": self.cpu() - self._cpu0,
             "latency_ms": self.latency.summary(),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "latency_hist": self.latency.counts.tolist(),

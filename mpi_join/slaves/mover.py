@@ -13,7 +13,7 @@ from numpy.lib.format import descr_to_dtype, dtype_to_descr
 from ..runtime.graph import DRIVER
 from ..runtime.headers import UnitState
 from ..runtime.protocol import DataHeader, Install, Moved, Tag
-from ..runtime.transport import pack, pack_obj, unpack, unpack_obj
+from ..runtime.wire import pack, pack_obj, unpack, unpack_obj
 
 
 class Mover:

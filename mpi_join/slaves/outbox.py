@@ -8,7 +8,7 @@ source."""
 from collections import deque
 
 from ..runtime.protocol import DataHeader, Tag
-from ..runtime.transport import Credits, pack
+from ..runtime.wire import Credits, pack
 
 
 class Outbox:

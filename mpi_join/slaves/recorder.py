@@ -22,8 +22,8 @@ class Recorder:
 
     def start(self):
         """The replay begins: CPU, idle and communication times count from here."""
-        self.load_mark = (time.perf_counter(), time.process_time(), self.metrics.tuples_in)
-        self._last = (time.process_time(), self.tx.idle_s, self.tx.comm_s)
+        self.load_mark = (time.perf_counter(), self.metrics.cpu(), self.metrics.tuples_in)
+        self._last = (self.metrics.cpu(), self.tx.idle_s, self.tx.comm_s)
 
     def results(self, results):
         """Write `results` [(seq arrays, tin)] stamped now; returns (count, mean delay in ms)."""
@@ -46,7 +46,7 @@ class Recorder:
 
     def load_report(self, buffered):
         wall0, cpu0, n0 = self.load_mark
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu = time.perf_counter(), self.metrics.cpu()
         busy = (cpu - cpu0) / max(wall - wall0, 1e-9)
         occ = float(np.mean(self.occupancy)) if self.occupancy else min(1.0, buffered / self.capacity)
         self.occupancy = []
@@ -64,7 +64,7 @@ class Recorder:
         self.metrics.role = role
 
     def handled(self, src, n, results, delay):
-        cpu, idle, comm = time.process_time(), self.tx.idle_s, self.tx.comm_s
+        cpu, idle, comm = self.metrics.cpu(), self.tx.idle_s, self.tx.comm_s
         c0, i0, k0 = self._last
         self._last = (cpu, idle, comm)
         occ = self.occupancy[-1] if src == DRIVER and self.occupancy else None

@@ -28,7 +28,7 @@ from ..runtime.headers import Ack, Ready
 from ..join.jit import Compiles, freeze_heap
 from ..runtime.protocol import (DataHeader, Eos, Fin, Install, LoadRequest, Marker, MoveOut, Probe, ProbeReply, Tag, decode_control)
 from ..storage.results import result_dtype
-from ..runtime.transport import pack_obj, unpack
+from ..runtime.wire import pack_obj, unpack
 from .cuts import Cuts
 from .inbox import Inbox
 from .mover import Mover

@@ -1,0 +1,105 @@
+"""`mpi-join run --local`: every rank a thread of one process (runtime/local.py). The same
+driver, workers and output as under mpiexec: results equal to the mpiexec run's and the
+oracle's, and a checkpoint of either resumes on the other."""
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage import checkpoint as ck
+from mpi_join.storage.results import read_results
+from conftest import (MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, run_cli, run_local, run_mpi, write_job)
+from reference import as_set
+from test_checkpoint import kill_after_checkpoints, paced_checkpointed_job
+
+
+def _exact(job, arrays):
+    got = read_results(job.output, job.stream_names)
+    expect = run_oracle(job, arrays)
+    assert len(expect) > 0
+    assert len(got) == len(as_set(got)), "duplicated results"
+    assert as_set(got) == as_set(expect)
+    assert os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    return as_set(got)
+
+
+@pytest.mark.parametrize("strategy,pred", [("hash", 'equi = [["R.k", "S.k"]]'),
+                                           ("splitjoin", 'band = [{left = "R.v", right = "S.w", eps = 0.5}]')])
+def test_local_run_equals_the_mpiexec_run_and_the_oracle(tmp_path, strategy, pred):
+    arrays = random_streams(np.random.default_rng(3), 2000, key_range=8)
+    text = equi_job_text(('"6ms"', "17"), strategy=strategy, predicate=pred, run="batch_size = 97\nmax_inflight = 2")
+    seen = []
+    for how in ("local", "mpiexec"):
+        path, job = write_job(str(tmp_path / how), text, arrays)
+        p = (run_local if how == "local" else run_mpi)(4, "run", path)
+        assert p.returncode == 0, p.stderr + p.stdout
+        seen.append(_exact(job, arrays))
+        v = run_cli("verify", job.output, "--job", path)
+        assert v.returncode == 0, v.stderr + v.stdout
+    assert seen[0] == seen[1]
+
+
+def test_a_failing_rank_stops_the_local_run_with_its_rank_and_reason(tmp_path):
+    arrays = random_streams(np.random.default_rng(4), 3000, key_range=8)
+    path, job = write_job(str(tmp_path), equi_job_text(('"6ms"', "17"), run="batch_size = 50"), arrays)
+    p = run_local(3, "run", path, env={"MPI_JOIN_FAULT": "2:3"})
+    assert p.returncode == 1, p.stderr + p.stdout
+    assert "rank 2 failed" in p.stderr and "injected" in p.stderr.lower(), p.stderr
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
+def test_local_refuses_mpiexec(tmp_path):
+    arrays = random_streams(np.random.default_rng(4), 100)
+    path, _ = write_job(str(tmp_path), equi_job_text(('"6ms"', "17")), arrays)
+    p = run_mpi(2, "run", "--local", path)
+    assert p.returncode != 0
+    assert "--local runs every rank in this one process" in p.stderr
+
+
+def _kill_local_after_checkpoints(path, root, total, n=3, checkpoints=2):
+    """`mpi-join run --local` as its own process, SIGKILLed once `checkpoints` checkpoints are
+    complete (before the input's end), as a crash of the machine or the process would end it."""
+    p = subprocess.Popen(mpi_join_cmd("run", "--local", "-n", str(n), path), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, MPI_JOIN_QUIET="1"))
+    try:
+        deadline, done = time.time() + 90, []
+        while len(done) < checkpoints and time.time() < deadline:
+            assert p.poll() is None, f"the run ended before checkpoint {checkpoints}: {p.communicate()[1][-2000:]}"
+            time.sleep(0.05)
+            done = [m for c, m in ck.list_checkpoints(root) if m] if os.path.isdir(root) else []
+        assert done and done[-1]["input_offset"] < total, "no checkpoint in the middle of the run"
+        p.send_signal(signal.SIGKILL)
+        p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    return p
+
+
+@pytest.mark.parametrize("strategy,pred", [("hash", 'equi = [["R.k", "S.k"]]'),
+                                           ("handshake", 'band = [{left = "R.v", right = "S.w", eps = 0.5}]')])
+def test_checkpoints_of_a_local_run_resume_under_mpiexec_and_back(tmp_path, strategy, pred):
+    """A local run killed after two checkpoints resumes under mpiexec; an mpiexec run whose rank
+    is killed after two checkpoints resumes with --local; both equal the oracle, each result once."""
+    total = 16000
+    path, job, arrays = paced_checkpointed_job(tmp_path / "a", strategy, pred, total=total)
+    p = _kill_local_after_checkpoints(path, job.checkpoint.dir, total)
+    assert p.returncode == -signal.SIGKILL
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    r = run_mpi(3, "run", path, "--resume", job.checkpoint.dir)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "resuming from checkpoint" in r.stderr
+    _exact(job, arrays)
+
+    path, job, arrays = paced_checkpointed_job(tmp_path / "b", strategy, pred, total=total)
+    p = kill_after_checkpoints(path, job.checkpoint.dir, ranks=3, victim=2, checkpoints=2, total=total)
+    assert p.returncode != 0
+    r = run_local(3, "run", path, "--resume", job.checkpoint.dir)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "resuming from checkpoint" in r.stderr
+    _exact(job, arrays)
