@@ -1,7 +1,7 @@
 """`biclique` under real mpiexec: random and ContRand routing with several subgroup settings, one
 and two dispatchers (the order-consistent protocol through the runtime's ordered merge), time,
 count and full-history windows, equi, band and theta; a SIGKILL of a unit then --resume, exactly
-once. (Every predicate x window x rank count of the shared matrix: test_strategies_mpi.py.)"""
+once. (Every predicate x window x rank count of the shared matrix: test_strategies_local.py.)"""
 import json
 import os
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import equi_job_text, random_streams, run_mpi, write_job
-from test_strategies_mpi import PREDICATES
+from test_strategies_local import PREDICATES
 
 
 @pytest.mark.parametrize("pred", ["equi", "equi+theta"])

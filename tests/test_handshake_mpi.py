@@ -1,7 +1,7 @@
 """`handshake` and `llhj` under real mpiexec: chains of 1 to 5 workers, time and count windows, tiny batches
 and a slow worker so that batches cross in flight, and a SIGKILL then --resume (markers and
 acknowledgements flowing with the data along the chain) equal to the oracle. (Every predicate
-and window kind of the shared test: test_strategies_mpi.py.)"""
+and window kind of the shared test: test_strategies_local.py.)"""
 import os
 
 import numpy as np

@@ -1,7 +1,7 @@
 """`psp` under real mpiexec: M = 2, 3 and 4 on rings of 1 to 4 operators, basic PSP and PSP-I,
 equi, band and UDF predicates, a relocation forced mid-run; checkpoints hold each stored tuple on
 exactly one operator, and a SIGKILL then --resume gives exactly the oracle's result. (Every
-window kind and predicate of the binary case: test_strategies_mpi.py.)"""
+window kind and predicate of the binary case: test_strategies_local.py.)"""
 import os
 
 import numpy as np

@@ -2,7 +2,7 @@
 window kinds and every predicate kind, written in strict outer order and checked by
 `mpi-join verify --ordered`; the other punctuation modes; a SIGKILL of a core that merges its
 children's results (results in flight in the merge tree) then --resume, exactly once and still
-in order. (Every predicate x window x rank count of the shared matrix: test_strategies_mpi.py.)"""
+in order. (Every predicate x window x rank count of the shared matrix: test_strategies_local.py.)"""
 import json
 import os
 
