@@ -151,6 +151,10 @@ class Rows:
     state away replaces its join."""
 
     def __init__(self, owner, name="join"):
+        if not hasattr(owner, name) or not hasattr(getattr(owner, name), "snapshot"):
+            raise TypeError(f"Rows(owner, name={name!r}): the owner (the operator, `Rows(self)`) holds its join as "
+                            f"its attribute {name!r}, set before declare(); got {type(owner).__name__}, which "
+                            + ("has no such attribute" if not hasattr(owner, name) else "holds no join there"))
         self.owner, self.name = owner, name
 
     @property
