@@ -323,7 +323,7 @@ def test_equi_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe
     split are older than every probe, which sees those from first[i] on, by position alone;
     `one_word`: equal hashes taken as equal keys, which a one-word key's are; `shuffle`: the
     probes taken in a given order)."""
-    from mpi_join.slaves.local_join import equi_run
+    from mpi_join.join.index_kernels import equi_run
     rng = np.random.default_rng(seed)
     xk = rng.integers(0, domain, n_run).astype(np.int64)
     pk = rng.integers(0, domain, n_probe).astype(np.int64)
@@ -358,7 +358,7 @@ def test_band_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe
     whenever a value goes down): the pairs are those of a brute-force test of both bands (values
     on a small grid, so many sit exactly on a band's edge; `odd`: NaN and infinities too, within
     no band)."""
-    from mpi_join.slaves.local_join import band_run
+    from mpi_join.join.index_kernels import band_run
     rng = np.random.default_rng(seed)
 
     def values(n):

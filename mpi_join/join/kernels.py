@@ -22,7 +22,7 @@ _EMPTY = np.zeros(0, np.int64)
 def collect(kernel, *args, guess=1024):
     """Run a pair-emitting kernel, growing the output until it fits; returns (ia, ib).
 
-    Every pair-emitting kernel here and in slaves/local_join.py records a pair with the same three
+    Every pair-emitting kernel here and in index_kernels.py records a pair with the same three
     lines (store it if it fits, count it), written out in each on purpose: as a helper function,
     even one numba inlines, it made the band probes 3.5 to 24 times slower (band_run, scan_band;
     measured on 2,000 probes against 200,000 window rows). So is band_run's and scan_band's pair

@@ -1,10 +1,90 @@
-"""Turning predicate conditions into arrays the kernels read: key matrices, band columns, UDFs."""
+"""The join predicate: its conditions (Equi, Band, Theta, Interval) and their conjunction
+(Predicate), as config.py reads them from a job file; and turning them into arrays the kernels
+read: key matrices, band columns, UDFs."""
 import functools
 import importlib
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from ..errors import ConfigError
+
+@dataclass(frozen=True)
+class Equi:
+    kind: ClassVar[str] = "equi"
+    left: tuple   # (stream index, column)
+    right: tuple
+
+
+@dataclass(frozen=True)
+class Band:
+    kind: ClassVar[str] = "band"
+    left: tuple
+    right: tuple
+    eps: float
+    closed: bool
+
+
+@dataclass(frozen=True)
+class Theta:
+    kind: ClassVar[str] = "theta"
+    udf: str          # "module:function", numba-compilable, f(rec_a, rec_b) -> bool
+    streams: tuple    # (stream index a, stream index b)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """right.ts - left.ts in [lo, up] (closed, in ts units): the part of a shifted interval
+    (predicate.interval with 0 outside it) that the two windows cannot say. The windows are its
+    hull, so each side is kept exactly as long as the interval needs; this condition removes
+    the pairs inside the hull but outside the interval (`join/range_join.pair_mask`, in int64:
+    event times in ns do not fit a float64)."""
+    kind: ClassVar[str] = "interval"
+    left: tuple       # (stream index, "ts")
+    right: tuple
+    lo: int
+    up: int
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """A conjunction of pairwise conditions (equi, band, theta) between streams, and the
+    residual time condition of a shifted interval (`interval`; not a kind: the windows carry
+    time, and every strategy evaluates it through the shared join modules)."""
+    equi: tuple = ()
+    band: tuple = ()
+    theta: tuple = ()
+    interval: tuple = field(default=(), repr=False)
+    outer: tuple = field(default=(), repr=False)     # streams whose tuples without a partner are results too
+    windows: tuple = field(default=(), repr=False, compare=False)   # each stream's Window: what a join can derive from ts
+
+    @property
+    def kinds(self):
+        return {k for k in ("equi", "band", "theta") if getattr(self, k)}
+
+    def between(self, i, j):
+        """Conditions relating streams i and j, each oriented so that `left` is stream i."""
+        out = []
+        for c in self.equi + self.band + self.interval:
+            if (c.left[0], c.right[0]) == (i, j):
+                out.append(c)
+            elif (c.left[0], c.right[0]) == (j, i):
+                out.append(_flip(c))
+        for t in self.theta:
+            if t.streams in ((i, j), (j, i)):
+                out.append(t)
+        return out
+
+
+def _flip(c):
+    if isinstance(c, Equi):
+        return Equi(c.right, c.left)
+    if isinstance(c, Interval):
+        return Interval(c.right, c.left, -c.up, -c.lo)
+    return Band(c.right, c.left, c.eps, c.closed)
+
+
 
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)

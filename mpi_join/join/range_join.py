@@ -10,7 +10,7 @@ strategy calls it: the oracle probes whole streams, a ring operator its slice.
 import numpy as np
 
 from . import kernels as K
-from ..config import Band, Equi, Interval
+from .predicate import Band, Equi, Interval
 from ..schema import TS
 from .predicate import band_matrix, binary_parts, key_matrix, key_widths, load_udf
 

@@ -48,7 +48,7 @@ import numpy as np
 
 from ..runtime.headers import Header
 from ..runtime.protocol import Control, DataHeader
-from ..config import Theta
+from ..join.predicate import Theta
 from ..join.range_join import extend, pair_mask
 from ..runtime.operator import INT_KEYS, Fields, Operator, Output
 from ..strategies import numbers

@@ -112,7 +112,7 @@ def _local_joins(job):
 
 
 def _show(c, job):
-    from ..config import Band, Equi, Interval
+    from ..join.predicate import Band, Equi, Interval
     col = lambda side: f"{job.streams[side[0]].name}.{side[1]}"  # noqa: E731
     if isinstance(c, Equi):
         return f"{col(c.left)} = {col(c.right)}"
@@ -129,7 +129,7 @@ def time_conditions(job):
     kept for it. With integer event times the semantics' open bounds -W_a < a.ts - b.ts < W_b
     are the closed [a.ts - (W_b - 1), a.ts + (W_a - 1)]; a shifted interval narrows that to its
     own bounds (config.Interval), the windows being its hull."""
-    from ..config import Interval
+    from ..join.predicate import Interval
     from ..storage.input_warnings import duration
     per = ts_unit_ns(job.ts_unit)
 
