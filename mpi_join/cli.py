@@ -312,7 +312,7 @@ def _generate_live(workload, out, rate, window, keys, seed, seconds, disorder, l
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "job.toml")
     with open(path, "w") as f:
-        f.write(job_text(rate, window or "1s", "500ms", keys or 10_000, strategy or "hash"))
+        f.write(job_text(rate, window or "1s", "500ms", keys or 10_000, strategy))
     click.echo(f"wrote the job file {path}; writing {rate:,.0f} tuples/s per stream into {out}/raw/R and "
                f"{out}/raw/S{'' if seconds else ' until Ctrl-C'}; stage them with: mpi-join stage --follow {path}",
                err=True)
@@ -571,7 +571,7 @@ def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys
     from .tools.workloads import make
     from . import strategies
     if strategy is None:
-        strategy = next((n for n in strategies.names() if strategies.get(n).workload == workload), "hash")
+        strategy = strategies.for_workload(workload)
     try:
         path = make(workload, out, tuples=tuples, seed=seed, rate=rate, window=window, skew=skew, keys=keys,
                     domain_bits=domain_bits, streams=streams, pixels=int(pixels), predicate=predicate,
@@ -605,8 +605,9 @@ def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys
 @click.option("--window", default="10s", show_default=True, help="Time window of both streams.")
 @click.option("--limit", default=0, show_default=True, type=click.IntRange(0),
               help="At most this many rows per stream, from the start of each table (0: all).")
-@click.option("--strategy", default="biclique", show_default=True, type=_StrategyChoice(),
-              help="Strategy written into job.toml (biclique also gets the query's aggregate).")
+@click.option("--strategy", default=None, type=_StrategyChoice(),
+              help="Strategy written into job.toml; one that computes aggregates online also gets the query's "
+                   "aggregate. [default: the first such strategy, biclique]")
 def tpch(query, out, tables, sf, rate, window, limit, strategy):
     """Build a TPC-H workload of the join-biclique paper from tpchgen-cli output.
 

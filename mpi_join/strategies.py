@@ -48,6 +48,8 @@ class StrategyInfo:
     suite_budget_s: float = 0  # seconds of the full test suite its tests may take (printed, never enforced)
     testing: bool = False      # registered by the tests to check the runtime (its join is another's)
     outer: bool = False        # runs outer joins (predicate.outer): every partner of a tuple is found on one rank
+    hops: str = ""             # "module:function" (k join cores, params) -> links a tuple crosses until it has
+                               # met its last partner and its result is out: the delay model of bench cores
 
     def load(self, what):
         return _load(getattr(self, what))
@@ -127,13 +129,14 @@ def _roles(module, **classes):
 
 
 def _chain_strategy(name, summary, graph, module, classes, case, params, budget, variants=()):
+    hops = f"{module}:hops"
     """`handshake` and `llhj`: a chain of workers, one class per role (driver, left, middle, right,
     solo) in `module`, their shared checks and parameters, and a `max-rate` bench case."""
     return StrategyInfo(
         name=name, summary=summary,
         graph=graph, roles=_roles(module, **dict(zip(("driver", "left", "middle", "right", "solo"), classes))),
         workload="band", check="mpi_join.ring.handshake:check_job", params={**_CHAIN_PARAMS, **params}, shape="chain",
-        suite_budget_s=budget,
+        suite_budget_s=budget, hops=hops,
         variants=variants,
         cases={"max-rate": (f"mpi_join.ring.bench_chain:{case}",
                             "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
@@ -350,7 +353,7 @@ REGISTRY = {
         summary="SplitJoin: a distribution tree feeds every join core, each stores 1/k and processes all; "
                 "results merge back up in order (relaxed adjustable punctuation)",
         min_ranks=3,
-        graph="mpi_join.splitjoin.graph:build",
+        graph="mpi_join.splitjoin.graph:build", hops="mpi_join.splitjoin.graph:hops",
         roles=_roles("mpi_join.splitjoin.roles", driver="SplitRouter", core="JoinCore",
                      distributor="DistributorCore", combiner="Combiner"),
         workload="band",
@@ -414,6 +417,20 @@ def get(name):
 def names():
     load_plugins()
     return list(REGISTRY)
+
+
+DEFAULT = "hash"        # a generated job's strategy where none suits its workload better
+
+
+def for_workload(workload):
+    """The strategy a generated job of `workload` names: the first registered that suits it best
+    (its `workload`), else DEFAULT. The generators and the CLI ask here instead of naming one."""
+    return next((n for n in names() if get(n).workload == workload), DEFAULT)
+
+
+def with_param(param):
+    """The first registered strategy that takes the parameter `param` (None if none does)."""
+    return next((n for n in names() if param in get(n).params), None)
 
 
 def supporting(kinds):

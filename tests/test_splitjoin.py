@@ -174,7 +174,8 @@ def test_explain_says_which_ranks_distribute_merge_and_store(tmp_path):
 
 
 def test_bench_model_counts_hops_and_fits_delays():
-    from mpi_join.splitjoin.bench_cores import depth, fit_delay, hops, rank_costs
+    from mpi_join.splitjoin.bench_cores import fit_delay, hops, rank_costs
+    from mpi_join.splitjoin.graph import depth
     assert [depth(k, 2) for k in (1, 2, 3, 6, 7, 14)] == [1, 1, 2, 2, 3, 3]
     assert [depth(k, 3) for k in (3, 4, 12, 13)] == [1, 2, 2, 3]
     assert hops("splitjoin", 6, 2) == 4 and hops("handshake", 6) == 6 and hops("llhj", 6) == 1

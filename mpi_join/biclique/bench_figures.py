@@ -16,6 +16,7 @@ import tempfile
 
 import numpy as np
 
+from .. import strategies
 from ..tools.bench import run_verified, oracle_rate, print_table, set_option, set_param
 from ..config import load_job
 from ..errors import JobError
@@ -49,11 +50,13 @@ def fig8(units=4, workdir=None, sf=0.01, queries=("q5", "q7"), tables=None, limi
             path, n = tpch.make(q, d, tables=tables, window="10s", strategy=strategy, raw=False, limit=limit)
             for k, v in params.items():
                 set_param(path, k, v)
-            if strategy == "biclique":
+            if "aggregate" in strategies.get(strategy).params:
                 set_param(path, "aggregate", "")          # throughput of the join alone
             job = load_job(path)
             o_rate, _, expect_n = oracle_rate(job)
-            ranks = units + (2 if strategy == "biclique" else 1)
+            info = strategies.get(strategy)      # the driver, its dispatchers (biclique's), the units
+            ranks = units + 1 + (params.get("dispatchers") or info.params["dispatchers"].default
+                                 if "dispatchers" in info.params else 0)
             print(f"bench: {q}, {label}, {sum(n.values()):,} tuples on {ranks} ranks", flush=True)
             s = run_verified(path, d, job, ranks, None, expect_n)
             base = base or s["tuples_per_s"]

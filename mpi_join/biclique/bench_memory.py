@@ -9,6 +9,7 @@ any one unit."""
 import os
 import tempfile
 
+from .. import strategies
 from ..tools.bench import oracle_rate, run_verified, set_param, print_table
 from ..config import load_job
 from ..tools.workloads import make
@@ -32,7 +33,7 @@ def run(units=4, volumes=VOLUMES, workdir=None, keys=1_000_000):
         for s, n in (("biclique", units + 2), ("matrix", units + 1)):
             d = os.path.join(workdir, f"{s}-{v}")
             jp = make("equi", d, tuples=v, window="unbounded", strategy=s, uniform_keys=keys)
-            if s == "biclique":
+            if "r_units" in strategies.get(s).params:
                 set_param(jp, "r_units", units // 2)
             job = load_job(jp)
             _, _, expect_n = oracle_rate(job)

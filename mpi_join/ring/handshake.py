@@ -304,3 +304,8 @@ def check_job(job, nranks):
     if slow != -1 and slow >= nranks:
         return f"{where}.slow_rank: rank {slow} does not exist (ranks 0..{nranks - 1})"
     return None
+
+
+def hops(k, params):
+    """bench cores' delay model: a tuple crosses the whole chain of k segments, meeting the other stream's on the way."""
+    return k

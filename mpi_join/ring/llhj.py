@@ -237,3 +237,8 @@ class LowLatencyRouter(Operator):
             return
         self.next_id = self.number(header, self.next_id) + 1
         return Output.sending(self.graph.workers, batches, header.bounds, New(self.next_id - 1))
+
+
+def hops(k, params):
+    """bench cores' delay model: every new tuple is fast-forwarded to all segments at once: one hop whatever k."""
+    return 1

@@ -35,6 +35,7 @@ from ..tools.bench import oracle_rate, run_verified, print_table, set_option, se
 from ..config import load_job
 from ..storage.input_stats import comparisons
 from ..storage.staged import read_staged
+from .. import strategies
 from ..tools.workloads import make
 
 STRATEGIES = ("splitjoin", "handshake", "llhj")
@@ -42,24 +43,14 @@ MODEL_CORES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 FLUSH_MS = 5          # the paced runs flush a batch every 5 ms, so batching does not hide what a hop costs
 
 
-def depth(k, b):
-    """Levels of a breadth-first tree of k nodes under a root with fanout b."""
-    d, level, n = 0, 1, 0
-    while n < k:
-        level *= b
-        n += level
-        d += 1
-    return d
-
-
 def hops(strategy, k, fanout=2):
-    if strategy == "splitjoin":
-        return 2 * depth(k, fanout)
-    return k if strategy == "handshake" else 1
+    """The strategy's delay model in hops at k join cores (its registry entry's `hops`)."""
+    return strategies.get(strategy).load("hops")(k, {"fanout": fanout})
 
 
 def ranks_for(strategy, k):
-    return k + 2 if strategy == "splitjoin" else k + 1
+    """Ranks that give the strategy k join cores: its fewest has one."""
+    return k + strategies.get(strategy).min_ranks - 1
 
 
 def rank_costs(summary, compare_s):
@@ -115,7 +106,7 @@ def run(cores=(1, 2, 3, 4), workdir=None, tuples=100000, event_rate=4000.0, wind
             d = os.path.join(workdir, f"{s}-{k}")
             jp = make("band", d, tuples=tuples, rate=event_rate, window=window, strategy=s)
             set_param(jp, "local_join", "scan")
-            if s == "splitjoin":
+            if "fanout" in strategies.get(s).params:
                 set_param(jp, "fanout", fanout)
             j = jobs[s, k] = load_job(jp)
             print(f"bench: {s} on {k} core{'s' if k > 1 else ''} ({ranks_for(s, k)} ranks), as fast as it goes",

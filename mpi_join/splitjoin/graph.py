@@ -21,6 +21,22 @@ def build(size, params):
     return split_tree(size, params["fanout"])
 
 
+def depth(k, b):
+    """Levels of a breadth-first tree of k nodes under a root with fanout b."""
+    d, level, n = 0, 1, 0
+    while n < k:
+        level *= b
+        n += level
+        d += 1
+    return d
+
+
+def hops(k, params):
+    """A tuple goes down the distribution tree to every core and its results up the merge tree:
+    2 d(k) hops at k cores (bench cores' delay model)."""
+    return 2 * depth(k, int(params.get("fanout", 2)))
+
+
 def split_tree(size, fanout=2):
     b, k = max(1, int(fanout)), size - 2
     combiner = size - 1

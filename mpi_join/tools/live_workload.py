@@ -16,9 +16,13 @@ import pyarrow.csv as pcsv
 STREAMS = ("R", "S")
 
 
-def job_text(rate, window="1s", lateness="500ms", keys=10_000, strategy="hash", commit_every="250ms",
+def job_text(rate, window="1s", lateness="500ms", keys=10_000, strategy=None, commit_every="250ms",
              trigger_note=""):
-    """The job file of a live equi join over landing directories raw/R and raw/S."""
+    """The job file of a live equi join over landing directories raw/R and raw/S (`strategy`: by
+    default the registry's for the equi workload)."""
+    if strategy is None:
+        from ..strategies import for_workload
+        strategy = for_workload("equi")
     streams = "".join(
         f'[streams.{n}]\nschema = {{ k = "int32", v = "float64", landed = "int64" }}\nwindow = "{window}"\n'
         f'raw = {{ path = "raw/{n}", format = "csv", time = "t", time_unit = "ms" }}\n' for n in STREAMS)

@@ -125,7 +125,7 @@ def read_side(tables, side, limit=0):
     return cols, t.num_rows
 
 
-def make(query, out, tables=None, sf=0.01, rate=2000.0, window="10s", limit=0, strategy="biclique", raw=True):
+def make(query, out, tables=None, sf=0.01, rate=2000.0, window="10s", limit=0, strategy=None, raw=True):
     """Write OUT/raw/<stream>/ (Parquet with an event_time column, in ms) and OUT/job.toml for
     `query`; returns (the job path, rows per stream). `limit`: at most this many rows per stream
     (0: all). raw=False writes OUT/staged/ directly instead (the benches: no Spark start-up)."""
@@ -148,7 +148,8 @@ def make(query, out, tables=None, sf=0.01, rate=2000.0, window="10s", limit=0, s
                     (f'raw = {{ path = "raw/{s.name}", format = "parquet", time = "event_time", time_unit = "ms" }}\n'
                      if raw else ""))
     how = ": stage it with `mpi-join stage job.toml`" if raw else ""
-    from ..strategies import get
+    from ..strategies import get, with_param
+    strategy = strategy or with_param("aggregate")       # the query's aggregate, computed online
     info = get(strategy)
     agg = f'aggregate = "{q.aggregate}"\n' if info is not None and "aggregate" in info.params else ""
     text = (f'# {q.doc}\n# built from tpchgen-cli output by `mpi-join tpch {query}`{how}\n'

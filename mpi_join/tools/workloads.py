@@ -50,11 +50,15 @@ def bmodel_keys(n, bias, levels, rng):
 
 def make(workload, out, tuples=20000, seed=1, rate=1000.0, window=None, skew=0.7, keys=1,
          domain_bits=14, streams=3, pixels=5000, predicate="similarity", selectivity=0.01,
-         strategy="hash", count_window=None, raw=None, uniform_keys=None):
+         strategy=None, count_window=None, raw=None, uniform_keys=None):
     """Generate a workload under `out` (staged/ and job.toml); returns the job file path.
 
     With raw="csv" | "json" | "parquet", write raw files under out/raw/<stream>/ instead, with
-    an event_time column, and a job file whose streams say how to stage them (mpi-join stage)."""
+    an event_time column, and a job file whose streams say how to stage them (mpi-join stage).
+    `strategy`: by default the registry's for the workload (strategies.for_workload)."""
+    if strategy is None:
+        from ..strategies import for_workload
+        strategy = for_workload(workload)
     rng = np.random.default_rng(seed)
     gen = {"band": _band, "equi": _equi, "images": _images}[workload]
     if uniform_keys:
