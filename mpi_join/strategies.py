@@ -56,10 +56,12 @@ class StrategyInfo:
 
     def role_code(self, role):
         """"module:Class" that a rank of graph role `role` runs: the strategy's entry for the
-        role, else its `driver` or `worker` entry, else its router or join module."""
+        role, else its `driver` or `worker` entry, else its router or join module, else the
+        runtime's own (ROLE_DEFAULTS: rank 0 routes along its edges, a sink writes results)."""
         if role in self.roles:
             return self.roles[role]
-        return self.roles.get("driver", self.router) if role == "driver" else self.roles.get("worker", self.module)
+        code = self.roles.get("driver", self.router) if role == "driver" else self.roles.get("worker", self.module)
+        return code or ROLE_DEFAULTS.get(role, "")
 
     def load_role(self, role):
         return _load(self.role_code(role))
@@ -70,6 +72,11 @@ class StrategyInfo:
         (graph.Graph.check)."""
         return _load(self.graph)(nranks - (sources - 1), params).with_sources(sources).check(
             lambda role: bool(self.role_code(role)), f"strategy {self.name!r}")
+
+
+# the runtime's code for a role a strategy gives none: rank 0 routes by its edges' partitioners;
+# a `sink` writes the result rows its result edges bring
+ROLE_DEFAULTS = {"driver": "mpi_join.runtime.routing:EdgeRouter", "sink": "mpi_join.slaves.sink:ResultSink"}
 
 
 def _load(spec):

@@ -1,24 +1,19 @@
-"""`broadcast-store`, a test strategy of its own shape: every batch goes to every core; core i of k
-stores the tuples whose count is i mod k and joins each new tuple with what it stores; results go
-on a result edge to the sink (the last rank). No graph class, no lifecycle code."""
+"""`broadcast-store`, a test strategy of its own shape: every batch to every core, core i of k
+stores the tuples whose count is i mod k and joins each new tuple with what it stores, results
+to a sink. Rank 0 routes by its edges and the sink is the runtime's: no rank-0 operator."""
 import numpy as np
 
 from mpi_join.runtime.graph import DRIVER, RESULTS, Edge, Graph, vertices
-from mpi_join.storage.results import result_rows
-from mpi_join.slaves.local_join import BinaryJoin
 from mpi_join.runtime.operator import Fields, Operator, Output, Rows
+from mpi_join.slaves.local_join import BinaryJoin
+from mpi_join.storage.results import result_rows
 from mpi_join.strategies import REGISTRY, StrategyInfo, register
 
 
-def build(size, params):
+def build(size, params, partitioner="broadcast"):
     cores, sink = range(1, size - 1), size - 1
-    return Graph("broadcast-store", vertices(size, lambda r: "sink" if r == sink else "core"),
-                 [Edge(DRIVER, c, partitioner="broadcast") for c in cores] + [Edge(c, sink, RESULTS) for c in cores])
-
-
-class Broadcast(Operator):
-    def on_data(self, src, header, batches):
-        return Output.sending(self.graph.entries(), batches, header.bounds)
+    return Graph("store", vertices(size, lambda r: "sink" if r == sink else "core"),
+                 [Edge(DRIVER, c, partitioner=partitioner) for c in cores] + [Edge(c, sink, RESULTS) for c in cores])
 
 
 class Core(Operator):
@@ -29,12 +24,14 @@ class Core(Operator):
         self.join, self.seen = BinaryJoin(job.predicate, dtypes), [0, 0]
         self.declare(join=Rows(self), counts=Fields(self, "seen"))     # checkpointed and restored
 
+    def mine(self, b, s):
+        return b[(self.seen[s] + np.arange(len(b))) % self.k == self.i]
+
     def on_data(self, src, header, batches):
-        for s, b in enumerate(batches):
-            mine = b[(self.seen[s] + np.arange(len(b))) % self.k == self.i]
-            self.join.append(self.join.derive(mine, s), s)
-            self.seen[s] += len(b)
         out = Output()
+        for s, b in enumerate(batches):
+            self.join.append(self.join.derive(self.mine(b, s), s), s)
+            self.seen[s] += len(b)
         for s, b in enumerate(batches):
             a, c, tin = self.join.probe_newer(b, s)
             out.send_results(self.sink, result_rows(self.job.stream_names, (a, c), tin))
@@ -43,8 +40,34 @@ class Core(Operator):
 
 
 if "broadcast-store" not in REGISTRY:
-    register(StrategyInfo(
-        name="broadcast-store", summary="test: broadcast to every core, each stores 1/k, results to a sink",
-        predicates=frozenset({"equi", "band", "theta"}), streams=(2, 2), min_ranks=3, params={}, testing=True,
-        graph="broadcast_strategy:build", roles={"driver": "broadcast_strategy:Broadcast", "core": "broadcast_strategy:Core",
-                                                  "sink": "mpi_join.slaves.sink:ResultSink"}))
+    register(StrategyInfo(name="broadcast-store", summary="test: broadcast to every core, each stores 1/k, results "
+                          "to a sink", min_ranks=3, testing=True, graph="broadcast_strategy:build",
+                          roles={"core": "broadcast_strategy:Core"}))
+
+
+# The other partitioners of rank 0's edges (runtime/routing.py), on the same shape: each core gets
+# a share of the rows by key and stores all it gets.
+class Keyed(Core):
+    def mine(self, b, s):
+        return b
+
+
+def by_key_mod(batch, stream, n):
+    """A strategy's own partitioner: equi key k modulo the edges."""
+    return batch["k"].astype("int64") % n
+
+
+for _name, _part in (("hash-store", "hash"), ("mod-store", "broadcast_strategy:by_key_mod")):
+    if _name not in REGISTRY:
+        register(StrategyInfo(name=_name, summary=f"test: rank 0's edges route by {_part}, each core stores what it "
+                              "gets", predicates=frozenset({"equi"}), requires=frozenset({"equi"}), min_ranks=3,
+                              testing=True, graph=f"broadcast_strategy:build_{_name.split('-')[0]}",
+                              roles={"core": "broadcast_strategy:Keyed"}))
+
+
+def build_hash(size, params):
+    return build(size, params, "hash")
+
+
+def build_mod(size, params):
+    return build(size, params, "broadcast_strategy:by_key_mod")

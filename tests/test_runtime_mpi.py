@@ -127,7 +127,7 @@ def test_graph_sigkill_then_resume_is_exactly_once(tmp_path, strategy, victim):
     fan-tree: an inner node of the distribution tree (fanout 2: 1 -> 3, 4; 2 -> 5) killed.
     dispatch: a unit (4), fed by both dispatchers through the ordered merge.
     grow: worker 2, which held nothing until units moved to it mid-run.
-    broadcast-store (broadcast_strategy.py, a shape of its own in 60 lines): core 3 of 4."""
+    broadcast-store (broadcast_strategy.py, a shape of its own, rank 0 routing by its edges): core 3 of 4."""
     extra = {"merge-tree": "merge_delay = 0.002", "fan-tree": "join_delay = 0.001",
              "grow": "partitions = 12\ngrow_at = 4"}.get(strategy, "")
     path, job, arrays = _job(tmp_path, strategy, n=16000, every=1500, rate=2500, batch=100, extra=extra)

@@ -11,7 +11,8 @@ before it joins, where state may move (its group), and what `mpi-join explain` p
   operator learns its place from the graph, not from a numbering scheme of its own.
 - An `Edge` is a DATA link `src -> dst`: what it carries (INPUT rows, RESULTS rows, or the name of
   a kind of rows the strategy declares, Operator.link_dtypes); its partitioner (how the sender
-  chooses the rows it gets: documentation for `explain`, the sender's code applies it); `feeds`,
+  chooses the rows it gets: on rank 0's edges, for a strategy with no rank-0 operator of its
+  own, it is what routes (runtime/routing.py); elsewhere the sender's code applies it); `feeds`,
   the upstream links of `src` whose input goes on along it (end-of-stream follows them; None:
   all); `merge`, whether `dst` takes it in order with its other merged edges (DataHeader.order);
   `first`, whether `src` passes each batch from `feeds` on along it before joining it.
@@ -118,6 +119,10 @@ class Graph:
     def edge(self, src, dst):
         return self._edge[(src, dst)]
 
+    def out_edges(self, rank):
+        """The edges leaving `rank`, in the order the builder gave them."""
+        return list(self._out.get(rank, ()))
+
     def upstream(self, rank, carries=None):
         return [e.src for e in self._in.get(rank, ()) if carries is None or e.carries == carries]
 
@@ -206,9 +211,10 @@ class Graph:
         for e in self.edges:
             if not (0 <= e.src < self.size and 0 <= e.dst < self.size) or e.src == e.dst:
                 raise ConfigError(f"{where}: graph {self.name!r}: edge {e.src} -> {e.dst} leads to no other vertex")
-            if e.partitioner not in PARTITIONERS:
+            if e.partitioner not in PARTITIONERS and ":" not in e.partitioner:
                 raise ConfigError(f"{where}: graph {self.name!r}: edge {e.src} -> {e.dst}: unknown partitioner "
-                                  f"{e.partitioner!r} (one of {', '.join(PARTITIONERS)})")
+                                  f"{e.partitioner!r} (one of {', '.join(PARTITIONERS)}, or a strategy's own "
+                                  f"\"module:function\")")
         for r in self.workers:
             if not self.upstream(r):
                 raise ConfigError(f"{where}: graph {self.name!r}: nothing feeds rank {r} ({self.role(r)})")

@@ -1,0 +1,71 @@
+"""Edges that route: rank 0's operator for a strategy that names none of its own (its rank 0 only
+routes). Each batch the source releases goes out along rank 0's edges (graph.Edge), as each
+edge's partitioner says:
+
+- `forward` and `broadcast`: the whole batch, to every such edge (packed once);
+- `round-robin`: the whole batch to one such edge, the next one each batch;
+- `hash`: each row to one such edge by the hash of its equi key (the job's equi columns, as
+  hash's partitioning reads them), so equal keys meet on one rank; every such edge gets a
+  message each batch, empty or not, so that its expiry bounds move on;
+- `"module:function"`, a strategy's own: `function(batch, stream, n)` -> each row's edge, 0..n-1,
+  among the edges with that partitioner (rank order); every such edge gets a message each batch.
+An `own` edge is routed by the strategy's own rank-0 operator: this one refuses it at load.
+"""
+import numpy as np
+
+from ..errors import ConfigError
+from .graph import DRIVER
+from .operator import Fields, Operator, Output
+
+
+class EdgeRouter(Operator):
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        self.whole, self.turns, self.split = [], [], {}        # split: partitioner -> [dst]
+        for e in graph.out_edges(DRIVER):
+            if e.partitioner in ("forward", "broadcast"):
+                self.whole.append(e.dst)
+            elif e.partitioner == "round-robin":
+                self.turns.append(e.dst)
+            elif e.partitioner == "own":
+                raise ConfigError(f"strategy {job.strategy.name!r}: edge 0 -> {e.dst} is routed by the strategy's own "
+                                  f"rank-0 operator (partitioner 'own'), and it names none (its 'driver' role)")
+            else:
+                self.split.setdefault(e.partitioner, []).append(e.dst)
+        self.label = {p: self._labeller(p) for p in self.split}
+        self.turn = 0
+        self.declare(turns=Fields(self, "turn"))
+
+    def _labeller(self, partitioner):
+        if partitioner == "hash":
+            from ..partitioning.hashing import Partitioner
+            if not self.job.predicate.equi:
+                raise ConfigError(f"strategy {self.job.strategy.name!r}: its edges from rank 0 route by the hash of "
+                                  f"the equi key, and the job's predicate has no equi condition")
+            part = Partitioner(self.job, len(self.split[partitioner]))
+            return lambda batch, s, n: part.partitions(part.hashes(part.keys(batch, s)))
+        from ..strategies import _load
+        return _load(partitioner)
+
+    def on_data(self, src, header, batches):
+        out = Output()
+        if self.whole:
+            out.send_many(self.whole, batches, header.bounds)
+        if self.turns:
+            out.send(self.turns[self.turn % len(self.turns)], batches, header.bounds)
+            self.turn += 1
+        for p, dsts in self.split.items():
+            n = len(dsts)
+            parts = [[] for _ in dsts]
+            for s, b in enumerate(batches):
+                labels = np.asarray(self.label[p](b, s, n), np.int64)
+                if len(labels) != len(b) or (len(b) and not (0 <= labels.min() and labels.max() < n)):
+                    raise ValueError(f"partitioner {p!r} gave {len(labels)} labels for {len(b)} rows, or one "
+                                     f"outside 0..{n - 1}")
+                order = np.argsort(labels, kind="stable")       # rows of one edge stay in seq order
+                cuts = np.searchsorted(labels[order], np.arange(n + 1))
+                for i in range(n):
+                    parts[i].append(b[order[cuts[i]:cuts[i + 1]]])
+            for dst, arrays in zip(dsts, parts):
+                out.send(dst, arrays, header.bounds)
+        return out
