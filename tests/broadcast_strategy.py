@@ -22,7 +22,7 @@ class Core(Operator):
         v = graph.vertex(rank)
         self.i, self.k, (self.sink,) = v.index, v.count, graph.downstream(rank)
         self.join, self.seen = BinaryJoin(job.predicate, dtypes), [0, 0]
-        self.declare(join=Rows(self), counts=Fields(self, "seen"))     # checkpointed and restored
+        self.declare(join=Rows(self, expire=True), counts=Fields(self, "seen"))    # checkpointed, warmed up, expired
 
     def mine(self, b, s):
         return b[(self.seen[s] + np.arange(len(b))) % self.k == self.i]
@@ -35,7 +35,6 @@ class Core(Operator):
         for s, b in enumerate(batches):
             a, c, tin = self.join.probe_newer(b, s)
             out.send_results(self.sink, result_rows(self.job.stream_names, (a, c), tin))
-        self.join.expire(header.bounds)         # what no tuple still to come can see (DataHeader)
         return out
 
 

@@ -85,7 +85,14 @@ def _norm(out):
 
 
 def _feed(module, calls):
-    return [_norm(module.on_data(c[2], c[3], c[4]) if c[1] == "data" else module.on_eos(c[2])) for c in calls]
+    """The calls handed to `module`, as the worker makes them (after_data follows each on_data)."""
+    def one(c):
+        if c[1] != "data":
+            return module.on_eos(c[2])
+        out = module.on_data(c[2], c[3], c[4])
+        module.after_data(c[3])
+        return out
+    return [_norm(one(c)) for c in calls]
 
 
 class _Runtime:

@@ -18,6 +18,8 @@ Every vertex:
   link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
   before a queued checkpoint marker).
 - `on_eos(src)` when the end of the input has passed link `src`.
+- `after_data(header)` after each `on_data`: by default expires the joins declared with
+  `Rows(..., expire=True)` by the batch's bounds.
 - its state, declared (`declare(name=part, ...)`): the runtime derives `snapshot()`,
   `restore()` and `state_dtype()` (each part's arrays under "<name>/" in the HDF5 rank file,
   each checked against its dtype and checksum on restore) and the footprint. A part is a
@@ -148,14 +150,27 @@ class Rows:
     """A local join's windows as state (slaves/local_join.BinaryJoin, or a chained index): each
     stream's rows, and the windows' base numbers (stored rows keep their numbers); indexes are
     rebuilt on restore. Read from the owner's attribute `name` each time: a unit that hands its
-    state away replaces its join."""
+    state away replaces its join. The operator's defaults warm the join up before READY and
+    count its rows in `stats()`; with `expire=True` the worker also expires it by each batch's
+    bounds after `on_data` (DataHeader.bounds: what no tuple still to come can see)."""
 
-    def __init__(self, owner, name="join"):
+    def __init__(self, owner, name="join", expire=False):
         if not hasattr(owner, name) or not hasattr(getattr(owner, name), "snapshot"):
             raise TypeError(f"Rows(owner, name={name!r}): the owner (the operator, `Rows(self)`) holds its join as "
                             f"its attribute {name!r}, set before declare(); got {type(owner).__name__}, which "
                             + ("has no such attribute" if not hasattr(owner, name) else "holds no join there"))
-        self.owner, self.name = owner, name
+        self.owner, self.name, self.expires = owner, name, bool(expire)
+
+    def warm_up(self):
+        if hasattr(self.join, "warm_up"):
+            self.join.warm_up()
+
+    def rows(self):
+        return len(self.join)
+
+    def expire(self, bounds):
+        if self.expires:
+            self.join.expire(bounds)
 
     @property
     def join(self):
@@ -224,10 +239,21 @@ class Operator(Checkpointed):
         self.job, self.rank, self.graph, self.dtypes = job, rank, graph, dtypes
 
     def warm_up(self):
-        pass
+        """Compile every kernel the run will use, before READY: by default the declared joins'
+        (Rows parts); an operator with kernels of its own overrides it."""
+        for part in self.__dict__.get("_parts", {}).values():
+            if isinstance(part, Rows):
+                part.warm_up()
 
     def on_data(self, src, header, batches):
         raise NotImplementedError
+
+    def after_data(self, header):
+        """After each `on_data`: expire the Rows declared with expire=True by the batch's bounds
+        (the worker calls it; an operator that expires by hand declares none so)."""
+        for part in self.__dict__.get("_parts", {}).values():
+            if isinstance(part, Rows):
+                part.expire(header.bounds)
 
     def on_control(self, src, msg, ctx=None):
         raise RuntimeError(f"rank {self.rank}: unexpected control record {msg.op!r} from rank {src}")
@@ -261,7 +287,8 @@ class Operator(Checkpointed):
         raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
 
     def stats(self):
-        return {"window_tuples": 0}
+        """Metrics: by default the rows its declared joins hold (Rows parts)."""
+        return {"window_tuples": sum(p.rows() for p in self.__dict__.get("_parts", {}).values() if isinstance(p, Rows))}
 
     # -- state ---------------------------------------------------------------------------------
     def declare(self, **parts):

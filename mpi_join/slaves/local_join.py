@@ -378,6 +378,10 @@ class BinaryJoin:
         if key is not None:
             self.runs[s].add(key, first, w.base)
 
+    def warm_up(self):
+        """Compile this join's kernels before data arrives (warm_up, below)."""
+        warm_up(self.pred, self.runtime_dtypes, self.method)
+
     def expire(self, bounds):
         for s in (0, 1):
             self.expire_stream(s, bounds[(self.i, self.j)[s]] if len(bounds) > 2 else bounds[s])

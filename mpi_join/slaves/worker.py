@@ -196,6 +196,7 @@ class Worker:
             queued, header = self.mover.install(msg)
             self.metrics.tuples_in += sum(len(b) for b in queued)
             self._apply(self.module.on_data(DRIVER, header, queued))
+            self.module.after_data(header)
             self.mover.installed(msg)
         elif isinstance(msg, Fin):
             self.fin = True
@@ -222,6 +223,7 @@ class Worker:
             self.outbox.data(first, header.bounds, header.body, header.order, batches)
             self.outbox.pump()
         nres, delay = self._apply(self.module.on_data(src, header, batches))
+        self.module.after_data(header)
         self.inbox.handled(sender, n)
         if src == DRIVER:
             self._pump()                         # occupancy at the end of the batch: what still waits
