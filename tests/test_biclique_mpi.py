@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import cli, equi_job_text, random_streams, run_mpi, write_job
+from conftest import cli, equi_job_text, random_streams, run_mpi, run_local, write_job
 from reference import assert_equals_oracle
 from test_checkpoint import kill_then_resume, paced_checkpointed_job
 
@@ -40,7 +40,7 @@ def test_routings_dispatchers_and_windows_equal_oracle(tmp_path, ranks, kind, pr
                          run="batch_size = 7\nmax_inflight = 2")
     arrays = random_streams(np.random.default_rng(ranks), n, key_range=8, ts_step=1)
     path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(ranks, "run", path)
+    p = run_local(ranks, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
     ranks_ = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
@@ -52,7 +52,7 @@ def _run_checked(tmp_path, ranks, text, arrays):
     """Write the job and its input, run it on `ranks` ranks, check the results equal the oracle;
     returns (job path, job, the summary's rank records)."""
     path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(ranks, "run", path)
+    p = run_local(ranks, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
     return path, job, json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import equi_job_text, random_streams, run_mpi, write_job
+from conftest import equi_job_text, random_streams, run_mpi, run_local, write_job
 from reference import assert_equals_oracle
 from test_checkpoint import kill_then_resume, paced_checkpointed_job
 
@@ -32,7 +32,7 @@ def test_chain_lengths_equal_oracle(tmp_path, strategy, workers, kind, extra):
                          run="batch_size = 3\nmax_inflight = 2")
     arrays = random_streams(np.random.default_rng(workers), 3000, key_range=8, ts_step=1)
     path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(workers + 1, "run", path)
+    p = run_local(workers + 1, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
 

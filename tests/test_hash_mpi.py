@@ -1,4 +1,5 @@
-"""`hash` under real mpiexec equals the oracle: P = 2, 3, 5; time and count windows; 1 and 2 keys."""
+"""`hash` equals the oracle: P = 2, 3, 5; time and count windows; 1 and 2 keys, on the in-process
+runtime (`run --local`; hash under mpiexec: test_strategies_mpi.py and the runs below)."""
 import os
 
 import numpy as np
@@ -11,7 +12,7 @@ from mpi_join.storage.results import read_results
 SLOW = True
 STRATEGY = "hash"   # whose time budget this file's tests count against (conftest.py)
 
-from conftest import equi_job_text, random_streams, run_mpi, write_job
+from conftest import equi_job_text, random_streams, run_mpi, run_local, write_job
 from reference import as_set
 
 WINDOWS = {"time": ['"6ms"', '"2ms"', '"20ms"'], "count": ["5", "1", "17"]}
@@ -20,19 +21,18 @@ WINDOWS = {"time": ['"6ms"', '"2ms"', '"20ms"'], "count": ["5", "1", "17"]}
 @pytest.mark.parametrize("ranks", [2, 3, 5])
 @pytest.mark.parametrize("kind", ["time", "count"])
 @pytest.mark.parametrize("keys", [1, 2])
-@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10**6), n=st.integers(50, 3000), wi=st.integers(0, 2), wj=st.integers(0, 2),
        batch=st.sampled_from([1, 16, 256, 8192]), local_join=st.sampled_from(["index", "bnl"]),
        partitions=st.sampled_from([1, 7, 60]))
-def test_hash_equals_oracle_under_mpiexec(tmp_path_factory, ranks, kind, keys, seed, n, wi, wj, batch,
-                                          local_join, partitions):
+def test_hash_equals_oracle(tmp_path_factory, ranks, kind, keys, seed, n, wi, wj, batch, local_join, partitions):
     tmp = str(tmp_path_factory.mktemp("hash"))
     text = equi_job_text((WINDOWS[kind][wi], WINDOWS[kind][wj]), keys=keys,
                          extra_strategy=f'partitions = {partitions}\nlocal_join = "{local_join}"',
                          run=f"batch_size = {batch}\nmax_inflight = 2")
     arrays = random_streams(np.random.default_rng(seed), n, key_range=12)
     path, job = write_job(tmp, text, arrays)
-    p = run_mpi(ranks, "run", path)
+    p = run_local(ranks, "run", path)
     assert p.returncode == 0, p.stderr
     got = read_results(job.output, job.stream_names)
     expect = run_oracle(job, arrays)

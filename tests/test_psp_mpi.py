@@ -9,7 +9,7 @@ import pytest
 
 from mpi_join.storage import checkpoint as ck
 from mpi_join.storage.staged import write_staged
-from conftest import run_mpi, text_columns, write_job
+from conftest import run_mpi, run_local, text_columns, write_job
 from reference import assert_equals_oracle
 from test_checkpoint import kill_after_checkpoints
 from test_psp_ring import MULTI, multiway_streams
@@ -46,7 +46,7 @@ def _check(job, arrays):
 @pytest.mark.parametrize("m,ops,interleave", [(2, 3, 1), (3, 1, 1), (3, 2, 4), (3, 4, 1), (4, 3, 4), (4, 4, 1)])
 def test_multiway_ring_equals_oracle(tmp_path, m, ops, interleave):
     path, job, arrays = _job(tmp_path, m, strategy=f"interleave = {interleave}")
-    p = run_mpi(ops + 1, "run", path)
+    p = run_local(ops + 1, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
 
@@ -56,7 +56,7 @@ def test_relocation_forced_mid_run_equals_oracle(tmp_path, mode):
     """At epoch 20 the head's slice goes to 0 and the tail's grows (an operator leaves the
     ring's state; the other way round it would join it)."""
     path, job, arrays = _job(tmp_path, 3, strategy=f'interleave = 2\nforce_relocate = "20:0,1,3:{mode}"')
-    p = run_mpi(4, "run", path)
+    p = run_local(4, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
     import json

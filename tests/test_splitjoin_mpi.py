@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mpi_join.storage.verify import order_violations, writers
-from conftest import cli, equi_job_text, random_streams, run_mpi, write_job
+from conftest import cli, equi_job_text, random_streams, run_mpi, run_local, write_job
 from reference import assert_equals_oracle
 from test_checkpoint import kill_then_resume, paced_checkpointed_job
 
@@ -47,7 +47,7 @@ def test_cores_and_fanouts_equal_oracle_in_strict_outer_order(tmp_path, cores, f
                          extra_strategy=f"fanout = {fanout}\n{extra}", run="batch_size = 7\nmax_inflight = 2")
     arrays = random_streams(np.random.default_rng(cores), 2500, key_range=8, ts_step=1)
     path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(cores + 2, "run", path)
+    p = run_local(cores + 2, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
     v = cli("verify", job.output, "--job", path, "--ordered", "outer")
@@ -62,7 +62,7 @@ def test_relaxed_and_disabled_punctuation_give_the_full_result(tmp_path, mode, i
                          run="batch_size = 5\nmax_inflight = 2")
     arrays = random_streams(np.random.default_rng(9), 2000, key_range=8, ts_step=1)
     path, job = write_job(str(tmp_path), text, arrays)
-    p = run_mpi(6, "run", path)
+    p = run_local(6, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays, level)
     s = json.load(open(os.path.join(job.output, "metrics", "summary.json")))
