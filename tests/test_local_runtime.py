@@ -9,20 +9,14 @@ import time
 import numpy as np
 import pytest
 
-from mpi_join.join.oracle import run_oracle
 from mpi_join.storage import checkpoint as ck
-from mpi_join.storage.results import read_results
 from conftest import (MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, run_cli, run_local, run_mpi, write_job)
-from reference import as_set
+from reference import as_set, assert_equals_oracle
 from test_checkpoint import kill_after_checkpoints, paced_checkpointed_job
 
 
 def _exact(job, arrays):
-    got = read_results(job.output, job.stream_names)
-    expect = run_oracle(job, arrays)
-    assert len(expect) > 0
-    assert len(got) == len(as_set(got)), "duplicated results"
-    assert as_set(got) == as_set(expect)
+    got = assert_equals_oracle(job, arrays)
     assert os.path.exists(os.path.join(job.output, "_SUCCESS"))
     return as_set(got)
 

@@ -14,7 +14,7 @@ from mpi_join import strategies
 from mpi_join.join.oracle import run_oracle
 from mpi_join.storage.results import read_results
 from conftest import equi_job_text, random_streams, run_local, write_job
-from reference import as_set
+from reference import as_set, assert_equals_oracle
 
 WINDOWS = {"time": ('"6ms"', '"2ms"'), "count": ("5", "17")}
 PREDICATES = {
@@ -69,11 +69,7 @@ def _equals_oracle(tmp_path, ranks, text, arrays):
     path, job = write_job(str(tmp_path), text, arrays)
     p = run_local(ranks, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
-    got = read_results(job.output, job.stream_names)
-    expect = run_oracle(job, arrays)
-    assert len(expect) > 0
-    assert len(got) == len(as_set(got)), "duplicated results"
-    assert as_set(got) == as_set(expect)
+    assert_equals_oracle(job, arrays)
     assert os.path.exists(os.path.join(job.output, "_SUCCESS"))
     return p, job
 

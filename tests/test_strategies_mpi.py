@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 
 from mpi_join import strategies
-from mpi_join.join.oracle import run_oracle
-from mpi_join.storage.results import read_results
 from conftest import equi_job_text, random_streams, run_mpi, write_job
-from reference import as_set
+from reference import assert_equals_oracle
 from test_strategies_local import PREDICATES, WINDOWS
 
 SLOW = True
@@ -42,8 +40,4 @@ def test_strategy_equals_oracle_under_mpiexec(tmp_path, strategy, kind, ranks, p
     path, job = write_job(str(tmp_path), text, arrays)
     p = run_mpi(ranks + k - 1, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
-    got = read_results(job.output, job.stream_names)
-    expect = run_oracle(job, arrays)
-    assert len(expect) > 0
-    assert len(got) == len(as_set(got)), "duplicated results"
-    assert as_set(got) == as_set(expect)
+    assert_equals_oracle(job, arrays)
