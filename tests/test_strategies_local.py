@@ -44,12 +44,14 @@ def rank_counts(info):
     return list(range(info.min_ranks, max(info.min_ranks + 2, 6) + 1))
 
 
+def two_stream_strategies():
+    """(name, info) of every registered strategy that joins two streams (the matrices' rows)."""
+    return [(n, strategies.get(n)) for n in strategies.names() if strategies.get(n).streams[0] <= 2]
+
+
 def _cases():
     out = []
-    for name in strategies.names():
-        info = strategies.get(name)
-        if info.streams[0] > 2:
-            continue
+    for name, info in two_stream_strategies():
         counts, i = rank_counts(info), 0
         for pred, text in PREDICATES.items():
             if _runtime_only(name) and pred != "equi":

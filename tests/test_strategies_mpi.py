@@ -8,20 +8,16 @@ import zlib
 import numpy as np
 import pytest
 
-from mpi_join import strategies
 from conftest import equi_job_text, random_streams, run_mpi, write_job
 from reference import assert_equals_oracle
-from test_strategies_local import PREDICATES, WINDOWS
+from test_strategies_local import PREDICATES, WINDOWS, two_stream_strategies
 
 SLOW = True
 
 
 def _cases():
     out = []
-    for name in strategies.names():
-        info = strategies.get(name)
-        if info.streams[0] > 2:
-            continue
+    for name, info in two_stream_strategies():
         pred = "equi" if "equi" in info.predicates else "band"
         ranks = sorted({info.min_ranks, info.min_ranks + 2})
         for kind, n in zip(("count", "time"), ranks):
