@@ -49,10 +49,11 @@ def test_routings_dispatchers_and_windows_equal_oracle(tmp_path, ranks, kind, pr
 
 
 def _run_checked(tmp_path, ranks, text, arrays):
-    """Write the job and its input, run it on `ranks` ranks, check the results equal the oracle;
+    """Write the job and its input, run it on `ranks` ranks under mpiexec (2PS scaling decides by
+    wall-clock load: one process per rank, as in production), check the results equal the oracle;
     returns (job path, job, the summary's rank records)."""
     path, job = write_job(str(tmp_path), text, arrays)
-    p = run_local(ranks, "run", path)
+    p = run_mpi(ranks, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
     _check(job, arrays)
     return path, job, json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]

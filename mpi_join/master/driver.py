@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime.headers import Ack, Ready
-from ..runtime.protocol import (CutSent, DataHeader, Eos, Go, Lease, LoadReport, LoadRequest, Marker, MarkerDone, Moved,
-                                PartEnd, ProbeReply, Tag, decode_control)
+from ..runtime.protocol import (CutSent, DataHeader, Eos, Go, LoadReport, LoadRequest, MarkerDone, Moved, PartEnd,
+                                ProbeReply, Tag, decode_control)
 from ..join.jit import Compiles, GcPauses, freeze_heap
 from ..runtime.operator import SOURCE
 from ..storage.staged import staged_manifest
@@ -26,6 +26,7 @@ from ..runtime.wire import Credits, pack, unpack_obj
 from .checkpointer import Checkpointer, restore_driver
 from .moves import Moves
 from .pace import Pace
+from .parts import Parts
 from .source import Source
 from .termination import end_run, recv_or_stall
 from ..join.window import runtime_dtype
@@ -87,12 +88,7 @@ class Driver:
         self.probes = {}
         self.ckpt = Checkpointer(job, tx, self.entries, graph.workers, tx.size, sources=self.sources,
                                  part_rows=self.source.part_rows)
-        self.placed = []                   # several sources: (part, "marker" | "moves" | "changes", what)
-        self.changes = []                  # several sources: the router's changes to lease out (change)
-        self.barrier = False               # several sources: one of them needs a barrier (change)
-        self.hold = None                   # rank 0: the lease stops at this part until its barrier change
-        self.at_barrier = None             # rank 0, applying a barrier change: the part it is placed at
-        self.lease = 2 * len(self.sources)  # rank 0: parts below this may start on every source
+        self.parts = Parts(self)           # several sources: leases, and what is placed at a part (parts.py)
         self.sources_sent = {}             # a resumed run: each extra source's DATA count at the cut
         self.resumed_from = None
         if resume:
@@ -127,35 +123,19 @@ class Driver:
 
     def change(self, what, barrier=False):
         """A change of its routing that rank 0's router decided (`what`: JSON values): applied
-        now with one source. With several, every source applies it (router.apply_change) before
-        its first part at or past the lease, so all route alike from the same place of the input.
-
-        `barrier`: rank 0's router moves state between workers that are not entries when it
-        applies the change, which needs every worker to have processed the input before it (as
-        with one source, where rank 0 routes nothing meanwhile). With several sources the lease
-        then stops at the change's part until rank 0 has applied it there: every source has
-        routed what comes before, and none goes past; `barrier_batches` says how many batches
-        that is, and moves begun meanwhile start at once (moves.py)."""
+        now with one source, placed in the input with several (Parts.change)."""
         if len(self.sources) == 1:
             self.router.apply_change(what)
         else:
-            self.changes.append(what)
-            self.barrier = self.barrier or barrier
+            self.parts.change(what, barrier)
 
     @property
     def barrier_batches(self):
-        """While rank 0 applies a barrier change: the input's batches before its part (batch b
-        holds seq [b B, (b + 1) B) at every source: source.py); None otherwise."""
-        if self.at_barrier is None:
-            return None
-        s = self.source
-        return -(-min(self.at_barrier * s.part_rows, s.total) // s.batch_size)
+        return self.parts.barrier_batches
 
     @property
     def changing(self):
-        """Has rank 0's router a change placed that it has not applied yet? (It decides on the
-        routing it applies: the next decision waits.)"""
-        return bool(self.changes) or any(kind == "changes" for _, kind, _ in self.placed)
+        return self.parts.changing
 
     def control(self, dest, msg):
         self.tx.send(dest, Tag.CTRL, msg.encode())
@@ -216,7 +196,7 @@ class Driver:
         self.warm_up()
         await_ready(self.tx, self.workers)
         for r in self.sources[1:]:
-            self.control(r, Go(self.source.origin, self.sources_sent.get(str(r), 0), self.lease))
+            self.control(r, Go(self.source.origin, self.sources_sent.get(str(r), 0), self.parts.lease))
         self.compiled_at_start = Compiles.count
         if freeze:                        # not in a process that runs many ranks (the simulation)
             freeze_heap()
@@ -250,7 +230,7 @@ class Driver:
             if not self.source.wait_for_input(self._idle):
                 continue
             if self.source.at_part_start:
-                self._start_part(self.source.part)
+                self.parts.start(self.source.part)
                 if self.source.done:
                     break
             self.progress.total = self.source.total
@@ -268,70 +248,13 @@ class Driver:
                     self._cut()
                 if self.adapts:
                     self.router.end_of_epoch(self.epoch)
-                    self._place()
+                    self.parts.place()
             if self.source.part_done():
                 self._end_part()
             self.drain()
             self.moves.finish()
             self.progress.update(self.source.released, sum(self.results.values()))
         return released_at
-
-    # -- several sources: leases, and checkpoint markers and moves at part boundaries -------
-    def _start_part(self, part):
-        """Before this source's first batch of `part`: rank 0 lets the other sources go up to two
-        rounds of parts ahead (Lease; a checkpoint or a move is placed where none has started
-        yet), an extra source waits for that lease; then what is placed at or before `part`
-        happens (_at)."""
-        k = len(self.sources)
-        if self.tx.rank == self.sources[0]:
-            self._at(part)
-            self._grant(part + 2 * k)
-        else:      # what is placed at or before `part` can go out before its lease (a marker rank 0
-            self.wait(lambda: self._at(part) or part < self.lease)     # waits on at a barrier)
-            self._at(part)
-
-    def _grant(self, upto, marker=None, at=0, moves=(), changes=()):
-        """Rank 0: raise the lease to `upto`, with a checkpoint's marker, or moves and the
-        router's changes, placed at `at`."""
-        if self.hold is not None:
-            upto = min(upto, self.hold)       # a barrier change is placed there (change)
-        if upto > self.lease or marker is not None or moves or changes:
-            self.lease = max(self.lease, upto)
-            lease = (Lease(self.lease, marker.id, at, marker.epoch, marker.cut) if marker is not None
-                     else Lease(self.lease, part=at, moves=tuple(tuple(m) for m in moves), changes=tuple(changes)))
-            for r in self.sources[1:]:
-                self.control(r, lease)
-
-    def _place(self):
-        """Rank 0, after its router's epoch end: the moves it began and the changes it decided
-        take effect at the lease (moves first)."""
-        moves, changes = self.moves.planned, self.changes
-        if moves or changes:
-            at, self.moves.planned, self.changes = self.lease, [], []
-            self.placed += [x for x in ((at, "moves", moves), (at, "changes", changes)) if x[2]]
-            if self.barrier:
-                self.hold, self.barrier = at, False
-            self._grant(at + 2 * len(self.sources), at=at, moves=moves, changes=changes)
-
-    def _at(self, part):
-        """What is placed at or before `part` (None: the input's end), in the order it was placed:
-        a checkpoint's marker on every entry link, moves (Moves.at_part), or the router's changes."""
-        for at, kind, what in [x for x in self.placed if part is None or x[0] <= part]:
-            self.placed.remove((at, kind, what))
-            if kind == "moves":
-                self.moves.at_part(at, what)
-                continue
-            if kind == "changes":
-                self.at_barrier = at if at == self.hold else None
-                for c in what:
-                    self.router.apply_change(c)
-                if self.at_barrier is not None:
-                    self.hold = self.at_barrier = None
-                continue
-            m = Marker(what.id, what.epoch, self.job.checkpoint.dir, what.cut)
-            for e in self.entries:
-                self.control(e, m)
-            self._marked(m.id)
 
     def _marked(self, cid):
         """Rank 0's marker is out: its router's state and DATA count at the cut go with it."""
@@ -346,9 +269,9 @@ class Driver:
         was placed past this source's last part goes out before it (and the others may go to
         the end)."""
         if len(self.sources) > 1:
-            self._at(None)
+            self.parts.at(None)
             if self.tx.rank == self.sources[0]:
-                self._grant(1 << 62)
+                self.parts.grant(1 << 62)
         for e in self.entries:
             self.control(e, Eos())
 
@@ -364,17 +287,11 @@ class Driver:
     def _cut(self):
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving.
         With several sources, at the first part no source has started (the lease): each puts the
-        marker out there (_at), rank 0 too."""
+        marker out there (Parts.cut), rank 0 too."""
         if self.source.tail is not None:      # a followed log: the part files read so far hold the cut's offset
             self.ckpt.input = self.source.tail.records
         if len(self.sources) > 1:
-            at = self.lease
-            if at * self.source.part_rows >= self.source.total or self.hold is not None:
-                return          # every part has begun (nothing left to cut before), or a barrier is due
-            m = self.ckpt.cut(self.epoch - 1, at * self.source.part_rows, {}, {"tuples_out": self.metrics.tuples_out},
-                              sum(self.results.values()))     # the router's state: when rank 0's marker is out
-            self.placed.append((at, "marker", m))
-            self._grant(at + 2 * len(self.sources), m, at)
+            self.parts.cut()
             return
         self._settle()
         arrays, attrs = self.router.snapshot()
@@ -396,7 +313,7 @@ class Driver:
         attrs = restore_driver(self, root, cid)
         self.sent, self.metrics.tuples_out, self.epoch = attrs["sent"], attrs["tuples_out"], attrs["epoch"] + 1
         self.sources_sent = attrs.get("sources_sent", {})
-        self.lease = self.source.origin // (self.source.part_rows or 1) + 2 * len(self.sources)
+        self.parts.lease = self.source.origin // (self.source.part_rows or 1) + 2 * len(self.sources)
         self.resumed_from = {"checkpoint": cid, "input_offset": attrs["input_offset"]}
 
     # -- messages from workers --------------------------------------------------------------

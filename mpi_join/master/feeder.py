@@ -14,7 +14,7 @@ import time
 from ..join.jit import Compiles, freeze_heap
 from ..runtime.graph import DRIVER
 from ..runtime.headers import Ready
-from ..runtime.protocol import CutSent, Fin, Go, Lease, Marker, Probe, ProbeReply, Tag, decode_control
+from ..runtime.protocol import CutSent, Fin, Go, Lease, Probe, ProbeReply, Tag, decode_control
 from ..runtime.wire import pack_obj
 from .checkpointer import restore_router
 from .driver import Driver
@@ -29,7 +29,7 @@ class Feeder(Driver):
         self.resume = resume
         self.workers = []             # rank 0 runs the job: a feeder waits on no one but its entries
         self.go = self.fin = False
-        self.lease = 0                # parts below this may start (rank 0's Lease)
+        self.parts.lease = 0          # parts below this may start (rank 0's Lease)
         self.ckpt.cfg = None          # rank 0 decides the cuts (Lease); this source puts its markers out
         self.adapts = False           # and the routing's changes (moves and changes placed in the input)
 
@@ -58,18 +58,12 @@ class Feeder(Driver):
         if tag == Tag.CTRL and src == DRIVER:
             msg = decode_control(buf)
             if isinstance(msg, Go):
-                self.go, self.lease, self.sent = True, msg.upto, msg.sent
+                self.go, self.parts.lease, self.sent = True, msg.upto, msg.sent
                 if msg.offset:
                     restore_router(self, *self.resume)
                     self.source.resume_at(msg.offset)
             elif isinstance(msg, Lease):
-                self.lease = max(self.lease, msg.upto)
-                if msg.id >= 0:
-                    self.placed.append((msg.part, "marker", Marker(msg.id, msg.epoch, "", msg.cut)))
-                if msg.moves:
-                    self.placed.append((msg.part, "moves", [tuple(m) for m in msg.moves]))
-                if msg.changes:
-                    self.placed.append((msg.part, "changes", list(msg.changes)))
+                self.parts.leased(msg)
             elif isinstance(msg, Probe):
                 self.control(DRIVER, ProbeReply(msg.wave, self.sent, 0))
             elif isinstance(msg, Fin):

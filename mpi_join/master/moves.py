@@ -38,7 +38,7 @@ class Moves:
         if dst not in d.graph.move_targets(src):
             raise RuntimeError(f"driver: unit {unit} cannot move from rank {src} ({d.graph.role(src)}) to rank "
                                f"{dst}: state moves within a group of the graph ({d.graph.move_targets(src)})")
-        if len(d.sources) > 1 and d.at_barrier is None:
+        if len(d.sources) > 1 and d.parts.at_barrier is None:
             self.on[unit] = {"src": src, "dst": dst, "acks": set(), "held": None}
             self.planned.append((unit, src, dst))
             return
