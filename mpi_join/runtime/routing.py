@@ -14,6 +14,7 @@ An `own` edge is routed by the strategy's own rank-0 operator: this one refuses 
 import numpy as np
 
 from ..errors import ConfigError
+from ..partitioning.hashing import group_rows
 from .graph import DRIVER
 from .operator import Fields, Operator, Output
 
@@ -62,10 +63,9 @@ class EdgeRouter(Operator):
                 if len(labels) != len(b) or (len(b) and not (0 <= labels.min() and labels.max() < n)):
                     raise ValueError(f"partitioner {p!r} gave {len(labels)} labels for {len(b)} rows, or one "
                                      f"outside 0..{n - 1}")
-                order = np.argsort(labels, kind="stable")       # rows of one edge stay in seq order
-                cuts = np.searchsorted(labels[order], np.arange(n + 1))
+                rows = dict(group_rows(b, labels))              # rows of one edge stay in seq order
                 for i in range(n):
-                    parts[i].append(b[order[cuts[i]:cuts[i + 1]]])
+                    parts[i].append(rows.get(i, b[:0]))
             for dst, arrays in zip(dsts, parts):
                 out.send(dst, arrays, header.bounds)
         return out
