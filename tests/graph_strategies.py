@@ -210,23 +210,25 @@ class GrowRouter(FanOutRouter):
         return self.part.partitions(batch["_h"])
 
     def on_data(self, src, header, batches):
+        out = Output()
         for w in self.graph.workers:
             mine = [b[self.owner[self.unit_of(b)] == w] for b in batches]
             if any(len(b) for b in mine):
-                self.runtime.send(w, mine)
+                out.send(w, mine, header.bounds)
+        return out
 
     def end_of_epoch(self, epoch):
         n = self.part.n_partitions
         for dst, when, units in ((2, self.at, range(n // 2, n)), (3, 2 * self.at, range(n // 4))):
             if epoch == when and dst in self.graph.workers:
                 for u in units:
-                    self.runtime.moves.begin(u, int(self.owner[u]), dst)
+                    self.coordinator.move(u, int(self.owner[u]), dst)
                     self.moved += 1
 
     def on_moved(self, unit, src, dst, held):
         self.owner[unit] = dst
         if any(len(h) for h in held):
-            self.runtime.send(dst, held)
+            return Output.sending((dst,), held, self.coordinator.bounds())
 
     def stats(self):
         return {"units_moved": self.moved}

@@ -14,6 +14,7 @@ import pytest
 from mpi_join.storage import checkpoint as ck
 from mpi_join import strategies
 from mpi_join.config import parse_job
+from mpi_join.master.coordinator import Coordinator
 from mpi_join.master.source import Source
 from sim import simulate_strategy
 
@@ -95,17 +96,14 @@ def _feed(module, calls):
     return [_norm(one(c)) for c in calls]
 
 
-class _Runtime:
-    """What rank 0's operator sees of the driver in the harness: no loads; its sends and the moves
-    it begins are recorded (the moves never start: nothing is moving), the source's bounds are
-    the batch's."""
-    done = False
+class _Input:
+    """The source as rank 0's coordinator sees it in the harness (the real Coordinator): the
+    batch's bounds, never done or full; its sends, changes and the moves it begins are recorded
+    (the moves never start: nothing is moving); load requests get no answer."""
+    done, released = False, 0
 
     def __init__(self):
         self.sent, self.now = [], ()
-        self.source = self
-        self.moves = SimpleNamespace(on={}, begin=lambda unit, src, dst: self.sent.append(("move", unit, src, dst)),
-                                     settle=lambda: None)
 
     def bounds(self):
         return self.now
@@ -113,18 +111,18 @@ class _Runtime:
     def windows_full(self):
         return False
 
-    def send(self, dest, batches, body=None, bounds=None, order=-1):
-        self.send_many((dest,), batches, body, bounds, order)
+    def post(self, out):
+        for dests, batches, bounds, body, order in (out.forward if out is not None else ()):
+            self.sent.append((tuple(dests), [(b.dtype.str, b.tobytes()) for b in batches], repr(body),
+                              tuple(bounds), order))
 
-    def send_many(self, dests, batches, body=None, bounds=None, order=-1):
-        self.sent.append((tuple(dests), [(b.dtype.str, b.tobytes()) for b in batches], repr(body),
-                          tuple(self.now if bounds is None else bounds), order))
-
-    def request_load(self, ranks):
-        pass
-
-    def loads_of(self, ranks):
-        return None
+    def coordinator(self):
+        moves = SimpleNamespace(on={}, begin=lambda unit, src, dst: self.sent.append(("move", unit, src, dst)),
+                                settle=lambda: None)
+        parts = SimpleNamespace(changing=False, barrier_batches=None,
+                                change=lambda what, barrier=False: self.sent.append(("change", what, barrier)))
+        return Coordinator(self, moves, parts, lambda dest, msg: None, self.post,
+                           pump=lambda: None)
 
 
 def _route(op, calls, epoch=0):
@@ -132,24 +130,22 @@ def _route(op, calls, epoch=0):
     `epoch`: what it sent, per call."""
     out = []
     for c in calls:
-        rt = op.runtime
+        rt = op.coordinator._source
         rt.sent = []
         if c[1] == "data":
             rt.now = c[3].bounds
-            res = op.on_data(c[2], c[3], c[4])
-            for dests, bs, bounds, body, order in (res.forward if res is not None else ()):
-                rt.send_many(dests, bs, body, bounds, order)
+            rt.post(op.on_data(c[2], c[3], c[4]))
             epoch += 1
             op.end_of_epoch(epoch)
         elif c[1] == "flush":
-            op.flush()
+            rt.post(op.flush())
         out.append(rt.sent)
     return out
 
 
 def _rank0(cls, job, graph, dtypes):
     op = cls(job, 0, graph, dtypes)
-    op.runtime = _Runtime()
+    op.coordinator = _Input().coordinator()
     return op
 
 

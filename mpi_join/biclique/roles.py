@@ -133,33 +133,33 @@ class Shuffler(Operator):
 
     def end_of_epoch(self, epoch):
         """2PS's phases, at rank 0; each decision is a change of the Members table placed in the
-        input (runtime.change), and the next waits until it is applied here."""
-        if self.members is None or self.runtime.changing:
+        input (coordinator.change), and the next waits until it is applied here."""
+        if self.members is None or self.coordinator.changing:
             return
         now = time.perf_counter()
         self.t0 = self.t0 or now
         self.release_drained()
         units = [r for g in SIDES for r in self.graph.ranks(g)]
         if self.asked is not None:
-            loads = self.runtime.loads_of(units)
+            loads = self.coordinator.loads(units)
             if loads is None:
                 return                           # the requesting phase goes on
             self.asked = None
             mlv = {(s, u): loads[r].state_bytes for s in (0, 1) for u, r in enumerate(self.graph.ranks(SIDES[s]))}
             actions, seen = self.scaler.decide(self.members, mlv, [self.members.spare(0), self.members.spare(1)])
             t = round(now - self.t0, 3)
-            self.trace += [dict(o, t_s=t, released=self.runtime.source.released,
+            self.trace += [dict(o, t_s=t, released=self.coordinator.released,
                                 mlv_mb=round(sum(mlv[(o["side"], u)] for u in
                                                           self.members.active(o["side"], o["group"])) / 1e6, 3))
                            for o in seen]
             self.mlv = mlv
             for a in actions:        # a full-history unit leaving moves its state: at a barrier
-                self.runtime.change(["scale", a[0], a[1], a[2], [int(u) for u in a[3]]],
+                self.coordinator.change(["scale", a[0], a[1], a[2], [int(u) for u in a[3]]],
                                     barrier=a[0] == "down" and self.full[a[1]])
                 self.events.append({"t_s": t, "decision": a[0], "side": a[1], "group": a[2], "units": list(a[3]),
                                     "order": self.next})
         elif self.last_ask is None or now - self.last_ask >= self.period:
-            self.runtime.request_load(units)
+            self.coordinator.ask_loads(units)
             self.asked = self.last_ask = now
 
     def apply_change(self, what):
@@ -186,39 +186,39 @@ class Shuffler(Operator):
     def release_drained(self):
         """Draining units whose every tuple is out of every future window become spare (a change
         placed in the input: later batches have later bounds)."""
-        bounds = self.runtime.bounds()
+        bounds = self.coordinator.bounds()
         done = [(s, u) for (s, u), c in self.draining.items() if c is not None and c < int(bounds[s]) - self.delay]
         for s, u in done:
             del self.draining[(s, u)]
-            self.runtime.change(["release", s, [u]])
+            self.coordinator.change(["release", s, [u]])
 
     def _move_away(self, side, g, units, mlv):
         """Full history: once the leaving units and their heirs have processed every batch
         before this place of the input (nothing else is routed meanwhile: with several sources
-        this is a barrier change, runtime.change), the runtime moves each leaving unit's state to
+        this is a barrier change, coordinator.change), the runtime moves each leaving unit's state to
         the least loaded unit that stays in the subgroup. Another source only changes its table."""
         stay = [u for u in self.members.active(side, g) if u not in units]
         ranks = self.graph.ranks(SIDES[side])
-        if self.runtime.adapts:
+        if self.coordinator.decides:
             self._hand_over(side, units, stay, ranks, mlv)
         self.members.drain(side, units)
         self.members.release(side, units)
 
     def _hand_over(self, side, units, stay, ranks, mlv):
-        before = self.runtime.barrier_batches
+        before = self.coordinator.barrier_batches
         upto = (self.next if before is None else before) - 1
         self.reached = {}
         for u in units + stay:
-            self.runtime.control(ranks[u], Upto(upto))
-        self.runtime.wait(lambda: all(self.reached.get(ranks[u], -2) >= upto for u in units + stay))
+            self.coordinator.tell(ranks[u], Upto(upto))
+        self.coordinator.wait(lambda: all(self.reached.get(ranks[u], -2) >= upto for u in units + stay))
         load = {u: mlv.get((side, u), 0) for u in stay}
         for u in units:
             heir = min(stay, key=lambda x: (load[x], x))
             load[heir] += mlv.get((side, u), 0)
-            self.runtime.moves.begin(ranks[u], ranks[u], ranks[heir])
-        self.runtime.moves.settle()
+            self.coordinator.move(ranks[u], ranks[u], ranks[heir])
+        self.coordinator.settle()
 
-    def on_control(self, src, msg, ctx=None):
+    def on_control(self, src, msg):
         if not isinstance(msg, At):
             return super().on_control(src, msg)
         self.reached[src] = msg.order
@@ -321,9 +321,9 @@ class Unit(Operator):
     def on_eos(self, src):
         return self.views.on_eos(src)
 
-    def on_control(self, src, msg, ctx):
+    def on_control(self, src, msg):
         if not isinstance(msg, Upto):
-            return super().on_control(src, msg, ctx)
+            return super().on_control(src, msg)
         out = Output()
         if self.last >= msg.order:
             out.tell(DRIVER, At(self.last))

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime.headers import Ack, Ready
-from ..runtime.protocol import (CutSent, DataHeader, Eos, Go, LoadReport, LoadRequest, MarkerDone, Moved, PartEnd,
+from ..runtime.protocol import (CutSent, DataHeader, Eos, Go, LoadReport, MarkerDone, Moved, PartEnd,
                                 ProbeReply, Tag, decode_control)
 from ..join.jit import Compiles, GcPauses, freeze_heap
 from ..runtime.operator import SOURCE
 from ..storage.staged import staged_manifest
 from ..runtime.wire import Credits, pack, unpack_obj
 from .checkpointer import Checkpointer, restore_driver
+from .coordinator import Coordinator
 from .moves import Moves
 from .pace import Pace
 from .parts import Parts
@@ -67,12 +68,10 @@ class Driver:
         self.entries = graph.entries()
         self.sources = graph.sources
         self.router = router_cls(job, 0, graph, [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams])
-        self.router.runtime = self
         man = self.manifest = staged_manifest(job) if arrays is None else None
         counts = [man["streams"][s.name]["count"] for s in job.streams] if man else None
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts, man=man,
                              follow=follow, arrays=arrays, share=(self.sources.index(tx.rank), len(self.sources)))
-        self.adapts = True                 # rank 0's router decides the routing's changes (a feeder's not)
         # several sources: credit for a whole part on each link, so every source sends its next
         # part while the entries take another's (they buffer at most k - 1 parts)
         per_part = -(-self.source.part_rows // self.source.batch_size) if self.source.k > 1 else 0
@@ -84,11 +83,13 @@ class Driver:
         self.sent = 0                      # DATA messages sent (termination counts)
         self.epoch = 0
         self.done = {}
-        self.loads = {}
         self.probes = {}
         self.ckpt = Checkpointer(job, tx, self.entries, graph.workers, tx.size, sources=self.sources,
                                  part_rows=self.source.part_rows)
         self.parts = Parts(self)           # several sources: leases, and what is placed at a part (parts.py)
+        # what rank 0's operator may ask of the job (a feeder's decides nothing: feeder.py)
+        self.coordinator = self.router.coordinator = Coordinator(self.source, self.moves, self.parts, self.control,
+                                                                 self._apply, lambda: self._handle(*self._recv()))
         self.sources_sent = {}             # a resumed run: each extra source's DATA count at the cut
         self.resumed_from = None
         if resume:
@@ -99,7 +100,7 @@ class Driver:
     def total(self):
         return self.source.total
 
-    # -- what routers call ------------------------------------------------------------------
+    # -- sending ----------------------------------------------------------------------------
     def send(self, dest, batches, body=None, bounds=None, order=-1):
         """One DATA message to entry worker `dest`, waiting for credit (handling messages meanwhile)."""
         self.send_many((dest,), batches, body, bounds, order)
@@ -120,22 +121,6 @@ class Driver:
             self.sent += 1
             self.metrics.tuples_out += n
             self.credits.sent(dest)
-
-    def change(self, what, barrier=False):
-        """A change of its routing that rank 0's router decided (`what`: JSON values): applied
-        now with one source, placed in the input with several (Parts.change)."""
-        if len(self.sources) == 1:
-            self.router.apply_change(what)
-        else:
-            self.parts.change(what, barrier)
-
-    @property
-    def barrier_batches(self):
-        return self.parts.barrier_batches
-
-    @property
-    def changing(self):
-        return self.parts.changing
 
     def control(self, dest, msg):
         self.tx.send(dest, Tag.CTRL, msg.encode())
@@ -170,21 +155,6 @@ class Driver:
     def drain(self):
         while (msg := self.tx.poll()) is not None:
             self._handle(*msg)
-
-    def request_load(self, ranks):
-        """Ask `ranks` for their load since their last report; `loads_of` has the answers once
-        all are in. The driver does not wait for them: a worker answers between batches, and
-        waiting would stall the replay for a batch's join time."""
-        self.loads = {}
-        for r in ranks:
-            self.control(r, LoadRequest())
-
-    def loads_of(self, ranks):
-        """{rank: LoadReport} once every rank of `ranks` has answered the last request, else None."""
-        return dict(self.loads) if all(r in self.loads for r in ranks) else None
-
-    def bounds(self):
-        return self.source.bounds()
 
     # -- the lifecycle ----------------------------------------------------------------------
     def warm_up(self):
@@ -246,7 +216,7 @@ class Driver:
                 self.epoch += 1
                 if self.ckpt.due(self.source.released, sum(self.results.values())) and not self.source.done:
                     self._cut()
-                if self.adapts:
+                if self.coordinator.decides:
                     self.router.end_of_epoch(self.epoch)
                     self.parts.place()
             if self.source.part_done():
@@ -278,7 +248,7 @@ class Driver:
     def _end_part(self):
         """Several sources: this source's part is all sent (the router's held rows too, with the
         part's bounds); every entry is told, then the source moves on to its next part."""
-        self.router.flush()
+        self._apply(self.router.flush())
         part = (self.source.released - 1) // self.source.part_rows
         for e in self.entries:
             self.control(e, PartEnd(part))
@@ -305,9 +275,9 @@ class Driver:
         sources each part's end flushed it (_end_part): nothing may follow the last PartEnd."""
         if self.source.k > 1:
             return
-        self.router.flush()
+        self._apply(self.router.flush())
         self.wait(lambda: self.moves.finish() or (not self.moves.on and self.router.quiet()))
-        self.router.flush()
+        self._apply(self.router.flush())
 
     def _restore(self, root, cid):
         attrs = restore_driver(self, root, cid)
@@ -332,9 +302,9 @@ class Driver:
             elif isinstance(msg, CutSent):
                 self.ckpt.marked(msg.id, src, msg.sent)
             elif isinstance(msg, LoadReport):
-                self.loads[src] = msg
+                self.coordinator.on_load(src, msg)
             else:
-                self._apply(self.router.on_control(src, msg, self))
+                self._apply(self.router.on_control(src, msg))
         elif tag == Tag.DONE:
             self.done[src] = unpack_obj(buf)
             self.tx.unwatch(src)

@@ -31,7 +31,7 @@ class Feeder(Driver):
         self.go = self.fin = False
         self.parts.lease = 0          # parts below this may start (rank 0's Lease)
         self.ckpt.cfg = None          # rank 0 decides the cuts (Lease); this source puts its markers out
-        self.adapts = False           # and the routing's changes (moves and changes placed in the input)
+        self.coordinator.decides = False    # and the routing's changes (moves and changes placed in the input)
 
     def run(self, freeze=True):
         self.warm_up()

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InputError
 from ..partitioning import Partitioner, group_rows
 from . import controller
-from ..runtime.operator import Fields, Operator
+from ..runtime.operator import Fields, Operator, Output
 
 
 class PartitionMap:
@@ -71,10 +71,10 @@ class HashRouter(Operator):
             for o, rows in group_rows(b, self.map.owner[self.part.partitions(b["_h"])]):
                 self.acc[o][s_idx].append(rows)
         self.peak_buffer = max(self.peak_buffer, self._buffered_bytes())
-        self._flush(self.active[header.order::self.g])       # header.order: the slot in the epoch
+        return self._flush(self.active[header.order::self.g])       # header.order: the slot in the epoch
 
     def flush(self):
-        self._flush(self.slaves)
+        return self._flush(self.slaves)
 
     def unit_of(self, batch):
         return self.part.partitions(batch["_h"])
@@ -83,10 +83,12 @@ class HashRouter(Operator):
         return sum(x.nbytes for a in self.acc.values() for side in a for x in side)
 
     def _flush(self, slaves):
+        out = Output()
         for s in slaves:
             parts = [_cat(side, dt) for side, dt in zip(self.acc[s], self.dtypes)]
             self.acc[s] = ([], [])
-            self.runtime.send(s, parts)
+            out.send(s, parts, self.coordinator.bounds())
+        return out
 
     # -- reorganisation -------------------------------------------------------------------
     def adapts(self):
@@ -97,14 +99,14 @@ class HashRouter(Operator):
         the first epoch end after all have answered (the replay goes on meanwhile)."""
         every = self.params["reorganize_every"]
         if self.asked is not None:
-            loads = self.runtime.loads_of(self.asked)
-            if loads is not None and not self.runtime.moves.on and not self.runtime.source.done:
+            loads = self.coordinator.loads(self.asked)
+            if loads is not None and not self.coordinator.moving and not self.coordinator.done:
                 self.asked = None
-                self.flush()          # moves start from a state where everything routed is sent
+                self.coordinator.send(self.flush())    # moves start from a state where everything routed is sent
                 self._reorganise(epoch, loads)
-        elif every and epoch % every == 0 and not self.runtime.moves.on and not self.runtime.source.done:
+        elif every and epoch % every == 0 and not self.coordinator.moving and not self.coordinator.done:
             self.asked = list(self.active)
-            self.runtime.request_load(self.asked)
+            self.coordinator.ask_loads(self.asked)
 
     def _reorganise(self, epoch, loads):
         self.reorgs += 1
@@ -120,7 +122,7 @@ class HashRouter(Operator):
         else:
             pl = controller.plan(occ, groups_of, self.active, inactive, self.rng, prm["supply_threshold"],
                                  prm["consumer_threshold"], prm["rho"], prm["declustering"], busy=busy,
-                                 idle_busy=prm["idle_busy"], windows_full=self.runtime.source.windows_full())
+                                 idle_busy=prm["idle_busy"], windows_full=self.coordinator.windows_full())
         for s in pl.activate:
             self.active.append(s)
             self.active.sort()
@@ -133,7 +135,7 @@ class HashRouter(Operator):
 
     def _migrate(self, p, src, dst, epoch):
         """Move partition group p from slave src to slave dst (the runtime's move)."""
-        self.runtime.moves.begin(p, src, dst)
+        self.coordinator.move(p, src, dst)
         self.log["migrations"].append({"epoch": epoch, "group": p, "from": src, "to": dst})
 
     def on_moved(self, p, src, dst, held):

@@ -22,7 +22,7 @@ class Parts:
         self.at_barrier = None              # rank 0, applying a barrier change: the part it is placed at
         self.lease = 2 * len(driver.sources)    # parts below this may start on every source
 
-    # -- what rank 0's router asks, through the driver -----------------------------------------
+    # -- what rank 0's router asks, through its coordinator -----------------------------------------
     def change(self, what, barrier=False):
         """A change of rank 0's router's routing (`what`: JSON values): every source applies it
         (router.apply_change) before its first part at or past the lease, so all route alike
@@ -34,6 +34,9 @@ class Parts:
         change's part until rank 0 has applied it there: every source has routed what comes
         before, and none goes past; `barrier_batches` says how many batches that is, and moves
         begun meanwhile start at once (moves.py)."""
+        if len(self.d.sources) == 1:     # one source: applied now
+            self.d.router.apply_change(what)
+            return
         self.changes.append(what)
         self.barrier = self.barrier or barrier
 

@@ -615,32 +615,32 @@ class PspRouter(Operator):
 
     def end_of_epoch(self, epoch):
         """Relocate when forced, or every `adapt_every` epochs by the operators' loads; a
-        relocation is a change placed in the input (runtime.change), and the next waits until it
+        relocation is a change placed in the input (coordinator.change), and the next waits until it
         is applied here."""
         if self.force and epoch == self.force[0]:
             self._relocate(epoch, self.force[1], self.force[2])
-        if self.adapt_every and epoch % self.adapt_every == 0 and not self.runtime.changing:
+        if self.adapt_every and epoch % self.adapt_every == 0 and not self.coordinator.changing:
             workers = self.graph.workers
-            loads = self.runtime.loads_of(workers) if self.asked else None
+            loads = self.coordinator.loads(workers) if self.asked else None
             if loads:
                 p = self.job.strategy.params
                 new = rebalance(self.weights, [loads[w].busy for w in workers], p["grow_above"], p["shrink_below"],
-                                p["imbalance"], self.runtime.source.windows_full())
+                                p["imbalance"], self.coordinator.windows_full())
                 if new is not None:
                     self._relocate(epoch, new, p["relocation"])
             if loads or not self.asked:
-                self.runtime.request_load(workers)
+                self.coordinator.ask_loads(workers)
                 self.asked = True
 
     def _relocate(self, epoch, weights, mode):
-        self.runtime.change([epoch, [float(x) for x in weights], mode])
+        self.coordinator.change([epoch, [float(x) for x in weights], mode])
 
     def apply_change(self, what):
         epoch, self.weights, mode = what[0], list(what[1]), what[2]
         self.slicer.set_shares(self.weights, mode=mode)
         self.relocations.append((epoch, [round(x, 4) for x in self.weights], mode))
 
-    def on_control(self, src, msg, ctx=None):
+    def on_control(self, src, msg):
         if isinstance(msg, CycleDone):
             self.retired = max(self.retired, msg.upto)
         else:

@@ -14,7 +14,7 @@ Every vertex:
   sources (every source numbers alike), -1 with one (`number()`). Returns an Output (or None):
   results to emit, batches to send to named ranks, control records; rank 0's runtime sends them
   with credits, in order.
-- `on_control(src, msg, ctx)` for the strategy's own control records, in order with DATA on the
+- `on_control(src, msg)` for the strategy's own control records, in order with DATA on the
   link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
   before a queued checkpoint marker).
 - `on_eos(src)` when the end of the input has passed link `src`.
@@ -38,19 +38,17 @@ Hooks a vertex has for what only its place in the graph asks of it, each saying 
 - that must finish what is in flight before new input enters (the PSP ring's head):
   `accepts_input()`, and `buffer_capacity` for the load metric; `quiet()`, whether a checkpoint
   marker from the input may enter now (with several sources a marker comes with the input);
-- fed by the source (rank 0), which adapts the graph's use while the input streams:
-  `annotate(batch, stream)` fills strategy columns (`_h`) as the source releases rows, once;
-  `flush()` sends what it keeps (before a cut and at the end); `quiet()` says nothing is in
-  flight that a cut could not capture; `end_of_epoch(epoch)` after each epoch, where it may ask
-  for loads and move state through `self.runtime` (the driver: `moves.begin`, `moves.settle`,
-  `request_load`, `loads_of`, `control`, `wait`, `send`, `source`); `on_moved(unit, src, dst,
-  held)` hands it a finished move's held rows; `runtime.change(what)` changes its routing
-  (applied at once with one source; with several, every source's router gets `apply_change(what)`
-  before the same part of the input; `runtime.changing` while rank 0's has not yet;
-  `barrier=True` when rank 0's applying it moves state between non-entry workers: no source
-  passes its place until then, and `runtime.barrier_batches` says how many batches precede it);
-  `with_sources(k)` says what of its adaptation it does not do with k sources; `report(workers)`
-  lines for the summary.
+- fed by the source (rank 0), because it alone sees each input row first and may change the
+  routing while the input streams: `annotate(batch, stream)` fills strategy columns (`_h`) as
+  the source releases rows, once; `flush()` returns what it buffers (before a cut, a move and
+  the end); `quiet()` says nothing is in flight that a cut could not capture; `end_of_epoch(epoch)`
+  after each epoch, where an adapting router (`adapts()`) asks loads, moves state and changes its
+  routing through `self.coordinator` (master/coordinator.py: events out, answers back; never
+  the driver); `on_moved(unit, src, dst, held)` hands it a finished move's held rows (it may
+  return an Output); `apply_change(what)` applies a change it placed (at once with one source;
+  with several, every source's router before the same part of the input); `with_sources(k)`
+  says what of its adaptation it does not do with k sources; `report(workers)` lines for the
+  summary.
 """
 import copy
 from dataclasses import dataclass, field
@@ -233,7 +231,7 @@ class Operator(Checkpointed):
     urgent_ops = frozenset()
     buffer_capacity = 0          # tuples, for the load metric (0: the worker's share of what may be in flight)
     slots = 1                    # rank 0: slots per epoch (hash's sub-groups)
-    runtime = None               # rank 0: the driver, set before warm_up
+    coordinator = None           # rank 0: its way to the job (master/coordinator.py), set before warm_up
 
     def __init__(self, job, rank, graph, dtypes):
         self.job, self.rank, self.graph, self.dtypes = job, rank, graph, dtypes
@@ -255,7 +253,7 @@ class Operator(Checkpointed):
             if isinstance(part, Rows):
                 part.expire(header.bounds)
 
-    def on_control(self, src, msg, ctx=None):
+    def on_control(self, src, msg):
         raise RuntimeError(f"rank {self.rank}: unexpected control record {msg.op!r} from rank {src}")
 
     def on_eos(self, src):
@@ -330,23 +328,25 @@ class Operator(Checkpointed):
         pass
 
     def flush(self):
-        pass
+        """What this router buffers, as an Output (a cut, a move or the end needs it sent)."""
+        return None
 
     def quiet(self):
+        """Is nothing in flight that a cut could not capture (a ring's cycle not yet done)?"""
         return True
 
     def end_of_epoch(self, epoch):
-        pass
+        """After each epoch: where an adapting router decides (through self.coordinator)."""
 
     def adapts(self):
         """Does this router change its routing while the input streams (reorganise, scale,
-        relocate)? It changes it through the runtime, which places every change in the input
-        (runtime.moves for state, runtime.change for the routing: apply_change), so several
-        sources route alike."""
+        relocate)? It changes it through its coordinator, which places every change in the input
+        (coordinator.move for state, coordinator.change for the routing: apply_change), so
+        several sources route alike."""
         return False
 
     def apply_change(self, what):
-        """Apply a change of the routing this router decided (runtime.change(what)): at once with
+        """Apply a change of the routing this router decided (coordinator.change(what)): at once with
         one source, before the same place of the input at every source with several."""
         raise NotImplementedError(f"{type(self).__name__} placed a change and cannot apply it")
 
@@ -362,7 +362,9 @@ class Operator(Checkpointed):
         return header.msg_no if header.msg_no >= 0 else count
 
     def on_moved(self, unit, src, dst, held):
-        pass
+        """A move this router began is done: `held`, the unit's rows held meanwhile, per stream,
+        are its to send (returned in an Output, or kept for its next send)."""
+        return None
 
     def report(self, workers):
         """Lines for the end-of-run summary on what the strategy did (workers: their metrics)."""

@@ -179,7 +179,7 @@ class Worker:
         elif isinstance(msg, LoadRequest):
             self.tx.send(DRIVER, Tag.CTRL, self.recorder.load_report(self.inbox.buffered).encode())
         else:
-            self._apply(self.module.on_control(src, msg, self))
+            self._apply(self.module.on_control(src, msg))
 
     def _handle(self, src, item):
         if item[0] == "data":
@@ -202,7 +202,7 @@ class Worker:
             self.fin = True
             self.tx.unwatch(DRIVER)           # no heartbeat after DONE: the driver leaves then
         else:
-            self._apply(self.module.on_control(src, msg, self))
+            self._apply(self.module.on_control(src, msg))
 
     # -- data -------------------------------------------------------------------------------
     def _data(self, sender, header, batches, ack):
