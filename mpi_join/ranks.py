@@ -279,15 +279,15 @@ def _driver(job_path, overrides, tx, ctx):
                          f"run.sources to choose\n")
     if growing and not overrides.get("follow"):
         sys.stderr.write(f"mpi-join: warning: the staged log {job.staged} has not ended: this run joins the "
-                         f"{driver.total:,} tuples committed so far; `run --follow` follows it to its end\n")
+                         f"{driver.source.total:,} tuples committed so far; `run --follow` follows it to its end\n")
     for r in range(1, tx.size):
         tx.watch(r)                      # every worker must be heard from (liveness.py)
     if resume:
         sys.stderr.write(f"mpi-join: resuming from checkpoint {resume[1]} in {resume[0]} "
                          f"at input offset {driver.resumed_from['input_offset']:,}\n")
-    progress.total = driver.total      # the progress line counts released tuples from seq 0, resumed or not
+    progress.total = driver.source.total      # the progress line counts released tuples from seq 0, resumed or not
     report = driver.run()
-    total = driver.total - (driver.resumed_from["input_offset"] if resume else 0)   # a followed log grew
+    total = driver.source.total - (driver.resumed_from["input_offset"] if resume else 0)   # a followed log grew
     worker_metrics = report.workers
     ranks = [metrics.to_dict(tx)] + worker_metrics
     for r in ranks:
@@ -314,7 +314,7 @@ def _driver(job_path, overrides, tx, ctx):
     write_json(os.path.join(job.output, "_SUCCESS"), {"results": summary["results"], "tuples": total, "parts": part_records,
                                                           "snapshots": snapshots})
     if driver.ckpt.commits is not None:      # the last commit: every result, the whole log
-        driver.ckpt.commits.commit(None, driver.total, part_records, summary["results"], final=True)
+        driver.ckpt.commits.commit(None, driver.source.total, part_records, summary["results"], final=True)
         from .storage.latency import Clock, percentiles
         summary["landing_latency_ms"] = percentiles(Clock(job).new_results(job.output))
         write_json(os.path.join(mdir, "summary.json"), summary)

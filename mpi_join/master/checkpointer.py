@@ -117,10 +117,13 @@ def restore_router(driver, root, cid):
     return attrs
 
 
-def restore_driver(driver, root, cid):
-    """The driver's part of checkpoint `cid`: the router's state, the input offset to go on from
-    and the next checkpoint's number; returns the rank file's attributes (the driver's counts)."""
-    attrs = restore_router(driver, root, cid)
-    driver.source.resume_at(attrs["input_offset"])
-    driver.ckpt.next_id = cid + 1
-    return attrs
+def restore_driver(d, root, cid):
+    """The driver's part of checkpoint `cid`: the router's state, the input offset to go on from,
+    the next checkpoint's number, the counts at the cut and, with several sources, the lease."""
+    attrs = restore_router(d, root, cid)
+    d.source.resume_at(attrs["input_offset"])
+    d.ckpt.next_id = cid + 1
+    d.out.sent, d.metrics.tuples_out, d.epoch = attrs["sent"], attrs["tuples_out"], attrs["epoch"] + 1
+    d.sources_sent = attrs.get("sources_sent", {})
+    d.parts.lease = d.source.origin // (d.source.part_rows or 1) + 2 * len(d.sources)
+    d.resumed_from = {"checkpoint": cid, "input_offset": attrs["input_offset"]}

@@ -3,7 +3,7 @@
 The driver owns everything a strategy's routing does not: it waits until every worker is READY,
 replays the input through the source an epoch at a time and hands each batch to the operator of
 rank 0's vertex (operator.Operator, fed by the source: `on_data(SOURCE, ...)`), which decides
-where tuples go and sends them in its Output or with `send` (credits per link: at most
+where tuples go and returns them in an Output; the outlet sends it (outlet.py: at most
 `max_inflight` unacknowledged DATA messages per entry link; while waiting, the driver keeps
 handling what workers send). At epoch ends it cuts checkpoints (markers on every entry link; the
 workers forward them along the graph) and lets the router adapt. At the end of the input it
@@ -17,15 +17,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime.headers import Ack, Ready
-from ..runtime.protocol import (CutSent, DataHeader, Eos, Go, LoadReport, MarkerDone, Moved, PartEnd,
+from ..runtime.protocol import (CutSent, DataHeader, Eos, Go, LoadReport, MarkerDone, Moved,
                                 ProbeReply, Tag, decode_control)
 from ..join.jit import Compiles, GcPauses, freeze_heap
 from ..runtime.operator import SOURCE
 from ..storage.staged import staged_manifest
-from ..runtime.wire import Credits, pack, unpack_obj
+from ..runtime.wire import unpack_obj
 from .checkpointer import Checkpointer, restore_driver
 from .coordinator import Coordinator
 from .moves import Moves
+from .outlet import Outlet
 from .pace import Pace
 from .parts import Parts
 from .source import Source
@@ -72,15 +73,15 @@ class Driver:
         counts = [man["streams"][s.name]["count"] for s in job.streams] if man else None
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts, man=man,
                              follow=follow, arrays=arrays, share=(self.sources.index(tx.rank), len(self.sources)))
+        self.moves = Moves(self)           # state moving between workers (moves.py)
         # several sources: credit for a whole part on each link, so every source sends its next
         # part while the entries take another's (they buffer at most k - 1 parts)
         per_part = -(-self.source.part_rows // self.source.batch_size) if self.source.k > 1 else 0
-        self.credits = Credits(self.entries, max(job.run.max_inflight, per_part))
-        self.msg_no = 0                    # DATA messages made (a fan-out is one)
-        self.moves = Moves(self)           # state moving between workers (moves.py)
+        self.out = Outlet(tx, self.entries, max(job.run.max_inflight, per_part), self.moves, self.source, metrics,
+                          lambda: self._handle(*self._recv()))
+        self.control = self.out.control    # the lifecycle's records (parts, moves, termination)
         self.pace = Pace(job.run)          # overload at a set rate (pace.py)
         self.results = {w: 0 for w in self.workers}
-        self.sent = 0                      # DATA messages sent (termination counts)
         self.epoch = 0
         self.done = {}
         self.probes = {}
@@ -89,50 +90,12 @@ class Driver:
         self.parts = Parts(self)           # several sources: leases, and what is placed at a part (parts.py)
         # what rank 0's operator may ask of the job (a feeder's decides nothing: feeder.py)
         self.coordinator = self.router.coordinator = Coordinator(self.source, self.moves, self.parts, self.control,
-                                                                 self._apply, lambda: self._handle(*self._recv()))
+                                                                 self.out.apply, self.out.pump)
         self.sources_sent = {}             # a resumed run: each extra source's DATA count at the cut
         self.resumed_from = None
         if resume:
-            self._restore(*resume)
+            restore_driver(self, *resume)
         self.ckpt.start_clock(self.source.released)
-
-    @property
-    def total(self):
-        return self.source.total
-
-    # -- sending ----------------------------------------------------------------------------
-    def send(self, dest, batches, body=None, bounds=None, order=-1):
-        """One DATA message to entry worker `dest`, waiting for credit (handling messages meanwhile)."""
-        self.send_many((dest,), batches, body, bounds, order)
-
-    def send_many(self, dests, batches, body=None, bounds=None, order=-1):
-        """`send` to each of `dests`, packed once: every copy is the same buffer. While units
-        move, their rows are held back here (moves.py), and a unit's new holder gets bounds no
-        later than those the move began with (its held rows may still need what they keep)."""
-        batches, b = self.moves.outgoing(dests, batches, np.asarray(self.source.bounds() if bounds is None else bounds,
-                                                                    np.int64))
-        buf = pack(DataHeader(self.msg_no, tuple(int(x) for x in b), body, order, self.moves.epoch).encode(), batches)
-        self.msg_no += 1
-        n = sum(len(x) for x in batches)
-        for dest in dests:
-            while self.credits.full(dest):
-                self._handle(*self._recv())
-            self.tx.send(dest, Tag.DATA, buf)
-            self.sent += 1
-            self.metrics.tuples_out += n
-            self.credits.sent(dest)
-
-    def control(self, dest, msg):
-        self.tx.send(dest, Tag.CTRL, msg.encode())
-
-    def _apply(self, out):
-        """Send what rank 0's operator returned, in order (results are never emitted here)."""
-        if out is not None:
-            assert not out.results and not out.snapshots, "rank 0's operator emits no results"
-            for dests, batches, bounds, body, order in out.forward:
-                self.send_many(dests, batches, body, bounds, order)
-            for dest, msg in out.control:
-                self.control(dest, msg)
 
     def wait(self, ready):
         """Handle incoming messages until `ready()` holds (a stall stops the job: recv_or_stall)."""
@@ -181,7 +144,7 @@ class Driver:
         self.progress.close()
         self.metrics.epochs = self.epoch
         self.metrics.extra.update(compiled_during_replay=Compiles.count - self.compiled_at_start, **GcPauses.stats(),
-                                  peak_inflight=max(self.credits.peak.values(), default=0), topology=self.graph.name,
+                                  peak_inflight=max(self.out.credits.peak.values(), default=0), topology=self.graph.name,
                                   released_at=released_at, overloaded=self.pace.overloaded,
                                   max_lag_s=round(self.pace.max_lag, 4), released_own=self.source.own,
                                   **self.router.stats())
@@ -210,7 +173,7 @@ class Driver:
             if self.source.released >= len(released_at) * step:
                 released_at.append((self.source.released, round(time.perf_counter() - self.t_replay, 4)))
             header = DataHeader(self.source.batch_no, tuple(self.source.bounds()), None, slot % slots, self.moves.epoch)
-            self._apply(self.router.on_data(SOURCE, header, batches))
+            self.out.apply(self.router.on_data(SOURCE, header, batches))
             slot += 1
             if slot % slots == 0:
                 self.epoch += 1
@@ -220,7 +183,7 @@ class Driver:
                     self.router.end_of_epoch(self.epoch)
                     self.parts.place()
             if self.source.part_done():
-                self._end_part()
+                self.parts.end()
             self.drain()
             self.moves.finish()
             self.progress.update(self.source.released, sum(self.results.values()))
@@ -232,7 +195,7 @@ class Driver:
         p = self.ckpt.pending[cid]
         p["arrays"] = {f"router/{k}": v for k, v in arrays.items()}
         p["attrs"]["router"] = attrs
-        self.ckpt.marked(cid, 0, self.sent)
+        self.ckpt.marked(cid, 0, self.out.sent)
 
     def finish_input(self):
         """The input is all sent: end of stream on every entry link; with several sources, what
@@ -244,15 +207,6 @@ class Driver:
                 self.parts.grant(1 << 62)
         for e in self.entries:
             self.control(e, Eos())
-
-    def _end_part(self):
-        """Several sources: this source's part is all sent (the router's held rows too, with the
-        part's bounds); every entry is told, then the source moves on to its next part."""
-        self._apply(self.router.flush())
-        part = (self.source.released - 1) // self.source.part_rows
-        for e in self.entries:
-            self.control(e, PartEnd(part))
-        self.source.next_part()
 
     def _cut(self):
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving.
@@ -266,30 +220,23 @@ class Driver:
         self._settle()
         arrays, attrs = self.router.snapshot()
         self.ckpt.cut(self.epoch - 1, self.source.released, {f"router/{k}": v for k, v in arrays.items()},
-                      {"router": attrs, "tuples_out": self.metrics.tuples_out, "sent": self.sent},
+                      {"router": attrs, "tuples_out": self.metrics.tuples_out, "sent": self.out.sent},
                       sum(self.results.values()))
 
     def _settle(self):
         """Send everything the router holds and wait until nothing it started (a migration) is
         moving; the second flush sends what the router released while it settled. With several
-        sources each part's end flushed it (_end_part): nothing may follow the last PartEnd."""
+        sources each part's end flushed it (Parts.end): nothing may follow the last PartEnd."""
         if self.source.k > 1:
             return
-        self._apply(self.router.flush())
+        self.out.apply(self.router.flush())
         self.wait(lambda: self.moves.finish() or (not self.moves.on and self.router.quiet()))
-        self._apply(self.router.flush())
-
-    def _restore(self, root, cid):
-        attrs = restore_driver(self, root, cid)
-        self.sent, self.metrics.tuples_out, self.epoch = attrs["sent"], attrs["tuples_out"], attrs["epoch"] + 1
-        self.sources_sent = attrs.get("sources_sent", {})
-        self.parts.lease = self.source.origin // (self.source.part_rows or 1) + 2 * len(self.sources)
-        self.resumed_from = {"checkpoint": cid, "input_offset": attrs["input_offset"]}
+        self.out.apply(self.router.flush())
 
     # -- messages from workers --------------------------------------------------------------
     def _handle(self, src, tag, buf):
         if tag == Tag.ACK:
-            self.credits.acked(src)
+            self.out.credits.acked(src)
             self.results[src] = Ack.read(buf.view(np.int64)).results
         elif tag == Tag.CTRL:
             msg = decode_control(buf)
@@ -304,7 +251,7 @@ class Driver:
             elif isinstance(msg, LoadReport):
                 self.coordinator.on_load(src, msg)
             else:
-                self._apply(self.router.on_control(src, msg))
+                self.out.apply(self.router.on_control(src, msg))
         elif tag == Tag.DONE:
             self.done[src] = unpack_obj(buf)
             self.tx.unwatch(src)

@@ -41,15 +41,15 @@ class Feeder(Driver):
             freeze_heap()
         self.metrics.start_clock(self.tx)
         self.t_replay = time.perf_counter()
-        self.replay()                  # each part's end flushed the router (Driver._end_part)
+        self.replay()                  # each part's end flushed the router (Parts.end)
         self.finish_input()
-        self.wait(lambda: self.fin and not any(self.credits.out.values()))
-        self.metrics.extra.update(peak_inflight=max(self.credits.peak.values(), default=0), released_own=self.source.own)
+        self.wait(lambda: self.fin and not any(self.out.credits.out.values()))
+        self.metrics.extra.update(peak_inflight=max(self.out.credits.peak.values(), default=0), released_own=self.source.own)
         self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
         self.tx.flush()
 
     def _marked(self, cid):
-        self.control(DRIVER, CutSent(cid, self.sent))
+        self.control(DRIVER, CutSent(cid, self.out.sent))
 
     def _recv(self):
         return self.tx.recv()
@@ -58,14 +58,14 @@ class Feeder(Driver):
         if tag == Tag.CTRL and src == DRIVER:
             msg = decode_control(buf)
             if isinstance(msg, Go):
-                self.go, self.parts.lease, self.sent = True, msg.upto, msg.sent
+                self.go, self.parts.lease, self.out.sent = True, msg.upto, msg.sent
                 if msg.offset:
                     restore_router(self, *self.resume)
                     self.source.resume_at(msg.offset)
             elif isinstance(msg, Lease):
                 self.parts.leased(msg)
             elif isinstance(msg, Probe):
-                self.control(DRIVER, ProbeReply(msg.wave, self.sent, 0))
+                self.control(DRIVER, ProbeReply(msg.wave, self.out.sent, 0))
             elif isinstance(msg, Fin):
                 self.fin = True
                 self.tx.unwatch(DRIVER)
@@ -73,7 +73,7 @@ class Feeder(Driver):
                 raise RuntimeError(f"source rank {self.tx.rank}: unexpected control {msg.op} from rank 0")
             return
         if tag == Tag.ACK:
-            self.credits.acked(src)
+            self.out.credits.acked(src)
             return
         raise RuntimeError(f"source rank {self.tx.rank}: unexpected {tag.name} message from rank {src}")
 

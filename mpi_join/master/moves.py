@@ -57,7 +57,7 @@ class Moves:
         d = self.driver
         for unit, src, dst in moves:
             self.epoch += 1
-            d._apply(d.router.on_moved(unit, src, dst, [np.zeros(0, dt) for dt in d.source.dtypes]))
+            d.out.apply(d.router.on_moved(unit, src, dst, [np.zeros(0, dt) for dt in d.source.dtypes]))
             d.control(src, MoveOut(unit, dst, self.epoch, part))
             d.control(dst, Install(unit, src, self.epoch, tuple(int(NEG_INF) for _ in d.source.dtypes), part))
 
@@ -106,4 +106,4 @@ class Moves:
             if m["held"] is None:          # several sources: routed anew where the move is (at_part)
                 continue
             held = [np.concatenate(h) if h else np.zeros(0, dt) for h, dt in zip(m["held"], self.driver.source.dtypes)]
-            self.driver._apply(self.driver.router.on_moved(u, m["src"], m["dst"], held))
+            self.driver.out.apply(self.driver.router.on_moved(u, m["src"], m["dst"], held))

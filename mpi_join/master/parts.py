@@ -9,7 +9,7 @@ moves state between workers that are not entries needs a barrier: the lease stop
 until rank 0 has applied it there (`hold`). Rank 0's driver and each extra source (feeder.py)
 keep one `Parts`; rank 0's decides, a feeder's only records the leases it is given.
 """
-from ..runtime.protocol import Lease, Marker
+from ..runtime.protocol import Lease, Marker, PartEnd
 
 
 class Parts:
@@ -90,6 +90,16 @@ class Parts:
             if self.barrier:
                 self.hold, self.barrier = at, False
             self.grant(at + 2 * len(self.d.sources), at=at, moves=moves, changes=changes)
+
+    def end(self):
+        """This source's part is all sent (the router's held rows too, with the part's bounds):
+        every entry is told, then the source moves on to its next part."""
+        d = self.d
+        d.out.apply(d.router.flush())
+        part = (d.source.released - 1) // d.source.part_rows
+        for e in d.entries:
+            d.control(e, PartEnd(part))
+        d.source.next_part()
 
     def cut(self):
         """Rank 0: a checkpoint at the first part no source has started (the lease); each source

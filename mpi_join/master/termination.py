@@ -33,7 +33,7 @@ def terminate(driver):
         for w in d.workers:
             d.control(w, Probe(wave))
         d.wait(lambda: len(d.probes) == len(d.workers))
-        sent = d.sent + sum(r.sent for r in d.probes.values())
+        sent = d.out.sent + sum(r.sent for r in d.probes.values())
         got = sum(r.received for r in d.probes.values())
         if sent == got and prev == (sent, got):
             return

@@ -88,3 +88,27 @@ class Cuts:
             batches = [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.link_dtypes[src])]
             channel.append((src, header, batches))
         return attrs, channel
+
+
+def worker_state(w):
+    """What a worker's cut holds: its module's state and the lifecycle's counts (results up to
+    the cut in committed files, on disk, first)."""
+    w.writer.flush(wait=True)
+    arrays, attrs = w.module.snapshot()
+    return arrays, attrs, {"results": w.metrics.results, "tuples_in": w.metrics.tuples_in,
+                           "sent": w.outbox.sent, "received": w.received, "input_part": w.inbox.part,
+                           "marked": w.inbox.marked, "file_records": w.writer.file_records(),
+                           "snapshot_records": w.writer.snapshot_records()}
+
+
+def restore_worker(w, root, cid):
+    """A worker from checkpoint `cid`: its module, counts and writer as at the cut, and the
+    channel state replayed into its inbox (unacknowledged: the senders counted them already)."""
+    attrs, channel = w.cuts.restore(root, cid)
+    m = w.metrics
+    m.results, m.tuples_in = attrs["results"], attrs["tuples_in"]
+    w.outbox.sent, w.received = attrs["sent"], attrs["received"]
+    w.inbox.part, w.inbox.marked = attrs.get("input_part", 0), attrs.get("marked", -1)
+    w.writer.resume(attrs["file_records"], attrs["snapshot_records"])
+    for src, header, batches in channel:
+        w.inbox.data(src, header, batches, ack=False)

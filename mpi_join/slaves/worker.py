@@ -29,7 +29,7 @@ from ..join.jit import Compiles, freeze_heap
 from ..runtime.protocol import (DataHeader, Eos, Fin, Install, LoadRequest, Marker, MoveOut, Probe, ProbeReply, Tag, decode_control)
 from ..storage.results import result_dtype
 from ..runtime.wire import pack_obj, unpack
-from .cuts import Cuts
+from .cuts import Cuts, restore_worker, worker_state
 from .inbox import Inbox
 from .mover import Mover
 from .outbox import Outbox
@@ -88,7 +88,7 @@ class Worker:
         self.eos_expected = {a for a, b in graph.eos_links() if b == self.rank}
         self.fin, self.fault = False, injected_fault(self.rank)
         if resume:
-            self._restore(*resume)
+            restore_worker(self, *resume)
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self):
@@ -256,28 +256,9 @@ class Worker:
 
     # -- checkpoints ------------------------------------------------------------------------
     def _marker(self, src, m):
-        began, done = self.cuts.marker(src, m, self._cut_state, self.inbox.part if src == DRIVER else None)
+        began, done = self.cuts.marker(src, m, lambda: worker_state(self), self.inbox.part if src == DRIVER else None)
         if began:
             self.outbox.everywhere(m)
             self.outbox.pump()
         if done is not None:
             self.tx.send(DRIVER, Tag.CTRL, done.encode())
-
-    def _cut_state(self):
-        self.writer.flush(wait=True)     # results up to the cut are in committed files, on disk
-        arrays, attrs = self.module.snapshot()
-        return arrays, attrs, {"results": self.metrics.results, "tuples_in": self.metrics.tuples_in,
-                               "sent": self.outbox.sent, "received": self.received, "input_part": self.inbox.part,
-                               "marked": self.inbox.marked,
-                               "file_records": self.writer.file_records(),
-                               "snapshot_records": self.writer.snapshot_records()}
-
-    def _restore(self, root, cid):
-        attrs, channel = self.cuts.restore(root, cid)
-        m = self.metrics
-        m.results, m.tuples_in = attrs["results"], attrs["tuples_in"]
-        self.outbox.sent, self.received = attrs["sent"], attrs["received"]
-        self.inbox.part, self.inbox.marked = attrs.get("input_part", 0), attrs.get("marked", -1)
-        self.writer.resume(attrs["file_records"], attrs["snapshot_records"])
-        for src, header, batches in channel:    # replayed, unacknowledged
-            self.inbox.data(src, header, batches, ack=False)
