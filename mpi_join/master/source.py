@@ -21,12 +21,13 @@ the coordinates' base), so batches and parts are those of the log at rest.
 """
 import time
 
-import numpy as np
-
 from ..errors import InputError
-from ..schema import SEQ, TS
+from ..schema import TS
 from ..storage.staged import ROW_GROUP, ArrayReader, LogTail, OrderCheck, Prefetched, StreamReader
-from ..join.window import NEG_INF, POS_INF, coords, lows, runtime_dtype
+from ..join.window import runtime_dtype
+from .pace import Schedule
+from .streams import Streams
+from .stamp import expiry_bounds, stamp, windows_full
 
 
 def default_part(job):
@@ -51,26 +52,22 @@ class Source:
         self.M = len(job.streams)
         if share[1] > 1:     # a row group at a time: a source reads little past its own parts
             chunk_rows = min(chunk_rows, ROW_GROUP)
-        self.readers = ([Prefetched(StreamReader(job.staged, s, chunk_rows, man)) for s in job.streams]
-                        if arrays is None else [ArrayReader(a, chunk_rows) for a in arrays])
+        self.streams = Streams([Prefetched(StreamReader(job.staged, s, chunk_rows, man)) for s in job.streams]
+                               if arrays is None else [ArrayReader(a, chunk_rows) for a in arrays],
+                               [s.dtype for s in job.streams])
         self.tail = LogTail(job.staged, man, [s.name for s in job.streams]) if follow else None
         self.windows = [s.window for s in job.streams]
         self.dtypes = [runtime_dtype(s.dtype, self.M) for s in job.streams]
         self.annotate = annotate                 # annotate(batch, stream) fills strategy columns
-        self.total = sum(r.count for r in self.readers)
-        if counts is not None and list(counts) != [r.count for r in self.readers]:
+        self.total = self.streams.count
+        if counts is not None and list(counts) != [r.count for r in self.streams.readers]:
             raise InputError(f"{job.staged}: the manifest counts {list(counts)} tuples per stream, the Parquet "
-                             f"files hold {[r.count for r in self.readers]}; stage the input again")
+                             f"files hold {[r.count for r in self.streams.readers]}; stage the input again")
         self.released = 0
         self._bounds, self._bounds_at = None, None
-        self.cursor = [0] * self.M               # tuples of each stream released so far
-        self._buf = [np.zeros(0, s.dtype) for s in job.streams]
-        self._eof = [False] * self.M
         self.check = OrderCheck(job)
         self._first_ts = None
-        self.rate = job.run.rate
-        self.t0 = None
-        self.start = 0
+        self.schedule = Schedule(job.run.rate, self.M)    # when each tuple is due (pace.py)
         # with sub-groups an epoch is `slots` slots: each releases a slot's share
         self.batch_size = max(1, -(-job.run.batch_size // slots))
         self.flush_ns = job.run.flush_interval_ns / slots
@@ -110,8 +107,10 @@ class Source:
     def resume_at(self, offset):
         """Go on from input `offset` (a checkpoint's): with several sources, from this source's
         first part at or past it (checkpoints of several sources are at part boundaries)."""
-        self.seek(offset)
-        self.origin = int(offset)
+        self.origin = self.released = int(offset)
+        self.streams.seek(self.origin)      # row groups before it are not read
+        self._in_part = False
+        self.check = OrderCheck(self.job, self.origin)
         if self.k > 1:
             p = self.origin // self.part_rows
             self._pass((p + (self.index - p) % self.k) * self.part_rows)
@@ -137,20 +136,12 @@ class Source:
         end = min(end, self.total)
         if end <= self.released:
             return
-        heads = [b[:1] if len(b) and b[SEQ][0] == self.released else b[:0] for b in self._buf]
         if self._in_part:
-            self.check.check(heads)
-        for k in range(self.M):
-            b = self._buf[k]
-            self._buf[k] = b[int(np.searchsorted(b[SEQ], end)):]
-            if not len(self._buf[k]) and not self._eof[k]:
-                self.readers[k].skip_to(end)
-            self.cursor[k] = self.readers[k].count_before(end)
+            self.check.check(self.streams.heads(self.released))
         self.released = end
         self.check = OrderCheck(self.job, end)
         self._in_part = False
-        for r in self.readers:            # no reading ahead past this part (the next is another's)
-            r.upto = self.part_end
+        self.streams.skip_to(end, self.part_end)     # no reading ahead past this part (the next is another's)
 
     @property
     def done(self):
@@ -177,10 +168,8 @@ class Source:
         while True:
             files = self.tail.poll()
             if files is not None:
-                for r, f, s in zip(self.readers, files, self.job.streams):
-                    r.add(f, self.tail.records[s.name])
-                self.total = sum(r.count for r in self.readers)
-                self._eof = [False] * self.M
+                self.streams.grown(files, self.tail.records, [s.name for s in self.job.streams])
+                self.total = self.streams.count
                 if self._ready():          # once the log has ended, this goes past the others' parts
                     return True
             if self.tail.ended:
@@ -188,45 +177,17 @@ class Source:
             idle()
             time.sleep(self.tail.interval)
 
-    # -- reading ----------------------------------------------------------------------------
-    def _fill(self, k, end):
-        """Make stream k's buffer hold every row with seq < end, plus one row beyond (the next
-        tuple, for the bounds), unless the stream ends first."""
-        while not self._eof[k] and (not len(self._buf[k]) or self._buf[k][SEQ][-1] < end):
-            c = self.readers[k].next_chunk()
-            if c is None:
-                self._eof[k] = True
-            else:
-                self._buf[k] = np.concatenate([self._buf[k], c]) if len(self._buf[k]) else c
-
-    def _take(self, k, end):
-        self._fill(k, end)
-        b = self._buf[k]
-        n = int(np.searchsorted(b[SEQ], end))
-        out, self._buf[k] = b[:n], b[n:]
-        return out
-
     # -- replay -----------------------------------------------------------------------------
-    def _due(self, now):
-        """Tuples whose scheduled arrival ((seq - start) / (rate x M) after the start, as _tin
-        says) has come: the first tuple arrives at the start (after a resume, the offset's)."""
-        if self.rate is None:
-            return self.total
-        return min(self.total, self.start + int((now - self.t0) * self.rate * self.M) + 1)
-
     def next_epoch(self):
         """Release the next epoch: up to batch_size tuples, or what is due within flush_interval.
 
         Returns one runtime batch per stream (with _tin stamped). Sleeps while nothing is due."""
         now = time.perf_counter()
-        if self.t0 is None:
-            self.t0 = now
-            self._wall0 = time.time_ns()
-            self.start = self.origin          # a resumed replay's schedule starts at its offset
+        self.schedule.begin(now, self.origin)
         bs = self.batch_size if self.k == 1 else min(self.batch_size, self.part_end - self.released)
         deadline = now + self.flush_ns / 1e9
         while True:
-            due = self._due(now)
+            due = self.schedule.due(now, self.total)
             pending = due - self.released
             if pending >= bs or (self.k == 1 and pending > 0 and (now >= deadline or due >= self.total)):
                 break
@@ -239,34 +200,18 @@ class Source:
 
     def release(self, end):
         """Runtime batches of every tuple with seq in [released, end), in seq order per stream."""
-        raw = [self._take(k, end) for k in range(self.M)]
+        raw = self.streams.take(end)
         self.check.check(raw)
         if self._first_ts is None and self.check.last_ts is not None:
             self._first_ts = min(int(a[TS][0]) for a in raw if len(a))
         if self.check.next_seq != end:
             raise InputError(f"{self.job.staged}: seq must be dense from 0 across streams; seq "
                              f"{self.check.next_seq} is missing (the streams end before it)")
-        out = []
-        for k, a in enumerate(raw):
-            b = np.zeros(len(a), self.dtypes[k])
-            for name in a.dtype.names:
-                b[name] = a[name]
-            b["_coord"] = coords(self.windows[k], a, self.cursor[k])
-            los = [lows(self.windows[j], a, raw[j], self.cursor[j]) if j != k else None for j in range(self.M)]
-            if self.M == 2:
-                b["_lo"] = los[1 - k]
-            else:
-                for j in range(self.M):
-                    b["_los"][:, j] = NEG_INF if j == k else los[j]
-            if self.rate is None:
-                b["_tin"] = time.time_ns()
-            else:   # the tuple's scheduled arrival, so delay includes waiting in the driver
-                b["_tin"] = self._wall0 + ((b[SEQ] - self.start) / (self.rate * self.M) * 1e9).astype(np.int64)
-            if self.annotate is not None:
+        out = stamp(raw, self.windows, self.dtypes, self.streams.cursor, self.schedule.tin)
+        if self.annotate is not None:
+            for k, b in enumerate(out):
                 self.annotate(b, k)
-            out.append(b)
-        for k, a in enumerate(raw):
-            self.cursor[k] += len(a)
+        self.streams.advance(raw)
         self.own += end - self.released
         if self.k > 1:
             self.batch_no = self.released // self.batch_size
@@ -277,58 +222,18 @@ class Source:
     def bounds(self):
         """Expiry bound of each stream's window: the smallest lo any tuple still to come can have.
         Computed once per release (rank 0's operator and every send of that batch ask for it)."""
-        key = (self.released, tuple(self.cursor), self.tail.frontier if self.tail else None,
+        key = (self.released, tuple(self.streams.cursor), self.tail.frontier if self.tail else None,
                self.tail.ended if self.tail else None)
         if self._bounds_at != key:
             self._bounds, self._bounds_at = self._compute_bounds(), key
         return list(self._bounds)
 
     def _compute_bounds(self):
-        nxt = []
-        for k in range(self.M):
-            self._fill(k, self.released)
-            b = self._buf[k]
-            # a log still growing: a tuple not committed yet has ts >= every committed ts
-            nxt.append(int(b[TS][0]) if len(b) else self.tail.frontier if self.tail and not self.tail.ended else None)
-        out = []
-        for j, w in enumerate(self.windows):
-            others = [t for k, t in enumerate(nxt) if k != j and t is not None]
-            if not others:
-                out.append(int(POS_INF))
-            elif w.kind == "time":
-                out.append(min(others) - (w.size - 1))
-            elif w.kind == "count":
-                out.append(self.cursor[j] - w.size)
-            else:
-                out.append(int(NEG_INF))
-        return out
+        # a log still growing: a tuple not committed yet has ts >= every committed ts
+        growing = self.tail.frontier if self.tail and not self.tail.ended else None
+        nxt = [growing if t is None else t for t in self.streams.next_ts(self.released)]
+        return expiry_bounds(self.windows, nxt, self.streams.cursor)
 
     def windows_full(self):
-        """Have the windows filled up (so load measured now is steady-state load)? Time windows: the
-        replayed event time spans the largest window; count windows: each stream has released its
-        window's worth; unbounded windows never fill."""
-        for k, w in enumerate(self.windows):
-            if w.kind == "unbounded":
-                return False
-            if w.kind == "count" and self.cursor[k] < w.size:
-                return False
-        spans = [w.size for w in self.windows if w.kind == "time"]
-        if spans:
-            if self.check.last_ts is None or self._first_ts is None:
-                return False
-            return self.check.last_ts - self._first_ts >= max(spans)
-        return True
-
-    def seek(self, offset):
-        """Continue after the first `offset` tuples (restart from a checkpoint): row groups before
-        the offset are skipped without reading; the rest of the prefix is read and dropped."""
-        offset = int(offset)
-        for r in self.readers:
-            r.seek(offset)
-        self._buf = [np.zeros(0, s.dtype) for s in self.job.streams]
-        self._eof = [False] * self.M
-        # per-stream counts before the offset: what the count windows' coordinates continue from
-        self.cursor = [r.count_before(offset) for r in self.readers]
-        self.released = offset
-        self._in_part = False
-        self.check = OrderCheck(self.job, offset)
+        """Have the windows filled up (so load measured now is steady-state load)? (stamp.py)"""
+        return windows_full(self.windows, self.streams.cursor, self._first_ts, self.check.last_ts)
