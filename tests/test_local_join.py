@@ -445,3 +445,24 @@ def test_sorted_runs_hold_every_live_row_once_in_key_order(ops, seed):
         entries = sum(len(keys) for keys, _, _ in r.runs())
         assert r.nbytes >= 12 * entries
         assert op == "add" or entries <= 2 * len(live) + 4096          # settled: few entries of rows gone
+
+
+@pytest.mark.parametrize("pred", ["equi", "equi2", "band", "equi+band", "equi+theta"])
+@pytest.mark.parametrize("method", ["index", "bnl", "scan"])
+def test_a_row_layout_alone_derives_window_rows_and_gives_back_the_runtime_rows(pred, method):
+    """slaves/join_rows.RowLayout without a join: runtime rows derived to window rows and back
+    equal what the source made in every column a snapshot holds, and derived rows are not
+    derived twice."""
+    from mpi_join.slaves.join_rows import RowLayout
+    job = parse_job(tomllib.loads(equi_job_text(("4", '"5ms"'), predicate=PREDICATES[pred])), "t.toml")
+    src = Source(job, arrays=random_streams(np.random.default_rng(2), 60, key_range=4))
+    layout = RowLayout(job.predicate, src.dtypes, method)
+    batches = src.next_epoch()
+    for s, b in enumerate(batches):
+        rows = layout.derive(b, s)
+        assert rows.dtype == layout.dtypes[s] and len(rows) == len(b)
+        assert layout.derive(rows, s) is rows or layout.dtypes[s] == layout.runtime_dtypes[s]
+        back = layout.runtime_rows(rows, s)
+        assert back.dtype == layout.state_dtypes[s]
+        for name in set(back.dtype.names) - {"_h"}:     # the hash is the join's own (a router stamps the same)
+            assert np.array_equal(back[name], b[name], equal_nan=back[name].dtype.kind == "f"), (s, name)

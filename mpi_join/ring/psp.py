@@ -55,7 +55,7 @@ from ..strategies import numbers
 from ..runtime.graph import DRIVER, ring
 from ..join.window import POS_INF, Window, footprint
 from ..schema import TS
-from ..slaves.local_join import held_columns, runtime_rows
+from ..slaves.join_rows import held_columns, runtime_rows
 from .adapt import rebalance
 from .slicing import Slicer
 
