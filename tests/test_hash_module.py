@@ -95,6 +95,7 @@ def test_groups_moved_between_epochs_keep_every_result_once(seed, n, wr, ws, loc
 
 
 def test_moving_every_group_rebuilds_each_merged_store_once(monkeypatch):
+    from mpi_join.slaves.merged_store import MergedStore
     """A slave taken out of service hands over all its groups at once: its store and the
     receiver's are each rebuilt once for all of them, not once per group (which made the
     receiver fall hundreds of ms behind at 30 groups of 64,000 rows)."""
@@ -103,7 +104,7 @@ def test_moving_every_group_rebuilds_each_merged_store_once(monkeypatch):
     job = parse_job(tomllib.loads(equi_job_text(('"unbounded"', '"unbounded"'))), "t.toml")
     arrays = random_streams(np.random.default_rng(5), 2000)
     rebuilds = []
-    monkeypatch.setattr(HashJoinCore, "_rebuild", lambda self, rows, real=HashJoinCore._rebuild:
+    monkeypatch.setattr(MergedStore, "rebuild", lambda self, rows, real=MergedStore.rebuild:
                         (rebuilds.append(sum(len(r) for r in rows)), real(self, rows))[1])
     # slave 2's groups (dealt round-robin), all moved to slave 1 before epoch 5 of 8
     got, mods = simulate(job, arrays, 2, 16, "index", 256, lambda e: [(p, 1) for p in range(1, 16, 2)] if e == 5 else [])

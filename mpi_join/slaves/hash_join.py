@@ -22,6 +22,7 @@ import numpy as np
 from ..partitioning import Partitioner, group_rows
 from ..partitioning.extendible import ExtendibleGroup
 from .local_join import BinaryJoin, warm_up
+from .merged_store import MergedStore
 from ..runtime.operator import Operator, Output
 from ..join.window import POS_INF, footprint
 
@@ -112,17 +113,9 @@ class HashJoinCore:
         self.store_dtypes = self._template.dtypes          # window rows: runtime rows + key columns
         self.state_dtypes = self._template.state_dtypes    # what a move or checkpoint carries of a row
         self.groups = {}                 # partition -> ExtendibleGroup (buckets: theta > 0)
-        # With an index join (its cost does not grow with the rows held; a nested loop's does, so
-        # bnl keeps a store per group), every group this slave owns shares one store: rows of two
-        # partitions never match (equal keys hash alike), so one join call per epoch does the work
-        # of one per group (60 by default), and a group is cut out of it or merged into it by seq
-        # when it moves (moves are rare; epochs are not). Its windows stay in seq order (on_epoch).
-        self.merged = None if theta or local_join == "bnl" else self.make_store()
-        # groups cut out of the merged store and rows merged in since its last rebuild: a slave
-        # taken out of service moves every group it owns at once, and one rebuild for all of them
-        # (at the next epoch, _settle) is what keeps that from costing a rebuild per group
-        self.cut_out, self.moved_in = set(), []
-        self._parts = {}                 # stream -> the partition of each window row, until the store changes
+        # with an index join every group this slave owns shares one store (merged_store.py)
+        self.merged = (None if theta or local_join == "bnl" else
+                       MergedStore(partitioner, self.make_store, self._template))
 
     def _new_group(self):
         return ExtendibleGroup(self.store_dtypes, self.theta, self.block_bytes, make_store=self.make_store)
@@ -136,23 +129,12 @@ class HashJoinCore:
     def on_epoch(self, bounds, batches):
         """Join one epoch. Returns (seq of stream 0, seq of stream 1, _tin of the newer tuple),
         three aligned int64 arrays with one entry per result."""
-        if self.merged is not None:
-            if self.moved_in and not any(len(b) for b in batches) and (np.asarray(bounds) < POS_INF).all():
-                return _NONE, _NONE, _NONE    # a move's queued rows, none: the next epoch merges (bounds only rise)
-            self._settle()
-            self._parts.clear()               # the windows change below
         tins = [b["_tin"] for b in batches]
         batches = [self._template.derive(b, s) for s, b in enumerate(batches)]    # once per epoch
         if self.merged is not None:
-            w = self.merged.windows
-            # a moved group's held-back rows come after newer rows of other groups: joined like
-            # any rows (each pair's visibility is tested by seq), then the windows are put back in
-            # seq order, which expiry relies on
-            late = any(len(b) and len(x) and b["seq"][0] < x.view()["seq"][-1] for b, x in zip(batches, w))
-            out = [self.merged.step(*batches, tins=tins)]
-            if late:
-                self._rebuild([x.view() for x in self.merged.windows])
-            self.expire(bounds)
+            out = self.merged.step(batches, tins, bounds)
+            if out is None:
+                return _NONE, _NONE, _NONE
             out += self.lone
             self.lone.clear()
             return tuple(np.concatenate([o[k] for o in out]) for k in range(3))
@@ -180,9 +162,7 @@ class HashJoinCore:
 
     def expire(self, bounds):
         if self.merged is not None:
-            self._settle()
             self.merged.expire(bounds)
-            self._parts.clear()
         for g in self.groups.values():
             g.expire(bounds)
 
@@ -193,8 +173,7 @@ class HashJoinCore:
 
     def window_tuples(self):
         if self.merged is not None:
-            self._settle()
-            return [len(w) for w in self.merged.windows]
+            return self.merged.window_tuples()
         n = [0, 0]
         for g in self.groups.values():
             for b in g.buckets():
@@ -209,66 +188,14 @@ class HashJoinCore:
 
     def footprint(self):
         if self.merged is not None:
-            self._settle()
-            return footprint(self.merged)
+            return self.merged.footprint()
         return footprint(*(b.store for g in self.groups.values() for b in g.buckets()))
-
-    # -- the merged store: groups cut out and merged in by seq --------------------------
-    def _cut(self, p):
-        """Group p's window rows of each stream out of the merged store ({} if it has none).
-        The store drops them at its next rebuild (_settle); until then no row of p is asked for
-        (p is routed elsewhere, and rows of two partitions never match)."""
-        if self.moved_in or p in self.cut_out:
-            self._settle()                 # p's rows may be among those merged in
-        views = [w.view() for w in self.merged.windows]
-        mine = [self._partitions(s, v) == p for s, v in enumerate(views)]
-        if not any(m.any() for m in mine):
-            return {}
-        self.cut_out.add(p)
-        return {f"0/{s}": self._template.runtime_rows(v[m], s) for s, (v, m) in enumerate(zip(views, mine))}
-
-    def _merge_in(self, arrays):
-        """Rows of moved or restored groups ({"...<stream>": runtime rows}, named as a move or a
-        checkpoint names them), merged into the store's windows at the next rebuild (_settle)."""
-        self.moved_in.append(arrays)
-
-    def _partitions(self, s, view):
-        """The partition of each row of stream s's window (`view`), computed once while the store
-        does not change: a slave that hands over all its groups cuts them one after another."""
-        if s not in self._parts:
-            self._parts[s] = self.part.partitions(self._template.hashes(view, s))
-        return self._parts[s]
-
-    def _settle(self):
-        """One rebuild for every group cut out and every row merged in since the last: the
-        windows stay in seq order and their indexes are built once."""
-        if not self.cut_out and not self.moved_in:
-            return
-        cut = np.array(sorted(self.cut_out), np.int64)
-        rows = []
-        for s, w in enumerate(self.merged.windows):
-            v = w.view()
-            if len(cut):
-                v = v[~np.isin(self._partitions(s, v), cut)]
-            new = [self._template.derive(a, s) for arrays in self.moved_in for k, a in arrays.items()
-                   if k.rsplit("/", 1)[1] == str(s)]
-            rows.append(np.concatenate([v] + new) if new else v)
-        self.cut_out, self.moved_in = set(), []
-        self._rebuild(rows)
-
-    def _rebuild(self, rows):
-        """A new merged store holding `rows` (window rows of each stream), put in seq order."""
-        self._parts.clear()
-        store = self.make_store()
-        for s, r in enumerate(rows):
-            store.append(r[np.argsort(r["seq"], kind="stable")], s)
-        self.merged = store
 
     # -- moving a partition group (state migration) ------------------------------------
     def take_group(self, p):
         """Remove partition group p: (arrays, split information), empty if it holds nothing."""
         if self.merged is not None:
-            return self._cut(p), dict(ONE_BUCKET)
+            return self.merged.cut(p), dict(ONE_BUCKET)
         g = self.groups.pop(p, None)
         if g is None:
             return {}, dict(ONE_BUCKET)
@@ -276,7 +203,7 @@ class HashJoinCore:
 
     def put_group(self, p, arrays, info):
         if self.merged is not None:
-            self._merge_in(arrays)
+            self.merged.merge_in(arrays)
             return
         g = self._new_group()
         g.install(arrays, info)
@@ -286,12 +213,9 @@ class HashJoinCore:
     def snapshot(self):
         arrays, infos = {}, {}
         if self.merged is not None:      # by group, as with buckets: a checkpoint reads the same either way
-            self._settle()
-            for s, w in enumerate(self.merged.windows):
-                v = w.view()
-                for p, rows in group_rows(v, self._partitions(s, v)):
-                    arrays[f"group/{p}/0/{s}"] = self._template.runtime_rows(rows, s)
-                    infos[str(p)] = dict(ONE_BUCKET)
+            for p, s, rows in self.merged.by_group():
+                arrays[f"group/{p}/0/{s}"] = rows
+                infos[str(p)] = dict(ONE_BUCKET)
             return arrays, {"groups": infos}
         for p, g in sorted(self.groups.items()):
             a, info = g.state()
@@ -301,8 +225,8 @@ class HashJoinCore:
 
     def restore(self, arrays, state):
         if self.merged is not None:      # names group/<p>/<bucket>/<stream>: every group's rows at once
-            self._merge_in(arrays)
-            self._settle()
+            self.merged.merge_in(arrays)
+            self.merged.settle()
             return
         per = {}
         for name, a in arrays.items():
