@@ -243,6 +243,28 @@ class Slice:
         op.cuts = arrays["cuts"].reshape(op.M, op.n) if "cuts" in arrays else None
         op.inflight, op.ended, op.open = {}, set(), 0
 
+    def leaving(self, cuts):
+        """Each stream's rows now below this slice (by the cuts), no longer held here (copies)."""
+        op, moved = self.op, []
+        for j, w in enumerate(op.windows):
+            v = w.view()
+            first = op.owned[j] - w.base
+            stop = int(np.searchsorted(v[op.coords[j]], cuts[j][op.k - 1]))
+            if stop > first:
+                moved.append(v[first:stop].copy())
+                op.owned[j] = w.base + stop
+            else:
+                moved.append(v[:0].copy())
+        return moved
+
+    def delete(self):
+        """Drop rows that left this slice and that no batch in flight can still need."""
+        op = self.op
+        if op.cuts is None:
+            return
+        for j, w in enumerate(op.windows):
+            w.expire(min([int(op.cuts[j][op.k - 1])] + [int(c[0][j][op.k - 1]) for c in op.inflight.values()]))
+
     def state_dtype(self, name):
         if name.isdigit():
             return self.op.dtypes[int(name)]
@@ -282,7 +304,8 @@ class SlicedJoin(Operator):
         self.counts = {"probes": 0, "inter_in": 0, "inter_out": 0, "moved": 0, "cycles": 0}
         p = job.strategy.params
         self.slow = float(p["slow_cpu"]) if p["slow_rank"] == rank else 0.0
-        self.declare(slice=Slice(self), counts=Fields(self, "retired"))
+        self.slice = Slice(self)           # the rows of its slice, as state (operator.declare)
+        self.declare(slice=self.slice, counts=Fields(self, "retired"))
 
     # -- the worker's calls ---------------------------------------------------------------------
     def accepts_input(self):
@@ -296,19 +319,8 @@ class SlicedJoin(Operator):
         return runtime_rows(rows, self.slice_dtypes[j])
 
     def runtime_rows(self, rows, j, copy=False):
-        """Slice rows of stream j (or runtime rows: as they are, or a copy) as runtime rows: the
-        wire and checkpoints carry those. `_coord` comes from ts; the columns a slice row does
-        not hold are 0 (a result is made of seqs and the probe's own columns)."""
-        dt = self.dtypes[j]
-        if rows.dtype == dt:
-            return rows.copy() if copy else rows
-        out = np.zeros(len(rows), dt)
-        for name in dt.names:
-            if name in rows.dtype.names:
-                out[name] = rows[name]
-        if "_coord" not in rows.dtype.names:
-            out["_coord"] = rows[TS]
-        return out
+        """Slice rows of stream j (or runtime rows) as runtime rows (slice_to_runtime)."""
+        return slice_to_runtime(rows, self.dtypes[j], copy)
 
     def quiet(self):
         """A checkpoint's marker enters the ring only between cycles (as rank 0 sends it with one
@@ -381,21 +393,12 @@ class SlicedJoin(Operator):
 
     def _purge(self, out, cuts, bounds):
         """Rows now below this slice leave for the next operator (or are dropped at the tail)."""
-        moved = []
-        for j, w in enumerate(self.windows):
-            v = w.view()
-            first = self.owned[j] - w.base
-            stop = int(np.searchsorted(v[self.coords[j]], cuts[j][self.k - 1]))
-            if stop > first:
-                moved.append(v[first:stop].copy())
-                self.owned[j] = w.base + stop
-            else:
-                moved.append(v[:0].copy())
+        moved = self.slice.leaving(cuts)
         n = sum(len(m) for m in moved)
         if n:
             self.counts["moved"] += n            # rows that left this slice (the tail drops them)
             self._pass_on(out, Building(), moved, bounds)
-        self._delete()
+        self.slice.delete()
 
     # -- intermediate results -------------------------------------------------------------------
     def _inter(self, out, batches, body, bounds):
@@ -449,42 +452,12 @@ class SlicedJoin(Operator):
         """The upper end of this slice: the cut of the slice before it."""
         return cuts[self.k - 2]
 
-    def _end(self, out, batch_id, level, made, bounds):
-        """Head: send what this step made, the last marked END; a null END when it made nothing
-        or when level M-1 (complete results) was reached."""
-        for b, body in made[:-1]:
-            self._send(out, body, b, bounds)
-        if made:
-            b, body = made[-1]
-            self._send(out, replace(body, end=True), b, bounds)
-        else:
-            empty = [w.view()[:0].copy() for w in self.windows]
-            self._send(out, Partial(batch_id, level, -1, self.k, True, ()), empty, bounds)
-
-    def _cycle_ended(self, out, batch_id):
-        self.open -= 1
-        self.counts["cycles"] += 1
-        self.ended.add(batch_id)
-        before = self.retired
-        while self.retired + 1 in self.ended:
-            self.ended.discard(self.retired + 1)
-            self.retired += 1
-        if self.retired != before:
-            self._retire_upto(self.retired)
-            out.tell(DRIVER, CycleDone(self.retired))
-
     # -- delayed purge --------------------------------------------------------------------------
     def _retire_upto(self, upto):
         for b in [b for b in self.inflight if b <= upto]:
             del self.inflight[b]
-        self._delete()
+        self.slice.delete()
 
-    def _delete(self):
-        """Drop rows that left this slice and that no batch in flight can still need."""
-        if self.cuts is None:
-            return
-        for j, w in enumerate(self.windows):
-            w.expire(min([int(self.cuts[j][self.k - 1])] + [int(c[0][j][self.k - 1]) for c in self.inflight.values()]))
 
     # -- state ----------------------------------------------------------------------------------
     def held(self, j):
@@ -494,24 +467,7 @@ class SlicedJoin(Operator):
         return w.view()[self.owned[j] - w.base:]
 
     def warm_up(self):
-        """Compile the probe kernels on a tiny ring of one: every stream probes every other."""
-        job = replace(self.job, strategy=replace(self.job.strategy, params=dict(self.job.strategy.params,
-                                                                               interleave=1)))
-        op = OnlySlice(job, 1, ring(2), self.dtypes)
-        M = self.M
-        orderings = auto_orderings(self.pred, M, [[1.0] * M for _ in range(M)])
-        for seq0 in (0, 10):
-            batches = []
-            for j, dt in enumerate(self.dtypes):
-                b = np.zeros(2, dt)
-                b["seq"] = [seq0 + j, seq0 + M + j]
-                if M == 2:
-                    b["_lo"] = -(1 << 40)
-                else:
-                    b["_los"] = -(1 << 40)
-                batches.append(b)
-            cuts = np.full((M, 1), -(1 << 40), np.int64)
-            op.on_data(DRIVER, DataHeader(0, (0,) * M, batch_header(Entering, seq0, -1, orderings, cuts)), batches)
+        warm_up_ring(self.job, self.dtypes)
 
     def stats(self):
         held = sum(len(self.held(j)) for j in range(self.M))
@@ -538,6 +494,30 @@ class HeadSlice(SlicedJoin):
     def _top(self, cuts):
         return POS_INF                         # the head's slice holds the newest tuples
 
+    def _end(self, out, batch_id, level, made, bounds):
+        """Head: send what this step made, the last marked END; a null END when it made nothing
+        or when level M-1 (complete results) was reached."""
+        for b, body in made[:-1]:
+            self._send(out, body, b, bounds)
+        if made:
+            b, body = made[-1]
+            self._send(out, replace(body, end=True), b, bounds)
+        else:
+            empty = [w.view()[:0].copy() for w in self.windows]
+            self._send(out, Partial(batch_id, level, -1, self.k, True, ()), empty, bounds)
+
+    def _cycle_ended(self, out, batch_id):
+        self.open -= 1
+        self.counts["cycles"] += 1
+        self.ended.add(batch_id)
+        before = self.retired
+        while self.retired + 1 in self.ended:
+            self.ended.discard(self.retired + 1)
+            self.retired += 1
+        if self.retired != before:
+            self._retire_upto(self.retired)
+            out.tell(DRIVER, CycleDone(self.retired))
+
 
 class TailSlice(SlicedJoin):
     """The tail (role `tail`): holds the oldest slice; what leaves it leaves the ring."""
@@ -548,6 +528,41 @@ class TailSlice(SlicedJoin):
 
 class OnlySlice(HeadSlice, TailSlice):
     """A ring of one operator (role `solo`): head and tail at once; it sends to itself."""
+
+
+def slice_to_runtime(rows, dt, copy=False):
+    """Slice rows (or runtime rows: as they are, or a copy) as runtime rows of dtype `dt`: the
+    wire and checkpoints carry those. `_coord` comes from ts; the columns a slice row does not
+    hold are 0 (a result is made of seqs and the probe's own columns)."""
+    if rows.dtype == dt:
+        return rows.copy() if copy else rows
+    out = np.zeros(len(rows), dt)
+    for name in dt.names:
+        if name in rows.dtype.names:
+            out[name] = rows[name]
+    if "_coord" not in rows.dtype.names:
+        out["_coord"] = rows[TS]
+    return out
+
+
+def warm_up_ring(job, dtypes):
+    """Compile the probe kernels on a tiny ring of one: every stream probes every other."""
+    job = replace(job, strategy=replace(job.strategy, params=dict(job.strategy.params, interleave=1)))
+    op = OnlySlice(job, 1, ring(2), dtypes)
+    M = len(dtypes)
+    orderings = auto_orderings(job.predicate, M, [[1.0] * M for _ in range(M)])
+    for seq0 in (0, 10):
+        batches = []
+        for j, dt in enumerate(dtypes):
+            b = np.zeros(2, dt)
+            b["seq"] = [seq0 + j, seq0 + M + j]
+            if M == 2:
+                b["_lo"] = -(1 << 40)
+            else:
+                b["_los"] = -(1 << 40)
+            batches.append(b)
+        cuts = np.full((M, 1), -(1 << 40), np.int64)
+        op.on_data(DRIVER, DataHeader(0, (0,) * M, batch_header(Entering, seq0, -1, orderings, cuts)), batches)
 
 
 def slice_counts(job, n):
