@@ -188,3 +188,26 @@ def test_the_layer_check_finds_an_import_up_the_layers():
 
 def test_imports_run_down_the_layers():
     assert not layer_breaches(import_graph())
+
+
+def long_classes(mods, limit=200):
+    """(lines, module, class) of every class longer than `limit` lines."""
+    out = []
+    for name, path in mods.items():
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > limit:
+                out.append((node.end_lineno - node.lineno + 1, name, node.name))
+    return sorted(out, reverse=True)
+
+
+def test_the_length_check_finds_a_long_class(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("class A:\n" + "    x = 1\n" * 201 + "class B:\n    y = 2\n")
+    assert long_classes({"m": str(p)}) == [(202, "m", "A")]
+
+
+def test_no_class_is_over_200_lines():
+    """A class that long does several things: split it into parts, each with its own tests."""
+    assert long_classes(_modules()) == []

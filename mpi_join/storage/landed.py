@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 
+import numpy as np
 import pyarrow as pa
 
 FIELDS = ("bytes", "mtime_ns", "ino")
@@ -47,6 +48,23 @@ def record(path, stream):
                 "stream": stream}
     except OSError:
         return None
+
+
+def remember(landed, arrivals, paths, bad, names):
+    """Add to `landed` (the log's record, kept across restarts, so a change after staging is
+    noticed) what this batch read of each local landing file it has rows of: `arrivals[k]`,
+    stream k's rows (`_src` indexes `paths`); `bad[k]`, its unparseable rows (or None)."""
+    of = {}
+    for k, a in enumerate(arrivals):
+        of.update((paths[i], names[k]) for i in np.unique(a["_src"]))
+        if bad and bad[k] is not None:
+            of.update((p, names[k]) for p in set(bad[k].column("file").to_pylist()))
+    for p, n in of.items():
+        lp = local_path(p)
+        if lp is not None and p not in landed:
+            rec = record(lp, n)
+            if rec is not None:
+                landed[p] = rec
 
 
 def changed(landed):

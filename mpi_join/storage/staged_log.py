@@ -24,16 +24,15 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
-import pyarrow.parquet as pq
 
-from .durable import write_json
 from ..errors import InputError, JobError
 from .checksums import file_records, file_sha256
 from ..schema import SEQ, TS, to_arrow
 from .staged import FORMAT, MANIFEST, check_part, check_structure, is_log, read_manifest, string_columns
 from ..units import ts_unit_ns
+from .landed import remember
+from .log_files import LOG, LogFiles, quarantine_changed
 
-LOG = "_log"
 NOTHING = object()
 # a log part's rows also carry when the stager first saw their landing file (wall-clock ns): the
 # readers of staged input read only the declared columns; latency.py reads this one
@@ -204,6 +203,7 @@ class LogWriter:
         from .paths import plain_dir, inside
         self.job, self.out, self.lateness, self.say = job, out, int(lateness), say or (lambda m: None)
         self.names = [s.name for s in job.streams]
+        self.files = LogFiles(out, self.names)        # log_files.py: each written whole, in `out`
         for s in job.streams:
             for d in (os.path.join(out, s.name), os.path.join(out, "_quarantine", s.name)):
                 plain_dir(d, "a folder the log writes")
@@ -234,8 +234,8 @@ class LogWriter:
         self.log.setdefault("rewritten", {n: 0 for n in self.names})
         # when each stream last sent a row: from now, also after a restart (idle_timeout, _idle)
         self.log["heard_ns"] = {n: time.time_ns() for n in self.names}
-        self.pending = self._load_pending()
-        self._sweep()
+        self.pending = self.files.load_pending(self.log.get("pending"), [waiting_dtype(s) for s in job.streams])
+        self.files.sweep(self.man)
 
     # -- state ---------------------------------------------------------------------------
     def _fresh(self, settings):
@@ -251,46 +251,12 @@ class LogWriter:
                        "max_seen": {n: None for n in self.names}, "late": {n: 0 for n in self.names},
                        "sources": [], "pending": None, "quarantine_files": {}, "ended": None,
                        "allowed_lateness": self.lateness}}
-        self._write_manifest(man)
+        self.files.manifest(man)
         return man
 
     @property
     def log(self):
         return self.man["log"]
-
-    def _load_pending(self):
-        empty = [np.zeros(0, waiting_dtype(s)) for s in self.job.streams]
-        rec = self.log.get("pending")
-        if not rec:
-            return empty
-        p = os.path.join(self.out, LOG, rec["file"])
-        if not os.path.isfile(p) or file_sha256(p) != rec["sha256"]:
-            raise InputError(f"{p}: the rows waiting for the watermark are missing or changed since they were "
-                             f"committed; the log cannot continue exactly once; pass --force to start a new log")
-        with np.load(p, allow_pickle=False) as z:
-            out = [z[n].astype(waiting_dtype(s)) if n in z else e for n, s, e in zip(self.names, self.job.streams, empty)]
-        return out
-
-    def _sweep(self):
-        """Remove what a batch killed before its commit left behind (never a committed file)."""
-        from .paths import remove_file
-        keep_q = {f for v in self.log["quarantine_files"].values() for f in v}
-        pend = (self.log.get("pending") or {}).get("file")
-        for n in self.names:
-            d = os.path.join(self.out, n)
-            for f in os.listdir(d):
-                if f.startswith((".part-", "part-b")) and f not in self.man["files"].get(n, {}):
-                    remove_file(self.out, os.path.join(d, f))
-            q = os.path.join(self.out, "_quarantine", n)
-            for f in os.listdir(q):
-                if f.startswith((".", "late-b", "bad-b")) and f"{n}/{f}" not in keep_q:
-                    remove_file(self.out, os.path.join(q, f))
-        d = os.path.join(self.out, LOG)
-        for f in os.listdir(d):
-            stale = (f.startswith("pending-") and f != pend) or f.startswith(".") or (
-                f.startswith("batch-") and f[6:12].isdigit() and int(f[6:12]) >= self.log["batches"])
-            if stale:
-                remove_file(self.out, os.path.join(d, f))
 
     # -- committing ----------------------------------------------------------------------
     def commit(self, spark_batch, arrivals, paths, bad=None, flush=False, until=None, end=None, timing=None,
@@ -325,7 +291,7 @@ class LogWriter:
                 n += [int(pa.compute.max(t.column("record")).as_py()) for t in (bad or []) if t is not None
                       and t.num_rows and p in t.column("file").to_pylist()]
                 base[p] = max([base.get(p, 0)] + n)
-        self._record_landed(arrivals, paths, bad)
+        remember(self.log["landed"], arrivals, paths, bad, self.names)
         max_seen = [self.log["max_seen"][n] for n in self.names]
         idle = self._idle(arr, bad)
         released, late, keep, max_seen, frontier, bound = advance(
@@ -352,7 +318,7 @@ class LogWriter:
             if len(rows[k]):
                 name = f"part-b{b:06d}.parquet"
                 landed = np.asarray(seen, np.int64)[origin[k]] if len(seen) else np.zeros(len(rows[k]), np.int64)
-                self._atomic_parquet(os.path.join(self.out, n), name,
+                self.files.parquet(os.path.join(self.out, n), name,
                                      to_arrow(rows[k]).append_column(LANDED, pa.array(landed)))
                 e["files"] = file_records(os.path.join(self.out, n), [name])
                 e["seq"] = [int(rows[k][SEQ][0]), int(rows[k][SEQ][-1])]
@@ -363,9 +329,9 @@ class LogWriter:
                 self.man["files"][n].update(e["files"])
             qf = []
             if len(late[k]):
-                qf.append(self._quarantine(n, f"late-b{b:06d}.parquet", self._late_table(late[k], self.log["frontier"], srcs)))
+                qf.append(self.files.quarantine(n, f"late-b{b:06d}.parquet", self._late_table(late[k], self.log["frontier"], srcs)))
             if e["quarantined"]:
-                qf.append(self._quarantine(n, f"bad-b{b:06d}.parquet", bad[k]))
+                qf.append(self.files.quarantine(n, f"bad-b{b:06d}.parquet", bad[k]))
             if qf:
                 self.log["quarantine_files"].setdefault(n, []).extend(qf)
             self.log["late"][n] += e["late"]
@@ -374,7 +340,7 @@ class LogWriter:
         self.man["total"] += sum(len(r) for r in rows)
         old_pending = (self.log.get("pending") or {}).get("file")
         waiting = sum(len(p) for p in keep)
-        self.log["pending"] = self._save_pending(b, keep) if waiting else None
+        self.log["pending"] = self.files.save_pending(b, keep) if waiting else None
         entry["pending"] = waiting
         entry["committed_ns"] = time.time_ns()          # the manifest is replaced right after
         entry["commit_ms"] = round((entry["committed_ns"] - t_begin) / 1e6, 1)
@@ -386,13 +352,13 @@ class LogWriter:
             self.log.setdefault("consumed", []).extend(consumed)
         if end is not None:
             self.log["ended"] = dict(end, beyond_until=waiting, seq_end=self.man["total"])
-        self._atomic_json(os.path.join(self.out, LOG), f"batch-{b:06d}.json", entry)
+        self.files.json(os.path.join(self.out, LOG), f"batch-{b:06d}.json", entry)
         self.log.setdefault("batch_files", {})[f"batch-{b:06d}.json"] = file_sha256(
             os.path.join(self.out, LOG, f"batch-{b:06d}.json"))      # the manifest covers the records
-        self._write_manifest(self.man)                       # the commit point
+        self.files.manifest(self.man)                       # the commit point
         self.pending = keep
         if end is not None:
-            self._atomic_json(os.path.join(self.out, LOG), "end.json", self.log["ended"])
+            self.files.json(os.path.join(self.out, LOG), "end.json", self.log["ended"])
         if old_pending and old_pending != (self.log.get("pending") or {}).get("file"):
             from .paths import remove_file
             remove_file(self.out, os.path.join(self.out, LOG, old_pending))
@@ -411,48 +377,9 @@ class LogWriter:
         self.log["idle"] = [n for n, i in zip(self.names, idle) if i]
         return idle
 
-    def _record_landed(self, arrivals, paths, bad):
-        """What this batch read of each landing file it has rows of (landed.record), kept with the
-        log so that a change after staging is noticed, across restarts too."""
-        from .landed import local_path, record
-        of = {}
-        for k, a in enumerate(arrivals):
-            of.update((paths[i], self.names[k]) for i in np.unique(a["_src"]))
-            if bad and bad[k] is not None:
-                of.update((p, self.names[k]) for p in set(bad[k].column("file").to_pylist()))
-        for p, n in of.items():
-            lp = local_path(p)
-            if lp is not None and p not in self.log["landed"]:
-                rec = record(lp, n)
-                if rec is not None:
-                    self.log["landed"][p] = rec
-
     def quarantine_changed(self, say):
-        """Landing files that changed after they were staged (landed.changed): the content not
-        staged goes to _quarantine/_rewritten/<stream>/, counted as quarantined, with one line
-        said per file; the manifest is written when any did. Returns how many files changed."""
-        from .landed import changed, new_content
-        from .paths import inside, plain_dir
-        found = changed(self.log["landed"])
-        streams = {s.name: s for s in self.job.streams}
-        for uri, rec, now, reason in found:
-            n, s = rec["stream"], streams.get(rec["stream"])
-            t = new_content(uri, rec, now, reason, s.raw.format if s and s.raw else "csv",
-                            bool(s and s.raw and s.raw.header))
-            d = os.path.join(self.out, "_quarantine", "_rewritten", n)
-            plain_dir(d, "a folder the log writes")
-            os.makedirs(inside(self.out, d), exist_ok=True)
-            name = f"rewritten-{len([f for f in os.listdir(d) if f.startswith('rewritten-')]):06d}.parquet"
-            self._atomic_parquet(d, name, t)
-            self.log["landed"][uri] = now
-            self.log["rewritten"][n] = self.log["rewritten"].get(n, 0) + t.num_rows
-            self.man["quarantined"][n] += t.num_rows
-            say(f"stage --follow: warning: {uri}: {reason} ({rec['bytes']:,} -> {now['bytes']:,} bytes): "
-                f"{t.num_rows:,} row(s) not staged, quarantined in {os.path.join(d, name)}; a landed file must "
-                f"not change (write under a hidden name, then rename)")
-        if found:
-            self._write_manifest(self.man)
-        return len(found)
+        """Landing files that changed after they were staged: log_files.quarantine_changed."""
+        return quarantine_changed(self, say)
 
     def end(self, reason, until=None):
         """Release what waits (up to `until`, if given) and write the end marker."""
@@ -464,39 +391,6 @@ class LogWriter:
         why = [lateness_text(int(frontier - ts), self.job.ts_unit) for ts in rows[TS]]
         return t.add_column(0, "reason", pa.array(why)).add_column(
             0, "record", pa.array(rows["_rec"])).add_column(0, "file", pa.array([srcs[i] for i in rows["_src"]]))
-
-    def _quarantine(self, stream, name, table):
-        self._atomic_parquet(os.path.join(self.out, "_quarantine", stream), name, table)
-        return f"{stream}/{name}"
-
-    def _save_pending(self, b, keep):
-        name = f"pending-{b:06d}.npz"
-        d = os.path.join(self.out, LOG)
-        tmp = os.path.join(d, f".{name}")
-        with open(tmp, "wb") as f:
-            np.savez(f, **{n: p for n, p in zip(self.names, keep)})
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(d, name))
-        return {"file": name, "rows": int(sum(len(p) for p in keep)), "sha256": file_sha256(os.path.join(d, name))}
-
-    def _atomic_parquet(self, d, name, table):
-        tmp = os.path.join(d, f".{name}.tmp")
-        pq.write_table(table, tmp)
-        _fsync(tmp)
-        os.replace(tmp, os.path.join(d, name))
-
-    def _atomic_json(self, d, name, obj):
-        write_json(os.path.join(d, name), obj, tmp=os.path.join(d, f".{name}.tmp"))
-
-    def _write_manifest(self, man):
-        self._atomic_json(self.out, MANIFEST, man)
-
-
-def _fsync(path):
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
 
 def _streamed(path):
     """Is this source a stream (a socket) rather than a file, whose records go on across batches?"""
