@@ -44,7 +44,7 @@ def pytest_configure(config):
                                        "builds its environment)")
 
 
-_LAUNCHES = ("run_mpi(", "MPIEXEC", "_expect_run_error(", "spark_session", "spark_stream_join", "slurm", "kill_then_resume(",
+_LAUNCHES = ("run_mpi(", "run_mpi)", "MPIEXEC", "_expect_run_error(", "spark_session", "spark_stream_join", "slurm", "kill_then_resume(",
              "kill_after_checkpoints(", "fault_after_checkpoints(")
 
 

@@ -20,7 +20,7 @@ NAMES = [n for n in strategies.names() if not strategies.get(n).testing]
 @pytest.mark.parametrize("pred", ["equi", "band"])
 def test_each_result_carries_its_newer_tuples_arrival_time(strategy, kind, pred):
     job = sim_job(strategy, pred, kind)
-    arrays = random_streams(np.random.default_rng(len(strategy) + len(kind)), 600, key_range=6)
+    arrays = random_streams(np.random.default_rng(len(strategy) + len(kind)), 300, key_range=6)
     info = strategies.get(strategy)
     workers = max(3, info.min_ranks - 1)
     trace, tins = [], []

@@ -71,7 +71,7 @@ CASES = [(pred, kind, w, p) for pred in ("equi", "band", "theta") for kind in ("
                          ids=[f"{pr}-{k}-{w}-{'-'.join(f'{a}{v}' for a, v in p.items())}" for pr, k, w, p in CASES])
 def test_biclique_equals_oracle(pred, kind, workers, params):
     job = sim_job("biclique", pred, kind)
-    arrays = random_streams(np.random.default_rng(workers), 300, key_range=8)
+    arrays = random_streams(np.random.default_rng(workers), 200, key_range=8)
     expect = run_oracle(job, arrays)
     for seed, batch in ((1, 1), (2, 6)):
         got, mods, _ = simulate_strategy("biclique", job, arrays, workers, seed=seed, batch_size=batch, **params)
@@ -115,7 +115,7 @@ def test_matrix_grid_is_the_divisor_nearest_the_square_root():
 def test_matrix_equals_oracle_and_stores_each_tuple_along_a_row_or_column(strategy, pred, kind, workers, rows):
     from mpi_join.biclique.matrix import grid
     job = sim_job(strategy, pred, kind)
-    arrays = random_streams(np.random.default_rng(workers), 300, key_range=8)
+    arrays = random_streams(np.random.default_rng(workers), 200, key_range=8)
     expect = run_oracle(job, arrays)
     got, mods, _ = simulate_strategy(strategy, job, arrays, workers, seed=workers, batch_size=4, rows=rows)
     assert len(expect) and len(got) == len(as_set(got)) and as_set(got) == as_set(expect)

@@ -66,7 +66,7 @@ def _check(got, expect):
 @pytest.mark.parametrize("interleave", [1, 3])
 def test_binary_ring_equals_oracle(pred, kind, n, interleave):
     job = _binary(pred, kind)
-    arrays = random_streams(np.random.default_rng(n * 10 + interleave), 600, key_range=8)
+    arrays = random_streams(np.random.default_rng(n * 10 + interleave), 300, key_range=8)
     got, _, _ = simulate(job, arrays, n, seed=n + interleave, batch_size=5, interleave=interleave)
     _check(got, run_oracle(job, arrays))
 
@@ -78,7 +78,7 @@ def test_binary_ring_equals_oracle(pred, kind, n, interleave):
 def test_multiway_ring_equals_oracle(m, n, interleave, kind):
     windows = ['"12ms"', '"7ms"', '"20ms"', '"9ms"'] if kind == "time" else ["9", "14", "6", "11"]
     job = multiway_job(m, windows[:m])
-    arrays = multiway_streams(np.random.default_rng(m * 100 + n), m, 500)
+    arrays = multiway_streams(np.random.default_rng(m * 100 + n), m, 250)
     got, ops, _ = simulate(job, arrays, n, seed=n, batch_size=6, interleave=interleave)
     _check(got, run_oracle(job, arrays))
 
@@ -139,7 +139,7 @@ def test_relocation_mid_run_equals_oracle_and_never_duplicates_state(mode, weigh
 @pytest.mark.parametrize("counts", ["20", "5,40", "balanced"])
 def test_count_bounded_slices_hold_their_bound_and_equal_oracle(counts):
     job = multiway_job(3, ['"60ms"', '"60ms"', '"60ms"'])
-    arrays = multiway_streams(np.random.default_rng(9), 3, 800, key_range=6)
+    arrays = multiway_streams(np.random.default_rng(9), 3, 500, key_range=6)
     most = []
 
     def check(epoch, ops, router):
@@ -189,7 +189,7 @@ def test_rebalance_adds_removes_and_smooths_by_measured_load():
 @pytest.mark.parametrize("interleave", [1, 3])
 def test_per_stream_ring_lengths_keep_each_stream_on_its_first_operators(interleave):
     job = multiway_job(3, ['"60ms"', '"40ms"', '"80ms"'])
-    arrays = multiway_streams(np.random.default_rng(4), 3, 700, key_range=4)
+    arrays = multiway_streams(np.random.default_rng(4), 3, 400, key_range=4)
     got, ops, _ = simulate(job, arrays, 4, batch_size=5, interleave=interleave, lengths="A=1,C=2")
     _check(got, run_oracle(job, arrays))
     held = {j: [len(ops[k].held(j)) for k in (1, 2, 3, 4)] for j in range(3)}
@@ -278,7 +278,7 @@ def test_slice_rows_hold_what_a_probe_reads_and_a_snapshot_holds_runtime_rows(pr
     under a UDF keeps runtime rows. A snapshot holds runtime rows (coordinate filled in, unheld
     columns 0), and a restored slice holds what it held. The ring equals the oracle."""
     job = _binary(pred, kind)
-    arrays = random_streams(np.random.default_rng(5), 900, key_range=8)
+    arrays = random_streams(np.random.default_rng(5), 450, key_range=8)
     seen = []
 
     def on_epoch(epoch, mods, router):

@@ -129,7 +129,7 @@ def _trigger_order(got):
 @pytest.mark.parametrize("k,b", [(1, 2), (2, 2), (3, 3), (4, 2), (6, 2), (6, 3)])
 def test_splitjoin_equals_oracle_in_strict_outer_order(pred, kind, k, b):
     job = _job(pred, kind)
-    arrays = random_streams(np.random.default_rng(k * 7 + b), 300, key_range=8)
+    arrays = random_streams(np.random.default_rng(k * 7 + b), 200, key_range=8)
     expect = run_oracle(job, arrays)
     for seed, batch, method in ((k, 1, "scan"), (k + 10, 5, "index")):
         got, _, _ = simulate_strategy("splitjoin", job, arrays, k + 1, seed=seed, batch_size=batch,
