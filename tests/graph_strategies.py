@@ -12,7 +12,7 @@ comes out of order. Without the merge the units would see batches out of order.
 
 `grow`: units (hash partition groups, `hash`'s join module) all start on worker 1; at epoch
 `grow_at` half of them move to worker 2, and at twice that epoch a quarter move to worker 3,
-through the runtime's state move (driver.moves.begin): workers 2 and 3 held nothing before.
+through the runtime's state move (coordinator.move): workers 2 and 3 held nothing before.
 
 `merge-tree`: the driver sends every batch to every join core; each core joins the keys whose
 hash falls in its share and sends its results on a result edge to its merger; the mergers send

@@ -148,7 +148,7 @@ class Graph:
         return [e.dst for e in self._out.get(rank, ()) if e.first and (e.feeds is None or src in e.feeds)]
 
     def move_targets(self, rank):
-        """Ranks `rank` may move a unit of state to (driver.moves.begin): the other vertices of its group,
+        """Ranks `rank` may move a unit of state to (coordinator.move): the other vertices of its group,
         which run the same code (a biclique's R-unit hands its state to another R-unit)."""
         v = self.vertices[rank]
         return [r for r in self.ranks(v.group or v.role) if r != rank]

@@ -29,7 +29,7 @@ Every vertex:
   snapshot() -> (arrays, attrs), restore(arrays, attrs), state_dtype(name) and, if it holds
   window rows, footprint().
 - `stats()` for metrics, `footprint()` for the memory figures.
-A vertex whose state moves in units (driver.moves.begin): `unit_of(batch)`, `take(unit)` -> (arrays,
+A vertex whose state moves in units (coordinator.move): `unit_of(batch)`, `take(unit)` -> (arrays,
 attrs) and `put(unit, arrays, attrs)`; the runtime moves the state and the unit's queued rows.
 
 Hooks a vertex has for what only its place in the graph asks of it, each saying why:

@@ -80,7 +80,7 @@ class HashJoinModule(CoreModule):
         out.emit((sa, sb), tin)
         return out
 
-    # -- moving a partition group (the runtime moves it: driver.moves.begin) -----------------------
+    # -- moving a partition group (the runtime moves it: coordinator.move) ------------------------
     def unit_of(self, batch):
         return self.core.part.partitions(batch["_h"])
 

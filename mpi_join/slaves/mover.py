@@ -1,4 +1,4 @@
-"""Moving a unit of state between workers, the worker's side of driver.moves.begin.
+"""Moving a unit of state between workers, the worker's side of coordinator.move (master/moves.py).
 
 The holder, on MoveOut (handled on arrival, never before a queued checkpoint marker), takes the
 unit out of its module with the unit's rows still queued from the driver and sends both to the
