@@ -144,7 +144,8 @@ class Driver:
         self.progress.close()
         self.metrics.epochs = self.epoch
         self.metrics.extra.update(compiled_during_replay=Compiles.count - self.compiled_at_start, **GcPauses.stats(),
-                                  peak_inflight=max(self.out.credits.peak.values(), default=0), topology=self.graph.name,
+                                  peak_inflight=max(self.out.credits.peak.values(), default=0),
+                                  topology=self.graph.name,
                                   released_at=released_at, overloaded=self.pace.overloaded,
                                   max_lag_s=round(self.pace.max_lag, 4), released_own=self.source.own,
                                   **self.router.stats())

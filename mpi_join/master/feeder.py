@@ -44,7 +44,8 @@ class Feeder(Driver):
         self.replay()                  # each part's end flushed the router (Parts.end)
         self.finish_input()
         self.wait(lambda: self.fin and not any(self.out.credits.out.values()))
-        self.metrics.extra.update(peak_inflight=max(self.out.credits.peak.values(), default=0), released_own=self.source.own)
+        self.metrics.extra.update(peak_inflight=max(self.out.credits.peak.values(), default=0),
+                                  released_own=self.source.own)
         self.tx.send(DRIVER, Tag.DONE, pack_obj(self.metrics.to_dict(self.tx)))
         self.tx.flush()
 

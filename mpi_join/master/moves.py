@@ -1,4 +1,5 @@
-"""Moving a unit of state between workers, the driver's side (rank 0's operator asks its coordinator: master/coordinator.py).
+"""Moving a unit of state between workers, the driver's side (rank 0's operator asks for it
+through its coordinator: master/coordinator.py).
 
 `src` takes the unit out of its module with its queued input rows and sends them to `dst`,
 which puts them in before its next DATA; rows of the unit routed meanwhile are held here and

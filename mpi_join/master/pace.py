@@ -1,7 +1,7 @@
-"""The replay's schedule (Schedule), and with a set rate, the replay behind schedule (the workers do not keep up, credits hold the
-source back) for longer than run.overload_after makes the run overloaded. Said once on stderr
-with the rate, and kept in the summary; the run goes on, later than scheduled (or stops, with
-run.stop_when_overloaded)."""
+"""The replay's schedule (Schedule). With a set rate, the replay behind schedule (the workers
+do not keep up, credits hold the source back) for longer than run.overload_after makes the run
+overloaded. Said once on stderr with the rate, and kept in the summary; the run goes on, later
+than scheduled (or stops, with run.stop_when_overloaded)."""
 import sys
 import time
 
