@@ -52,7 +52,7 @@ def main():
 @click.argument("job", type=click.Path(dir_okay=False))
 @click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=None,
               help="Launch this many ranks with mpiexec yourself (default: run as one rank of an "
-                   "mpiexec/srun launch).")
+                   "mpiexec/srun launch); where there is no mpiexec, they run in this process (--local).")
 @click.option("--output", type=click.Path(file_okay=False), default=None,
               help="Override [output] dir: where results/ and metrics/ are written.")
 @click.option("--staged", type=click.Path(file_okay=False), default=None,
@@ -148,6 +148,12 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
     """
     overrides = {"output": output, "staged": staged, "strategy": strategy, "resume": resume}
     flags = dict(overwrite=overwrite, follow=follow, allow_empty=allow_empty)
+    if nprocs is not None and not local and not _under_mpi():
+        from .launch import mpiexec_path
+        if not mpiexec_path():      # the same ranks in this process: the same results and checkpoints
+            sys.stderr.write(f"mpi-join: no mpiexec here (pip install mpich, or put one on PATH): running the "
+                             f"{nprocs} ranks in this process, as --local does\n")
+            local = True
     if local:
         if _under_mpi():
             _fail(JobError("--local runs every rank in this one process; start it without mpiexec or srun"))

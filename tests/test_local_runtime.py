@@ -97,3 +97,23 @@ def test_checkpoints_of_a_local_run_resume_under_mpiexec_and_back(tmp_path, stra
     assert r.returncode == 0, r.stderr + r.stdout
     assert "resuming from checkpoint" in r.stderr
     _exact(job, arrays)
+
+
+def test_run_n_without_mpiexec_runs_the_ranks_in_process(tmp_path):
+    """Where there is no mpiexec (none beside the interpreter, none on PATH), `run -n N` runs the
+    N ranks in this process, says so in one line, and gives the oracle's results."""
+    import sys
+    root = tmp_path / "py"          # this venv, seen through an interpreter with no mpiexec beside it
+    (root / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, root / "bin" / "python")
+    os.symlink(os.path.join(sys.prefix, "lib"), root / "lib")
+    with open(os.path.join(sys.prefix, "pyvenv.cfg")) as src, open(root / "pyvenv.cfg", "w") as dst:
+        dst.write(src.read())
+    arrays = random_streams(np.random.default_rng(6), 600, key_range=8)
+    path, job = write_job(str(tmp_path / "job"), equi_job_text(('"6ms"', "17")), arrays)
+    env = dict(os.environ, PATH=f"{root / 'bin'}:/usr/bin:/bin", MPI_JOIN_QUIET="1")
+    p = subprocess.run([str(root / "bin" / "python"), "-m", "mpi_join", "run", "-n", "3", path],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "no mpiexec here" in p.stderr and "running the 3 ranks in this process" in p.stderr, p.stderr
+    _exact(job, arrays)
