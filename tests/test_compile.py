@@ -29,3 +29,32 @@ def test_no_kernel_compiles_during_the_replay(tmp_path, pred):
     # the first run compiled and said so; the second loaded from the cache all but what cannot
     # be cached (a theta UDF's kernels are compiled every run: none without a UDF)
     assert compiled[0] > compiled[1] and (compiled[1] == 0) == (pred == "equi"), compiled
+
+
+def test_compiles_and_gc_pauses_are_counted_per_rank_thread():
+    """Under `run --local` every rank is a thread of one process: each rank's compile count and
+    garbage-collector pauses are its own thread's, not the process's (jit.py)."""
+    import gc
+    import threading
+    import numba
+    from mpi_join.join.jit import Compiles, GcPauses
+    Compiles.install()
+    seen = {}
+
+    def rank(name, work):
+        GcPauses.install()
+        before = Compiles.mine()[0]
+        work()
+        seen[name] = (Compiles.mine()[0] - before, GcPauses.stats()["gc_collections"])
+
+    def compile_and_collect():
+        numba.njit(lambda x: x + 1)(np.int64(1))      # a new function: compiled, never cached
+        gc.collect()
+        gc.collect()
+
+    for name, work in (("compiles", compile_and_collect), ("idle", lambda: None)):
+        t = threading.Thread(target=rank, args=(name, work))
+        t.start()
+        t.join()
+    assert seen["compiles"][0] >= 1 and seen["compiles"][1] >= 2, seen      # compiling collects too
+    assert seen["idle"] == (0, 0), seen

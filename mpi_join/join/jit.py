@@ -1,10 +1,11 @@
-"""Process-wide facts around numba that the runtime reports: how many kernels this process
-compiled (and when), and the garbage-collector pauses after the compiler's heap is frozen.
+"""Facts around numba that the runtime reports, per rank: how many kernels it compiled (and
+when), and the garbage-collector pauses after the compiler's heap is frozen.
 
 Kept apart from kernels.py so that importing it does not import numba: numba's import and its
 first dispatch cost about a second of CPU per process, which a rank that runs no kernel (most
 routers) should not pay at every launch.
 """
+import threading
 import time
 
 
@@ -20,57 +21,87 @@ def freeze_heap():
     GcPauses.install()
 
 
+class _Figures:
+    """One thread's figures. A rank's are its thread's: under mpiexec the process's own, under
+    `run --local` (every rank a thread of one process) each rank's, not the sum of them all."""
+    __slots__ = ("count", "seconds", "max_s", "depth", "t0")
+
+    def __init__(self):
+        self.count, self.seconds, self.max_s, self.depth, self.t0 = 0, 0.0, 0.0, 0, None
+
+
+def _mine(table):
+    f = table.get(threading.get_ident())
+    if f is None:
+        f = table[threading.get_ident()] = _Figures()
+    return f
+
+
 class GcPauses:
-    """Garbage-collector pauses of this process since `freeze_heap` (in the rank metrics)."""
-    count, total_s, max_s = 0, 0.0, 0.0
-    _t = None
+    """Garbage-collector pauses since `freeze_heap`, counted on the thread whose allocation
+    started the collection (in the rank metrics)."""
+    _by_thread = {}
 
     @classmethod
     def install(cls):
         import gc
-        cls.count, cls.total_s, cls.max_s = 0, 0.0, 0.0
+        cls._by_thread[threading.get_ident()] = _Figures()
         if cls._event not in gc.callbacks:
             gc.callbacks.append(cls._event)
 
     @classmethod
     def _event(cls, phase, info):
+        f = cls._by_thread.get(threading.get_ident())
+        if f is None:               # a thread that is no rank's (or not since its freeze_heap)
+            return
         if phase == "start":
-            cls._t = time.perf_counter()
-        elif cls._t is not None:
-            d = time.perf_counter() - cls._t
-            cls.count, cls.total_s, cls.max_s = cls.count + 1, cls.total_s + d, max(cls.max_s, d)
+            f.t0 = time.perf_counter()
+        elif f.t0 is not None:
+            d = time.perf_counter() - f.t0
+            f.count, f.seconds, f.max_s, f.t0 = f.count + 1, f.seconds + d, max(f.max_s, d), None
 
     @classmethod
     def stats(cls):
-        return {"gc_collections": cls.count, "gc_pause_ms": round(cls.total_s * 1e3, 2),
-                "gc_pause_max_ms": round(cls.max_s * 1e3, 2)}
+        f = cls._by_thread.get(threading.get_ident(), _Figures())
+        return {"gc_collections": f.count, "gc_pause_ms": round(f.seconds * 1e3, 2),
+                "gc_pause_max_ms": round(f.max_s * 1e3, 2)}
 
 
 class Compiles:
-    """Counts the numba compilations of this process (loads from the on-disk cache are not
-    compilations) and the seconds they took, through numba's compile events. The runtime uses
-    it to compile every kernel before the replay clock starts, to say so when the cache was
-    cold, and to report any kernel that still compiled during the replay."""
-    count, seconds, _depth, _t0 = 0, 0.0, 0, 0.0
+    """Counts the numba compilations of this thread (loads from the on-disk cache are not
+    compilations) and the seconds they took, through numba's compile events, which fire on the
+    thread that compiles. The runtime uses it to compile every kernel before the replay clock
+    starts, to say so when the cache was cold, and to report any kernel that still compiled
+    during the replay."""
+    _by_thread = {}
+    _listener = None
+
+    @classmethod
+    def mine(cls):
+        """(kernels compiled, seconds spent compiling) by the calling thread so far."""
+        f = cls._by_thread.get(threading.get_ident())
+        return (f.count, f.seconds) if f else (0, 0.0)
 
     @classmethod
     def install(cls):
         """Listen to numba's compile events; kernels.py calls it when it imports numba. A process
         that never imports numba (a router that runs no kernel) compiles nothing and pays nothing."""
-        if getattr(cls, "_listener", None) is None:
+        if cls._listener is None:
             from numba.core import event
 
             class Listener(event.Listener):
                 def on_start(self, ev):
-                    if cls._depth == 0:
-                        cls._t0 = time.perf_counter()
-                    cls._depth += 1
+                    f = _mine(cls._by_thread)
+                    if f.depth == 0:
+                        f.t0 = time.perf_counter()
+                    f.depth += 1
 
                 def on_end(self, ev):
-                    cls._depth -= 1
-                    cls.count += 1
-                    if cls._depth == 0:
-                        cls.seconds += time.perf_counter() - cls._t0
+                    f = _mine(cls._by_thread)
+                    f.depth -= 1
+                    f.count += 1
+                    if f.depth == 0:
+                        f.seconds += time.perf_counter() - f.t0
 
             cls._listener = Listener()
             event.register("numba:compile", cls._listener)

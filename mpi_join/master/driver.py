@@ -49,7 +49,7 @@ class RunReport:
 
 def await_ready(tx, workers):
     """The replay clock starts when every worker is ready; say what they compiled before it."""
-    compiled = [Compiles.count, Compiles.seconds]
+    compiled = list(Compiles.mine())
     for _ in workers:
         _, _, buf = tx.recv(tag=Tag.READY)
         ready = Ready.read(buf.view(np.int64))
@@ -130,7 +130,7 @@ class Driver:
         await_ready(self.tx, self.workers)
         for r in self.sources[1:]:
             self.control(r, Go(self.source.origin, self.sources_sent.get(str(r), 0), self.parts.lease))
-        self.compiled_at_start = Compiles.count
+        self.compiled_at_start = Compiles.mine()[0]
         if freeze:                        # not in a process that runs many ranks (the simulation)
             freeze_heap()
         self.progress.restart(self.source.released)
@@ -143,7 +143,7 @@ class Driver:
         self.progress.update(self.source.released, sum(self.results.values()), force=True)
         self.progress.close()
         self.metrics.epochs = self.epoch
-        self.metrics.extra.update(compiled_during_replay=Compiles.count - self.compiled_at_start, **GcPauses.stats(),
+        self.metrics.extra.update(compiled_during_replay=Compiles.mine()[0] - self.compiled_at_start, **GcPauses.stats(),
                                   peak_inflight=max(self.out.credits.peak.values(), default=0),
                                   topology=self.graph.name,
                                   released_at=released_at, overloaded=self.pace.overloaded,

@@ -35,7 +35,8 @@ class Feeder(Driver):
 
     def run(self, freeze=True):
         self.warm_up()
-        self.tx.send(DRIVER, Tag.READY, Ready(Compiles.count, int(Compiles.seconds * 1e6)).encode())
+        count, seconds = Compiles.mine()
+        self.tx.send(DRIVER, Tag.READY, Ready(count, int(seconds * 1e6)).encode())
         self.wait(lambda: self.go)
         if freeze:
             freeze_heap()

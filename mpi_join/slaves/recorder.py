@@ -59,7 +59,7 @@ class Recorder:
         files = self.writer.close()
         self.metrics.extra.update(result_files=len(files), result_parts=self.writer.file_records(),
                                   snapshot_parts=self.writer.snapshot_records(),
-                                  compiled_during_replay=Compiles.count - compiled, **GcPauses.stats(),
+                                  compiled_during_replay=Compiles.mine()[0] - compiled, **GcPauses.stats(),
                                   series=self.series, role=role, **self.module.stats(), **self.memory.summary())
         self.metrics.role = role
 

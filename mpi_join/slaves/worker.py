@@ -101,10 +101,10 @@ class Worker:
     def begin(self, freeze=True):
         """Compile, freeze the heap (jit.freeze_heap; not where one process runs many ranks), READY."""
         self.module.warm_up()
-        self.compiled = Compiles.count
+        self.compiled, seconds = Compiles.mine()
         if freeze:
             freeze_heap()
-        self.tx.send(DRIVER, Tag.READY, Ready(self.compiled, int(Compiles.seconds * 1e6)).encode())
+        self.tx.send(DRIVER, Tag.READY, Ready(self.compiled, int(seconds * 1e6)).encode())
 
     def start(self):
         self.metrics.start_clock(self.tx), self.recorder.start()
