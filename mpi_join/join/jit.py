@@ -30,28 +30,32 @@ class _Figures:
         self.count, self.seconds, self.max_s, self.depth, self.t0 = 0, 0.0, 0.0, 0, None
 
 
-def _mine(table):
-    f = table.get(threading.get_ident())
+# thread-local, not keyed by thread id: a finished rank's figures go with its thread, and a
+# later run's thread that gets the same id (run --local again in one process) starts at zero
+_figures = threading.local()
+
+
+def _mine(kind):
+    f = getattr(_figures, kind, None)
     if f is None:
-        f = table[threading.get_ident()] = _Figures()
+        f = _Figures()
+        setattr(_figures, kind, f)
     return f
 
 
 class GcPauses:
     """Garbage-collector pauses since `freeze_heap`, counted on the thread whose allocation
     started the collection (in the rank metrics)."""
-    _by_thread = {}
-
     @classmethod
     def install(cls):
         import gc
-        cls._by_thread[threading.get_ident()] = _Figures()
+        _figures.gc = _Figures()
         if cls._event not in gc.callbacks:
             gc.callbacks.append(cls._event)
 
     @classmethod
     def _event(cls, phase, info):
-        f = cls._by_thread.get(threading.get_ident())
+        f = getattr(_figures, "gc", None)
         if f is None:               # a thread that is no rank's (or not since its freeze_heap)
             return
         if phase == "start":
@@ -62,7 +66,7 @@ class GcPauses:
 
     @classmethod
     def stats(cls):
-        f = cls._by_thread.get(threading.get_ident(), _Figures())
+        f = getattr(_figures, "gc", None) or _Figures()
         return {"gc_collections": f.count, "gc_pause_ms": round(f.seconds * 1e3, 2),
                 "gc_pause_max_ms": round(f.max_s * 1e3, 2)}
 
@@ -73,13 +77,12 @@ class Compiles:
     thread that compiles. The runtime uses it to compile every kernel before the replay clock
     starts, to say so when the cache was cold, and to report any kernel that still compiled
     during the replay."""
-    _by_thread = {}
     _listener = None
 
     @classmethod
     def mine(cls):
         """(kernels compiled, seconds spent compiling) by the calling thread so far."""
-        f = cls._by_thread.get(threading.get_ident())
+        f = getattr(_figures, "compiles", None)
         return (f.count, f.seconds) if f else (0, 0.0)
 
     @classmethod
@@ -91,13 +94,13 @@ class Compiles:
 
             class Listener(event.Listener):
                 def on_start(self, ev):
-                    f = _mine(cls._by_thread)
+                    f = _mine("compiles")
                     if f.depth == 0:
                         f.t0 = time.perf_counter()
                     f.depth += 1
 
                 def on_end(self, ev):
-                    f = _mine(cls._by_thread)
+                    f = _mine("compiles")
                     f.depth -= 1
                     f.count += 1
                     if f.depth == 0:
