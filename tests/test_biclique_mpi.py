@@ -258,7 +258,7 @@ def test_sigkill_while_scaling_then_resume_is_exactly_once(tmp_path):
         tmp_path, "biclique", PRED["equi"],
         extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.001\nscale_every_ms = 20\n"
                        "confirmations = 2")
-    kill_then_resume(path, job, ranks=7, victim=4, total=16000)
+    kill_then_resume(path, job, ranks=7, victim=4, total=16000, paced_resume=True)
     _check(job, arrays)
     ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
     assert next(r for r in ranks if r["role"] == "driver")["active_units"] == [2, 3]   # the spares joined
@@ -271,7 +271,7 @@ def test_sigkill_while_scaling_with_two_sources_then_resume_is_exactly_once(tmp_
         tmp_path, "biclique", PRED["equi"],
         extra_strategy="scaling = true\nspare_units = 1\nunit_capacity_mb = 0.001\nscale_every_ms = 20\n"
                        "confirmations = 2", run="sources = 2\npart = 400")
-    kill_then_resume(path, job, ranks=8, victim=7, total=16000)
+    kill_then_resume(path, job, ranks=8, victim=7, total=16000, paced_resume=True)
     _check(job, arrays)
     ranks = json.load(open(os.path.join(job.output, "metrics", "summary.json")))["ranks"]
     assert next(r for r in ranks if r["role"] == "driver")["active_units"] == [2, 3]

@@ -1,6 +1,7 @@
 """The handshake-join chain's workers and router driven without MPI (sim.simulate_strategy):
 random delivery order across links, tiny batches so tuples cross between neighbours all the time,
-equal to the oracle for chain lengths 1, 2 and 5, time and count windows, equi, band and theta."""
+equal to the oracle for chain lengths 1, 2 and 5, time and count windows, equi, band and theta
+(all pairs of these values, pairwise.py, not every combination)."""
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from mpi_join.join.oracle import run_oracle
 from conftest import random_streams
 from reference import as_set
+from pairwise import all_pairs
 from sim import SIM_PRED, SIM_WINDOWS, sim_job, simulate_strategy
 
 STRATEGY = "handshake"   # whose time budget this file's tests count against (conftest.py)
@@ -25,17 +27,14 @@ def _check(got, expect):
     assert as_set(got) == as_set(expect)
 
 
-@pytest.mark.parametrize("pred", list(PRED))
-@pytest.mark.parametrize("kind", list(WINDOWS))
-@pytest.mark.parametrize("n", [1, 2, 5])
-def test_chain_equals_oracle(pred, kind, n):
-    """Each case twice: batches of one tuple joined by a scan, batches of four by the index."""
+@pytest.mark.parametrize("pred,kind,n,batch", all_pairs(PRED, WINDOWS, [1, 2, 5], [1, 4]))
+def test_chain_equals_oracle(pred, kind, n, batch):
+    """Batches of one tuple joined by a scan, or batches of four by the index."""
     job = _job(pred, kind)
     arrays = random_streams(np.random.default_rng(n * 7 + len(pred)), 300, key_range=8)
-    for seed, batch, method in ((n, 1, "scan"), (n + 10, 4, "index")):
-        got, mods, _ = simulate_strategy("handshake", job, arrays, n, seed=seed, batch_size=batch,
-                                         local_join=method)
-        _check(got, run_oracle(job, arrays))
+    got, mods, _ = simulate_strategy("handshake", job, arrays, n, seed=n + 10 * (batch > 1), batch_size=batch,
+                                     local_join="scan" if batch == 1 else "index")
+    _check(got, run_oracle(job, arrays))
 
 
 def test_bursts_from_both_streams_cross_in_flight():
@@ -57,16 +56,15 @@ def test_weighted_segments(weights):
     _check(got, run_oracle(job, arrays))
 
 
-@pytest.mark.parametrize("pred", list(PRED))
-@pytest.mark.parametrize("kind", list(WINDOWS))
-@pytest.mark.parametrize("n", [1, 2, 5])
-def test_llhj_equals_oracle(pred, kind, n):
+@pytest.mark.parametrize("pred,kind,n,batch", all_pairs(PRED, WINDOWS, [1, 2, 5], [1, 5]))
+def test_llhj_equals_oracle(pred, kind, n, batch):
+    """Batches of one tuple or of five, joined by a scan or by the index."""
     job = _job(pred, kind)
     arrays = random_streams(np.random.default_rng(n * 5 + len(kind)), 300, key_range=8)
-    for seed, batch in ((n, 1), (n + 10, 5)):
-        got, mods, _ = simulate_strategy("llhj", job, arrays, n, seed=seed, batch_size=batch,
-                                         local_join="index" if seed % 2 else "scan")
-        _check(got, run_oracle(job, arrays))
+    seed = n if batch == 1 else n + 10
+    got, mods, _ = simulate_strategy("llhj", job, arrays, n, seed=seed, batch_size=batch,
+                                     local_join="index" if seed % 2 else "scan")
+    _check(got, run_oracle(job, arrays))
 
 
 @pytest.mark.parametrize("n", [1, 3])

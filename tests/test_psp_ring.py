@@ -1,6 +1,7 @@
 """The PSP ring's operators and router, driven without MPI (sim.py: the real runtime in one process): equal to the oracle
 for M = 2, 3, 4, ring lengths 1 to 4, basic PSP and PSP-I, time and count windows, equi, band
-and UDF predicates, count-bounded slices and relocations forced mid-run; state never stored twice."""
+and UDF predicates, count-bounded slices and relocations forced mid-run; state never stored twice.
+The ring matrices take all pairs of their factors' values (pairwise.py), not every combination."""
 import tomllib
 
 import numpy as np
@@ -12,6 +13,7 @@ from mpi_join.ring.psp import auto_orderings, parse_ordering
 from mpi_join.ring.slicing import Slicer
 from conftest import equi_job_text, random_streams
 from reference import as_set
+from pairwise import all_pairs
 from sim import simulate_psp as simulate
 
 STRATEGY = "psp"   # whose time budget this file's tests count against (conftest.py)
@@ -60,10 +62,7 @@ def _check(got, expect):
     assert as_set(got) == as_set(expect)
 
 
-@pytest.mark.parametrize("pred", list(BINARY))
-@pytest.mark.parametrize("kind", list(WINDOWS))
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
-@pytest.mark.parametrize("interleave", [1, 3])
+@pytest.mark.parametrize("pred,kind,n,interleave", all_pairs(BINARY, WINDOWS, [1, 2, 3, 4], [1, 3]))
 def test_binary_ring_equals_oracle(pred, kind, n, interleave):
     job = _binary(pred, kind)
     arrays = random_streams(np.random.default_rng(n * 10 + interleave), 300, key_range=8)
@@ -71,10 +70,7 @@ def test_binary_ring_equals_oracle(pred, kind, n, interleave):
     _check(got, run_oracle(job, arrays))
 
 
-@pytest.mark.parametrize("m", [3, 4])
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
-@pytest.mark.parametrize("interleave", [1, 4])
-@pytest.mark.parametrize("kind", ["time", "count"])
+@pytest.mark.parametrize("m,n,interleave,kind", all_pairs([3, 4], [1, 2, 3, 4], [1, 4], ["time", "count"]))
 def test_multiway_ring_equals_oracle(m, n, interleave, kind):
     windows = ['"12ms"', '"7ms"', '"20ms"', '"9ms"'] if kind == "time" else ["9", "14", "6", "11"]
     job = multiway_job(m, windows[:m])

@@ -1,8 +1,8 @@
 """SplitJoin without MPI: the punctuation merge against a literal reading of the paper's Merger
 (Algorithm 5), and the whole graph (router, cores, distributors, combiner) driven by
 sim.simulate_strategy, random delivery order across links: equal to the oracle for 1 to 6
-cores, fanouts 2 and 3, both window kinds, every predicate kind, and written in the promised
-order."""
+cores, fanouts 2 and 3, both window kinds, every predicate kind (all pairs of these values,
+pairwise.py, not every combination), and written in the promised order."""
 
 import numpy as np
 import pytest
@@ -14,6 +14,7 @@ from mpi_join.splitjoin.graph import split_tree
 from mpi_join.storage.verify import order_violations
 from conftest import random_streams
 from reference import as_set
+from pairwise import all_pairs
 from sim import SIM_PRED, SIM_WINDOWS, sim_job, simulate_strategy
 
 STRATEGY = "splitjoin"   # whose time budget these tests count against (conftest.py)
@@ -124,18 +125,18 @@ def _trigger_order(got):
     return order_violations(got, "outer"), order_violations(got, "inner")
 
 
-@pytest.mark.parametrize("pred", list(PRED))
-@pytest.mark.parametrize("kind", list(WINDOWS))
-@pytest.mark.parametrize("k,b", [(1, 2), (2, 2), (3, 3), (4, 2), (6, 2), (6, 3)])
-def test_splitjoin_equals_oracle_in_strict_outer_order(pred, kind, k, b):
-    job = _job(pred, kind)
+@pytest.mark.parametrize("pred,kind,tree,batch", all_pairs(PRED, WINDOWS, [(1, 2), (2, 2), (3, 3), (4, 2), (6, 2), (6, 3)],
+                                                            [1, 5]),
+                         ids=lambda v: f"{v[0]}x{v[1]}" if isinstance(v, tuple) else None)
+def test_splitjoin_equals_oracle_in_strict_outer_order(pred, kind, tree, batch):
+    """k cores at fanout b; batches of one tuple joined by a scan, or of five by the index."""
+    (k, b), job = tree, _job(pred, kind)
     arrays = random_streams(np.random.default_rng(k * 7 + b), 200, key_range=8)
     expect = run_oracle(job, arrays)
-    for seed, batch, method in ((k, 1, "scan"), (k + 10, 5, "index")):
-        got, _, _ = simulate_strategy("splitjoin", job, arrays, k + 1, seed=seed, batch_size=batch,
-                                      fanout=b, local_join=method)
-        assert len(expect) and len(got) == len(as_set(got)) and as_set(got) == as_set(expect)
-        assert order_violations(got, "outer") == 0
+    got, _, _ = simulate_strategy("splitjoin", job, arrays, k + 1, seed=k + 10 * (batch > 1), batch_size=batch,
+                                  fanout=b, local_join="scan" if batch == 1 else "index")
+    assert len(expect) and len(got) == len(as_set(got)) and as_set(got) == as_set(expect)
+    assert order_violations(got, "outer") == 0
 
 
 @pytest.mark.parametrize("kind", list(WINDOWS))

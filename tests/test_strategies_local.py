@@ -14,7 +14,7 @@ from mpi_join import strategies
 from mpi_join.join.oracle import run_oracle
 from mpi_join.storage.results import read_results
 from conftest import equi_job_text, random_streams, run_local, write_job
-from reference import as_set, assert_equals_oracle
+from reference import assert_equals_oracle, assert_same_rows
 
 WINDOWS = {"time": ('"6ms"', '"2ms"'), "count": ("5", "17")}
 PREDICATES = {
@@ -99,7 +99,8 @@ def test_text_keys_equal_oracle(tmp_path, strategy):
     assert p.returncode == 0, p.stderr + p.stdout
     got = read_results(job.output, job.stream_names)
     expect = run_oracle(job, arrays)
-    assert len(expect) > 0 and len(got) == len(as_set(got)) and as_set(got) == as_set(expect)
+    assert len(expect) > 0
+    assert_same_rows(got, expect)
 
 
 @pytest.mark.parametrize("strategy", [n for n in strategies.names() if "band" in strategies.get(n).predicates
@@ -129,7 +130,7 @@ def test_nan_infinities_and_decimal_grid_bands_equal_oracle(tmp_path, strategy):
     expect = run_oracle(job, arrays)
     R = dict(zip(arrays[0]["seq"].tolist(), arrays[0]["v"].tolist()))
     assert len(expect) > 0 and not any(np.isnan(R[int(a)]) or np.isinf(R[int(a)]) for a, _ in expect)
-    assert len(got) == len(as_set(got)) and as_set(got) == as_set(expect)
+    assert_same_rows(got, expect)
 
 
 SHIFTED = [("both", "2ms", "9ms"), ("neither", "-8ms", "-1ms")]
@@ -156,8 +157,7 @@ def test_shifted_intervals_equal_oracle(tmp_path, strategy, turn):
     R, S = (dict(zip(a["seq"].tolist(), a["ts"].tolist())) for a in arrays)
     lo, up = (2, 9) if turn == 0 else (-7, -2)
     assert len(expect) > 0 and all(lo <= S[int(b)] - R[int(a)] <= up for a, b in expect)
-    assert len(got) == len(as_set(got)), "duplicated results"
-    assert as_set(got) == as_set(expect)
+    assert_same_rows(got, expect)
 
 
 @pytest.mark.parametrize("outer,interval,ranks", [
@@ -186,8 +186,7 @@ def test_outer_interval_joins_equal_oracle(tmp_path, outer, interval, ranks):
         assert not paired & set(lone.tolist()) and paired | set(lone.tolist()) <= set(arrays[k]["seq"].tolist())
         if k in kept:
             assert paired | set(lone.tolist()) == set(arrays[k]["seq"].tolist())
-    assert len(got) == len(as_set(got)), "duplicated results"
-    assert as_set(got) == as_set(expect)
+    assert_same_rows(got, expect)
     import pyarrow.parquet as pq
     from mpi_join.storage.results import result_files
     t = pq.read_table(result_files(job.output)[0])

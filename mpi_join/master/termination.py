@@ -44,7 +44,7 @@ def terminate(driver):
                            f"for {bound:g} s; the job cannot end (a lost message, or a rank's restored state that "
                            f"does not belong to this run)")
         prev = (sent, got)
-        time.sleep(sleep)
+        d.tx.pause(sleep)
         sleep = min(2 * sleep, 0.005)
 
 

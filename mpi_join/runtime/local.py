@@ -89,6 +89,9 @@ class LocalTransport:
     def host(self, rank):
         return self.hosts[rank]
 
+    def pause(self, seconds):
+        time.sleep(seconds)
+
     def idle_for(self, peers):
         return None
 

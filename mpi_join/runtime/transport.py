@@ -93,6 +93,11 @@ class Transport:
         if tag == Tag.ALIVE and not buf[:8].view(np.int64)[0]:
             self.busy_at[src] = now
 
+    def pause(self, seconds):
+        """Rank 0 has nothing to do until the others move on (a probe wave that must be
+        repeated): let them, for `seconds`."""
+        time.sleep(seconds)
+
     def idle_for(self, peers):
         """Seconds for which every heartbeat of every one of `peers` said it was idle, waiting in
         its message loop (None without liveness)."""
