@@ -104,9 +104,8 @@ def test_auto_ordering_probes_the_most_selective_stream_first():
     assert auto_orderings(job.predicate, 3, sel) == {0: [2, 1], 1: [2, 0], 2: [0, 1]}
 
 
-@pytest.mark.parametrize("mode", ["passive", "aggressive"])
-@pytest.mark.parametrize("weights", ["0,0,1", "1,0,3", "3,1,0"])
-@pytest.mark.parametrize("interleave", [1, 3])
+@pytest.mark.parametrize("mode,weights,interleave", all_pairs(["passive", "aggressive"], ["0,0,1", "1,0,3", "3,1,0"],
+                                                             [1, 3]))
 def test_relocation_mid_run_equals_oracle_and_never_duplicates_state(mode, weights, interleave):
     """Slices change at batch 40 (an operator leaves or joins the ring's state); at every batch,
     each stored tuple is held by exactly one operator and, once the ring is quiet, nothing else

@@ -66,9 +66,7 @@ class ChainedIndex:
         i = 0
         while i < len(rows):
             if not self.subs or self.subs[-1].closed:
-                self.subs.append(_Sub(BinaryJoin(self.pred, self.dtypes, self.method, hashed=self.proto._hashed,
-                                                 keep=self.keep, older=True),
-                                      int(c[i])))
+                self.subs.append(_Sub(self.proto.empty_like(), int(c[i])))
                 self.opened += 1
             sub = self.subs[-1]
             # rows up to and including the first whose coordinate passes lo + P belong here

@@ -17,6 +17,7 @@ appends the new tuples and expires by the bounds. Index kinds, chosen from the p
 Conditions the index does not decide (a band or theta next to an equi key) are evaluated on the
 candidate pairs only.
 """
+import copy
 import math
 
 import numpy as np
@@ -110,11 +111,22 @@ class BinaryJoin(PairFinder):
     def __init__(self, pred, dtypes, method="index", i=0, j=1, lone=None, hashed=None, keep=(), older=False):
         """`lone`: the list an outer join's rows that expire alone go to; the rest: RowLayout."""
         super().__init__(pred, dtypes, method, i, j, hashed, keep, older)
+        self._empty(lone)
+
+    def _empty(self, lone=None):
+        """The state: empty windows and index (the rest of the object is its layout, RowLayout)."""
         self.lone = lone if lone is not None else []
-        self.windows = [Window(dt, coord=self.vis[s][0], raw=dtypes[s]) for s, dt in enumerate(self.dtypes)]
+        self.windows = [Window(dt, coord=self.vis[s][0], raw=self.runtime_dtypes[s]) for s, dt in enumerate(self.dtypes)]
         self.runs = [SortedRuns(np.uint64 if self.method == "equi" else np.float64) for _ in (0, 1)]
         self.newest = [-1, -1]        # the largest seq appended to each window (seqs are >= 0)
         self.in_order = [True, True]  # have each window's rows come in seq order (so far, always)
+
+    def empty_like(self):
+        """A new empty join of this one's layout, sharing its memo of hashes: a chained index
+        opens a subindex every archive period, and deriving the layout anew took 0.4 ms each."""
+        j = copy.copy(self)
+        j._empty()
+        return j
 
     # -- the batch step ---------------------------------------------------------------------
     def step(self, new0, new1, bounds=None, tins=None):
