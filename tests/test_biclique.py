@@ -17,6 +17,7 @@ from mpi_join.errors import ConfigError
 from mpi_join.join.oracle import run_oracle
 from conftest import random_streams
 from reference import as_set
+from pairwise import all_pairs
 from sim import sim_job, simulate_strategy
 
 STRATEGY = "biclique"   # whose time budget these tests count against (conftest.py)
@@ -129,28 +130,31 @@ AGGREGATES = ["sum(S.w), count(*), avg(R.v), min(S.w), max(R.k2) by R.k",
               "max(R.v), min(R.k), avg(S.w)"]
 
 
-@pytest.mark.parametrize("spec", AGGREGATES)
-@pytest.mark.parametrize("pred,kind,workers,params", [("equi", "time", 5, {}), ("band", "count", 6, {"dispatchers": 2}),
-                                                      ("equi", "count", 7, {"r_groups": 2, "s_groups": 2})])
-def test_online_aggregation_final_snapshot_equals_the_oracles_aggregate(spec, pred, kind, workers, params):
+AGG_LAYOUTS = [("equi", "time", 5, {}), ("band", "count", 6, {"dispatchers": 2}),
+               ("equi", "count", 7, {"r_groups": 2, "s_groups": 2})]
+
+
+@pytest.mark.parametrize("spec,layout,update_ms", all_pairs(AGGREGATES, range(len(AGG_LAYOUTS)), [0, 1e9]))
+def test_online_aggregation_final_snapshot_equals_the_oracles_aggregate(spec, layout, update_ms):
     """Units pre-aggregate the pairs they find, the merger merges their views: the snapshots are
     numbered in order, only the last is final, and it equals the aggregate of the oracle's
-    result set."""
+    result set. A snapshot per view that arrives (update_ms 0), or only the final one. All pairs
+    of aggregate, layout and update interval (pairwise.py)."""
+    pred, kind, workers, params = AGG_LAYOUTS[layout]
     job = sim_job("biclique", pred, kind)
     arrays = random_streams(np.random.default_rng(workers), 300, key_range=5)
     agg = aggregate.parse(spec, job.streams)
     expect = aggregate.of_pairs(agg, arrays, run_oracle(job, arrays))
     assert len(expect)
-    for update_ms in (0, 1e9):          # a snapshot per view that arrives; only the final one
-        snaps = []
-        got, mods, _ = simulate_strategy("biclique", job, arrays, workers, seed=workers, batch_size=4,
-                                         snapshots=snaps, aggregate=spec, update_ms=update_ms, **params)
-        assert [n for n, _, _, _ in snaps] == list(range(len(snaps)))
-        assert [final for _, final, _, _ in snaps] == [False] * (len(snaps) - 1) + [True]
-        assert (len(snaps) > 3) == (update_ms == 0)
-        final = snaps[-1][2]
-        assert aggregate.compare(agg, expect, final) is None, aggregate.compare(agg, expect, final)
-        assert snaps[-1][3]["pairs"] == len(got)
+    snaps = []
+    got, mods, _ = simulate_strategy("biclique", job, arrays, workers, seed=workers, batch_size=4,
+                                     snapshots=snaps, aggregate=spec, update_ms=update_ms, **params)
+    assert [n for n, _, _, _ in snaps] == list(range(len(snaps)))
+    assert [final for _, final, _, _ in snaps] == [False] * (len(snaps) - 1) + [True]
+    assert (len(snaps) > 3) == (update_ms == 0)
+    final = snaps[-1][2]
+    assert aggregate.compare(agg, expect, final) is None, aggregate.compare(agg, expect, final)
+    assert snaps[-1][3]["pairs"] == len(got)
 
 
 def test_aggregate_specs_are_checked_with_one_line_errors():
