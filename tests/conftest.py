@@ -60,13 +60,16 @@ def pytest_collection_modifyitems(items):
     sets SLOW = True, and any other test whose body launches one. Each test carries the strategy
     it counts against (user_properties: the summary reads it from the report, also under xdist)."""
     import inspect
+    launches = {}         # per test function (its parametrized cases share it): its source's verdict
     for item in items:
         fn = getattr(item, "function", None)
-        try:
-            src = inspect.getsource(fn) if fn else ""
-        except (OSError, TypeError):
-            src = ""
-        if getattr(item.module, "SLOW", False) or any(k in src for k in _LAUNCHES):
+        if fn is not None and fn not in launches and not getattr(item.module, "SLOW", False):
+            try:
+                src = inspect.getsource(fn)
+            except (OSError, TypeError):
+                src = ""
+            launches[fn] = any(k in src for k in _LAUNCHES)
+        if getattr(item.module, "SLOW", False) or launches.get(fn):
             item.add_marker(pytest.mark.slow)
         if item.module.__name__ in MACHINE_WIDE:
             item.add_marker(pytest.mark.xdist_group("machine-wide"))
