@@ -291,6 +291,18 @@ def _cpu_ticks(pids):
     return total
 
 
+def _settled(pids, hz, timeout=60):
+    """Wait until the processes `pids` use under a tenth of a core over half a second (start-up
+    or a batch done), so that what is measured next is their waiting."""
+    t = time.time() + timeout
+    while time.time() < t:
+        before = _cpu_ticks(pids)
+        time.sleep(0.5)
+        if (_cpu_ticks(pids) - before) / hz < 0.05:
+            return
+    raise AssertionError(f"the ranks still busy after {timeout} s")
+
+
 def test_a_run_waiting_on_the_log_uses_no_cpu_and_ends_with_it(tmp_path):
     """No Spark: the log is written with LogWriter. A following run started before the log
     exists waits for it and says so (it failed at once before); while no batch comes, its
@@ -300,9 +312,9 @@ def test_a_run_waiting_on_the_log_uses_no_cpu_and_ends_with_it(tmp_path):
     run = _runner(tmp_path)
     marker = str(tmp_path / "job.toml")
     _wait(lambda: len(mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], None, marker)) >= 3, "the ranks")
-    time.sleep(8)                                          # started, waiting for the log
     pids = [p for p in mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], None, marker)]
     hz = os.sysconf("SC_CLK_TCK")
+    _settled(pids, hz)                                     # started (imports, warm-up), waiting for the log
     for phase in ("no log yet", "no batch yet"):
         before, t0 = _cpu_ticks(pids), time.time()
         time.sleep(3)
@@ -313,7 +325,8 @@ def test_a_run_waiting_on_the_log_uses_no_cpu_and_ends_with_it(tmp_path):
         assert used < 0.15 * wall, f"{phase}: the waiting ranks used {used:.2f} s of CPU in {wall:.1f} s"
         if phase == "no log yet":
             job, w, rng = _log_job(tmp_path, seed=1)
-            time.sleep(8)                                  # the first batch joined
+            _wait(lambda: (tmp_path / "out" / "_COMMITTED").exists(), "the first batch's results committed")
+            _settled(pids, hz)
     w.commit(1, [_random_rows(job, 0, 1000, rng), _random_rows(job, 1, 1000, rng)], ["b.csv"])
     w.end("test")
     code, out, err = _finish(run, "the run")
