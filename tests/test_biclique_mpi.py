@@ -35,7 +35,7 @@ _check = assert_equals_oracle
     (6, "full", "equi", "r_groups = 2\ns_groups = 2"),
 ])
 def test_routings_dispatchers_and_windows_equal_oracle(tmp_path, ranks, kind, pred, params):
-    n = 1200 if kind == "full" else 2500
+    n = 1200 if kind == "full" else 1500
     text = equi_job_text(WINDOWS[kind], strategy="biclique", predicate=PRED[pred], extra_strategy=params,
                          run="batch_size = 7\nmax_inflight = 2")
     arrays = random_streams(np.random.default_rng(ranks), n, key_range=8, ts_step=1)

@@ -30,7 +30,7 @@ def test_chain_lengths_equal_oracle(tmp_path, strategy, workers, kind, extra):
     windows = ('"40ms"', '"25ms"') if kind == "time" else ("60", "35")
     text = equi_job_text(windows, strategy=strategy, predicate=BAND, extra_strategy=extra,
                          run="batch_size = 3\nmax_inflight = 2")
-    arrays = random_streams(np.random.default_rng(workers), 3000, key_range=8, ts_step=1)
+    arrays = random_streams(np.random.default_rng(workers), 1500, key_range=8, ts_step=1)
     path, job = write_job(str(tmp_path), text, arrays)
     p = run_local(workers + 1, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
