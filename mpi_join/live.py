@@ -236,8 +236,8 @@ class Supervisor:
                     code = 0
                 elif which == "stager" and rc == 0:
                     pass                              # the log has ended (or stays open, --no-drain)
-                elif self.signal is not None:
-                    if which == "run":
+                elif self.signal is not None and not (self.drain and which == "run"):
+                    if which == "run":                # (a drain restarts a run that died: it commits the rest)
                         code = 128 + self.signal
                 elif rc == 2:                         # a one-line refusal: it would only come again
                     self.say(f"live: error: the {which} stopped with a one-line error (exit 2, above); it is not "
@@ -274,9 +274,9 @@ class Supervisor:
                  f"{self.restarts[which].count} of {self.job.restart.attempts})"
                  + (" from its newest checkpoint" if which == "run" else ", continuing the log"))
         end = time.monotonic() + delay
-        while time.monotonic() < end and self.signal is None:
+        while time.monotonic() < end and (self.signal is None or self.drain):
             time.sleep(0.05)
-        if self.signal is None:
+        if self.signal is None or self.drain:         # a drain needs the run to finish the log
             self._start(which)
         return True
 

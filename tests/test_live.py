@@ -119,7 +119,13 @@ def _no_process_left(monkeypatch):
                 os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 p.kill()
-            p.communicate()
+            try:
+                p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:      # a child of its own session holds its pipes: let go
+                for f in (p.stdout, p.stderr):
+                    if f:
+                        f.close()
+                p.wait()
 
 
 def _wait(cond, what, timeout=120, feed=None):
@@ -921,6 +927,18 @@ def test_mpi_join_live_recovers_from_a_stager_kill_and_a_rank_kill_and_drains_on
     ranks = mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 1, marker)
     assert ranks and live.poll() is None
     os.kill(ranks[0], signal.SIGKILL)
+
+    def resumed():
+        """A rank 1 of the run live restarted (`run --resume`; the first run had nothing to resume)."""
+        out = []
+        for pid in mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 1, marker):
+            try:
+                out += [pid] if b"--resume" in open(f"/proc/{pid}/cmdline", "rb").read() else []
+            except OSError:
+                pass
+        return out
+    # a commit the killed run made as it died is not the resumed run's: wait for the restart first
+    _wait(lambda: resumed() or live.poll() is not None, "the run's restart", timeout=300, feed=land.round)
     seen = results()
     _wait(lambda: results() > seen or live.poll() is not None, "a commit of the resumed run", timeout=300,
           feed=land.round)

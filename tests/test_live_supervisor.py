@@ -136,3 +136,48 @@ def test_a_second_live_of_the_same_output_and_a_held_directory_are_refused_at_on
         holder.kill()
         holder.wait()
     assert not (tmp_path / f".out.mpi-join-live.lock").exists(), "each refusal released live's lock"
+
+
+def test_a_run_that_dies_during_a_drain_is_restarted_to_finish_the_log(tmp_path):
+    """Issue: a SIGTERM drain that met a run dying (a rank killed a moment before) ended live with
+    143 and "the log stays open", though the stager had ended the log: the run was not restarted
+    to commit the rest. The children here are real processes standing in for the two: a stager
+    that ends when told to, a run that dies the first time and finishes the second."""
+    import signal
+    import subprocess
+    import sys
+    from mpi_join.live import Supervisor
+    (tmp_path / "job.toml").write_text(JOB + '[live]\nrestart_attempts = 2\nrestart_delay = "0.1s"\n')
+    job = load_job(str(tmp_path / "job.toml"))
+    os.makedirs(job.output)
+    stager = ("import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+              "time.sleep(60)\nsys.exit(1)")
+    runs = []
+
+    class Children(Supervisor):
+        def _start(self, which):
+            if which == "run":
+                runs.append(len(runs))
+            code = stager if which == "stager" else f"import sys; sys.exit({1 if len(runs) == 1 else 0})"
+            self.children[which] = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+    said = []
+    sup = Children(job, 3, said.append, status_every=100)
+    sup.signal = signal.SIGTERM                 # asked to drain as the run dies
+    try:
+        assert sup._loop() == 0, said
+    finally:
+        for p in sup.children.values():
+            p.kill()
+            p.wait()
+    assert len(runs) == 2, said
+    assert any("live: the run exited with code 1; restarting it" in s for s in said), said
+    assert said[-1] == "live: the log has ended and every result is committed", said
+    sup.drain, sup.signal, runs[:] = False, signal.SIGTERM, []       # stopping at once: no restart
+    sup.children, sup.ended = {}, set()
+    try:
+        assert sup._loop() == 128 + signal.SIGTERM, said
+    finally:
+        for p in sup.children.values():
+            p.kill()
+            p.wait()
