@@ -160,7 +160,10 @@ def _finish(p, what, timeout=180):
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
+        try:
+            out, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:          # its children (sessions of their own) hold the pipes
+            err = "(its children still hold its output)"
         raise AssertionError(f"{what} did not finish: {err[-2000:]}")
     return p.returncode, out, err
 
