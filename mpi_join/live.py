@@ -176,14 +176,18 @@ class Supervisor:
         return (not os.path.exists(os.path.join(out, "_SUCCESS"))
                 and (os.path.isdir(os.path.join(out, "commits")) or os.path.isdir(self.ckpt)))
 
-    def _start(self, which):
+    def _args(self, which):
+        """The child's command line. A stager started during a drain (the first one died) stages
+        what has landed and ends the log (`--until end`), as the SIGTERM it missed would have."""
         if which == "stager":
-            args = _cmd("stage", "--follow", "--trigger", self.trigger, "--batch-mb", str(self.batch_mb),
-                        *([] if self.drain else ["--no-drain"]), self.job.path)
-        else:
-            args = _cmd("run", "-n", str(self.n), "--follow",
-                        *(["--resume", self.ckpt] if self._resumable() else []), self.job.path)
-        self.children[which] = subprocess.Popen(args, start_new_session=True, env=self.env)
+            return _cmd("stage", "--follow", "--trigger", self.trigger, "--batch-mb", str(self.batch_mb),
+                        *([] if self.drain else ["--no-drain"]),
+                        *(["--until", "end"] if self.signal is not None and self.drain else []), self.job.path)
+        return _cmd("run", "-n", str(self.n), "--follow",
+                    *(["--resume", self.ckpt] if self._resumable() else []), self.job.path)
+
+    def _start(self, which):
+        self.children[which] = subprocess.Popen(self._args(which), start_new_session=True, env=self.env)
 
     def _stop(self, which, sig):
         p = self.children.get(which)
@@ -229,16 +233,16 @@ class Supervisor:
             for which in ("stager", "run"):
                 p = self.children[which]
                 rc = p.poll()
-                if rc is None or id(p) in self.ended:
+                if rc is None or p in self.ended:         # (the object, not its id: a freed one's id is reused)
                     continue
-                self.ended.add(id(p))
+                self.ended.add(p)
                 if which == "run" and rc == 0:
                     code = 0
                 elif which == "stager" and rc == 0:
                     pass                              # the log has ended (or stays open, --no-drain)
-                elif self.signal is not None and not (self.drain and which == "run"):
-                    if which == "run":                # (a drain restarts a run that died: it commits the rest)
-                        code = 128 + self.signal
+                elif self.signal is not None and not self.drain:
+                    if which == "run":                # (a drain restarts a child that died: the log must end
+                        code = 128 + self.signal      # and the run commit the rest)
                 elif rc == 2:                         # a one-line refusal: it would only come again
                     self.say(f"live: error: the {which} stopped with a one-line error (exit 2, above); it is not "
                              f"restarted")
@@ -276,7 +280,7 @@ class Supervisor:
         end = time.monotonic() + delay
         while time.monotonic() < end and (self.signal is None or self.drain):
             time.sleep(0.05)
-        if self.signal is None or self.drain:         # a drain needs the run to finish the log
+        if self.signal is None or self.drain:         # a drain needs both to finish the log
             self._start(which)
         return True
 

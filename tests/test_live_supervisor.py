@@ -158,7 +158,9 @@ def test_a_run_that_dies_during_a_drain_is_restarted_to_finish_the_log(tmp_path)
         def _start(self, which):
             if which == "run":
                 runs.append(len(runs))
-            code = stager if which == "stager" else f"import sys; sys.exit({1 if len(runs) == 1 else 0})"
+                code = f"import sys; sys.exit({1 if len(runs) == 1 else 0})"
+            else:                                   # told to end the log (`--until end`): it does
+                code = "pass" if "--until" in self._args(which) else stager
             self.children[which] = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
 
     said = []
@@ -181,3 +183,44 @@ def test_a_run_that_dies_during_a_drain_is_restarted_to_finish_the_log(tmp_path)
         for p in sup.children.values():
             p.kill()
             p.wait()
+
+
+def test_a_stager_that_dies_during_a_drain_is_restarted_to_end_the_log(tmp_path):
+    """The drain's other half: the stager dies instead of ending the log (it would have left the
+    run following a log that never ends). It is restarted with `--until end`: it stages what has
+    landed and ends the log, as the SIGTERM it missed would have; then the run finishes."""
+    import signal
+    import subprocess
+    import sys
+    from mpi_join.live import Supervisor
+    (tmp_path / "job.toml").write_text(JOB + '[live]\nrestart_attempts = 2\nrestart_delay = "0.1s"\n')
+    job = load_job(str(tmp_path / "job.toml"))
+    os.makedirs(job.output)
+    flag = tmp_path / "log-ended"
+    stagers = []
+
+    class Children(Supervisor):
+        def _start(self, which):
+            args = self._args(which)
+            if which == "stager":
+                stagers.append(args)
+                ends = "--until" in args            # a stager told to end the log does, and exits 0
+                code = f"open({str(flag)!r}, 'w').close()" if ends else "import sys; sys.exit(1)"
+            else:                                   # a run that finishes once the log has ended
+                code = f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.05)"
+            self.children[which] = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+            if which == "run" and self.signal is None:
+                self.signal = signal.SIGTERM        # asked to drain once both are up
+
+    said = []
+    sup = Children(job, 3, said.append, status_every=100)
+    try:
+        assert sup._loop() == 0, said
+    finally:
+        for p in sup.children.values():
+            p.kill()
+            p.wait()
+    assert len(stagers) == 2 and "--until" not in stagers[0], stagers
+    assert stagers[1][stagers[1].index("--until") + 1] == "end", stagers
+    assert any(s.startswith("live: the stager exited with code") and "restarting it" in s for s in said), said
+    assert said[-1] == "live: the log has ended and every result is committed", said
