@@ -138,6 +138,17 @@ def test_a_second_live_of_the_same_output_and_a_held_directory_are_refused_at_on
     assert not (tmp_path / f".out.mpi-join-live.lock").exists(), "each refusal released live's lock"
 
 
+def _supervise(sup):
+    """The supervisor's loop (the signal handlers of `run` left out: set `sup.signal`); its
+    children are killed afterwards whatever happened. Returns the loop's exit code."""
+    try:
+        return sup._loop()
+    finally:
+        for p in sup.children.values():
+            p.kill()
+            p.wait()
+
+
 def test_a_run_that_dies_during_a_drain_is_restarted_to_finish_the_log(tmp_path):
     """Issue: a SIGTERM drain that met a run dying (a rank killed a moment before) ended live with
     143 and "the log stays open", though the stager had ended the log: the run was not restarted
@@ -166,23 +177,13 @@ def test_a_run_that_dies_during_a_drain_is_restarted_to_finish_the_log(tmp_path)
     said = []
     sup = Children(job, 3, said.append, status_every=100)
     sup.signal = signal.SIGTERM                 # asked to drain as the run dies
-    try:
-        assert sup._loop() == 0, said
-    finally:
-        for p in sup.children.values():
-            p.kill()
-            p.wait()
+    assert _supervise(sup) == 0, said
     assert len(runs) == 2, said
     assert any("live: the run exited with code 1; restarting it" in s for s in said), said
     assert said[-1] == "live: the log has ended and every result is committed", said
     sup.drain, sup.signal, runs[:] = False, signal.SIGTERM, []       # stopping at once: no restart
     sup.children, sup.ended = {}, set()
-    try:
-        assert sup._loop() == 128 + signal.SIGTERM, said
-    finally:
-        for p in sup.children.values():
-            p.kill()
-            p.wait()
+    assert _supervise(sup) == 128 + signal.SIGTERM, said
 
 
 def test_a_stager_that_dies_during_a_drain_is_restarted_to_end_the_log(tmp_path):
@@ -214,12 +215,7 @@ def test_a_stager_that_dies_during_a_drain_is_restarted_to_end_the_log(tmp_path)
 
     said = []
     sup = Children(job, 3, said.append, status_every=100)
-    try:
-        assert sup._loop() == 0, said
-    finally:
-        for p in sup.children.values():
-            p.kill()
-            p.wait()
+    assert _supervise(sup) == 0, said
     assert len(stagers) == 2 and "--until" not in stagers[0], stagers
     assert stagers[1][stagers[1].index("--until") + 1] == "end", stagers
     assert any(s.startswith("live: the stager exited with code") and "restarting it" in s for s in said), said
