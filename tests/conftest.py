@@ -137,13 +137,15 @@ def pytest_terminal_summary(terminalreporter):
 
 def mpi_join_pids(candidates, rank=None, marker=""):
     """The pids among `candidates` of mpi_join processes (ranks, or Hydra proxies that start
-    them) whose command line holds `marker`; only those of MPI rank `rank` when given."""
+    them) whose command line holds `marker` (a string, or a tuple of strings it holds all of);
+    only those of MPI rank `rank` when given."""
+    markers = [m.encode() for m in ((marker,) if isinstance(marker, str) else marker)]
     out = []
     for pid in candidates:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read()
-            if b"mpi_join" not in cmd or marker.encode() not in cmd:
+            if b"mpi_join" not in cmd or not all(m in cmd for m in markers):
                 continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = f.read().split(b"\0")

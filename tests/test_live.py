@@ -119,13 +119,20 @@ def _no_process_left(monkeypatch):
                 os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 p.kill()
-            try:
-                p.communicate(timeout=10)
-            except subprocess.TimeoutExpired:      # a child of its own session holds its pipes: let go
-                for f in (p.stdout, p.stderr):
-                    if f:
-                        f.close()
-                p.wait()
+            _reap(p)
+
+
+def _reap(p):
+    """The stderr of a killed process `p`, reaped; if children of sessions of their own still
+    hold its pipes (a stager or run it started), its pipes are let go instead of waited on."""
+    try:
+        return p.communicate(timeout=10)[1] or ""
+    except subprocess.TimeoutExpired:
+        for f in (p.stdout, p.stderr):
+            if f:
+                f.close()
+        p.wait()
+        return "(its children still hold its output)"
 
 
 def _wait(cond, what, timeout=120, feed=None):
@@ -160,11 +167,7 @@ def _finish(p, what, timeout=180):
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
-        try:
-            out, err = p.communicate(timeout=10)
-        except subprocess.TimeoutExpired:          # its children (sessions of their own) hold the pipes
-            err = "(its children still hold its output)"
-        raise AssertionError(f"{what} did not finish: {err[-2000:]}")
+        raise AssertionError(f"{what} did not finish: {_reap(p)[-2000:]}")
     return p.returncode, out, err
 
 
@@ -932,14 +935,8 @@ def test_mpi_join_live_recovers_from_a_stager_kill_and_a_rank_kill_and_drains_on
     os.kill(ranks[0], signal.SIGKILL)
 
     def resumed():
-        """A rank 1 of the run live restarted (`run --resume`; the first run had nothing to resume)."""
-        out = []
-        for pid in mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 1, marker):
-            try:
-                out += [pid] if b"--resume" in open(f"/proc/{pid}/cmdline", "rb").read() else []
-            except OSError:
-                pass
-        return out
+        """Rank 1 of the run live restarted (`run --resume`; the first run had nothing to resume)."""
+        return mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 1, (marker, "--resume"))
     # a commit the killed run made as it died is not the resumed run's: wait for the restart first
     _wait(lambda: resumed() or live.poll() is not None, "the run's restart", timeout=300, feed=land.round)
     seen = results()
