@@ -7,6 +7,10 @@ import sys
 if sys.path and sys.path[0] in ("", os.getcwd()):
     del sys.path[0]
 
+from mpi_join.parent_death import arm  # noqa: E402
+
+arm()           # a child of `mpi-join live` ends with it (mpi_join/parent_death.py)
+
 from mpi_join.cli import main  # noqa: E402
 
 main()

@@ -22,6 +22,7 @@ import sys
 import time
 
 from .errors import JobError
+from .parent_death import child_env
 from .storage.commits import IMPLICIT, read_committed
 from .storage.durable import write_json
 from .storage.staged import MANIFEST
@@ -187,7 +188,10 @@ class Supervisor:
                     *(["--resume", self.ckpt] if self._resumable() else []), self.job.path)
 
     def _start(self, which):
-        self.children[which] = subprocess.Popen(self._args(which), start_new_session=True, env=self.env)
+        # each in a session of its own, and ended if this process is SIGKILLed (parent_death.py)
+        sig = signal.SIGKILL if which == "stager" else signal.SIGTERM
+        self.children[which] = subprocess.Popen(self._args(which), start_new_session=True,
+                                                env=child_env(self.env, sig))
 
     def _stop(self, which, sig):
         p = self.children.get(which)

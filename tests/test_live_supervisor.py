@@ -1,10 +1,15 @@
-"""`mpi-join live`'s parts that need no process: the restart strategy, the status figures, the
-refusals before anything starts."""
+"""`mpi-join live`'s parts that need no ranks or Spark: the restart strategy, the status figures,
+the refusals before anything starts, its children ending with it."""
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 from mpi_join.config import Restart, load_job
 from mpi_join.live import Restarts, Status, line
+from mpi_join.parent_death import ENV
 
 from conftest import cli
 
@@ -220,3 +225,49 @@ def test_a_stager_that_dies_during_a_drain_is_restarted_to_end_the_log(tmp_path)
     assert stagers[1][stagers[1].index("--until") + 1] == "end", stagers
     assert any(s.startswith("live: the stager exited with code") and "restarting it" in s for s in said), said
     assert said[-1] == "live: the log has ended and every result is committed", said
+
+
+
+_PARENT = """
+import signal, subprocess, sys, time
+from mpi_join.parent_death import child_env
+child = subprocess.Popen([sys.executable, "-c", "from mpi_join.parent_death import arm\\n"
+                          "import os, time\\narm()\\nprint(sorted(k for k in os.environ if 'PARENT_DEATH' in k), flush=True)\\n"
+                          "time.sleep(60)"], start_new_session=True, env=child_env(None, signal.SIGTERM))
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _gone(pid):
+    """Has process `pid` ended (gone, or a zombie its dead parent's reaper has not taken yet)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_child_of_live_ends_when_live_is_sigkilled():
+    """The supervisor's children run in sessions of their own; SIGKILL the supervisor and each is
+    sent its signal by the kernel (parent_death.py), and hides the variable from its own children."""
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    assert parent.stdout.readline().strip() == "[]"        # armed, and the variable is gone
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not _gone(child):
+        time.sleep(0.05)
+    assert _gone(child), "the child outlived its SIGKILLed parent"
+
+
+def test_a_child_whose_parent_is_gone_already_ends_at_once():
+    """`python -m mpi_join` arms first thing: started with a parent pid that is not its parent
+    (that parent died before the child could ask), it sends itself the signal."""
+    p = subprocess.run([sys.executable, "-m", "mpi_join", "--version"], capture_output=True, text=True,
+                       env={**os.environ, ENV: "1:9"})
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout, p.stderr)
+    p = subprocess.run([sys.executable, "-m", "mpi_join", "--version"], capture_output=True, text=True,
+                       env={**os.environ, ENV: "not-a-pid"})
+    assert p.returncode == 0 and "version" in p.stdout, p.stdout + p.stderr
