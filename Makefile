@@ -4,9 +4,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# the fast tier runs on this many pytest-xdist workers; the full suite runs one test at a time (its
-# timing-sensitive tests, kills mid-run and live logs, and the machine-wide Slurm and namespace
-# hosts did not hold up beside each other)
+# pytest-xdist workers: the fast tier, and the full suite's first phase; its second phase, the
+# `serial` tests (the machine-wide Slurm daemon, namespace hosts and Spark cluster, which did not
+# hold up beside other runs), runs one test at a time
 TEST_JOBS ?= 2
 
 # Apache Flink's environment for the Flink tier (tests/test_flink.py): the `flink` extra of
@@ -50,7 +50,8 @@ demo: $(STAMP)
 	$(BIN)/mpi-join demo -n 4
 
 test: $(STAMP) warm flink
-	$(BIN)/python -m pytest -q --durations=20
+	$(BIN)/python -m pytest -q -m "not serial" -n $(TEST_JOBS) --dist loadgroup --durations=20
+	$(BIN)/python -m pytest -q -m serial --durations=10
 
 fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_JOBS) --dist loadgroup

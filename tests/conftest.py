@@ -42,6 +42,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "xdist_group(name): run on one pytest-xdist worker with the rest of its group")
     config.addinivalue_line("markers", "flink: compares with Apache Flink (the Flink tier, also slow; `make flink` "
                                        "builds its environment)")
+    config.addinivalue_line("markers", "serial: runs alone, in make test's second phase (it shares the whole machine, "
+                                       "or its timing does not hold beside another run)")
 
 
 _LAUNCHES = ("run_mpi(", "run_mpi)", "MPIEXEC", "_expect_run_error(", "spark_session", "spark_stream_join", "slurm", "kill_then_resume(",
@@ -50,8 +52,9 @@ _LAUNCHES = ("run_mpi(", "run_mpi)", "MPIEXEC", "_expect_run_error(", "spark_ses
 
 # Modules that start something the whole machine shares (a Slurm daemon, network namespaces
 # standing for hosts, a Spark standalone cluster): under pytest-xdist (--dist loadgroup) they are
-# one group, on one worker. Even so they failed beside other runs, so `make test` runs the full
-# suite one test at a time (README, Development); `make fast` has none of them.
+# one group, on one worker; they failed beside other runs, so they are `serial` too: `make test`
+# runs the rest on two workers, then these one at a time (README, Development). A module can
+# also set SERIAL = True, or a test carry the mark. `make fast` has none of them.
 MACHINE_WIDE = ("test_slurm", "test_multihost", "test_spark_cluster")
 
 
@@ -73,9 +76,26 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
         if item.module.__name__ in MACHINE_WIDE:
             item.add_marker(pytest.mark.xdist_group("machine-wide"))
+        if item.module.__name__ in MACHINE_WIDE or getattr(item.module, "SERIAL", False):
+            item.add_marker(pytest.mark.serial)
+        shared = _module_fixture(item)
+        if shared and item.module.__name__ not in MACHINE_WIDE:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{shared}"))
         name = _strategy_of(item)
         if name:
             item.user_properties.append(("strategy", name))
+
+
+def _module_fixture(item):
+    """The first module-scoped fixture a test uses (a Spark session, Flink's run of every case, a
+    crashed job the module's tests copy), or None. Its tests are one pytest-xdist group, so that
+    the fixture is built once, on one worker, not once on each."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    for name in getattr(item, "fixturenames", ()):
+        d = defs.get(name)
+        if d and d[-1].scope in ("module", "package", "session") and d[-1].baseid:   # ours, not pytest's
+            return name
+    return None
 
 
 # Seconds of the full suite each strategy may take (its files' tests plus its rows of the shared
@@ -112,26 +132,45 @@ def pytest_runtest_logreport(report):
         _spent[name] = _spent.get(name, 0.0) + report.duration
 
 
+# make test's two phases (-m): the first on two workers, the second alone; the second prints the
+# budgets of both (the first leaves its figures in pytest's cache)
+PHASES = ("not serial", "serial")
+_SPENT_KEY = "mpi-join/spent-first-phase"
+
+
 def _full_suite(config):
     """Budgets are for the whole suite: a tier (-m), a selection (-k) or some files say nothing
-    about them, and printing them there would only alarm."""
+    about them, and printing them there would only alarm. make test's phases are the whole suite
+    between them."""
     o = config.option
-    if o.markexpr or o.keyword:
+    if (o.markexpr and o.markexpr not in PHASES) or o.keyword:
         return False
     here = os.path.dirname(os.path.abspath(__file__))
     return all(os.path.abspath(str(a)) in (here, os.path.dirname(here)) for a in config.args)
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not _spent or not _full_suite(terminalreporter.config):
+    config = terminalreporter.config
+    if not _full_suite(config):
+        return
+    spent = dict(_spent)
+    if config.option.markexpr == PHASES[0]:
+        config.cache.set(_SPENT_KEY, spent)
+        terminalreporter.write_line("seconds per strategy: printed at the end of the serial phase (-m serial)")
+        return
+    if config.option.markexpr == PHASES[1]:
+        for name, s in (config.cache.get(_SPENT_KEY, None) or {}).items():
+            spent[name] = spent.get(name, 0.0) + s
+        config.cache.set(_SPENT_KEY, {})
+    if not spent:
         return
     terminalreporter.section("seconds per strategy (budget)")
     budgets = _budgets()
-    for name, spent in sorted(_spent.items()):
+    for name, s in sorted(spent.items()):
         budget = budgets.get(name)
-        over = "  OVER BUDGET" if budget and spent > budget else ""
-        terminalreporter.write_line(f"{name:<10} {spent:6.1f} of {budget}{over}")
-    terminalreporter.write_line(f"{'all':<10} {sum(_spent.values()):6.1f} of {sum(budgets.values())} "
+        over = "  OVER BUDGET" if budget and s > budget else ""
+        terminalreporter.write_line(f"{name:<10} {s:6.1f} of {budget}{over}")
+    terminalreporter.write_line(f"{'all':<10} {sum(spent.values()):6.1f} of {sum(budgets.values())} "
                                 f"(the rest of the suite: the pipeline, Spark, Slurm, the CLI)")
 
 

@@ -126,6 +126,16 @@ class Cluster:
                 pass
         return "\n".join(out)
 
+    def sbatch(self, args, cwd=None, timeout=900):
+        """`sbatch ARGS`, then wait for the job: (its state, sbatch's stderr). Polls each second
+        (`sbatch --wait` looks ever less often, up to every 10 s, which a short job pays for)."""
+        p = subprocess.run(["sbatch", "--parsable", *args], capture_output=True, text=True, env=self.env, cwd=cwd,
+                           timeout=60)
+        if p.returncode != 0:
+            return "NOT SUBMITTED", p.stderr
+        job = p.stdout.strip().split(";")[0]
+        return self.wait([job], timeout)[job], p.stderr
+
     def wait(self, job_ids, timeout=600):
         """Wait until the jobs have left the queue; returns {id: state} from scontrol."""
         deadline = time.time() + timeout

@@ -1,7 +1,6 @@
 """Slurm for real: render scripts with `mpi-join slurm`, submit them to a single-node cluster
 on localhost, and check the output against the oracle."""
 import os
-import subprocess
 
 import pytest
 
@@ -42,10 +41,10 @@ def test_one_job_stage_run_collect_with_mpiexec(cluster, tmp_path):
                 "--partition", "debug", "--spark-master", "local[2]")
     assert r.returncode == 0, r.stderr
     script = r.stdout.split("submit with: sbatch ")[1].strip()
-    p = subprocess.run(["sbatch", "--wait", script], capture_output=True, text=True, env=cluster.env, timeout=900)
+    state, err = cluster.sbatch([script])
     logs = os.path.join(os.path.dirname(path), "slurm-logs")
     log = "".join(open(os.path.join(logs, f)).read() for f in os.listdir(logs))
-    assert p.returncode == 0, p.stderr + log[-3000:] + cluster.log_tail()
+    assert state == "COMPLETED", state + err + log[-3000:] + cluster.log_tail()
     assert "OK: results equal the oracle" in log
     _check(path, os.path.join(os.path.dirname(path), "out-collected"))
 
@@ -78,10 +77,10 @@ def test_example_batch_script_in_jobs(cluster, tmp_path):
     path = make("equi", str(tmp_path), tuples=2000, window="1s", raw="json")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jobs", "slurm", "pipeline.sbatch")
     venv = os.path.dirname(os.path.dirname(sys.executable))
-    p = subprocess.run(["sbatch", "--wait", "--ntasks=3", "--overcommit", f"--output={tmp_path}/log-%j.out",
-                        script, path, venv], capture_output=True, text=True, env=cluster.env, timeout=900, cwd=str(tmp_path))
+    state, err = cluster.sbatch(["--ntasks=3", "--overcommit", f"--output={tmp_path}/log-%j.out", script, path, venv],
+                                cwd=str(tmp_path))
     log = "".join(open(os.path.join(str(tmp_path), f)).read() for f in os.listdir(str(tmp_path)) if f.startswith("log-"))
-    assert p.returncode == 0, p.stderr + log[-3000:]
+    assert state == "COMPLETED", state + err + log[-3000:]
     _check(path, os.path.join(str(tmp_path), "out-collected"))
 
 

@@ -1,8 +1,8 @@
 """Every registered strategy equals the oracle under real mpiexec, each rank its own process: the
 smaller matrix of what only processes show (test_strategies_local.py runs the whole matrix on
 the in-process runtime). Each strategy at its fewest ranks and two more, count windows on one
-and time windows on the other, on equi (band where it has no equi); parallel sources as ranks
-of their own. A rank SIGKILLed and resumed is in test_checkpoint.py and each strategy's file."""
+and time windows on the other, on equi (band where it has no equi); the runtime's test
+strategies at one of the two, count and time in turn; parallel sources as ranks of their own. A rank SIGKILLed and resumed is in test_checkpoint.py and each strategy's file."""
 import zlib
 
 import numpy as np
@@ -16,11 +16,14 @@ SLOW = True
 
 
 def _cases():
-    out = []
+    out, tests = [], 0
     for name, info in two_stream_strategies():
         pred = "equi" if "equi" in info.predicates else "band"
-        ranks = sorted({info.min_ranks, info.min_ranks + 2})
-        for kind, n in zip(("count", "time"), ranks):
+        rows = list(zip(("count", "time"), sorted({info.min_ranks, info.min_ranks + 2})))
+        if info.testing:        # the runtime's test strategies: one row each here, in turn (each
+            rows = [rows[tests % 2]]    # has both in process and a SIGKILL in test_runtime_mpi.py)
+            tests += 1
+        for kind, n in rows:
             out.append(pytest.param(name, kind, n, pred, 1, id=f"{name}-{kind}-{n}-{pred}"))
     out += [pytest.param("hash", "time", 3, "equi", 2, id="hash-time-3-equi-k2"),
             pytest.param("splitjoin", "count", 4, "band", 3, id="splitjoin-count-4-band-k3")]
