@@ -58,6 +58,17 @@ _LAUNCHES = ("run_mpi(", "run_mpi)", "MPIEXEC", "_expect_run_error(", "spark_ses
 MACHINE_WIDE = ("test_slurm", "test_multihost", "test_spark_cluster")
 
 
+def pytest_itemcollected(item):
+    """pytest-xdist groups (--dist loadgroup), set as each test is collected: xdist reads them in
+    its own pytest_collection_modifyitems, which runs before this file's."""
+    if item.module.__name__ in MACHINE_WIDE:
+        item.add_marker(pytest.mark.xdist_group("machine-wide"))
+        return
+    shared = _module_fixture(item)
+    if shared:
+        item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{shared}"))
+
+
 def pytest_collection_modifyitems(items):
     """Tests that launch mpiexec, Spark or Slurm are the slow tier: every test of a module that
     sets SLOW = True, and any other test whose body launches one. Each test carries the strategy
@@ -74,13 +85,8 @@ def pytest_collection_modifyitems(items):
             launches[fn] = any(k in src for k in _LAUNCHES)
         if getattr(item.module, "SLOW", False) or launches.get(fn):
             item.add_marker(pytest.mark.slow)
-        if item.module.__name__ in MACHINE_WIDE:
-            item.add_marker(pytest.mark.xdist_group("machine-wide"))
         if item.module.__name__ in MACHINE_WIDE or getattr(item.module, "SERIAL", False):
             item.add_marker(pytest.mark.serial)
-        shared = _module_fixture(item)
-        if shared and item.module.__name__ not in MACHINE_WIDE:
-            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{shared}"))
         name = _strategy_of(item)
         if name:
             item.user_properties.append(("strategy", name))
@@ -264,8 +270,10 @@ def run_cli(*args, timeout=300, env=None, cwd=None):
 def cli(*args):
     """`mpi-join ARGS` run in this process by click's test runner: the same command and the same
     one-line errors as `run_cli`, without the new interpreter (about 0.8 s of imports each). For
-    commands that launch nothing (check, explain, plan, generate, oracle, verify, --help); a test
-    of what a process imports or of its exit by a signal uses `run_cli`."""
+    commands that launch nothing (check, explain, plan, generate, oracle, verify, --help), and
+    for `stage` where the test holds a Spark session (the command's getOrCreate takes it, so no
+    second JVM starts); a test of what a process imports, of its exit by a signal, or of how a
+    command starts its own JVM uses `run_cli`."""
     return _invoke(args)
 
 

@@ -445,24 +445,25 @@ def test_up_to_date_stage_needs_no_jvm(spark, tmp_path):
     """The second stage of unchanged input does not import Spark (no wall-clock assert)."""
     from conftest import run_cli_no_spark
     path = make("equi", str(tmp_path), tuples=800, raw="csv")
-    p = run_cli("stage", path)
+    p = cli("stage", path)                  # in this process, on the module's Spark session
     assert p.returncode == 0, p.stderr
     p, spark_modules = run_cli_no_spark(tmp_path, "stage", path)
     assert p.returncode == 0 and "is up to date" in p.stderr, p.stderr
     assert spark_modules == [] and "WARN" not in p.stderr, (spark_modules[:3], p.stderr)
 
 
-def test_stage_warns_of_a_time_unit_that_looks_wrong_when_it_ends(tmp_path):
+def test_stage_warns_of_a_time_unit_that_looks_wrong_when_it_ends(spark, tmp_path):
     """Event times in seconds declared "ms" stage without error (every value is a valid number),
     but land in January 1970: stage says so when it ends, as check and run do, and again when
-    the staged input is up to date (no JVM then)."""
+    the staged input is up to date (no JVM then). The first stage runs in this process, on the
+    module's Spark session."""
     from conftest import run_cli_no_spark
     (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="ms"))
     for n in "RS":
         _write_csv(str(tmp_path / f"raw/{n}/a.csv"), [f"{1_700_000_000 + i},{i % 3},0.5,ab" for i in range(50)])
     for first in (True, False):
         if first:
-            p = run_cli("stage", str(tmp_path / "job.toml"))
+            p = cli("stage", str(tmp_path / "job.toml"))
         else:
             p, spark_modules = run_cli_no_spark(tmp_path, "stage", str(tmp_path / "job.toml"))
             assert spark_modules == [] and "is up to date" in p.stderr, p.stderr
