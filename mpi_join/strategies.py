@@ -136,9 +136,9 @@ def _roles(module, **classes):
 
 
 def _chain_strategy(name, summary, graph, module, classes, case, params, budget, variants=()):
-    hops = f"{module}:hops"
     """`handshake` and `llhj`: a chain of workers, one class per role (driver, left, middle, right,
     solo) in `module`, their shared checks and parameters, and a `max-rate` bench case."""
+    hops = f"{module}:hops"
     return StrategyInfo(
         name=name, summary=summary,
         graph=graph, roles=_roles(module, **dict(zip(("driver", "left", "middle", "right", "solo"), classes))),
@@ -186,7 +186,7 @@ _CHAIN_PARAMS = {
 
 REGISTRY = {
     "hash": StrategyInfo(
-        name="hash", suite_budget_s=135, shape="partition", outer=True,
+        name="hash", suite_budget_s=225, shape="partition", outer=True,
         summary="master + slaves; epoch-synchronised distribution of hash-partitioned windows",
         requires=frozenset({"equi"}),
         requires_why="hash partitioning needs equal keys to meet on one slave",
@@ -221,7 +221,7 @@ REGISTRY = {
         },
     ),
     "psp": StrategyInfo(
-        name="psp", suite_budget_s=125, shape="chain",
+        name="psp", suite_budget_s=150, shape="chain",
         summary="a ring of time-sliced multi-way joins (pipelined state partitioning): no state duplicated, "
                 "every predicate",
         streams=(2, 8),
@@ -268,7 +268,7 @@ REGISTRY = {
     "handshake": _chain_strategy(
         "handshake", "handshake join: R and S flow past each other along a chain of workers, two-phase forwarding",
         "mpi_join.runtime.graph:chain", "mpi_join.ring.handshake", ("HandshakeRouter", "LeftEnd", "HandshakeModule", "RightEnd", "OnlySegment"),
-        "run_case", budget=95, params={
+        "run_case", budget=130, params={
             "slow_rank": Param(-1, _rank_or_none, "make this worker slow: it sleeps slow_delay per batch",
                                testing=True),
             "slow_delay": Param(0.0, _non_neg, "seconds the slow worker sleeps per batch", testing=True),
@@ -278,10 +278,10 @@ REGISTRY = {
     "llhj": _chain_strategy(
         "llhj", "low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
         "mpi_join.runtime.graph:fed_chain", "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
-        "run_case_llhj", {}, 55,
+        "run_case_llhj", {}, 100,
         variants=(("band", {"local_join": "index"}),)),
     "biclique": StrategyInfo(
-        name="biclique", suite_budget_s=200, shape="biclique", min_ranks=4, graph="mpi_join.biclique.graph:build",
+        name="biclique", suite_budget_s=285, shape="biclique", min_ranks=4, graph="mpi_join.biclique.graph:build",
         summary="BiStream's join-biclique: dispatchers store each tuple at one unit of its side and send it to "
                 "be joined at units of the other side (random or ContRand routing); no state replicated",
         roles={**_roles("mpi_join.biclique.roles", driver="Shuffler", dispatcher="Dispatcher", unit="Unit"),
@@ -339,7 +339,7 @@ REGISTRY = {
         },
     ),
     "matrix": StrategyInfo(
-        name="matrix", suite_budget_s=60, shape="matrix",
+        name="matrix", suite_budget_s=55, shape="matrix",
         summary="join-matrix (the baseline of BiStream): a grid of cells, each R tuple stored along a row and each "
                 "S tuple down a column, so every pair meets in one cell",
         graph="mpi_join.runtime.graph:star",
@@ -356,7 +356,7 @@ REGISTRY = {
         },
     ),
     "splitjoin": StrategyInfo(
-        name="splitjoin", suite_budget_s=110, shape="tree",
+        name="splitjoin", suite_budget_s=90, shape="tree",
         summary="SplitJoin: a distribution tree feeds every join core, each stores 1/k and processes all; "
                 "results merge back up in order (relaxed adjustable punctuation)",
         min_ranks=3,

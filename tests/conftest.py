@@ -105,12 +105,13 @@ def _module_fixture(item):
 
 
 # Seconds of the full suite each strategy may take (its files' tests plus its rows of the shared
-# matrices), so that every strategy still fits when more are added: the sum with the shared
-# pipeline tests (Spark, Slurm, CLI) stays well inside 20 minutes on 2 cores. A test counts
+# matrices, each test's own duration in make test, where it runs beside another on the second
+# worker), so that every strategy still fits when more are added: the budgets sum to 1,155 s
+# of test time, about 9.6 minutes of the first phase's wall time on 2 workers. A test counts
 # against its `strategy` parameter, else its module's STRATEGY; the test-only strategies count
 # as "runtime". Each strategy's budget is in its registry entry (suite_budget_s). The summary
 # prints each total beside its budget; nothing fails on time.
-RUNTIME_BUDGET_S = 85
+RUNTIME_BUDGET_S = 120
 _spent = {}
 
 
