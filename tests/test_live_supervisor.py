@@ -10,6 +10,7 @@ import time
 from mpi_join.config import Restart, load_job
 from mpi_join.live import Restarts, Status, line
 from mpi_join.parent_death import ENV
+from mpi_join.storage.paths import _proc_start
 
 from conftest import cli
 
@@ -115,8 +116,6 @@ def test_the_status_figures_are_served_to_prometheus(tmp_path):
 def test_a_second_live_of_the_same_output_and_a_held_directory_are_refused_at_once(tmp_path):
     """`live` holds a lock beside its output directory for its life: a second `live` of the same
     job is refused with one line; so is a job whose staged directory another process holds."""
-    import subprocess
-    import sys
     from mpi_join.live import precheck
     (tmp_path / "job.toml").write_text(JOB)
     for s in "RS":
@@ -159,9 +158,6 @@ def test_a_run_that_dies_during_a_drain_is_restarted_to_finish_the_log(tmp_path)
     143 and "the log stays open", though the stager had ended the log: the run was not restarted
     to commit the rest. The children here are real processes standing in for the two: a stager
     that ends when told to, a run that dies the first time and finishes the second."""
-    import signal
-    import subprocess
-    import sys
     from mpi_join.live import Supervisor
     (tmp_path / "job.toml").write_text(JOB + '[live]\nrestart_attempts = 2\nrestart_delay = "0.1s"\n')
     job = load_job(str(tmp_path / "job.toml"))
@@ -195,9 +191,6 @@ def test_a_stager_that_dies_during_a_drain_is_restarted_to_end_the_log(tmp_path)
     """The drain's other half: the stager dies instead of ending the log (it would have left the
     run following a log that never ends). It is restarted with `--until end`: it stages what has
     landed and ends the log, as the SIGTERM it missed would have; then the run finishes."""
-    import signal
-    import subprocess
-    import sys
     from mpi_join.live import Supervisor
     (tmp_path / "job.toml").write_text(JOB + '[live]\nrestart_attempts = 2\nrestart_delay = "0.1s"\n')
     job = load_job(str(tmp_path / "job.toml"))
@@ -227,7 +220,6 @@ def test_a_stager_that_dies_during_a_drain_is_restarted_to_end_the_log(tmp_path)
     assert said[-1] == "live: the log has ended and every result is committed", said
 
 
-
 _PARENT = """
 import signal, subprocess, sys, time
 from mpi_join.parent_death import child_env
@@ -239,15 +231,6 @@ time.sleep(60)
 """
 
 
-def _gone(pid):
-    """Has process `pid` ended (gone, or a zombie its dead parent's reaper has not taken yet)?"""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 def test_a_child_of_live_ends_when_live_is_sigkilled():
     """The supervisor's children run in sessions of their own; SIGKILL the supervisor and each is
     sent its signal by the kernel (parent_death.py), and hides the variable from its own children."""
@@ -257,9 +240,9 @@ def test_a_child_of_live_ends_when_live_is_sigkilled():
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
     end = time.monotonic() + 30
-    while time.monotonic() < end and not _gone(child):
+    while time.monotonic() < end and _proc_start(child) is not None:      # gone, or a zombie
         time.sleep(0.05)
-    assert _gone(child), "the child outlived its SIGKILLed parent"
+    assert _proc_start(child) is None, "the child outlived its SIGKILLed parent"
 
 
 def test_a_child_whose_parent_is_gone_already_ends_at_once():
