@@ -119,7 +119,6 @@ def test_a_rank_file_belongs_to_its_checkpoint(tmp_path):
     then hung), and an edited `checkpoint` attribute went unnoticed. Checks the copy, the edit,
     and a file written for another cut with the right id, each refused naming the file."""
     import h5py
-    import shutil
     root = str(tmp_path)
     _two_checkpoints(root)
     assert ck.read_rank(root, 1, 1, manifest="auto")[1] == {"c": 1}
@@ -148,14 +147,15 @@ def _rank_pid(rank, marker):
     return pids[0] if pids else None
 
 
-def kill_after_checkpoints(path, root, ranks, victim, checkpoints, total):
-    """Run the job under mpiexec, SIGKILL rank `victim` once `checkpoints` checkpoints are
-    complete (before the input's end), and return the finished mpiexec process."""
+def kill_after_checkpoints(path, root, ranks, victim, checkpoints, total, args=()):
+    """Run the job under mpiexec (with `args`, such as a --resume), SIGKILL rank `victim` once
+    `checkpoints` more checkpoints are complete (before the input's end), and return the
+    finished mpiexec process."""
     def kill():
         pid = _rank_pid(victim, path)
         assert pid, f"rank {victim} not found"
         os.kill(pid, signal.SIGKILL)
-    return fault_after_checkpoints([MPIEXEC, "-n", str(ranks), *mpi_join_cmd("run", path)], root, checkpoints,
+    return fault_after_checkpoints([MPIEXEC, "-n", str(ranks), *mpi_join_cmd("run", path, *args)], root, checkpoints,
                                    total, kill)[0]
 
 
@@ -197,9 +197,13 @@ def kill_then_resume(path, job, ranks, victim, total, checkpoints=2, paced_resum
 
 
 def fault_after_checkpoints(cmd, root, checkpoints, total, fault, timeout=60, env=None):
-    """Launch the mpiexec command line `cmd`, call `fault()` once `checkpoints` checkpoints are
-    complete (before the input's end), and return (the finished process, seconds from the
-    fault to its end, its stderr). A launch still running `timeout` s after the fault is killed."""
+    """Launch the mpiexec command line `cmd`, call `fault()` once `checkpoints` checkpoints more
+    than `root` held are complete (before the input's end), and return (the finished process,
+    seconds from the fault to its end, its stderr). A launch still running `timeout` s after the
+    fault is killed."""
+    def complete():
+        return [(c, m) for c, m in ck.list_checkpoints(root) if m] if os.path.isdir(root) else []
+    before = max([c for c, _ in complete()], default=0)       # a resumed run numbers on from its checkpoint
     env = dict(env or os.environ, MPI_JOIN_QUIET="1")
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -208,7 +212,7 @@ def fault_after_checkpoints(cmd, root, checkpoints, total, fault, timeout=60, en
         while len(done) < checkpoints and time.time() < deadline:
             assert p.poll() is None, f"the run ended before its checkpoint number {checkpoints}: {p.communicate()[1][-2000:]}"
             time.sleep(0.05)
-            done = [m for c, m in ck.list_checkpoints(root) if m] if os.path.isdir(root) else []
+            done = [m for c, m in complete() if c > before]
         assert done and done[-1]["input_offset"] < total, "no checkpoint in the middle of the run"
         fault()
         t = time.time()
@@ -289,11 +293,13 @@ def test_parallel_sources_sigkill_each_role_then_resume(tmp_path, strategy, k, w
     copy as channel state, resuming at that copy's part. Each role in turn (an extra source, every
     worker role: a chain's ends and its middle, a dispatcher, a merger) killed after two
     checkpoints, --resume with the same k: exactly the oracle's pairs, each once, time and count
-    windows. Another k is refused with one line."""
+    windows. Another k is refused with one line. The kills are a chain: each resume (paced) is
+    the run the next victim is killed in, one checkpoint after it starts, and only the last runs
+    to the end, so a checkpoint of a resumed run is resumed too."""
     ranks = 1 + workers + k - 1
     windows = ('"60ms"', '"40ms"') if kind == "time" else ("50", "70")
     path, job, arrays = paced_checkpointed_job(tmp_path, strategy, None, run=f"sources = {k}\npart = 300",
-                                               windows=windows, total=12000)
+                                               windows=windows, total=24000)
     expect = run_oracle(job, arrays)
     graph = strategies.get(strategy).build_graph(ranks, job.strategy.params, k)
     roles = {}
@@ -304,20 +310,25 @@ def test_parallel_sources_sigkill_each_role_then_resume(tmp_path, strategy, k, w
     assert len(victims) >= 2 and any(v.startswith("source@") for v in victims), roles
     other = path.replace("job.toml", "job-k.toml")
     open(other, "w").write(open(path).read().replace(f"sources = {k}", "sources = 1"))
-    for n, victim in enumerate(victims[k % 2::2]):        # the two cases of a strategy kill every role between them
-        p = kill_after_checkpoints(path, job.checkpoint.dir, ranks, int(victim.split("@")[1]), 2, 12000)
-        assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
-        if n == 0:
-            r = run_local(ranks, "run", other, "--resume", job.checkpoint.dir)     # refused at start: no processes needed
-            assert r.returncode == 2 and f"was cut with run.sources = {k}, this run has 1" in r.stderr, r.stderr
-        r = run_mpi(ranks, "run", unpaced(path), "--resume", job.checkpoint.dir)
-        assert r.returncode == 0 and "resuming from checkpoint" in r.stderr, f"{victim}: " + r.stderr
-        got = read_results(job.output, job.stream_names)
-        assert_same_rows(got, expect, f"{victim}: ")
+    victims = victims[k % 2::2]                           # the two cases of a strategy kill every role between them
+    offsets = []
+    for n, victim in enumerate(victims):
+        resume = ("--resume", job.checkpoint.dir) if n else ()
+        p = kill_after_checkpoints(path, job.checkpoint.dir, ranks, int(victim.split("@")[1]), 1 if n else 2, 24000,
+                                   resume)
+        assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS")), victim
         man = [m for _, m in ck.list_checkpoints(job.checkpoint.dir) if m][-1]
         assert man["sources"] == k and man["part_rows"] == 320, "parts of 300 tuples, rounded up to batches of 40"
         assert man["input_offset"] % 320 == 0 and man["input_offset"] > 0, "cut at a part boundary"
-        shutil.rmtree(job.checkpoint.dir)
+        offsets.append(man["input_offset"])
+        if n == 0:
+            r = run_local(ranks, "run", other, "--resume", job.checkpoint.dir)     # refused at start: no processes needed
+            assert r.returncode == 2 and f"was cut with run.sources = {k}, this run has 1" in r.stderr, r.stderr
+    assert offsets == sorted(set(offsets)), f"each resumed run went past its checkpoint before its kill: {offsets}"
+    r = run_mpi(ranks, "run", unpaced(path), "--resume", job.checkpoint.dir)
+    assert r.returncode == 0 and "resuming from checkpoint" in r.stderr, f"{victims}: " + r.stderr
+    got = read_results(job.output, job.stream_names)
+    assert_same_rows(got, expect, f"{victims}: ")
 
 
 @pytest.mark.parametrize("strategy,extra,victim,moves", [
