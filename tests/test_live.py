@@ -17,7 +17,7 @@ from mpi_join.storage.staged import read_staged
 from mpi_join.storage.staged_log import LogWriter, waiting_dtype
 import pytest
 
-from conftest import cli, equi_job_text, mpi_join_cmd, mpi_join_pids, MPIEXEC, run_cli, run_cli_no_spark
+from conftest import cli, equi_job_text, mpi_join_cmd, mpi_join_pids, MPIEXEC, run_cli_no_spark
 
 SLOW = True
 
@@ -48,6 +48,15 @@ flush_interval = "10ms"
 """
 
 EQUI = 'equi = [["R.k", "S.k"]]'
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """One Spark session for the tests that stage in this process (`cli("stage", ...)`: the
+    command's getOrCreate takes it), where how the stager's own process starts or ends is not
+    what they test; those that signal a stager run it as a process of its own."""
+    from mpi_join.storage.spark.session import spark_session
+    yield spark_session("local[2]", "mpi-join-tests")
 BAND = 'band = [{ left = "R.v", right = "S.v", eps = 0.02 }]'
 
 
@@ -397,13 +406,13 @@ def test_ctrl_c_of_a_following_run(tmp_path):
     assert "results committed up to input seq" in err and "--resume" in err, err
 
 
-def test_collect_of_a_running_live_run_reads_its_committed_prefix(tmp_path):
+def test_collect_of_a_running_live_run_reads_its_committed_prefix(spark, tmp_path):
     job, w, rng = _log_job(tmp_path, seed=2, commit_every="200ms", batches=2)
     run = _runner(tmp_path)
     committed = tmp_path / "out" / "_COMMITTED"
     _wait(lambda: committed.exists() and json.loads(committed.read_text())["results"] > 0, "a commit")
     rec = json.loads(committed.read_text())
-    c = run_cli("collect", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"), "--out", str(tmp_path / "coll"))
+    c = cli("collect", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"), "--out", str(tmp_path / "coll"))
     assert c.returncode == 0, c.stderr
     assert "has not finished: collecting its committed results" in c.stderr
     # exactly the prefix committed when collect read it (the run goes on committing meanwhile)
@@ -565,12 +574,12 @@ def test_socket_source_stages_lines_with_records_across_batches(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_until_end_and_until_an_event_time_end_the_log(tmp_path):
+def test_until_end_and_until_an_event_time_end_the_log(spark, tmp_path):
     (tmp_path / "job.toml").write_text(JOB.format(window="500ms", predicate=EQUI, strategy="hash", extra=""))
     land = Landing(str(tmp_path), seed=9)
     for _ in range(3):
         land.round()                                      # event times 0 .. 1200 ms
-    r = run_cli("stage", "--follow", "--until", "800", str(tmp_path / "job.toml"))
+    r = cli("stage", "--follow", "--until", "800", str(tmp_path / "job.toml"))
     assert r.returncode == 0, r.stderr[-2000:]
     man = _manifest(tmp_path)
     ended = man["log"]["ended"]
@@ -580,14 +589,14 @@ def test_until_end_and_until_an_event_time_end_the_log(tmp_path):
     assert max(R["ts"].max(), S["ts"].max()) <= 800
     assert len(R) + len(S) + ended["beyond_until"] + sum(man["log"]["late"].values()) == land.count()
     assert "after event time 800 not staged" in r.stderr
-    r = run_cli("stage", "--follow", "--until", "end", str(tmp_path / "job.toml"))
+    r = cli("stage", "--follow", "--until", "end", str(tmp_path / "job.toml"))
     assert r.returncode == 2 and "the log has ended" in r.stderr
-    r = run_cli("stage", "--follow", "--until", "end", "--force", str(tmp_path / "job.toml"))
+    r = cli("stage", "--follow", "--until", "end", "--force", str(tmp_path / "job.toml"))
     assert r.returncode == 0, r.stderr[-2000:]
     man = _manifest(tmp_path)
     assert man["log"]["ended"]["reason"] == "the files present were staged"
     assert man["total"] + sum(man["log"]["late"].values()) == land.count()
-    r = run_cli("stage", "--follow", "--until", "soon", str(tmp_path / "job.toml"))
+    r = cli("stage", "--follow", "--until", "soon", str(tmp_path / "job.toml"))
     assert r.returncode == 2 and "--until: 'soon' is neither 'end'" in r.stderr
 
 
@@ -608,7 +617,7 @@ def test_a_wait_longer_than_the_liveness_timeout_is_not_a_failure(tmp_path):
     assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
 
 
-def test_json_and_parquet_landing_files_and_a_named_spark_source(tmp_path):
+def test_json_and_parquet_landing_files_and_a_named_spark_source(spark, tmp_path):
     """JSON lines land for R and Parquet for S (parsed as `stage` parses them); then a Spark
     source named in the job file (`source = "socket"` with its options, passed as they are)
     carries JSON objects. Both logs hold every row once."""
@@ -632,7 +641,7 @@ def test_json_and_parquet_landing_files_and_a_named_spark_source(tmp_path):
             .replace('path = "raw/R", format = "csv"', 'path = "raw/R", format = "json"')
             .replace('path = "raw/S", format = "csv"', 'path = "raw/S", format = "parquet"'))
     (tmp_path / "job.toml").write_text(text)
-    r = run_cli("stage", "--follow", "--until", "end", str(tmp_path / "job.toml"))
+    r = cli("stage", "--follow", "--until", "end", str(tmp_path / "job.toml"))
     assert r.returncode == 0, r.stderr[-2000:]
     job = load_job(str(tmp_path / "job.toml"))
     R, S = read_staged(job)
@@ -674,7 +683,7 @@ def test_json_and_parquet_landing_files_and_a_named_spark_source(tmp_path):
     assert code == 0, err[-2000:]
     R2, S2 = read_staged(load_job(str(tmp_path / "named.toml")))
     assert len(R2) == len(S2) == 50 and sorted(R2["ts"].tolist()) == list(range(50))
-    r = run_cli("stage", str(tmp_path / "named.toml"))
+    r = cli("stage", str(tmp_path / "named.toml"))
     assert r.returncode == 2 and "is a live source; stage it with `mpi-join stage --follow JOB`" in r.stderr
 
 
@@ -738,7 +747,7 @@ TRICKY = ("k,v,t", "-0,.5,007\n2147483647,5.,8\n-2147483648,1E2,9\n0012,-1.5e-3,
                    "7,123456789012345678901234567890,11\n8,0.1000000000000000055511151231257827,12\n")
 
 
-def test_live_staging_parses_as_stage_does(tmp_path):
+def test_live_staging_parses_as_stage_does(spark, tmp_path):
     """The same landing files, hostile values and every column order among them, staged at rest
     (`stage`) and live (`stage --follow --until end`): the staged rows and the quarantined rows
     (file, record, reason, raw text) are equal field for field. Live, the clean files are read by
@@ -759,9 +768,9 @@ def test_live_staging_parses_as_stage_does(tmp_path):
         'allowed_lateness = "300ms"', 'allowed_lateness = "1d"')
     (tmp_path / "job.toml").write_text(text)
     (tmp_path / "live.toml").write_text(text.replace('staged = "staged"', 'staged = "live"'))
-    r = run_cli("stage", str(tmp_path / "job.toml"))
+    r = cli("stage", str(tmp_path / "job.toml"))
     assert r.returncode == 0, r.stderr[-3000:]
-    r = run_cli("stage", "--follow", "--until", "end", str(tmp_path / "live.toml"))
+    r = cli("stage", "--follow", "--until", "end", str(tmp_path / "live.toml"))
     assert r.returncode == 0, r.stderr[-3000:]
     # the clean files were read by Arrow in the stager's process, the hostile ones by Spark
     entries = [json.loads(p.read_text()) for p in sorted((tmp_path / "live" / "_log").glob("batch-*.json"))]
@@ -852,7 +861,7 @@ def test_resume_before_the_first_commit_offsets_across_resumes_and_verify_on_an_
     assert bad.returncode == 2 and "--with-payload: give the run's job file with --job JOB" in bad.stderr
 
 
-def test_sigterm_to_the_stagers_group_drains_and_no_drain_leaves_the_log_open(tmp_path):
+def test_sigterm_to_the_stagers_group_drains_and_no_drain_leaves_the_log_open(spark, tmp_path):
     """SIGTERM to the stager's whole process group (what timeout and supervisors send; its JVM
     too) right after files land: the stager stages them (drains) and ends the log, every row
     staged or late once. With --no-drain it stops at once and the log stays open; the next
@@ -882,7 +891,7 @@ def test_sigterm_to_the_stagers_group_drains_and_no_drain_leaves_the_log_open(tm
     assert code == 0 and "without draining; the log stays open" in err and "the log stays open" in out, err[-3000:]
     assert not _manifest(tmp_path / "second")["log"]["ended"]
     land2.round()
-    r = run_cli("stage", "--follow", "--until", "end", str(tmp_path / "second" / "job.toml"))
+    r = cli("stage", "--follow", "--until", "end", str(tmp_path / "second" / "job.toml"))
     assert r.returncode == 0 and "continuing the log" in r.stderr, r.stderr[-3000:]
     man = _manifest(tmp_path / "second")
     assert man["log"]["ended"] and man["total"] + sum(man["log"]["late"].values()) == land2.count()
