@@ -2,7 +2,9 @@
 `make fast` does not). Each case is one SQL SELECT, the form Flink users write: Flink SQL runs
 it as it is (its SELECT list set to the seqs) in a local mini-cluster, as an event-time interval
 join over the staged rows as CSV (tools/flink_sql.py), and mpi-join runs it as the job's
-[predicate] sql on real MPI ranks; the two result sets must be equal, null sides included.
+[predicate] sql on the in-process runtime (its ranks' code, as threads: what processes add is
+tested in test_strategies_mpi.py and test_local_runtime.py); the two result sets must be equal,
+null sides included.
 
 The differences on purpose (README "Checked against Apache Flink"): Flink's event time is
 TIMESTAMP(3), so every case here has ts_unit = "ms" (tools/flink_peer.write_csv refuses
@@ -19,7 +21,7 @@ from mpi_join.join.oracle import run_oracle
 from mpi_join.storage.results import read_results
 from mpi_join.storage.staged import write_staged
 from mpi_join.tools.flink_peer import run_flink
-from conftest import run_cli, run_mpi
+from conftest import run_cli, run_local
 from reference import as_set, assert_same_rows
 
 SLOW = True
@@ -107,7 +109,7 @@ def test_mpi_join_equals_flink(flink, cid, strategy):
     name, _, n = strategy.partition("@")
     path, job = _job(tmp, cid, sql, key, name)
     ranks = int(n) if n else strategies.get(name).min_ranks + 1
-    p = run_mpi(ranks, "run", path)
+    p = run_local(ranks, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
     got = read_results(job.output, job.stream_names)
     assert_same_rows(got, want)
