@@ -352,6 +352,7 @@ def test_parallel_sources_sigkill_with_routing_state_then_resume(tmp_path, strat
 
 
 def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):
+    """The refusals at start run in process (run_local): they come before any rank would."""
     path, job, arrays = _slow_job(tmp_path, n=3000, every=500)
     with open(path) as f:
         text = f.read()
@@ -365,7 +366,7 @@ def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):
     assert p.returncode == 2 and "checkpoint holds 3 ranks; resume with mpiexec -n 3 (got 4)" in p.stderr
     with open(path, "w") as f:
         f.write(text.replace('rate = 4000', 'rate = "max"').replace('window = "30ms"', 'window = "31ms"'))
-    p = run_mpi(3, "run", path, "--resume", root)
+    p = run_local(3, "run", path, "--resume", root)
     assert p.returncode == 2 and "checkpoint was written by a different job configuration" in p.stderr
     with open(path, "w") as f:
         f.write(text.replace('rate = 4000', 'rate = "max"'))
@@ -380,9 +381,9 @@ def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):
     for c, m in ck.list_checkpoints(root):
         with open(ck.rank_file(root, c, 1), "wb") as h:
             h.write(b"not hdf5")
-    p = run_mpi(3, "run", path, "--resume", root)      # none left: refused
+    p = run_local(3, "run", path, "--resume", root)      # none left: refused
     assert p.returncode == 2 and "no usable checkpoint" in p.stderr and "damaged checkpoint file" in p.stderr
-    p = run_mpi(3, "run", path, "--resume", str(tmp_path / "nowhere"))
+    p = run_local(3, "run", path, "--resume", str(tmp_path / "nowhere"))
     assert p.returncode == 2 and "nowhere: checkpoint directory not found" in p.stderr
 
 

@@ -17,17 +17,17 @@ from mpi_join.config import load_job
 from mpi_join.join.oracle import run_oracle
 from mpi_join.storage.staged import read_staged
 from mpi_join.tools.workloads import make
-from conftest import mpi_join_cmd, run_cli_no_spark, run_mpi
+from conftest import mpi_join_cmd, run_cli_no_spark, run_local
 
 SLOW = True
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """A finished 3-rank run (two writers, so a part file can go and others stay)."""
+    """A finished 3-rank run, in process (two writers, so a part file can go and others stay)."""
     tmp = tmp_path_factory.mktemp("run")
     path = make("equi", str(tmp), tuples=3000, window="1s", domain_bits=8)
-    p = run_mpi(3, "run", path)
+    p = run_local(3, "run", path)
     assert p.returncode == 0, p.stderr
     return tmp, path
 

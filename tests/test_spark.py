@@ -14,7 +14,7 @@ from mpi_join.storage.staged import read_staged
 from mpi_join.tools.workloads import make
 SLOW = True
 
-from conftest import cli, run_cli, run_mpi
+from conftest import cli, run_cli, run_local, run_mpi
 from reference import as_set
 
 
@@ -124,7 +124,7 @@ def test_collect_merges_results_with_payload(spark, tmp_path):
     from mpi_join.storage.spark.collect import collect
     path = make("equi", str(tmp_path), tuples=4000, window="2s", domain_bits=8)
     job = load_job(path)
-    p = run_mpi(3, "run", path)
+    p = run_local(3, "run", path)
     assert p.returncode == 0, p.stderr
     s = collect(spark, job, job.output, f"file://{tmp_path}/collected", with_payload=True, progress=lambda m: None)
     expect = run_oracle(job, read_staged(job))
@@ -158,7 +158,7 @@ def test_collect_gives_an_outer_joins_lone_rows_null_payloads(spark, tmp_path):
         f.write(text.replace("[predicate]\n", '[predicate]\nouter = ["R"]\n', 1))
     job = load_job(path)
     assert job.predicate.outer == (0,)
-    p = run_mpi(3, "run", path)
+    p = run_local(3, "run", path)
     assert p.returncode == 0, p.stderr
     v = cli("verify", job.output, "--job", path)
     assert v.returncode == 0, v.stdout + v.stderr
@@ -205,7 +205,7 @@ def test_collect_refuses_partial_runs_and_overlaps_and_keeps_users_files(spark, 
     from mpi_join.storage.spark.collect import collect
     path = make("equi", str(tmp_path), tuples=2000, window="1s", domain_bits=8)
     job = load_job(path)
-    p = run_mpi(2, "run", path)
+    p = run_local(2, "run", path)
     assert p.returncode == 0, p.stderr
     quiet = dict(progress=lambda m: None)
     for bad in (job.output, os.path.join(job.output, "results", "x"), str(tmp_path)):
@@ -308,7 +308,7 @@ def test_trades_and_quotes_on_a_text_symbol_from_raw_csv(spark, tmp_path, band, 
     utc = int(dt.datetime(2026, 1, 5, 9, 30, tzinfo=dt.timezone.utc).timestamp() * 1000)
     ts = read_staged(job)[0]["ts"]                  # text with no time zone is read as UTC (README)
     assert utc <= ts.min() and ts.max() < utc + 60_000
-    p = run_mpi(3, "run", str(tmp_path / "job.toml"))
+    p = run_local(3, "run", str(tmp_path / "job.toml"))
     assert p.returncode == 0, p.stderr
     s = collect(spark, job, job.output, str(tmp_path / "collected"), with_payload=True, progress=lambda m: None)
     expect = run_oracle(job, read_staged(job))
@@ -372,7 +372,7 @@ def test_collect_reports_each_phase(spark, tmp_path):
     from mpi_join.storage.spark.collect import collect
     path = make("equi", str(tmp_path), tuples=1000, window="1s", domain_bits=6)
     job = load_job(path)
-    assert run_mpi(2, "run", path).returncode == 0
+    assert run_local(2, "run", path).returncode == 0
     lines = []
     s = collect(spark, job, job.output, str(tmp_path / "c"), with_payload=True, progress=lines.append)
     assert lines[0].startswith("collect: reading ") and "results counted" in lines[1]

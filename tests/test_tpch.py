@@ -10,7 +10,7 @@ import pytest
 from mpi_join.tools import tpch
 from mpi_join.config import load_job
 from mpi_join.storage.staged import read_staged
-from conftest import cli, run_cli, run_mpi
+from conftest import cli, run_cli, run_local
 
 SLOW = True
 
@@ -51,7 +51,7 @@ def test_q5_staged_by_spark_and_joined_by_biclique_equals_the_oracle_and_its_agg
     path = os.path.join(out, "job.toml")
     p = run_cli("stage", path, timeout=600)
     assert p.returncode == 0, p.stderr
-    p = run_mpi(5, "run", path)
+    p = run_local(5, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
     p = cli("verify", os.path.join(out, "out"), "--job", path)
     assert p.returncode == 0, p.stdout + p.stderr

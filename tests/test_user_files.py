@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from conftest import equi_job_text, random_streams, run_mpi, write_job
+from conftest import equi_job_text, random_streams, run_local, write_job
 from mpi_join.storage.results import read_results
 from mpi_join.join.oracle import run_oracle
 from reference import assert_same_rows
@@ -24,11 +24,11 @@ def test_users_files_survive_runs_into_their_directory(tmp_path):
     (mine / "results" / "thesis.txt").write_text("four years")
     (mine / "notes.md").write_text("keep")
     path, job, arrays = _job(tmp_path, "../mine")
-    p = run_mpi(3, "run", path, timeout=60)
+    p = run_local(3, "run", path, timeout=60)
     assert p.returncode == 2
     assert "exists, is not empty and holds no mpi-join run" in p.stderr and "--overwrite" in p.stderr
     for rerun in range(2):              # first with --overwrite, then a rerun into its own directory
-        p = run_mpi(3, "run", path, *(["--overwrite"] if rerun == 0 else []), timeout=60)
+        p = run_local(3, "run", path, *(["--overwrite"] if rerun == 0 else []), timeout=60)
         assert p.returncode == 0, p.stderr
         assert (mine / "results" / "thesis.txt").read_text() == "four years"
         assert (mine / "notes.md").read_text() == "keep"
