@@ -268,6 +268,16 @@ def run_cli(*args, timeout=300, env=None, cwd=None):
     return subprocess.run(mpi_join_cmd(*args), capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
+@pytest.fixture(scope="module")
+def spark():
+    """One local Spark session per module (its tests are one xdist group: _module_fixture). A
+    test that stages or collects in this process (`cli("stage", ...)`) has the command's
+    getOrCreate take it, so no second JVM starts, where how a stager's or collect's own process
+    starts or ends is not what it tests; those that signal one run it as a process of its own."""
+    from mpi_join.storage.spark.session import spark_session
+    yield spark_session("local[2]", "mpi-join-tests")
+
+
 def cli(*args):
     """`mpi-join ARGS` run in this process by click's test runner: the same command and the same
     one-line errors as `run_cli`, without the new interpreter (about 0.8 s of imports each). For

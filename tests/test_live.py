@@ -48,15 +48,6 @@ flush_interval = "10ms"
 """
 
 EQUI = 'equi = [["R.k", "S.k"]]'
-
-
-@pytest.fixture(scope="module")
-def spark():
-    """One Spark session for the tests that stage in this process (`cli("stage", ...)`: the
-    command's getOrCreate takes it), where how the stager's own process starts or ends is not
-    what they test; those that signal a stager run it as a process of its own."""
-    from mpi_join.storage.spark.session import spark_session
-    yield spark_session("local[2]", "mpi-join-tests")
 BAND = 'band = [{ left = "R.v", right = "S.v", eps = 0.02 }]'
 
 

@@ -18,13 +18,6 @@ from conftest import cli, run_cli, run_local, run_mpi
 from reference import as_set
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from mpi_join.storage.spark.session import spark_session
-    s = spark_session("local[2]", "mpi-join-tests")
-    yield s
-
-
 @pytest.mark.parametrize("fmt,workload,small", [("csv", "equi", True), ("csv", "equi", False),
                                                 ("json", "equi", True), ("parquet", "band", False)])
 def test_stage_equals_direct_staging(spark, tmp_path, fmt, workload, small):
