@@ -5,8 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # pytest-xdist workers: the fast tier, and the full suite's first phase; its second phase, the
-# `serial` tests (the machine-wide Slurm daemon, namespace hosts and Spark cluster, which did not
-# hold up beside other runs), runs one test at a time
+# `serial` tests (the machine-wide Slurm daemon, namespace hosts and Spark cluster, and the
+# adaptive tests whose decisions follow load measured over wall time, none of which held up
+# beside other runs), runs one test at a time
 TEST_JOBS ?= 2
 
 # Apache Flink's environment for the Flink tier (tests/test_flink.py): the `flink` extra of
