@@ -28,10 +28,12 @@ class MergedStore:
         self.settle()
         self._parts.clear()               # the windows change below
         w = self.store.windows
-        # a moved group's held-back rows come after newer rows of other groups: joined like any
-        # rows (each pair's visibility is tested by seq), then the windows are put back in seq
-        # order, which expiry relies on
-        late = any(len(b) and len(x) and b["seq"][0] < x.view()["seq"][-1] for b, x in zip(batches, w))
+        # a moved group's held-back rows come late: older than rows of other groups in the
+        # window, and anywhere in the batch (the router appends them to what it routed to their
+        # new holder already). They are joined like any rows (each pair's visibility is tested
+        # by seq; rows of two groups never match), then the windows are put back in seq order,
+        # which expiry relies on (it drops a prefix)
+        late = any(_late(b["seq"], x) for b, x in zip(batches, w))
         out = [self.store.step(*batches, tins=tins)]
         if late:
             self.rebuild([x.view() for x in self.store.windows])
@@ -108,3 +110,12 @@ class MergedStore:
         for s, r in enumerate(rows):
             store.append(r[np.argsort(r["seq"], kind="stable")], s)
         self.store = store
+
+
+def _late(seq, window):
+    """Would appending rows with these seqs leave the window out of seq order?"""
+    if len(seq) == 0:
+        return False
+    if len(seq) > 1 and not (seq[1:] > seq[:-1]).all():
+        return True
+    return len(window) > 0 and seq[0] < window.view()["seq"][-1]
