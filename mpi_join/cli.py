@@ -786,12 +786,13 @@ def collect(run_dir, job_path, out, with_payload, files, partial, overwrite, mas
     against its rows, size and SHA-256 first; a missing, added or changed one is refused. One
     collect at a time writes OUT (a lock beside it). Also runnable as `spark-submit jobs/collect.py RUN_DIR --job JOB --out OUT`."""
     from .config import load_job
-    from .storage.spark.collect import collect as do_collect, collecting
+    from .storage.spark.collect import collect as do_collect, collecting, small_collect
     from .storage.spark.session import spark_session
     try:
         job = load_job(job_path)
         with collecting(job, run_dir, out, partial, overwrite) as parts:     # before any JVM starts
-            s = do_collect(spark_session(master, "mpi-join collect", conf), job, run_dir, out, with_payload, files,
+            spark = spark_session(master, "mpi-join collect", conf, small=small_collect(job, parts, with_payload))
+            s = do_collect(spark, job, run_dir, out, with_payload, files,
                            progress=lambda m: click.echo(m, err=True), partial=partial, overwrite=overwrite,
                            parts=parts)
     except JobError as e:

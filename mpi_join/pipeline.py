@@ -14,7 +14,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     input, and by stage itself when the staged input is up to date (unless `force`)."""
     from .launch import mpiexec_cmd
     from .config import load_job
-    from .storage.spark.collect import collect, collecting, default_out
+    from .storage.spark.collect import collect, collecting, default_out, small_collect
     from .storage.staged_log import hold_staged
     job = load_job(job_path)
     out = collect_out or default_out(job.output)
@@ -36,7 +36,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     took["run"] = time.perf_counter() - t0 - sum(took.values())
     say(f"3/{steps} collect with Spark -> {out}")
     with collecting(job, job.output, out) as parts:
-        spark = spark or _session(master, conf, say)
+        spark = spark or _session(master, conf, say, small_collect(job, parts, with_payload))
         s = collect(spark, job, job.output, out, with_payload=with_payload, progress=lambda m: say("    " + m),
                     parts=parts)
     lat = s["latency_ms"]
@@ -61,13 +61,13 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
 def _stage(job, steps, force, master, conf, say, t0):
     """Step 1, under the staged directory's lock: (the Spark session or None, the job with its
     string widths as staged, {"stage": seconds})."""
-    from .storage.spark.stage import precheck, stage
+    from .storage.spark.stage import precheck, small_input, stage
     spark = None
     if all(s.raw is not None for s in job.streams) and precheck(job, force=force) is not None:
         say(f"1/{steps} stage: {job.staged} is up to date (same settings, raw files unchanged; no Spark needed)")
     elif all(s.raw is not None for s in job.streams):
         say(f"1/{steps} stage with Spark ({master}) -> {job.staged}")
-        spark = _session(master, conf, say)
+        spark = _session(master, conf, say, small_input(job))
         man = stage(spark, job, progress=lambda m: say("    " + m), force=force)
         say(f"    {man['total']:,} tuples staged, {sum(man['quarantined'].values()):,} quarantined")
         from .storage.staged import with_string_widths
@@ -78,10 +78,12 @@ def _stage(job, steps, force, master, conf, say, t0):
     return spark, job, took
 
 
-def _session(master, conf, say):
-    """The one Spark session of a pipeline (a JVM start, about 5 s), said once."""
+def _session(master, conf, say, small):
+    """The one Spark session of a pipeline (a JVM start, about 5 s), said once. `small`: set up
+    for a short life (session.SHORT_LIVED), decided by the input when the pipeline stages (its
+    results are not known yet), else by the results (collect.small_collect)."""
     from .storage.spark.session import spark_session
     t = time.perf_counter()
-    spark = spark_session(master, "mpi-join pipeline", conf)
+    spark = spark_session(master, "mpi-join pipeline", conf, small=small)
     say(f"    Spark session started ({master}) in {time.perf_counter() - t:.1f} s")
     return spark

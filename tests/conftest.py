@@ -275,7 +275,7 @@ def spark():
     getOrCreate take it, so no second JVM starts, where how a stager's or collect's own process
     starts or ends is not what it tests; those that signal one run it as a process of its own."""
     from mpi_join.storage.spark.session import spark_session
-    yield spark_session("local[2]", "mpi-join-tests")
+    yield spark_session("local[2]", "mpi-join-tests", small=True)
 
 
 def cli(*args):

@@ -181,7 +181,11 @@ def test_cli_stage_and_spark_submit_collect(tmp_path):
     assert r.returncode == 0, r.stderr
     jobs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jobs")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    c = subprocess.run([os.path.join(BIN, "spark-submit"), "--master", "local[2]", os.path.join(jobs, "collect.py"),
+    # spark-submit starts the JVM before collect.py runs: the short-lived JVM's flags are the
+    # user's to give there (session.SHORT_LIVED; half the CPU of the default on 2,000 tuples)
+    from mpi_join.storage.spark.session import SHORT_LIVED
+    c = subprocess.run([os.path.join(BIN, "spark-submit"), "--master", "local[2]", "--driver-java-options",
+                        SHORT_LIVED, os.path.join(jobs, "collect.py"),
                         str(tmp_path / "out"), "--job", path, "--out", str(tmp_path / "coll")],
                        capture_output=True, text=True, env=env, timeout=300)
     assert c.returncode == 0, c.stderr[-2000:]
@@ -370,6 +374,23 @@ def test_collect_reports_each_phase(spark, tmp_path):
     s = collect(spark, job, job.output, str(tmp_path / "c"), with_payload=True, progress=lines.append)
     assert lines[0].startswith("collect: reading ") and "results counted" in lines[1]
     assert lines[-1].startswith(f"collect: {s['results']:,} results with payloads -> ") and " s in all)" in lines[-1]
+
+
+def test_collect_starts_a_short_lived_jvm_only_for_small_local_results(tmp_path, monkeypatch):
+    """collect.small_collect: result files on local disk up to SMALL_RESULT_BYTES (and, with
+    payloads, a small local staged input) get the short-lived JVM; large or remote ones do not."""
+    from mpi_join.storage.spark import collect, stage
+    job = load_job(make("equi", str(tmp_path), tuples=2000, window="1s"))      # staged directly
+    part, big = tmp_path / "part.parquet", tmp_path / "big.parquet"
+    part.write_bytes(b"x" * 1000)
+    with open(big, "wb") as f:
+        f.truncate(collect.SMALL_RESULT_BYTES)                                  # sparse
+    assert collect.small_collect(job, [str(part)], with_payload=True)
+    assert not collect.small_collect(job, [str(part), str(big)], with_payload=False)
+    assert not collect.small_collect(job, None, with_payload=False)            # results on another filesystem
+    monkeypatch.setattr(stage, "SMALL_INPUT_BYTES", 100)                        # the staged input is larger
+    assert collect.small_collect(job, [str(part)], with_payload=False)
+    assert not collect.small_collect(job, [str(part)], with_payload=True)
 
 
 def test_pipeline_stages_runs_collects_and_verifies_with_one_spark_session(tmp_path):
