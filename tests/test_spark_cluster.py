@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mpi_join.config import load_job
+from mpi_join.storage.spark.session import SHORT_LIVED
 from mpi_join.join.oracle import run_oracle
 from mpi_join.storage.results import read_results
 from mpi_join.storage.staged import read_staged
@@ -21,6 +22,8 @@ from conftest import run_cli, run_mpi
 from reference import as_set
 
 SLOW = True
+# the cluster's JVMs (daemons and executors) run small work: C1 only, the serial collector
+EXECUTORS = ("--conf", f"spark.executor.extraJavaOptions={SHORT_LIVED}")
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jobs", "cluster",
                       "spark-standalone.sh")
 
@@ -35,7 +38,7 @@ def _free_port():
 def cluster(tmp_path_factory):
     port, ui = _free_port(), _free_port()
     env = dict(os.environ, PYTHON=sys.executable, SPARK_STANDALONE_DIR=str(tmp_path_factory.mktemp("spark")),
-               SPARK_MASTER_PORT=str(port), SPARK_MASTER_WEBUI_PORT=str(ui))
+               SPARK_MASTER_PORT=str(port), SPARK_MASTER_WEBUI_PORT=str(ui), SPARK_DAEMON_JAVA_OPTS=SHORT_LIVED)
     up = subprocess.run([SCRIPT, "up", "2"], capture_output=True, text=True, env=env, timeout=180)
     assert up.returncode == 0, up.stderr + up.stdout
     yield f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}/json/"
@@ -50,7 +53,8 @@ def test_stage_and_collect_on_a_standalone_cluster_equal_local_mode(cluster, tmp
     direct = load_job(make("equi", str(tmp_path / "direct"), tuples=6000, seed=3, window="1s", domain_bits=8))
     job = load_job(path)
     # the cluster stages with Spark's range partitioning (not the one-partition small-input path)
-    p = run_cli("stage", path, "--master", master, "--conf", "spark.mpijoin.stage.smallInputBytes=0", timeout=400)
+    p = run_cli("stage", path, "--master", master, "--conf", "spark.mpijoin.stage.smallInputBytes=0", *EXECUTORS,
+                timeout=400)
     assert p.returncode == 0, p.stderr[-3000:]
     assert len([f for f in os.listdir(os.path.join(job.staged, "R")) if f.endswith(".parquet")]) > 1
     for a, b in zip(read_staged(job), read_staged(direct)):
@@ -59,7 +63,8 @@ def test_stage_and_collect_on_a_standalone_cluster_equal_local_mode(cluster, tmp
             assert np.array_equal(a[c], b[c]), c
     assert run_mpi(3, "run", path).returncode == 0
     out = str(tmp_path / "collected")
-    c = run_cli("collect", job.output, "--job", path, "--out", out, "--with-payload", "--master", master, timeout=400)
+    c = run_cli("collect", job.output, "--job", path, "--out", out, "--with-payload", "--master", master, *EXECUTORS,
+                timeout=400)
     assert c.returncode == 0, c.stderr[-3000:]
     got = pq.read_table(out)
     pairs = read_results(job.output, job.stream_names)
