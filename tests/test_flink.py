@@ -28,15 +28,18 @@ SLOW = True
 pytestmark = pytest.mark.flink
 
 
-@pytest.fixture(scope="module", autouse=True)
-def short_lived_jvms():
+def short_lived(mp):
     """Flink's JVMs here check rows, not speed: C1 only and the serial collector
     (session.SHORT_LIVED, which pyflink's gateway takes from JVM_ARGS) set up and run the eight
     cases in 20 CPU-s instead of 33."""
     from mpi_join.storage.spark.session import SHORT_LIVED
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("JVM_ARGS", SHORT_LIVED)
-        yield
+    mp.setenv("JVM_ARGS", SHORT_LIVED)
+
+
+@pytest.fixture(autouse=True)
+def short_lived_jvms(monkeypatch):
+    """Function-scoped: a module-scoped fixture makes its tests one xdist group (conftest)."""
+    short_lived(monkeypatch)
 
 ON = "t.sym = q.sym AND "
 CASES = {   # id: (SELECT, key type, strategies that run it)
@@ -96,7 +99,9 @@ def flink(tmp_path_factory):
         _, job = _job(tmp, cid, sql, key, "hash")
         write_staged(job.staged, job.streams, arrays, job.ts_unit)
         cases.append((cid, job, arrays))
-    got = run_flink(cases, str(tmp / "work"), parallelism=2)
+    with pytest.MonkeyPatch.context() as mp:       # built before any function-scoped fixture
+        short_lived(mp)
+        got = run_flink(cases, str(tmp / "work"), parallelism=2)
     return {cid: (tmp, arrays, got[cid]) for cid, _, arrays in cases}
 
 

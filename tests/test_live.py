@@ -21,6 +21,15 @@ from conftest import cli, equi_job_text, mpi_join_cmd, mpi_join_pids, MPIEXEC, r
 
 SLOW = True
 
+
+@pytest.fixture(autouse=True)
+def short_lived_stagers(monkeypatch):
+    """The stagers these tests start as processes run small streams for seconds: their driver JVMs
+    run C1-only with the serial collector (MPI_JOIN_SPARK_JAVA_OPTS adds session.SHORT_LIVED).
+    Function-scoped: a module-scoped fixture makes its tests one xdist group (conftest)."""
+    from mpi_join.storage.spark.session import SHORT_LIVED
+    monkeypatch.setenv("MPI_JOIN_SPARK_JAVA_OPTS", SHORT_LIVED)
+
 JOB = """
 [job]
 ts_unit = "ms"

@@ -555,3 +555,16 @@ def test_a_stage_refused_for_a_long_value_leaves_the_disk_as_it_was(spark, tmp_p
     (tmp_path / "raw" / "R" / "a.json").write_text(json.dumps({"event_time": 1, "k": 1, "v": 0.5, "name": "a"}) + "\n")
     man = stage(spark, job, progress=lambda m: None)
     assert man["streams"]["R"]["count"] == 1 and man["quarantined"] == {"R": 0, "S": 1}
+
+
+def test_spark_java_opts_from_the_environment_reach_the_driver_jvm(tmp_path):
+    """MPI_JOIN_SPARK_JAVA_OPTS is added to the driver JVM's options (after mpi-join's own)."""
+    import subprocess
+    import sys
+    code = ("from mpi_join.storage.spark.session import spark_session\n"
+            "s = spark_session('local[1]', 'opts', small=True)\n"
+            "print('probe=' + str(s.sparkContext._jvm.java.lang.System.getProperty('mpijoin.probe')))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env=dict(os.environ, MPI_JOIN_SPARK_JAVA_OPTS="-Dmpijoin.probe=yes -XX:+UseSerialGC"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "probe=yes" in p.stdout

@@ -14,8 +14,9 @@ def spark_session(master=None, app="mpi-join", conf=(), small=False, java_extra=
     """Build (or reuse) the session. `master` None keeps what spark-submit set (the CLI passes
     local[*] by default). `small`: the work is small and local (stage.small_input), so a local
     master's JVM is set up for a short life (SHORT_LIVED). The driver JVM maps the class archive
-    of `mpi-join warm-spark` when there is one (warm.py: about half the start-up). `--conf
-    spark.driver.extraJavaOptions` replaces all of these. `shield_term`: the JVM ignores SIGTERM
+    of `mpi-join warm-spark` when there is one (warm.py: about half the start-up).
+    MPI_JOIN_SPARK_JAVA_OPTS adds options after these (a later HotSpot flag wins); `--conf
+    spark.driver.extraJavaOptions` replaces all of them. `shield_term`: the JVM ignores SIGTERM
     (it inherits the ignored disposition, and then installs no handler of its own), so that a
     SIGTERM to the whole process group reaches only Python, which stops the streaming query
     and ends the log with the JVM still there (live staging); the JVM ends with its Python."""
@@ -34,7 +35,7 @@ def spark_session(master=None, app="mpi-join", conf=(), small=False, java_extra=
           .config("spark.driver.extraJavaOptions", " ".join(o for o in (
               f"-Dlog4j2.configurationFile=file:{_LOG4J}",
               SHORT_LIVED if small and str(master or "").startswith("local") else "",
-              java_options(), java_extra) if o)))
+              java_options(), java_extra, os.environ.get("MPI_JOIN_SPARK_JAVA_OPTS", "")) if o)))
     for kv in conf:
         k, _, v = kv.partition("=")
         b = b.config(k, v)
