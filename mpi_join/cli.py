@@ -874,8 +874,16 @@ def checkpoint():
 
 @checkpoint.command("inspect")
 @click.argument("directory", type=click.Path(file_okay=False))
-def checkpoint_inspect(directory):
-    """List the checkpoints in DIRECTORY and what each holds."""
+@click.option("--ranks", "-n", "ranks", type=click.IntRange(2, 4096), multiple=True,
+              help="Also say what a restore of the newest complete checkpoint at this many ranks would move: "
+                   "the key groups whose owner changes, with their rows and bytes (repeatable).")
+def checkpoint_inspect(directory, ranks):
+    """List the checkpoints in DIRECTORY and what each holds.
+
+    With --ranks N, plan a restore at N ranks: keyed state (hash's partition groups) is named by
+    key group in the rank files, and the groups are dealt to the N-1 workers with as few moves as
+    an even share allows (partitioning/key_groups.py). Resuming at another rank count is not
+    available yet: `run --resume` refuses it with one line."""
     from .storage.checkpoint import describe
     if not os.path.isdir(directory):
         _fail(JobError(f"{directory}: checkpoint directory not found"))
@@ -883,6 +891,26 @@ def checkpoint_inspect(directory):
     if not rows:
         click.echo(f"{directory}: no checkpoints")
         return
+    _inspect_table(rows)
+    for n in ranks:
+        click.echo(_restore_line(directory, n))
+
+
+def _restore_line(directory, n):
+    from .partitioning.restore_plan import plan
+    try:
+        p = plan(directory, n)
+    except ValueError as e:
+        return str(e)
+    if not p["keyed"]:
+        return (f"checkpoint {p['checkpoint']} at {n} ranks: its state holds no key groups (only hash's partition "
+                f"groups are keyed so far); nothing to plan")
+    return (f"checkpoint {p['checkpoint']} at {n} ranks ({p['workers']} workers): would move {p['groups']} of "
+            f"{p['of_groups']} key groups, {p['rows']:,} of {p['of_rows']:,} rows, {p['bytes'] / 1e6:.2f} of "
+            f"{p['of_bytes'] / 1e6:.2f} MB of keyed state")
+
+
+def _inspect_table(rows):
     head = ("id", "complete", "epoch", "input offset", "results", "result files", "ranks", "state rows", "MB", "created")
     table = [head] + [(r["id"], "yes" if r["complete"] else "NO (ignored)", _d(r["epoch"]), _d(r["input_offset"]),
                        _d(r["results"]), _d(r["result_files"]), r["rank_files"],

@@ -1,0 +1,64 @@
+"""What a restore of a checkpoint onto another number of ranks would move (`mpi-join checkpoint
+inspect DIR --ranks N`), read from the rank files' layout alone (array names and shapes, no
+data read).
+
+Keyed state is named by key group (partitioning/key_groups.py): an array whose name holds
+`group/<g>/` belongs to group g, and the rank file that holds it is the group's owner at the
+cut. A restore hands whole groups to the workers of the new run (ranks 1..N-1: rank 0 routes)
+by key_groups.reassign, so what moves is the groups whose owner changes, with their rows and
+bytes as the checkpoint holds them. Everything else in a worker's file is state that is not
+keyed."""
+import glob
+import os
+
+from . import key_groups
+from ..storage.checkpoint import ckpt_path, list_checkpoints
+
+_OWNER = "router/partitions/owner"          # the router's map of groups to owners (hash)
+
+
+def layout(root, cid):
+    """({group: (rows, bytes)}, {group: rank holding it}, the router's owner map or None, bytes
+    of state that is not keyed) of checkpoint `cid`."""
+    import h5py
+    sizes, held, owner, other = {}, {}, None, 0
+    for path in sorted(glob.glob(os.path.join(ckpt_path(root, cid), "rank-*.h5"))):
+        rank = int(os.path.basename(path)[5:9])
+        with h5py.File(path, "r") as f:
+            def visit(name, obj):
+                nonlocal owner, other
+                if not isinstance(obj, h5py.Dataset):
+                    return
+                nbytes = obj.size * obj.dtype.itemsize
+                if name == _OWNER:
+                    owner = obj[()].astype(int)
+                    return
+                g = key_groups.group_of(name) if name.startswith("module/") else None
+                if g is None:
+                    other += nbytes if name.startswith("module/") else 0
+                    return
+                rows, b = sizes.get(g, (0, 0))
+                sizes[g] = (rows + (int(obj.shape[0]) if obj.shape else 0), b + nbytes)
+                held[g] = rank
+            f["arrays"].visititems(visit)
+    return sizes, held, owner, other
+
+
+def plan(root, nranks, cid=None):
+    """What a restore of checkpoint `cid` (default: the newest complete one) at `nranks` ranks
+    would move: key_groups.moves plus "checkpoint", "workers" and "keyed" (False: the state
+    holds no key groups, and nothing is planned)."""
+    if cid is None:
+        done = [c for c, m in list_checkpoints(root) if m is not None]
+        if not done:
+            raise ValueError(f"{root}: no complete checkpoint")
+        cid = done[-1]
+    sizes, held, owner, other = layout(root, cid)
+    workers = list(range(1, nranks))
+    if owner is None and not sizes:
+        return {"checkpoint": cid, "keyed": False, "workers": len(workers), "other_bytes": other}
+    if owner is None:                      # no map: the files say who holds each group with state
+        owner = [held.get(g, 0) for g in range(max(held) + 1)]
+    new = key_groups.reassign(owner, workers)
+    return dict(key_groups.moves(owner, new, sizes), checkpoint=cid, keyed=True, workers=len(workers),
+                other_bytes=other)

@@ -1,0 +1,82 @@
+"""Key groups (partitioning/key_groups.py): a restore's reassignment of whole groups to another
+number of workers, and the plan `checkpoint inspect --ranks N` prints from a real checkpoint."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mpi_join.partitioning.key_groups import group_of, moves, reassign
+from conftest import cli, equi_job_text, random_streams, run_local, write_job
+
+
+def _fewest_moves(owner, workers):
+    """The fewest groups any even reassignment moves: each worker keeps at most its share, and
+    the larger shares are best given to those holding the most."""
+    g, w = len(owner), len(workers)
+    base, extra = divmod(g, w)
+    held = sorted((int((np.asarray(owner) == x).sum()) for x in workers), reverse=True)
+    return g - sum(min(h, base + (k < extra)) for k, h in enumerate(held))
+
+
+@settings(max_examples=200, deadline=None)
+@given(groups=st.integers(1, 90), old=st.integers(1, 9), new=st.integers(1, 9), seed=st.integers(0, 1000))
+def test_reassign_is_even_moves_the_fewest_groups_and_keeps_the_rest(groups, old, new, seed):
+    rng = np.random.default_rng(seed)
+    owner = rng.integers(1, old + 1, groups)              # any map a migration can leave behind
+    workers = list(range(1, new + 1))
+    got = reassign(owner, workers)
+    counts = [int((got == w).sum()) for w in workers]
+    assert set(got.tolist()) <= set(workers) and max(counts) - min(counts) <= 1
+    assert int((got != owner).sum()) == _fewest_moves(owner, workers)
+    assert np.array_equal(reassign(owner, workers), got)  # every rank computes the same plan
+    gone = ~np.isin(owner, workers)
+    assert (got[gone] != owner[gone]).all()               # a group whose owner left moves
+
+
+def test_reassign_at_the_same_count_moves_nothing_and_scale_out_takes_an_even_share_from_each():
+    owner = np.array([1 + p % 3 for p in range(60)])     # dealt round-robin at start
+    assert np.array_equal(reassign(owner, [1, 2, 3]), owner)
+    got = reassign(owner, [1, 2, 3, 4, 5])
+    assert [int((got == w).sum()) for w in range(1, 6)] == [12] * 5
+    assert int((got != owner).sum()) == 24 and all(int(((got != owner) & (owner == w)).sum()) == 8 for w in (1, 2, 3))
+    down = reassign(owner, [1, 2])
+    assert np.array_equal(down[owner != 3], owner[owner != 3]) and int((down != owner).sum()) == 20
+    with pytest.raises(ValueError):
+        reassign(owner, [])
+
+
+def test_moves_counts_rows_and_bytes_of_the_groups_that_change_owner():
+    assert group_of("module/windows/group/17/0/1") == 17 and group_of("module/windows/x") is None
+    m = moves([1, 1, 2], [1, 2, 2], {0: (5, 50), 1: (3, 30), 2: (7, 70)})
+    assert m == {"groups": 1, "of_groups": 3, "rows": 3, "bytes": 30, "of_rows": 15, "of_bytes": 150}
+
+
+def test_checkpoint_inspect_plans_a_restore_at_other_rank_counts(tmp_path):
+    """A real checkpoint of hash (in process): the plan's rows are those of the rank files'
+    groups whose owner changes; at the checkpoint's own rank count nothing moves."""
+    text = equi_job_text(('"40ms"', '"40ms"'), run="batch_size = 20") + \
+        '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 400\nkeep = 2\n'
+    path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(2), 2000, key_range=50))
+    assert run_local(4, "run", path).returncode == 0
+    from mpi_join.partitioning.restore_plan import layout, plan
+    ckpt = job.checkpoint.dir
+    same = plan(ckpt, 4)
+    assert same["keyed"] and same["groups"] == 0 and same["rows"] == 0 and same["of_rows"] > 0
+    sizes, held, owner, _ = layout(ckpt, same["checkpoint"])
+    assert len(owner) == 60 and all(owner[g] == r for g, r in held.items())
+    out = reassign(owner, [1, 2, 3, 4, 5])
+    p = plan(ckpt, 6)
+    assert p["groups"] == 24 and p["rows"] == sum(sizes[g][0] for g in held if out[g] != owner[g]) > 0
+    r = cli("checkpoint", "inspect", ckpt, "-n", "6", "-n", "4")
+    assert r.returncode == 0, r.stderr
+    assert f"at 6 ranks (5 workers): would move 24 of 60 key groups, {p['rows']:,} of {p['of_rows']:,} rows" in r.stdout
+    assert "at 4 ranks (3 workers): would move 0 of 60 key groups" in r.stdout
+
+
+def test_state_without_key_groups_is_not_planned(tmp_path):
+    text = equi_job_text(('"40ms"', '"40ms"'), strategy="splitjoin", run="batch_size = 20") + \
+        '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 400\nkeep = 2\n'
+    path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(2), 1000, key_range=50))
+    assert run_local(4, "run", path).returncode == 0
+    r = cli("checkpoint", "inspect", job.checkpoint.dir, "-n", "5")
+    assert r.returncode == 0 and "at 5 ranks: its state holds no key groups" in r.stdout, r.stdout + r.stderr
