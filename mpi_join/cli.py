@@ -60,7 +60,8 @@ def main():
 @click.option("--strategy", default=None, help="Override [strategy] name (see `mpi-join strategies`).")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Restart from the newest complete checkpoint in this directory: results already "
-                   "committed are kept, later ones discarded and recomputed (exactly once).")
+                   "committed are kept, later ones discarded and recomputed (exactly once). At another "
+                   "rank count where the strategy's state is in key groups (hash); else refused.")
 @click.option("--overwrite", is_flag=True, help="Write into an existing non-empty output directory that no "
               "mpi-join run has used; only mpi-join's own files there are ever replaced.")
 @click.option("--follow", is_flag=True, help="Tail a staged log (written by `stage --follow`): join its batches as "
@@ -882,8 +883,7 @@ def checkpoint_inspect(directory, ranks):
 
     With --ranks N, plan a restore at N ranks: keyed state (hash's partition groups) is named by
     key group in the rank files, and the groups are dealt to the N-1 workers with as few moves as
-    an even share allows (partitioning/key_groups.py). Resuming at another rank count is not
-    available yet: `run --resume` refuses it with one line."""
+    an even share allows (partitioning/key_groups.py), as `run --resume` at N ranks does."""
     from .storage.checkpoint import describe
     if not os.path.isdir(directory):
         _fail(JobError(f"{directory}: checkpoint directory not found"))

@@ -48,6 +48,8 @@ class StrategyInfo:
     suite_budget_s: float = 0  # seconds of the full test suite its tests may take (printed, never enforced)
     testing: bool = False      # registered by the tests to check the runtime (its join is another's)
     outer: bool = False        # runs outer joins (predicate.outer): every partner of a tuple is found on one rank
+    rescale: bool = False      # a checkpoint resumes at another rank count: its state is in key groups
+                               # (partitioning/key_groups.py; Operator.restore_groups)
     hops: str = ""             # "module:function" (k join cores, params) -> links a tuple crosses until it has
                                # met its last partner and its result is out: the delay model of bench cores
 
@@ -186,7 +188,7 @@ _CHAIN_PARAMS = {
 
 REGISTRY = {
     "hash": StrategyInfo(
-        name="hash", suite_budget_s=225, shape="partition", outer=True,
+        name="hash", suite_budget_s=225, shape="partition", outer=True, rescale=True,
         summary="master + slaves; epoch-synchronised distribution of hash-partitioned windows",
         requires=frozenset({"equi"}),
         requires_why="hash partitioning needs equal keys to meet on one slave",

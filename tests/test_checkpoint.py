@@ -331,6 +331,35 @@ def test_parallel_sources_sigkill_each_role_then_resume(tmp_path, strategy, k, w
     assert_same_rows(got, expect, f"{victims}: ")
 
 
+@pytest.mark.parametrize("strategy,kind", [("hash", "time"), ("hash", "count")])
+def test_a_checkpoint_resumes_at_other_rank_counts_exactly_once(tmp_path, strategy, kind):
+    """Key groups (partitioning/key_groups.py): a run on 4 ranks SIGKILLed after two
+    checkpoints, then a chain of resumes, each at another rank count and each SIGKILLed after one
+    checkpoint of its own (P+2, P-1, P-2), and a last one at P+1 to the end: every restore hands
+    whole groups to the new slaves, from the files of the rank count before; the result is the
+    oracle's, each pair once."""
+    windows = ('"60ms"', '"40ms"') if kind == "time" else ("50", "70")
+    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, None, windows=windows, total=20000)
+    root, offsets = job.checkpoint.dir, []
+    for n, (ranks, victim) in enumerate(((4, 2), (6, 5), (3, 1), (2, 1))):
+        p = kill_after_checkpoints(path, root, ranks, victim, 1 if n else 2, 20000, ("--resume", root) if n else ())
+        assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+        man = [m for _, m in ck.list_checkpoints(root) if m][-1]
+        assert man["ranks"] == ranks
+        offsets.append(man["input_offset"])
+        if n == 1:                  # the plan of the next restore, as the map at this cut gives it
+            from mpi_join.partitioning.key_groups import reassign
+            from mpi_join.partitioning.restore_plan import layout
+            owner = layout(root, max(c for c, m in ck.list_checkpoints(root) if m))[2]
+            moved = int((reassign(owner, [1, 2]) != owner).sum())
+            plan = cli("checkpoint", "inspect", root, "-n", "3")
+            assert f"at 3 ranks (2 workers): would move {moved} of 60 key groups" in plan.stdout, plan.stdout
+    assert offsets == sorted(set(offsets)), f"each resumed run went past its checkpoint before its kill: {offsets}"
+    r = run_mpi(3, "run", unpaced(path), "--resume", root)
+    assert r.returncode == 0 and "resuming from checkpoint" in r.stderr, r.stderr
+    assert_same_rows(read_results(job.output, job.stream_names), run_oracle(job, arrays))
+
+
 @pytest.mark.parametrize("strategy,extra,victim,moves", [
     ("hash", 'reorganize_every = 1\nforce = "migrate"', 2, True),
     ("psp", 'slice_counts = "40"', 1, False)], ids=["hash-moves", "psp-count-slices"])
@@ -351,8 +380,9 @@ def test_parallel_sources_sigkill_with_routing_state_then_resume(tmp_path, strat
         assert moved, "moves after the resume too"
 
 
-def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):
-    """The refusals at start run in process (run_local): they come before any rank would."""
+def test_resume_refuses_other_config_and_damage(tmp_path):
+    """The refusals at start run in process (run_local): they come before any rank would. (Another
+    rank count: tests/test_key_groups.py.)"""
     path, job, arrays = _slow_job(tmp_path, n=3000, every=500)
     with open(path) as f:
         text = f.read()
@@ -362,8 +392,6 @@ def test_resume_refuses_other_config_rank_count_and_damage(tmp_path):
     root = job.checkpoint.dir
     listing = cli("checkpoint", "inspect", root)
     assert listing.returncode == 0 and listing.stdout.count(" yes ") == 2, listing.stdout
-    p = run_mpi(4, "run", path, "--resume", root)
-    assert p.returncode == 2 and "checkpoint holds 3 ranks; resume with mpiexec -n 3 (got 4)" in p.stderr
     with open(path, "w") as f:
         f.write(text.replace('rate = 4000', 'rate = "max"').replace('window = "30ms"', 'window = "31ms"'))
     p = run_local(3, "run", path, "--resume", root)

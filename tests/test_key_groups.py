@@ -80,3 +80,20 @@ def test_state_without_key_groups_is_not_planned(tmp_path):
     assert run_local(4, "run", path).returncode == 0
     r = cli("checkpoint", "inspect", job.checkpoint.dir, "-n", "5")
     assert r.returncode == 0 and "at 5 ranks: its state holds no key groups" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_restore_at_another_rank_count_is_refused_where_state_is_not_in_key_groups(tmp_path):
+    """psp's slices are not keyed: its checkpoint resumes at its own rank count only; hash's is
+    refused with several sources. One line each, before any rank starts."""
+    for strategy, run, at in (("psp", "", 5), ("hash", "sources = 2\npart = 200", 6)):
+        d = tmp_path / strategy
+        text = equi_job_text(('"40ms"', '"40ms"'), strategy=strategy, run="batch_size = 20\n" + run) + \
+            '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 400\nkeep = 2\n'
+        path, job = write_job(str(d), text, random_streams(np.random.default_rng(2), 1500, key_range=50))
+        assert run_local(4, "run", path).returncode == 0
+        r = run_local(at, "run", path, "--resume", job.checkpoint.dir)
+        assert r.returncode == 2, r.stderr
+        line = [x for x in r.stderr.splitlines() if "error" in x]
+        assert len(line) == 1 and f"checkpoint holds 4 ranks, this run has {at}" in line[0], r.stderr
+        assert ("'psp' resumes only at its checkpoint's rank count (its state is not in key groups); resume with "
+                "mpiexec -n 4" if strategy == "psp" else "needs run.sources = 1") in line[0], line

@@ -138,6 +138,12 @@ class HashRouter(Operator):
         self.coordinator.move(p, src, dst)
         self.log["migrations"].append({"epoch": epoch, "group": p, "from": src, "to": dst})
 
+    def rescale(self, owner):
+        """Restored onto other slaves: their new groups (restore_plan.owners_after), every slave
+        in service (the controller takes slaves out again if the load is light)."""
+        self.map.owner = np.asarray(owner, np.int64)
+        self.active = list(self.slaves)
+
     def on_moved(self, p, src, dst, held):
         """Group p now lives at dst. The rows of it the driver held go out with dst's next send,
         followed by those routed to src since and not sent yet (an inactive slave is not

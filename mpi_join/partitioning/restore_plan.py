@@ -62,3 +62,16 @@ def plan(root, nranks, cid=None):
     new = key_groups.reassign(owner, workers)
     return dict(key_groups.moves(owner, new, sizes), checkpoint=cid, keyed=True, workers=len(workers),
                 other_bytes=other)
+
+
+def owners_after(root, cid, workers):
+    """Each key group's owner after a restore of checkpoint `cid` onto `workers`: the plan rank 0
+    and every worker compute alike (key_groups.reassign of the router's map at the cut)."""
+    import h5py
+    from ..storage.checkpoint import rank_file
+    with h5py.File(rank_file(root, cid, 0), "r") as f:
+        name = "arrays/" + _OWNER
+        if name not in f:
+            raise ValueError(f"{rank_file(root, cid, 0)}: no map of key groups ({_OWNER}) to restore from")
+        owner = f[name][()].astype(int)
+    return key_groups.reassign(owner, workers)

@@ -316,6 +316,21 @@ class Operator(Checkpointed):
         part = self.__dict__.get("_parts", {}).get(name.partition("/")[0])
         return part.state_dtype(name.partition("/")[2]) if part is not None else None
 
+    def restore_groups(self, files, groups):
+        """A restore at another rank count (a strategy whose registry entry says `rescale`): this
+        operator's state from the rank files of the checkpointed run, [(arrays, attrs)] as
+        `snapshot` gave them on each, keeping key groups `groups` (key_groups.group_of) only.
+        Each declared part that is in key groups merges them (its `restore_groups`); state of
+        another kind cannot be split, and is refused."""
+        from ..partitioning.key_groups import group_of
+        for name, part in self.__dict__.get("_parts", {}).items():
+            if not hasattr(part, "restore_groups"):
+                raise InputError(f"rank {self.rank}: the state part {name!r} of its {type(self).__name__} is not in "
+                                 f"key groups; resume with the checkpoint's rank count")
+            pre = name + "/"
+            part.restore_groups([({k[len(pre):]: v for k, v in a.items() if k.startswith(pre)
+                                   and group_of(k[len(pre):]) in groups}, attrs[name]) for a, attrs in files], groups)
+
     def footprint(self):
         """(bytes the window state holds, spare capacity and indexes included; raw bytes of the
         tuples in it): sampled by the worker for the memory figures of the benchmarks; the sum
@@ -360,6 +375,11 @@ class Operator(Checkpointed):
         several sources its number in the input (each routes a share; all number alike), with one
         `count`, the router's own count (in its state, so a resumed run goes on from it)."""
         return header.msg_no if header.msg_no >= 0 else count
+
+    def rescale(self, owner):
+        """A restore at another rank count: route key group g to worker owner[g] from now on
+        (partitioning/restore_plan.owners_after). Only for strategies whose entry says `rescale`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot route key groups to other workers")
 
     def on_moved(self, unit, src, dst, held):
         """A move this router began is done: `held`, the unit's rows held meanwhile, per stream,

@@ -8,7 +8,9 @@ driver told. A restore reads the rank file back (every array checked against its
 replays the channel state, unacknowledged (it was acknowledged before the cut)."""
 import numpy as np
 
+from ..errors import InputError
 from ..storage import checkpoint as ck
+from ..storage.checksums import as_rows
 from ..runtime.protocol import DataHeader, MarkerDone
 
 
@@ -66,7 +68,7 @@ class Cuts:
         digest = ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan), c.marker.cut)
         return MarkerDone(c.marker.id, tuple(c.attrs["file_records"]), digest, tuple(c.attrs["snapshot_records"]))
 
-    def _state_dtype(self, name, attrs):
+    def state_dtype(self, name, attrs):
         parts = name.split("/")
         if parts[0] == "module":
             return self.module.state_dtype("/".join(parts[1:]))
@@ -80,7 +82,7 @@ class Cuts:
     def restore(self, root, cid):
         """Read this rank's file of checkpoint `cid`, restore the module; returns (its attrs, the
         channel state as [(src, header, batches)])."""
-        arrays, attrs = ck.read_rank(root, cid, self.rank, self._state_dtype, manifest="auto")
+        arrays, attrs = ck.read_rank(root, cid, self.rank, self.state_dtype, manifest="auto")
         self.module.restore({k[7:]: v for k, v in arrays.items() if k.startswith("module/")}, attrs["module"])
         channel = []
         for k, src in enumerate(attrs.get("channel", [])):
@@ -104,6 +106,10 @@ def worker_state(w):
 def restore_worker(w, root, cid):
     """A worker from checkpoint `cid`: its module, counts and writer as at the cut, and the
     channel state replayed into its inbox (unacknowledged: the senders counted them already)."""
+    man = ck.manifest_of(root, cid)[0]
+    if man is not None and man["ranks"] != w.tx.size:
+        restore_rescaled(w, root, cid, man)
+        return
     attrs, channel = w.cuts.restore(root, cid)
     m = w.metrics
     m.results, m.tuples_in = attrs["results"], attrs["tuples_in"]
@@ -112,3 +118,35 @@ def restore_worker(w, root, cid):
     w.writer.resume(attrs["file_records"], attrs["snapshot_records"])
     for src, header, batches in channel:
         w.inbox.data(src, header, batches, ack=False)
+
+
+def restore_rescaled(w, root, cid, man):
+    """A worker of a run on another rank count than checkpoint `cid`'s (a strategy whose state
+    is in key groups, one source: checkpoint._rescalable): the key groups the plan gives it
+    (restore_plan.owners_after, which rank 0 follows too) out of every old worker's file, and
+    the result files the checkpoint committed under its rank's name (the last worker also
+    takes those of ranks this run does not have), so every committed result is counted once.
+    Its links are new: nothing sent or received on them yet."""
+    from ..partitioning.restore_plan import owners_after
+    owner = owners_after(root, cid, w.graph.workers)
+    mine = {g for g, o in enumerate(owner) if int(o) == w.rank}
+    files = []
+    for r in range(1, int(man["ranks"])):
+        arrays, attrs = ck.read_rank(root, cid, r, w.cuts.state_dtype, manifest=man)
+        if attrs.get("channel"):
+            raise InputError(f"{ck.rank_file(root, cid, r)}: channel state in a checkpoint of one source; "
+                                f"it cannot be restored at another rank count")
+        files.append(({k[7:]: v for k, v in arrays.items() if k.startswith("module/")}, attrs["module"]))
+    w.module.restore_groups(files, mine)
+    last = max(w.graph.workers)
+    taken = {n: rec for n, rec in (man.get("committed") or {}).items()
+             if _rank_of(n) == w.rank or (w.rank == last and _rank_of(n) not in w.graph.workers)}
+    snaps = (man.get("snapshots") or {}) if w.rank == last else {}
+    w.writer.resume(as_rows(taken), as_rows(snaps))
+    w.metrics.results = sum(r["rows"] for r in taken.values())
+    w.metrics.tuples_in = 0
+
+
+def _rank_of(name):
+    """The rank a result part file's name says wrote it (part-r<rank>-<n>.parquet)."""
+    return int(name[6:10])

@@ -235,6 +235,15 @@ class HashJoinCore:
         for p, info in state["groups"].items():
             self.put_group(int(p), per.get(int(p), {}), info)
 
+    def restore_groups(self, files, groups):
+        """A restore at another rank count: the groups `groups` of every file's state (their arrays
+        only are in `files`; the split information of each is in the file that held it)."""
+        arrays, infos = {}, {}
+        for a, attrs in files:
+            arrays.update(a)
+            infos.update({p: i for p, i in attrs["groups"].items() if int(p) in groups})
+        self.restore(arrays, {"groups": infos})
+
     def state_dtype(self, name):
         """dtype a checkpointed array must have: group/<p>/<bucket>/<stream>."""
         parts = name.split("/")

@@ -234,8 +234,7 @@ def latest_complete(root, job, nranks, say=None, results_dir=None):
                 raise ConfigError(f"{ckpt_path(root, cid)}: checkpoint was written by a different job configuration "
                                   f"(fingerprint {man.get('fingerprint')}, this job {fp}); resume with the job it came from")
             if man.get("ranks") != nranks:
-                raise ConfigError(f"{ckpt_path(root, cid)}: checkpoint holds {man.get('ranks')} ranks; "
-                                  f"resume with mpiexec -n {man.get('ranks')} (got {nranks})")
+                _rescalable(job, root, cid, man, nranks)
             recorded = man.get("input")
             if recorded is None:
                 raise InputError(f"{ckpt_path(root, cid)}: checkpoint does not record the input it read (written by "
@@ -245,7 +244,7 @@ def latest_complete(root, job, nranks, say=None, results_dir=None):
             _same_input(job, recorded, current)
             try:
                 # every rank but the extra sources (the last ranks; rank 0 keeps their counts)
-                for r in range(nranks - (int(man.get("sources", 1)) - 1)):
+                for r in range(int(man["ranks"]) - (int(man.get("sources", 1)) - 1)):
                     read_rank(root, cid, r, manifest=man)   # present, unchanged, of this cut, before anyone starts
                 committed = man.get("committed") or {}
                 if set(committed) != set(man.get("committed_files", [])):
@@ -265,6 +264,20 @@ def latest_complete(root, job, nranks, say=None, results_dir=None):
     for r in reasons[:-1]:
         say(r)
     raise InputError(f"{root}: no usable checkpoint; the last one tried: {reasons[-1].split(': ', 2)[-1]}")
+
+
+def _rescalable(job, root, cid, man, nranks):
+    """A checkpoint of `man["ranks"]` ranks resumed at `nranks`: only where the strategy's state
+    is in key groups (its registry entry's `rescale`), with one source then and now; else one line."""
+    from .. import strategies
+    was = man.get("ranks")
+    head = f"{ckpt_path(root, cid)}: checkpoint holds {was} ranks, this run has {nranks}"
+    if not strategies.get(job.strategy.name).rescale:
+        raise ConfigError(f"{head}; {job.strategy.name!r} resumes only at its checkpoint's rank count (its state "
+                          f"is not in key groups); resume with mpiexec -n {was}")
+    if int(man.get("sources", 1)) != 1 or job.run.sources != 1:
+        raise ConfigError(f"{head}; a restore at another rank count needs run.sources = 1 (the checkpoint's and "
+                          f"this run's); resume with mpiexec -n {was}")
 
 
 def _same_input(job, recorded, current):

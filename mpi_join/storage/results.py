@@ -43,6 +43,7 @@ class ResultWriter:
         self._buf = []
         self._n = 0
         self.files = []
+        self._next = 0               # the number of the next part file (resume: past those held)
         self._pool = None
         self._pending = None
         self.records = {}            # file name -> {"rows", "bytes", "sha256"}: what was written
@@ -60,7 +61,8 @@ class ResultWriter:
 
     def flush(self, wait=False):
         if self._buf:
-            path = os.path.join(self.dir, f"part-r{self.rank:04d}-{len(self.files):05d}.parquet")
+            path = os.path.join(self.dir, f"part-r{self.rank:04d}-{self._next:05d}.parquet")
+            self._next += 1
             chunks, names = self._buf, [f"{n}_seq" for n in self.names] + ["emit_ns", "latency_ns"]
             self._buf, self._n = [], 0
             self._wait()
@@ -119,6 +121,9 @@ class ResultWriter:
         on resume)."""
         self.records, self.snap_records = as_records(file_records), as_records(snapshot_records)
         self.files = [os.path.join(self.dir, n) for n in sorted(self.records)]
+        own = f"part-r{self.rank:04d}-"          # a restore at another rank count hands a rank others' files too
+        self._next = max([len(self.files)] + [int(n[len(own):len(own) + 5]) + 1 for n in self.records
+                                              if n.startswith(own)])
 
     def file_records(self):
         """[[name, rows, bytes, sha256]] of every file written so far (after a flush with wait)."""
