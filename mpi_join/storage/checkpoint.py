@@ -98,12 +98,15 @@ def write_rank(root, cid, rank, arrays, attrs, cut=""):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def read_rank(root, cid, rank, expected=None, manifest=None):
+def read_rank(root, cid, rank, expected=None, manifest=None, keep=None):
     """Read one rank's state, validating it. `expected(name, attrs)` gives the dtype the array
     `name` must have (None: the array should not be there). The file must belong where it lies:
     its checkpoint id, rank and cut are checked, under its checksums, and with `manifest` (the
     checkpoint's, read here if "auto") its digest must be the one the manifest recorded, so a
-    rank file of another checkpoint or another run is refused. Returns (arrays, attrs)."""
+    rank file of another checkpoint or another run is refused. `keep(name)`: read (and check)
+    only the arrays it accepts (a restore at another rank count takes some key groups of each
+    file); the names of all are still checked against the file's checksums. Returns (arrays,
+    attrs)."""
     import h5py
     path = rank_file(root, cid, rank)
     if not os.path.exists(path):
@@ -123,9 +126,13 @@ def read_rank(root, cid, rank, expected=None, manifest=None):
             sums = json.loads(sums_text) if sums_text is not None else None
             attrs = json.loads(state)
 
+            names = []
+
             def visit(name, obj):
                 if isinstance(obj, h5py.Dataset):
-                    arrays[name] = obj[()]
+                    names.append(name)
+                    if keep is None or keep(name):
+                        arrays[name] = obj[()]
             f["arrays"].visititems(visit)
     except InputError:
         raise
@@ -146,8 +153,8 @@ def read_rank(root, cid, rank, expected=None, manifest=None):
     if hashlib.sha256(state.encode()).hexdigest() != sums.get("state"):
         raise InputError(f"{path}: checkpoint state attributes fail their checksum; the file was changed")
     summed = {k[7:] for k in sums if k.startswith("arrays/")}
-    if summed != set(arrays):
-        extra = sorted(set(arrays) ^ summed)
+    if summed != set(names):
+        extra = sorted(set(names) ^ summed)
         raise InputError(f"{path}: array '{extra[0]}' is not what was written; the file was changed")
     for name, a in arrays.items():
         if array_sha256(a) != sums["arrays/" + name]:
