@@ -392,6 +392,43 @@ def test_two_sources_follow_a_log_through_a_rank_kill_and_resume(tmp_path):
     assert summary["sources"] == 2 and at > 0 and at % 128 == 0 and summary["tuples"] == 5 * 600 - at, summary
 
 
+def test_a_followed_hash_join_rescales_from_3_to_5_ranks_and_back_while_the_log_grows(tmp_path):
+    """Key groups, live: a run following the log on 3 ranks is SIGKILLed after a commit, resumed
+    with --follow on 5 ranks (its slaves take the key groups from the 2 before), SIGKILLed again
+    after a commit of its own, and resumed on 3, while batches keep landing: the results on the
+    final log equal the oracle's, each pair once."""
+    job, w, rng = _log_job(tmp_path, seed=9, commit_every="100ms", batches=3)
+    committed = tmp_path / "out" / "_COMMITTED"
+    ckpts = str(tmp_path / "out" / "_checkpoints")
+    batch = 3
+    for n, ranks in enumerate((3, 5)):
+        before = json.loads(committed.read_text())["input_offset"] if committed.exists() else -1
+        cmd = [MPIEXEC, "-n", str(ranks), *mpi_join_cmd("run", "--follow", *(("--resume", ckpts) if n else ()),
+                                                         str(tmp_path / "job.toml"))]
+        run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env=_env())
+        w.commit(batch, [_random_rows(job, 0, batch * 1000, rng), _random_rows(job, 1, batch * 1000, rng)], ["r.csv"])
+        batch += 1
+        _wait(lambda: committed.exists() and json.loads(committed.read_text())["input_offset"] > before,
+              f"a commit of the run on {ranks} ranks")
+        pids = mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], ranks - 1, str(tmp_path / "job.toml"))
+        assert pids and run.poll() is None, f"rank {ranks - 1} not found"
+        os.kill(pids[0], signal.SIGKILL)
+        code, _, err = _finish(run, f"the killed run on {ranks} ranks")
+        assert code != 0 and not (tmp_path / "out" / "_SUCCESS").exists(), err[-2000:]
+        assert [m for _, m in ck.list_checkpoints(ckpts) if m][-1]["ranks"] == ranks
+    cmd = [MPIEXEC, "-n", "3", *mpi_join_cmd("run", "--follow", "--resume", ckpts, str(tmp_path / "job.toml"))]
+    run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           env=_env())
+    time.sleep(1)
+    w.commit(batch, [_random_rows(job, 0, batch * 1000, rng), _random_rows(job, 1, batch * 1000, rng)], ["z.csv"])
+    w.end("test")
+    code, out, err = _finish(run, "the run resumed on 3 ranks")
+    assert code == 0 and "resuming from checkpoint" in err, err[-3000:]
+    v = cli("verify", str(tmp_path / "out"), "--job", str(tmp_path / "job.toml"))
+    assert v.returncode == 0 and "OK: results equal the oracle" in v.stdout, v.stdout + v.stderr
+
+
 def test_ctrl_c_of_a_following_run(tmp_path):
     """Ctrl-C of a run waiting on the log: exit 130, one line saying what it committed stands."""
     job, w, rng = _log_job(tmp_path, seed=3, commit_every="100ms")
