@@ -359,7 +359,7 @@ def test_a_checkpoint_resumes_at_other_rank_counts_exactly_once(tmp_path, strate
             plan = cli("checkpoint", "inspect", root, "-n", "3")
             assert f"at 3 ranks (2 workers): would move {moved} of 60 key groups" in plan.stdout, plan.stdout
     assert offsets == sorted(set(offsets)), f"each resumed run went past its checkpoint before its kill: {offsets}"
-    r = run_mpi(3, "run", unpaced(path), "--resume", root)
+    r = run_mpi(5, "run", unpaced(path), "--resume", root)
     assert r.returncode == 0 and "resuming from checkpoint" in r.stderr, r.stderr
     expect = run_oracle(job, arrays)
     assert len(expect) > 1000
