@@ -129,3 +129,49 @@ def test_a_slave_taken_out_mid_run_hands_over_every_group_exactly():
             assert router.log["deactivated"] and len(router.log["migrations"]) >= 30
             assert len(got) == len(as_set(got)), "a result was produced twice"
             assert as_set(got) == as_set(run_oracle(job, arrays)), (kind, seed)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), wr=st.sampled_from(WINDOWS), ws=st.sampled_from(WINDOWS),
+       old=st.integers(1, 4), new=st.integers(1, 5), local_join=st.sampled_from(["index", "bnl"]),
+       theta=st.sampled_from([0, 2]), cut=st.floats(0.1, 0.9))
+def test_a_restore_onto_other_slaves_hands_over_whole_groups_exactly(seed, wr, ws, old, new, local_join, theta, cut):
+    """What a rescaled resume does to the join (HashJoinCore.restore_groups, key_groups.reassign):
+    the cores' snapshots at a cut, each new core restored with its groups out of all of them,
+    the rest routed by the new map: the oracle's pairs, each once, with index or block nested
+    loop joins and extendible buckets (theta)."""
+    import dataclasses
+    import tomllib
+    from mpi_join.config import parse_job
+    from mpi_join.partitioning.key_groups import group_of, reassign
+    job = parse_job(tomllib.loads(equi_job_text((wr, ws))), "t.toml")
+    job = dataclasses.replace(job, run=dataclasses.replace(job.run, batch_size=16))
+    arrays = random_streams(np.random.default_rng(seed), 600, key_range=30)
+    part = Partitioner(job, 12)
+    pmap = PartitionMap(12, list(range(1, old + 1)))
+    src = Source(job, arrays=arrays, annotate=lambda b, i: b.__setitem__("_h", part.hashes(part.keys(b, i))))
+    dts = [runtime_dtype(s.dtype) for s in job.streams]
+
+    def core():
+        return HashJoinCore(Partitioner(job, 12), dts, local_join, theta=theta, block_bytes=256)
+    mods = {s: core() for s in pmap.slaves}
+    out, rescaled = [], False
+    while not src.done:
+        if not rescaled and src.released >= cut * 600:
+            files = [m.snapshot() for m in mods.values()]
+            pmap.owner = reassign(pmap.owner, list(range(1, new + 1)))
+            pmap.slaves = list(range(1, new + 1))
+            mods = {s: core() for s in pmap.slaves}
+            for s, m in mods.items():
+                mine = {int(g) for g in np.nonzero(pmap.owner == s)[0]}
+                m.restore_groups([({k: v for k, v in a.items() if group_of(k) in mine}, attrs) for a, attrs in files],
+                                 mine)
+            rescaled = True
+        batches = src.next_epoch()
+        bounds = src.bounds()
+        for s, parts in route(batches, part, pmap).items():
+            sa, sb, _ = mods[s].on_epoch(bounds, parts)
+            out.append(np.stack([sa, sb], axis=1))
+    got = np.concatenate(out)
+    assert rescaled and len(got) == len(as_set(got)), "a result was produced twice"
+    assert as_set(got) == as_set(run_oracle(job, arrays))
