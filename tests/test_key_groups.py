@@ -97,3 +97,46 @@ def test_a_restore_at_another_rank_count_is_refused_where_state_is_not_in_key_gr
         assert len(line) == 1 and f"checkpoint holds 4 ranks, this run has {at}" in line[0], r.stderr
         assert ("'psp' resumes only at its checkpoint's rank count (its state is not in key groups); resume with "
                 "mpiexec -n 4" if strategy == "psp" else "needs run.sources = 1") in line[0], line
+
+
+def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path):
+    """The rescaled resume end to end on the in-process runtime (the same ranks' code as under
+    mpiexec: tests/test_checkpoint.py kills and resumes there): from a checkpoint of 4 ranks at 6,
+    then from the 6-rank run's own newest checkpoint at 2; each result once, and the files a
+    slave took over are numbered past by its own."""
+    import os
+    from mpi_join.join.oracle import run_oracle
+    from mpi_join.storage import checkpoint as ck
+    from mpi_join.storage.results import read_results
+    from reference import assert_same_rows
+    text = equi_job_text(('"60ms"', '"60ms"'), run="batch_size = 25") + \
+        '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 500\nkeep = 50\n'
+    arrays = random_streams(np.random.default_rng(4), 4000, key_range=40)
+    path, job = write_job(str(tmp_path), text, arrays)
+    assert run_local(4, "run", path).returncode == 0
+    expect = run_oracle(job, arrays)
+    root = job.checkpoint.dir
+    done = [c for c, m in ck.list_checkpoints(root) if m]
+    for c in done[2:]:                           # resume from the middle: later checkpoints go
+        import shutil
+        shutil.rmtree(ck.ckpt_path(root, c))
+    for ranks, was in ((6, 4), (2, 6)):
+        newest, man = [(c, m) for c, m in ck.list_checkpoints(root) if m][-1]
+        assert man["ranks"] == was
+        r = run_local(ranks, "run", path, "--resume", root)
+        assert r.returncode == 0 and f"resuming from checkpoint {newest} " in r.stderr, r.stderr
+        assert_same_rows(read_results(job.output, job.stream_names), expect)
+        names = sorted(os.listdir(os.path.join(job.output, "results")))
+        assert len(names) == len(set(names)) and all(n.startswith("part-r000") for n in names)
+
+
+def test_a_writer_numbers_past_its_own_files_among_those_it_took_over(tmp_path):
+    """After rescaled restores a rank may hold its own part files with gaps (some numbers went to
+    files it held then) and others' files: its next file is past its highest own number."""
+    from mpi_join.storage.results import ResultWriter
+    w = ResultWriter(str(tmp_path), 1, ["R", "S"])
+    w.resume([["part-r0001-00000.parquet", 1, 1, "x"], ["part-r0001-00005.parquet", 1, 1, "x"],
+              ["part-r0003-00007.parquet", 1, 1, "x"]])
+    w.add([np.array([1]), np.array([2])], np.array([10]), np.array([1]))
+    w.close()
+    assert (tmp_path / "part-r0001-00006.parquet").exists()
