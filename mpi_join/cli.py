@@ -1111,7 +1111,8 @@ def strategies_cmd():
         need = f" (needs {', '.join(sorted(info.requires))})" if info.requires else ""
         shape = info.build_graph(max(info.min_ranks, 4), {k: p.default for k, p in info.params.items()}).name
         click.echo(f"{name}: {info.summary}\n  predicates {kinds}{need}; {streams} streams; at least "
-                   f"{info.min_ranks} ranks; graph {shape}; workload {info.workload}")
+                   f"{info.min_ranks} ranks; graph {shape}; workload {info.workload}"
+                   + ("; resumes at another rank count (key groups)" if info.rescale else ""))
         for line in strategies.describe_params(info):
             click.echo("    " + line)
         if info.planner:

@@ -140,3 +140,11 @@ def test_a_writer_numbers_past_its_own_files_among_those_it_took_over(tmp_path):
     w.add([np.array([1]), np.array([2])], np.array([10]), np.array([1]))
     w.close()
     assert (tmp_path / "part-r0001-00006.parquet").exists()
+
+
+def test_strategies_says_which_resume_at_another_rank_count():
+    out = cli("strategies").stdout
+    lines = {ln.split(":")[0]: ln for ln in out.splitlines() if ln and not ln.startswith(" ")}
+    heads = {n: out.split(n + ":", 1)[1].split("\n", 2)[1] for n in lines}
+    assert "resumes at another rank count (key groups)" in heads["hash"]
+    assert not any("resumes at another" in h for n, h in heads.items() if n != "hash")
