@@ -903,8 +903,8 @@ def _restore_line(directory, n):
     except ValueError as e:
         return str(e)
     if not p["keyed"]:
-        return (f"checkpoint {p['checkpoint']} at {n} ranks: its state holds no key groups (only hash's partition "
-                f"groups are keyed so far); nothing to plan")
+        return (f"checkpoint {p['checkpoint']} at {n} ranks: its state holds no key groups; nothing to plan (`mpi-join "
+                f"strategies` says which strategies resume at another rank count)")
     return (f"checkpoint {p['checkpoint']} at {n} ranks ({p['workers']} workers): would move {p['groups']} of "
             f"{p['of_groups']} key groups, {p['rows']:,} of {p['of_rows']:,} rows, {p['bytes'] / 1e6:.2f} of "
             f"{p['of_bytes'] / 1e6:.2f} MB of keyed state")
@@ -1112,7 +1112,7 @@ def strategies_cmd():
         shape = info.build_graph(max(info.min_ranks, 4), {k: p.default for k, p in info.params.items()}).name
         click.echo(f"{name}: {info.summary}\n  predicates {kinds}{need}; {streams} streams; at least "
                    f"{info.min_ranks} ranks; graph {shape}; workload {info.workload}"
-                   + ("; resumes at another rank count (key groups)" if info.rescale else ""))
+                   + ("; resumes at another rank count" if info.rescale else ""))
         for line in strategies.describe_params(info):
             click.echo("    " + line)
         if info.planner:

@@ -341,7 +341,7 @@ REGISTRY = {
         },
     ),
     "matrix": StrategyInfo(
-        name="matrix", suite_budget_s=55, shape="matrix",
+        name="matrix", suite_budget_s=55, shape="matrix", rescale=True,
         summary="join-matrix (the baseline of BiStream): a grid of cells, each R tuple stored along a row and each "
                 "S tuple down a column, so every pair meets in one cell",
         graph="mpi_join.runtime.graph:star",

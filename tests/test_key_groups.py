@@ -99,28 +99,32 @@ def test_a_restore_at_another_rank_count_is_refused_where_state_is_not_in_key_gr
                 "mpiexec -n 4" if strategy == "psp" else "needs run.sources = 1") in line[0], line
 
 
-def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path):
+@pytest.mark.parametrize("strategy,windows", [("hash", ('"60ms"', '"60ms"')), ("matrix", ("50", "70"))])
+def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strategy, windows):
     """The rescaled resume end to end on the in-process runtime (the same ranks' code as under
-    mpiexec: tests/test_checkpoint.py kills and resumes there): from a checkpoint of 4 ranks at 6,
+    mpiexec: tests/test_checkpoint.py kills and resumes there): from a checkpoint of 4 ranks (matrix:
+    5) at 6,
     then from the 6-rank run's own newest checkpoint at 2; each result once, and the files a
-    slave took over are numbered past by its own."""
+    worker took over are numbered past by its own. hash hands over key groups; matrix deals each
+    stored tuple to its row or column of the new grid (2 x 2 cells, then 1 x 5, then 1 x 1)."""
     import os
     from mpi_join.join.oracle import run_oracle
     from mpi_join.storage import checkpoint as ck
     from mpi_join.storage.results import read_results
     from reference import assert_same_rows
-    text = equi_job_text(('"60ms"', '"60ms"'), run="batch_size = 25") + \
+    text = equi_job_text(windows, strategy=strategy, run="batch_size = 25") + \
         '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 500\nkeep = 50\n'
     arrays = random_streams(np.random.default_rng(4), 4000, key_range=40)
     path, job = write_job(str(tmp_path), text, arrays)
-    assert run_local(4, "run", path).returncode == 0
+    assert run_local(5 if strategy == "matrix" else 4, "run", path).returncode == 0
     expect = run_oracle(job, arrays)
     root = job.checkpoint.dir
     done = [c for c, m in ck.list_checkpoints(root) if m]
     for c in done[2:]:                           # resume from the middle: later checkpoints go
         import shutil
         shutil.rmtree(ck.ckpt_path(root, c))
-    for ranks, was in ((6, 4), (2, 6)):
+    start = 5 if strategy == "matrix" else 4
+    for ranks, was in ((6, start), (2, 6)):
         newest, man = [(c, m) for c, m in ck.list_checkpoints(root) if m][-1]
         assert man["ranks"] == was
         r = run_local(ranks, "run", path, "--resume", root)
@@ -146,5 +150,5 @@ def test_strategies_says_which_resume_at_another_rank_count():
     out = cli("strategies").stdout
     lines = {ln.split(":")[0]: ln for ln in out.splitlines() if ln and not ln.startswith(" ")}
     heads = {n: out.split(n + ":", 1)[1].split("\n", 2)[1] for n in lines}
-    assert "resumes at another rank count (key groups)" in heads["hash"]
-    assert not any("resumes at another" in h for n, h in heads.items() if n != "hash")
+    assert all("resumes at another rank count" in heads[n] for n in ("hash", "matrix"))
+    assert not any("resumes at another" in h for n, h in heads.items() if n not in ("hash", "matrix"))

@@ -6,6 +6,8 @@ both are stored: each R tuple is held `cols` times and each S tuple `rows` times
 join-biclique saves."""
 import math
 
+import numpy as np
+
 from ..slaves.local_join import BinaryJoin, warm_up
 from ..runtime.operator import Fields, Operator, Output, Rows
 from .roles import check_state, state_limit
@@ -38,6 +40,10 @@ class MatrixRouter(Operator):
                     out.send(1 + i * self.cols + j, [mine_r, mine_s], header.bounds)
         return out
 
+    def rescale(self, root, cid):
+        """Restored onto another grid: the cells took their rows by it (Cell.restore_rescaled),
+        and the grid is this run's already."""
+
 
 class Cell(Operator):
     """A cell of the grid: joins what it gets of both streams with its windows and each other."""
@@ -64,4 +70,25 @@ class Cell(Operator):
 
     def stats(self):
         return {"window_tuples": len(self.join), "peak_window_tuples": self.peak}
+
+    def restore_rescaled(self, read, old, root, cid):
+        """A restore onto another grid: this cell's R tuples are those of the old cells of column
+        0 (each held every R tuple of its row) that spread to this cell's row now, its S tuples
+        those of the old cells of row 0 that spread to its column. Pairs of two stored tuples met
+        before the cut and do not meet again (a cell joins what arrives with what it holds)."""
+        rows, cols = grid(len(old), self.job.strategy.params["rows"])
+        new_rows, new_cols = self.shape()
+        row, col = divmod(self.rank - 1, new_cols)
+        kept = []
+        for s, ranks, n, at in ((0, [old[i * cols] for i in range(rows)], new_rows, row),
+                                (1, [old[j] for j in range(cols)], new_cols, col)):
+            parts = [read(r, lambda name: name == f"windows/w/{s}")[0].get(f"windows/w/{s}") for r in ranks]
+            rows_s = np.concatenate([p for p in parts if p is not None] or [np.zeros(0, self.join.state_dtypes[s])])
+            rows_s = rows_s[spread(rows_s, n) == at]
+            kept.append(rows_s[np.argsort(rows_s["seq"], kind="stable")])
+        self.join.restore({"w/0": kept[0], "w/1": kept[1]}, "w")
+
+    def shape(self):
+        """This run's grid (rows, cols)."""
+        return grid(len(self.graph.workers), self.job.strategy.params["rows"])
 

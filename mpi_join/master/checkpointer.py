@@ -125,8 +125,7 @@ def restore_driver(d, root, cid):
     d.ckpt.next_id = cid + 1
     d.out.sent, d.metrics.tuples_out, d.epoch = attrs["sent"], attrs["tuples_out"], attrs["epoch"] + 1
     if ck.manifest_of(root, cid)[0]["ranks"] != d.tx.size:      # a restore at another rank count
-        from ..partitioning.restore_plan import owners_after
-        d.router.rescale(owners_after(root, cid, d.graph.workers))
+        d.router.rescale(root, cid)
         d.out.sent = 0                                             # new links: nothing sent on them yet
     d.sources_sent = attrs.get("sources_sent", {})
     d.parts.lease = d.source.origin // (d.source.part_rows or 1) + 2 * len(d.sources)

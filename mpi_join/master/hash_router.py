@@ -138,10 +138,12 @@ class HashRouter(Operator):
         self.coordinator.move(p, src, dst)
         self.log["migrations"].append({"epoch": epoch, "group": p, "from": src, "to": dst})
 
-    def rescale(self, owner):
-        """Restored onto other slaves: their new groups (restore_plan.owners_after), every slave
-        in service (the controller takes slaves out again if the load is light)."""
-        self.map.owner = np.asarray(owner, np.int64)
+    def rescale(self, root, cid):
+        """Restored onto other slaves: their new groups (restore_plan.owners_after, as each slave
+        computes them), every slave in service (the controller takes slaves out again if the load
+        is light)."""
+        from ..partitioning.restore_plan import owners_after
+        self.map.owner = np.asarray(owners_after(root, cid, self.slaves), np.int64)
         self.active = list(self.slaves)
 
     def on_moved(self, p, src, dst, held):

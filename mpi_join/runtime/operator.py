@@ -316,12 +316,23 @@ class Operator(Checkpointed):
         part = self.__dict__.get("_parts", {}).get(name.partition("/")[0])
         return part.state_dtype(name.partition("/")[2]) if part is not None else None
 
-    def restore_groups(self, files, groups):
+    def restore_rescaled(self, read, old, root, cid):
         """A restore at another rank count (a strategy whose registry entry says `rescale`): this
-        operator's state from the rank files of the checkpointed run, [(arrays, attrs)] as
-        `snapshot` gave them on each, keeping key groups `groups` (key_groups.group_of) only.
-        Each declared part that is in key groups merges them (its `restore_groups`); state of
-        another kind cannot be split, and is refused."""
+        worker's state out of the old workers' files (`old`, their ranks; `read(rank, keep)` gives
+        one's (arrays, attrs) as `snapshot` gave them, reading only the arrays `keep(name)`
+        accepts). By default state in key groups: the groups the plan gives this rank
+        (restore_plan.owners_after, which rank 0's `rescale` follows too) out of every file."""
+        from ..partitioning.key_groups import group_of
+        from ..partitioning.restore_plan import owners_after
+        owner = owners_after(root, cid, self.graph.workers)
+        mine = {g for g, o in enumerate(owner) if int(o) == self.rank}
+        self.restore_groups([read(r, lambda n: group_of(n) in mine) for r in old], mine)
+
+    def restore_groups(self, files, groups):
+        """This operator's state from the old workers' files, [(arrays, attrs)], keeping key
+        groups `groups` (key_groups.group_of) only. Each declared part that is in key groups
+        merges them (its `restore_groups`); state of another kind cannot be split, and is
+        refused."""
         from ..partitioning.key_groups import group_of
         for name, part in self.__dict__.get("_parts", {}).items():
             if not hasattr(part, "restore_groups"):
@@ -376,10 +387,10 @@ class Operator(Checkpointed):
         `count`, the router's own count (in its state, so a resumed run goes on from it)."""
         return header.msg_no if header.msg_no >= 0 else count
 
-    def rescale(self, owner):
-        """A restore at another rank count: route key group g to worker owner[g] from now on
-        (partitioning/restore_plan.owners_after). Only for strategies whose entry says `rescale`."""
-        raise NotImplementedError(f"{type(self).__name__} cannot route key groups to other workers")
+    def rescale(self, root, cid):
+        """Rank 0, a restore of checkpoint `cid` in `root` at another rank count (a strategy whose
+        entry says `rescale`): route as the workers' restore_rescaled placed the state."""
+        raise NotImplementedError(f"{type(self).__name__} cannot route to another number of workers")
 
     def on_moved(self, unit, src, dst, held):
         """A move this router began is done: `held`, the unit's rows held meanwhile, per stream,

@@ -121,26 +121,21 @@ def restore_worker(w, root, cid):
 
 
 def restore_rescaled(w, root, cid, man):
-    """A worker of a run on another rank count than checkpoint `cid`'s (a strategy whose state
-    is in key groups, one source: checkpoint._rescalable): the key groups the plan gives it
-    (restore_plan.owners_after, which rank 0 follows too) out of every old worker's file (only
-    their arrays read and checked; rank 0 verified every file whole before the start), and
-    the result files the checkpoint committed under its rank's name (the last worker also
-    takes those of ranks this run does not have), so every committed result is counted once.
-    Its links are new: nothing sent or received on them yet."""
-    from ..partitioning.key_groups import group_of
-    from ..partitioning.restore_plan import owners_after
-    owner = owners_after(root, cid, w.graph.workers)
-    mine = {g for g, o in enumerate(owner) if int(o) == w.rank}
-    files = []
-    for r in range(1, int(man["ranks"])):
+    """A worker of a run on another rank count than checkpoint `cid`'s (a strategy whose
+    registry entry says `rescale`, one source: checkpoint._rescalable): its module's state out of
+    the old workers' files (Operator.restore_rescaled: by default the key groups the plan gives
+    it; only the arrays it takes are read and checked, rank 0 verified every file whole before
+    the start), and the result files the checkpoint committed under its rank's name (the last
+    worker also takes those of ranks this run does not have), so every committed result is
+    counted once. Its links are new: nothing sent or received on them yet."""
+    def read(r, keep):
         arrays, attrs = ck.read_rank(root, cid, r, w.cuts.state_dtype, manifest=man,
-                                     keep=lambda n: group_of(n) in mine)
+                                     keep=lambda n: n.startswith("module/") and keep(n[7:]))
         if attrs.get("channel"):
             raise InputError(f"{ck.rank_file(root, cid, r)}: channel state in a checkpoint of one source; "
-                                f"it cannot be restored at another rank count")
-        files.append(({k[7:]: v for k, v in arrays.items() if k.startswith("module/")}, attrs["module"]))
-    w.module.restore_groups(files, mine)
+                             f"it cannot be restored at another rank count")
+        return {k[7:]: v for k, v in arrays.items()}, attrs["module"]
+    w.module.restore_rescaled(read, list(range(1, int(man["ranks"]))), root, cid)
     last = max(w.graph.workers)
     taken = {n: rec for n, rec in (man.get("committed") or {}).items()
              if _rank_of(n) == w.rank or (w.rank == last and _rank_of(n) not in w.graph.workers)}
