@@ -905,7 +905,8 @@ def _restore_line(directory, n):
     if not p["keyed"]:
         return (f"checkpoint {p['checkpoint']} at {n} ranks: its state holds no key groups; nothing to plan (`mpi-join "
                 f"strategies` says which strategies resume at another rank count)")
-    return (f"checkpoint {p['checkpoint']} at {n} ranks ({p['workers']} workers): would move {p['groups']} of "
+    w = f"{p['workers']} worker" + ("s" if p["workers"] != 1 else "")
+    return (f"checkpoint {p['checkpoint']} at {n} ranks ({w}): would move {p['groups']} of "
             f"{p['of_groups']} key groups, {p['rows']:,} of {p['of_rows']:,} rows, {p['bytes'] / 1e6:.2f} of "
             f"{p['of_bytes'] / 1e6:.2f} MB of keyed state")
 

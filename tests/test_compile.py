@@ -19,13 +19,13 @@ def test_no_kernel_compiles_during_the_replay(tmp_path):
     for n, pred in enumerate(["equi", "equi", "equi+theta", "equi+theta"]):
         text = equi_job_text(('"20ms"', '"20ms"'), predicate=PREDICATES[pred], run="batch_size = 200")
         path, job = write_job(str(tmp_path / f"j{n}"), text, random_streams(np.random.default_rng(2), 3000))
-        p = run_mpi(3, "run", path, env=env, timeout=120)
+        p = run_mpi(2, "run", path, env=env, timeout=120)     # every rank compiles: the fewest that run
         assert p.returncode == 0, p.stderr
         said = re.findall(r"mpi-join: compiled (\d+) numba kernels for this job before the replay", p.stderr)
         compiled.append(int(said[0]) if said else 0)
         assert len(said) <= 1, p.stderr
         s = json.loads(open(os.path.join(job.output, "metrics", "summary.json")).read())
-        assert [r["compiled_during_replay"] for r in s["ranks"]] == [0, 0, 0], p.stderr
+        assert [r["compiled_during_replay"] for r in s["ranks"]] == [0, 0], p.stderr
     # the first run compiled and said so; the second loaded everything from the cache; a theta
     # UDF's kernels cannot be cached: compiled on every run, and only they once the rest is cached
     assert compiled[0] > 0 and compiled[1] == 0, compiled

@@ -131,7 +131,7 @@ def test_a_slave_taken_out_mid_run_hands_over_every_group_exactly():
             assert as_set(got) == as_set(run_oracle(job, arrays)), (kind, seed)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 10**6), wr=st.sampled_from(WINDOWS), ws=st.sampled_from(WINDOWS),
        old=st.integers(1, 4), new=st.integers(1, 5), local_join=st.sampled_from(["index", "bnl"]),
        theta=st.sampled_from([0, 2]), cut=st.floats(0.1, 0.9))

@@ -102,11 +102,11 @@ def test_a_restore_at_another_rank_count_is_refused_where_state_is_not_in_key_gr
 @pytest.mark.parametrize("strategy,windows", [("hash", ('"60ms"', '"60ms"')), ("matrix", ("50", "70"))])
 def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strategy, windows):
     """The rescaled resume end to end on the in-process runtime (the same ranks' code as under
-    mpiexec: tests/test_checkpoint.py kills and resumes there): from a checkpoint of 4 ranks (matrix:
-    5) at 6,
-    then from the 6-rank run's own newest checkpoint at 2; each result once, and the files a
-    worker took over are numbered past by its own. hash hands over key groups; matrix deals each
-    stored tuple to its row or column of the new grid (2 x 2 cells, then 1 x 5, then 1 x 1)."""
+    mpiexec: tests/test_checkpoint.py kills and resumes there at P+2 and P-2): from a checkpoint
+    of P = 4 ranks (matrix: 5) at P+1, then from that run's own newest checkpoint at P-1; each
+    result once, and the files a worker took over are numbered past by its own. hash hands over
+    key groups; matrix deals each stored tuple to its row or column of the new grid (2 x 2 cells,
+    then 1 x 5, then 1 x 3)."""
     import os
     from mpi_join.join.oracle import run_oracle
     from mpi_join.storage import checkpoint as ck
@@ -116,15 +116,15 @@ def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strateg
         '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 500\nkeep = 50\n'
     arrays = random_streams(np.random.default_rng(4), 4000, key_range=40)
     path, job = write_job(str(tmp_path), text, arrays)
-    assert run_local(5 if strategy == "matrix" else 4, "run", path).returncode == 0
+    assert run_local(5 if strategy == "matrix" else 4, "run", path).returncode == 0     # P
     expect = run_oracle(job, arrays)
     root = job.checkpoint.dir
     done = [c for c, m in ck.list_checkpoints(root) if m]
     for c in done[2:]:                           # resume from the middle: later checkpoints go
         import shutil
         shutil.rmtree(ck.ckpt_path(root, c))
-    start = 5 if strategy == "matrix" else 4
-    for ranks, was in ((6, start), (2, 6)):
+    p = 5 if strategy == "matrix" else 4
+    for ranks, was in ((p + 1, p), (p - 1, p + 1)):
         newest, man = [(c, m) for c, m in ck.list_checkpoints(root) if m][-1]
         assert man["ranks"] == was
         r = run_local(ranks, "run", path, "--resume", root)
