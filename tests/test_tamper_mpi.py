@@ -1,7 +1,10 @@
 """What a resume reads is verified before it is trusted, and one run at a time owns a directory
-(README "Safety"). Under real mpiexec: a run killed after its checkpoints, then the checkpoint or
+(README "Safety"). A run killed under real mpiexec after its checkpoints, then the checkpoint or
 its input tampered with in each way a user or a disk might; every case is refused or announced,
-and none ends with exit 0 and a wrong result. Then two runs into one output directory."""
+and none ends with exit 0 and a wrong result. The resumes run in process (`run --local`: what a
+resume verifies, rank 0 verifies before any rank starts), but for the forged checkpoint's, whose
+ranks disagree (what ends that is liveness, between processes). Then two runs into one output
+directory."""
 import glob
 import json
 import os
@@ -17,7 +20,7 @@ import pytest
 from mpi_join.storage import checkpoint as ck
 from mpi_join.join.oracle import run_oracle
 from mpi_join.storage.results import read_results
-from conftest import MPIEXEC, mpi_join_cmd, run_mpi
+from conftest import MPIEXEC, mpi_join_cmd, run_local, run_mpi
 from reference import as_set
 from test_checkpoint import _slow_job, kill_after_checkpoints
 
@@ -45,8 +48,8 @@ def copy(crashed, tmp_path):
     return str(dst / os.path.basename(path)), job2, arrays
 
 
-def _resume(path, job):
-    return run_mpi(3, "run", path, "--resume", job.checkpoint.dir)
+def _resume(path, job, local=True):
+    return (run_local if local else run_mpi)(3, "run", path, "--resume", job.checkpoint.dir)
 
 
 def _exact(job, arrays):
@@ -189,7 +192,7 @@ def test_a_forged_checkpoint_stops_instead_of_waiting_forever(copy):
         text = f.read()
     with open(path, "w") as f:
         f.write(text.replace("[run]\n", '[run]\nliveness_timeout = "3s"\n'))
-    p = _resume(path, job)
+    p = _resume(path, job, local=False)
     assert f"resuming from checkpoint {new}" in p.stderr, p.stderr
     if p.returncode == 0:
         assert _exact(job, arrays)
