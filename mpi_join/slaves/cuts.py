@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import InputError
 from ..storage import checkpoint as ck
 from ..storage.checksums import as_rows
+from ..storage.results import part_of
 from ..runtime.protocol import DataHeader, MarkerDone
 
 
@@ -138,13 +139,9 @@ def restore_rescaled(w, root, cid, man):
     w.module.restore_rescaled(read, list(range(1, int(man["ranks"]))), root, cid)
     last = max(w.graph.workers)
     taken = {n: rec for n, rec in (man.get("committed") or {}).items()
-             if _rank_of(n) == w.rank or (w.rank == last and _rank_of(n) not in w.graph.workers)}
+             if part_of(n)[0] == w.rank or (w.rank == last and part_of(n)[0] not in w.graph.workers)}
     snaps = (man.get("snapshots") or {}) if w.rank == last else {}
     w.writer.resume(as_rows(taken), as_rows(snaps))
     w.metrics.results = sum(r["rows"] for r in taken.values())
     w.metrics.tuples_in = 0
 
-
-def _rank_of(name):
-    """The rank a result part file's name says wrote it (part-r<rank>-<n>.parquet)."""
-    return int(name[6:10])

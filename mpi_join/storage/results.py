@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -10,6 +11,20 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 from .checksums import SNAPSHOT, as_records, as_rows, file_sha256
+
+
+PART = re.compile(r"part-r(\d+)-(\d+)\.parquet")
+
+
+def part_name(rank, number):
+    """The name of rank `rank`'s result part file number `number`."""
+    return f"part-r{rank:04d}-{number:05d}.parquet"
+
+
+def part_of(name):
+    """(rank, number) a result part file's name says, or None for another name."""
+    m = PART.fullmatch(os.path.basename(name))
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def result_dtype(stream_names):
@@ -61,7 +76,7 @@ class ResultWriter:
 
     def flush(self, wait=False):
         if self._buf:
-            path = os.path.join(self.dir, f"part-r{self.rank:04d}-{self._next:05d}.parquet")
+            path = os.path.join(self.dir, part_name(self.rank, self._next))
             self._next += 1
             chunks, names = self._buf, [f"{n}_seq" for n in self.names] + ["emit_ns", "latency_ns"]
             self._buf, self._n = [], 0
@@ -121,9 +136,8 @@ class ResultWriter:
         on resume)."""
         self.records, self.snap_records = as_records(file_records), as_records(snapshot_records)
         self.files = [os.path.join(self.dir, n) for n in sorted(self.records)]
-        own = f"part-r{self.rank:04d}-"          # a restore at another rank count hands a rank others' files too
-        self._next = max([len(self.files)] + [int(n[len(own):len(own) + 5]) + 1 for n in self.records
-                                              if n.startswith(own)])
+        held = [part_of(n) for n in self.records]   # a restore at another rank count hands a rank others' files too
+        self._next = max([len(self.files)] + [k + 1 for r, k in filter(None, held) if r == self.rank])
 
     def file_records(self):
         """[[name, rows, bytes, sha256]] of every file written so far (after a flush with wait)."""

@@ -3,7 +3,6 @@ strategy that promises an output order (splitjoin), whether the results were wri
 for a run that aggregated online (an aggregate/ directory of snapshots), whether the final
 snapshot equals the aggregate of the oracle's results."""
 import os
-import re
 import time
 
 import numpy as np
@@ -11,7 +10,7 @@ import numpy as np
 from ..join.oracle import run_oracle
 from ..errors import InputError
 from .checksums import read_success, verify_snapshots
-from .results import compare, read_results, read_snapshots, result_files
+from .results import compare, part_of, read_results, read_snapshots, result_files
 from .staged import read_staged
 
 
@@ -31,11 +30,7 @@ def order_violations(got, level):
 
 def writers(results_path):
     """The ranks whose part files make up a run's results (part-r<rank>-<n>.parquet)."""
-    ranks = set()
-    for f in result_files(results_path):
-        m = re.fullmatch(r"part-r(\d+)-\d+\.parquet$", os.path.basename(f))
-        ranks.add(int(m.group(1)) if m else -1)
-    return ranks
+    return {(part_of(f) or (-1, 0))[0] for f in result_files(results_path)}
 
 
 def verify(results_path, job, examples=5, ordered=None, expected=None):
