@@ -47,7 +47,7 @@ def pytest_configure(config):
 
 
 _LAUNCHES = ("run_mpi(", "run_mpi)", "MPIEXEC", "_expect_run_error(", "spark_session", "spark_stream_join", "slurm", "kill_then_resume(",
-             "kill_after_checkpoints(", "fault_after_checkpoints(")
+             "kill_after_checkpoints(", "fault_after_checkpoints(", "crash_then_resume(")
 
 
 # Modules that start something the whole machine shares (a Slurm daemon, network namespaces

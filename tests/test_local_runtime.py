@@ -4,15 +4,13 @@ oracle's, and a checkpoint of either resumes on the other."""
 import os
 import signal
 import subprocess
-import time
 
 import numpy as np
 import pytest
 
-from mpi_join.storage import checkpoint as ck
-from conftest import (MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, run_cli, run_local, run_mpi, write_job)
+from conftest import equi_job_text, random_streams, run_cli, run_local, run_mpi, write_job
 from reference import as_set, assert_equals_oracle
-from test_checkpoint import kill_after_checkpoints, paced_checkpointed_job
+from test_checkpoint import kill_after_checkpoints, kill_local_after_checkpoints, paced_checkpointed_job
 
 
 def _exact(job, arrays):
@@ -54,27 +52,6 @@ def test_local_refuses_mpiexec(tmp_path):
     assert "--local runs every rank in this one process" in p.stderr
 
 
-def _kill_local_after_checkpoints(path, root, total, n=3, checkpoints=2):
-    """`mpi-join run --local` as its own process, SIGKILLed once `checkpoints` checkpoints are
-    complete (before the input's end), as a crash of the machine or the process would end it."""
-    p = subprocess.Popen(mpi_join_cmd("run", "--local", "-n", str(n), path), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, MPI_JOIN_QUIET="1"))
-    try:
-        deadline, done = time.time() + 90, []
-        while len(done) < checkpoints and time.time() < deadline:
-            assert p.poll() is None, f"the run ended before checkpoint {checkpoints}: {p.communicate()[1][-2000:]}"
-            time.sleep(0.05)
-            done = [m for c, m in ck.list_checkpoints(root) if m] if os.path.isdir(root) else []
-        assert done and done[-1]["input_offset"] < total, "no checkpoint in the middle of the run"
-        p.send_signal(signal.SIGKILL)
-        p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-    return p
-
-
 @pytest.mark.parametrize("strategy,pred", [("hash", 'equi = [["R.k", "S.k"]]'),
                                            ("handshake", 'band = [{left = "R.v", right = "S.w", eps = 0.5}]')])
 def test_checkpoints_of_a_local_run_resume_under_mpiexec_and_back(tmp_path, strategy, pred):
@@ -82,7 +59,7 @@ def test_checkpoints_of_a_local_run_resume_under_mpiexec_and_back(tmp_path, stra
     is killed after two checkpoints resumes with --local; both equal the oracle, each result once."""
     total = 16000
     path, job, arrays = paced_checkpointed_job(tmp_path / "a", strategy, pred, total=total)
-    p = _kill_local_after_checkpoints(path, job.checkpoint.dir, total)
+    p = kill_local_after_checkpoints(path, job.checkpoint.dir, 3, 2, total)
     assert p.returncode == -signal.SIGKILL
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
     r = run_mpi(3, "run", path, "--resume", job.checkpoint.dir)

@@ -25,7 +25,10 @@ def using_it_commands():
 def test_the_readme_commands_run_as_written(tmp_path):
     cmds = using_it_commands()
     assert len(cmds) >= 10 and cmds[0].startswith("mpi-join generate")
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], MPI_JOIN_QUIET="1")
+    from mpi_join.storage.spark.session import SHORT_LIVED
+    # the pipeline's JVM stages 4,000 tuples: set up for a short life, as a user may (README, Spark)
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], MPI_JOIN_QUIET="1",
+               MPI_JOIN_SPARK_JAVA_OPTS=SHORT_LIVED)
     ran = []
     for cmd in cmds:
         if cmd.startswith("mpi-join bench"):
