@@ -48,8 +48,9 @@ class StrategyInfo:
     suite_budget_s: float = 0  # seconds of the full test suite its tests may take (printed, never enforced)
     testing: bool = False      # registered by the tests to check the runtime (its join is another's)
     outer: bool = False        # runs outer joins (predicate.outer): every partner of a tuple is found on one rank
-    rescale: bool = False      # a checkpoint resumes at another rank count: its state is in key groups
-                               # (partitioning/key_groups.py; Operator.restore_groups)
+    rescale: bool = False      # a checkpoint resumes at another rank count: each worker takes its state out
+                               # of the old workers' files (Operator.restore_rescaled: by default key groups,
+                               # partitioning/key_groups.py; matrix and biclique deal stored tuples again)
     hops: str = ""             # "module:function" (k join cores, params) -> links a tuple crosses until it has
                                # met its last partner and its result is out: the delay model of bench cores
 
@@ -283,7 +284,7 @@ REGISTRY = {
         "run_case_llhj", {}, 100,
         variants=(("band", {"local_join": "index"}),)),
     "biclique": StrategyInfo(
-        name="biclique", suite_budget_s=285, shape="biclique", min_ranks=4, graph="mpi_join.biclique.graph:build",
+        name="biclique", suite_budget_s=285, shape="biclique", min_ranks=4, rescale=True, graph="mpi_join.biclique.graph:build",
         summary="BiStream's join-biclique: dispatchers store each tuple at one unit of its side and send it to "
                 "be joined at units of the other side (random or ContRand routing); no state replicated",
         roles={**_roles("mpi_join.biclique.roles", driver="Shuffler", dispatcher="Dispatcher", unit="Unit"),

@@ -352,22 +352,29 @@ def test_parallel_sources_sigkill_each_role_then_resume(tmp_path, strategy, k, w
     assert_same_rows(got, expect, f"{victims}: ")
 
 
-@pytest.mark.parametrize("strategy,kind,predicate", [
-    ("hash", "count", 'equi = [["R.k", "S.k"]]\nband = [{left = "R.v", right = "S.w", eps = 0.3}]'),
-    ("matrix", "time", None)],
-    ids=["hash-count-band", "matrix-time-equi"])
-def test_a_checkpoint_resumes_at_other_rank_counts_exactly_once(tmp_path, strategy, kind, predicate):
-    """A run on 4 ranks SIGKILLed after two checkpoints, resumed at P+2 and SIGKILLed after a
-    checkpoint of its own, then resumed from that one at P-2 to the end: every restore takes the
-    state out of the files of the rank count before (hash: whole key groups,
-    partitioning/key_groups.py; matrix: each stored tuple to its row or column of the new grid);
-    the result is the oracle's, each pair once. (P+1 and P-1: tests/test_key_groups.py, in
-    process; live, 3 to 5 to 3: tests/test_live.py.)"""
+BAND = 'equi = [["R.k", "S.k"]]\nband = [{left = "R.v", right = "S.w", eps = 0.3}]'
+
+
+@pytest.mark.parametrize("strategy,kind,predicate,extra,chain", [
+    ("hash", "count", BAND, "", ((4, 2), (6, 5), 2)),
+    ("matrix", "time", None, "", ((4, 2), (6, 5), 2)),
+    ("biclique", "time", BAND, "dispatchers = 2", ((6, 4), (8, 7), 5))],
+    ids=["hash-count-band", "matrix-time-equi", "biclique-time-band"])
+def test_a_checkpoint_resumes_at_other_rank_counts_exactly_once(tmp_path, strategy, kind, predicate, extra, chain):
+    """A run on P ranks SIGKILLed after two checkpoints, resumed at P+2 and SIGKILLed after a
+    checkpoint of its own, then resumed from that one at P-2 (biclique: P-1, its fewest with two
+    dispatchers) to the end: every restore takes the state out of the files of the rank count
+    before (hash: whole key groups, partitioning/key_groups.py; matrix: each stored tuple to its
+    row or column of the new grid; biclique: each stored tuple to its unit by the routing of a
+    start, a unit's channel state joined as it restores); the result is the oracle's, each pair
+    once. (P+1 and P-1: tests/test_key_groups.py, in process; live, 3 to 5 to 3:
+    tests/test_live.py.)"""
     windows = ('"60ms"', '"40ms"') if kind == "time" else ("50", "70")
-    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, predicate, windows=windows, total=20000)
+    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, predicate, windows=windows, total=20000,
+                                               extra_strategy=extra)
     assert bool(job.predicate.band) == bool(predicate)
     root, offsets = job.checkpoint.dir, []
-    for n, (ranks, victim) in enumerate(((4, 2), (6, 5))):
+    for n, (ranks, victim) in enumerate(chain[:2]):
         p = kill_after_checkpoints(path, root, ranks, victim, 1 if n else 2, 20000, ("--resume", root) if n else ())
         assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
         man = [m for _, m in ck.list_checkpoints(root) if m][-1]
@@ -381,10 +388,10 @@ def test_a_checkpoint_resumes_at_other_rank_counts_exactly_once(tmp_path, strate
             plan = cli("checkpoint", "inspect", root, "-n", "2")
             assert f"at 2 ranks (1 worker): would move {moved} of 60 key groups" in plan.stdout, plan.stdout
     assert offsets == sorted(set(offsets)), f"each resumed run went past its checkpoint before its kill: {offsets}"
-    r = run_mpi(2, "run", unpaced(path), "--resume", root)
+    r = run_mpi(chain[2], "run", unpaced(path), "--resume", root)
     assert r.returncode == 0 and "resuming from checkpoint" in r.stderr, r.stderr
     expect = run_oracle(job, arrays)
-    assert len(expect) > 1000
+    assert len(expect) > 500
     assert_same_rows(read_results(job.output, job.stream_names), expect)
 
 

@@ -83,8 +83,8 @@ def test_state_without_key_groups_is_not_planned(tmp_path):
 
 
 def test_a_restore_at_another_rank_count_is_refused_where_state_is_not_in_key_groups(tmp_path):
-    """psp's slices are not keyed: its checkpoint resumes at its own rank count only; hash's is
-    refused with several sources. One line each, before any rank starts."""
+    """psp's slices are not dealt again at a restore: its checkpoint resumes at its own rank
+    count only; hash's is refused with several sources. One line each, before any rank starts."""
     for strategy, run, at in (("psp", "", 5), ("hash", "sources = 2\npart = 200", 6)):
         d = tmp_path / strategy
         text = equi_job_text(('"40ms"', '"40ms"'), strategy=strategy, run="batch_size = 20\n" + run) + \
@@ -95,35 +95,44 @@ def test_a_restore_at_another_rank_count_is_refused_where_state_is_not_in_key_gr
         assert r.returncode == 2, r.stderr
         line = [x for x in r.stderr.splitlines() if "error" in x]
         assert len(line) == 1 and f"checkpoint holds 4 ranks, this run has {at}" in line[0], r.stderr
-        assert ("'psp' resumes only at its checkpoint's rank count (its state is not in key groups); resume with "
-                "mpiexec -n 4" if strategy == "psp" else "needs run.sources = 1") in line[0], line
+        assert ("'psp' resumes only at its checkpoint's rank count (its state is not dealt again at a restore; "
+                "hash, biclique, matrix resume at another); resume with mpiexec -n 4" if strategy == "psp"
+                else "needs run.sources = 1") in line[0], line
 
 
-@pytest.mark.parametrize("strategy,windows", [("hash", ('"60ms"', '"60ms"')), ("matrix", ("50", "70"))])
-def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strategy, windows):
+AGG = 'aggregate = "count(*), sum(S.w), max(R.v) by R.k"\nupdate_ms = 5'
+
+
+@pytest.mark.parametrize("strategy,windows,extra,p", [
+    ("hash", ('"60ms"', '"60ms"'), "", 4), ("matrix", ("50", "70"), "", 5),
+    ("biclique", ('"60ms"', '"40ms"'), "dispatchers = 2\n" + AGG, 7),
+    ("biclique", ("50", "70"), 's_groups = 2\nr_units = 1', 6)], ids=["hash", "matrix", "biclique-agg", "biclique-groups"])
+def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strategy, windows, extra, p):
     """The rescaled resume end to end on the in-process runtime (the same ranks' code as under
     mpiexec: tests/test_checkpoint.py kills and resumes there at P+2 and P-2): from a checkpoint
-    of P = 4 ranks (matrix: 5) at P+1, then from that run's own newest checkpoint at P-1; each
-    result once, and the files a worker took over are numbered past by its own. hash hands over
-    key groups; matrix deals each stored tuple to its row or column of the new grid (2 x 2 cells,
-    then 1 x 5, then 1 x 3)."""
+    of P ranks at P+1, then from that run's own newest checkpoint at P-1; each result once, and
+    the files a worker took over are numbered past by its own. hash hands over key groups;
+    matrix deals each stored tuple to its row or column of the new grid (2 x 2 cells, then 1 x 5,
+    then 1 x 3); biclique deals stored tuples to the units of their side by the routing of a
+    start (biclique/rescale.py): with two dispatchers and an aggregate (a unit's channel state
+    joined as it restores; the merger's view and the units' unsent views merged: `verify`
+    checks the final aggregate against the oracle's), and with S's units in two subgroups."""
     import os
     from mpi_join.join.oracle import run_oracle
     from mpi_join.storage import checkpoint as ck
     from mpi_join.storage.results import read_results
     from reference import assert_same_rows
-    text = equi_job_text(windows, strategy=strategy, run="batch_size = 25") + \
+    text = equi_job_text(windows, strategy=strategy, run="batch_size = 25", extra_strategy=extra) + \
         '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 500\nkeep = 50\n'
     arrays = random_streams(np.random.default_rng(4), 4000, key_range=40)
     path, job = write_job(str(tmp_path), text, arrays)
-    assert run_local(5 if strategy == "matrix" else 4, "run", path).returncode == 0     # P
+    assert run_local(p, "run", path).returncode == 0     # P
     expect = run_oracle(job, arrays)
     root = job.checkpoint.dir
     done = [c for c, m in ck.list_checkpoints(root) if m]
     for c in done[2:]:                           # resume from the middle: later checkpoints go
         import shutil
         shutil.rmtree(ck.ckpt_path(root, c))
-    p = 5 if strategy == "matrix" else 4
     for ranks, was in ((p + 1, p), (p - 1, p + 1)):
         newest, man = [(c, m) for c, m in ck.list_checkpoints(root) if m][-1]
         assert man["ranks"] == was
@@ -132,6 +141,9 @@ def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strateg
         assert_same_rows(read_results(job.output, job.stream_names), expect)
         names = sorted(os.listdir(os.path.join(job.output, "results")))
         assert len(names) == len(set(names)) and all(n.startswith("part-r000") for n in names)
+        if "aggregate" in extra:
+            v = cli("verify", job.output, "--job", path)
+            assert v.returncode == 0 and "the final one equals the oracle's aggregate" in v.stdout, v.stdout + v.stderr
 
 
 def test_a_writer_numbers_past_its_own_files_among_those_it_took_over(tmp_path):
@@ -150,5 +162,5 @@ def test_strategies_says_which_resume_at_another_rank_count():
     out = cli("strategies").stdout
     lines = {ln.split(":")[0]: ln for ln in out.splitlines() if ln and not ln.startswith(" ")}
     heads = {n: out.split(n + ":", 1)[1].split("\n", 2)[1] for n in lines}
-    assert all("resumes at another rank count" in heads[n] for n in ("hash", "matrix"))
-    assert not any("resumes at another" in h for n, h in heads.items() if n not in ("hash", "matrix"))
+    assert all("resumes at another rank count" in heads[n] for n in ("hash", "matrix", "biclique"))
+    assert not any("resumes at another" in h for n, h in heads.items() if n not in ("hash", "matrix", "biclique"))

@@ -5,6 +5,7 @@ import time
 
 from ..join import aggregate
 from ..runtime.operator import Array, Fields, Operator, Output
+from . import rescale
 
 
 class Views:
@@ -25,10 +26,15 @@ class Views:
     def add(self, values, n, out):
         if self.spec is None:
             return
-        if n:
-            self.unsent = aggregate.merge(self.spec, self.unsent, aggregate.view(self.spec, self.dtype, values, n))
+        self.absorb(values, n)
         if self.unsent is not None and time.monotonic_ns() - self.sent_at >= self.period_ns:
             self._send(out)
+
+    def absorb(self, values, n):
+        """Add n pairs (their `values`) to the view not sent yet, sending nothing (a restore
+        makes pairs before the links are up: rescale.py)."""
+        if self.spec is not None and n:
+            self.unsent = aggregate.merge(self.spec, self.unsent, aggregate.view(self.spec, self.dtype, values, n))
 
     def _send(self, out):
         out.send(self.merger, [self.unsent], ())
@@ -70,6 +76,9 @@ class Merger(Operator):
     def on_eos(self, src):
         self.ended += 1
         return self._write(True) if self.ended == self.units else None
+
+    def restore_rescaled(self, read, old, root, cid):
+        return rescale.restore_merger(self, read, old)
 
     def _write(self, final):
         out = Output()

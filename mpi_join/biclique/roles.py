@@ -24,7 +24,7 @@ from ..runtime.operator import Array, Fields, Operator, Output, Rows
 from ..errors import JobError
 from ..runtime.graph import DRIVER
 from ..join.window import NEG_INF
-from . import routing, scaling
+from . import rescale, routing, scaling
 from .graph import SIDES, merger_of, side as side_of
 from .merger import Views
 
@@ -87,9 +87,7 @@ class Shuffler(Operator):
         p = job.strategy.params
         self.members = None
         if p["scaling"]:
-            n = tuple(len(graph.ranks(g)) for g in SIDES)
-            self.members = routing.Membership(n, (p["r_groups"], p["s_groups"]),
-                                              tuple(max(1, k - int(p["spare_units"])) for k in n))
+            self.members = rescale.start_members(graph, p)
             self.scaler = scaling.Scaler(scaling.Policy.of(p))
             self.period = float(p["scale_every_ms"]) / 1e3
         self.version = 0
@@ -126,6 +124,12 @@ class Shuffler(Operator):
             body = self.body
         self.next = self.number(header, self.next) + 1
         return Output.sending((d[(self.next - 1) % len(d)],), batches, header.bounds, body, self.next - 1)
+
+    def rescale(self, root, cid):
+        """Restored at another rank count: the units took their rows by the table of a start
+        (rescale.py), and 2PS begins again from it."""
+        if self.members is not None:
+            self.members, self.body, self.draining = rescale.start_members(self.graph, self.job.strategy.params), None, {}
 
     # -- 2PS ----------------------------------------------------------------------------------
     def adapts(self):
@@ -288,6 +292,9 @@ class Unit(Operator):
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.method)
+
+    def restore_rescaled(self, read, old, root, cid):
+        return rescale.restore_unit(self, read, old)
 
     def next_order(self):
         """The shuffler numbers batches 0, 1, 2, ... and every unit gets every one: the next is

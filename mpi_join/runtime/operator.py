@@ -320,10 +320,16 @@ class Operator(Checkpointed):
         """A restore at another rank count (a strategy whose registry entry says `rescale`): this
         worker's state out of the old workers' files (`old`, their ranks; `read(rank, keep)` gives
         one's (arrays, attrs) as `snapshot` gave them, reading only the arrays `keep(name)`
-        accepts). By default state in key groups: the groups the plan gives this rank
-        (restore_plan.owners_after, which rank 0's `rescale` follows too) out of every file."""
+        accepts; `read(rank, keep, channel=dtypes)` also its channel state, [(src, header,
+        batches)], which is refused without; `state=` checks arrays of another operator's kind by
+        its `state_dtype`). Returns None, or an Output of results made in restoring (slaves/cuts.py
+        writes them). By default state in key groups: the groups the plan gives this rank
+        (restore_plan.owners_after, which rank 0's `rescale` follows too) out of every file; an
+        operator that declares no state has nothing to take."""
         from ..partitioning.key_groups import group_of
         from ..partitioning.restore_plan import owners_after
+        if not self.__dict__.get("_parts"):
+            return None
         owner = owners_after(root, cid, self.graph.workers)
         mine = {g for g, o in enumerate(owner) if int(o) == self.rank}
         self.restore_groups([read(r, lambda n: group_of(n) in mine) for r in old], mine)

@@ -128,15 +128,36 @@ def restore_rescaled(w, root, cid, man):
     it; only the arrays it takes are read and checked, rank 0 verified every file whole before
     the start), and the result files the checkpoint committed under its rank's name (the last
     worker also takes those of ranks this run does not have), so every committed result is
-    counted once. Its links are new: nothing sent or received on them yet."""
-    def read(r, keep):
-        arrays, attrs = ck.read_rank(root, cid, r, w.cuts.state_dtype, manifest=man,
-                                     keep=lambda n: n.startswith("module/") and keep(n[7:]))
-        if attrs.get("channel"):
-            raise InputError(f"{ck.rank_file(root, cid, r)}: channel state in a checkpoint of one source; "
-                             f"it cannot be restored at another rank count")
-        return {k[7:]: v for k, v in arrays.items()}, attrs["module"]
-    w.module.restore_rescaled(read, list(range(1, int(man["ranks"]))), root, cid)
+    counted once. Its links are new: nothing sent or received on them yet. Results the module
+    makes as it restores (an old worker's channel state joined against the rows it holds now)
+    are written after the committed ones."""
+    def read(r, keep, channel=None, state=None):
+        """Old worker r's module arrays that `keep(name)` accepts and its module attrs; with
+        `channel` (the dtypes of a message's batches on the links into r), also its channel
+        state [(src, header, batches)], which is refused without. `state(name)`: the dtype of a
+        module array, for a file of another kind of operator than this worker's."""
+        def expected(name, attrs):
+            parts = name.split("/")
+            if channel is not None and parts[0] == "channel" and len(parts) == 3:
+                return np.dtype(np.int64) if parts[2] == "header" else \
+                    (channel[int(parts[2])] if int(parts[2]) < len(channel) else None)
+            if state is not None and parts[0] == "module":
+                return state("/".join(parts[1:]))
+            return w.cuts.state_dtype(name, attrs)
+        arrays, attrs = ck.read_rank(root, cid, r, expected, manifest=man,
+                                     keep=lambda n: (n.startswith("module/") and keep(n[7:]))
+                                     or (channel is not None and n.startswith("channel/")))
+        module = {k[7:]: v for k, v in arrays.items() if k.startswith("module/")}
+        if channel is None:
+            if attrs.get("channel"):
+                raise InputError(f"{ck.rank_file(root, cid, r)}: channel state in a checkpoint of one source; "
+                                 f"it cannot be restored at another rank count")
+            return module, attrs["module"]
+        pending = [(src, DataHeader.decode(arrays[f"channel/{k}/header"]),
+                    [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(channel)])
+                   for k, src in enumerate(attrs.get("channel", []))]
+        return module, attrs["module"], pending
+    out = w.module.restore_rescaled(read, list(range(1, int(man["ranks"]))), root, cid)
     last = max(w.graph.workers)
     taken = {n: rec for n, rec in (man.get("committed") or {}).items()
              if part_of(n)[0] == w.rank or (w.rank == last and part_of(n)[0] not in w.graph.workers)}
@@ -144,4 +165,6 @@ def restore_rescaled(w, root, cid, man):
     w.writer.resume(as_rows(taken), as_rows(snaps))
     w.metrics.results = sum(r["rows"] for r in taken.values())
     w.metrics.tuples_in = 0
-
+    if out is not None:
+        assert not out.forward and not out.control, "a restore sends nothing: the links are not up yet"
+        w._apply(out)

@@ -274,14 +274,17 @@ def latest_complete(root, job, nranks, say=None, results_dir=None):
 
 
 def _rescalable(job, root, cid, man, nranks):
-    """A checkpoint of `man["ranks"]` ranks resumed at `nranks`: only where the strategy's state
-    is in key groups (its registry entry's `rescale`), with one source then and now; else one line."""
+    """A checkpoint of `man["ranks"]` ranks resumed at `nranks`: only where the strategy's workers
+    can take their state out of the old workers' files (its registry entry's `rescale`), with one
+    source then and now; else one line."""
     from .. import strategies
     was = man.get("ranks")
     head = f"{ckpt_path(root, cid)}: checkpoint holds {was} ranks, this run has {nranks}"
     if not strategies.get(job.strategy.name).rescale:
+        can = [n for n in strategies.names() if strategies.get(n).rescale and not strategies.get(n).testing]
         raise ConfigError(f"{head}; {job.strategy.name!r} resumes only at its checkpoint's rank count (its state "
-                          f"is not in key groups); resume with mpiexec -n {was}")
+                          f"is not dealt again at a restore; {', '.join(can)} resume at another); resume with "
+                          f"mpiexec -n {was}")
     if int(man.get("sources", 1)) != 1 or job.run.sources != 1:
         raise ConfigError(f"{head}; a restore at another rank count needs run.sources = 1 (the checkpoint's and "
                           f"this run's); resume with mpiexec -n {was}")
