@@ -95,9 +95,13 @@ def test_a_restore_at_another_rank_count_is_refused_where_state_is_not_in_key_gr
         assert r.returncode == 2, r.stderr
         line = [x for x in r.stderr.splitlines() if "error" in x]
         assert len(line) == 1 and f"checkpoint holds 4 ranks, this run has {at}" in line[0], r.stderr
-        assert ("'psp' resumes only at its checkpoint's rank count (its state is not dealt again at a restore; "
-                "hash, biclique, matrix resume at another); resume with mpiexec -n 4" if strategy == "psp"
-                else "needs run.sources = 1") in line[0], line
+        if strategy == "psp":
+            assert ("'psp' resumes only at its checkpoint's rank count (its state is not dealt again at a restore; "
+                    in line[0] and "resume at another); resume with mpiexec -n 4" in line[0]), line
+            named = line[0].split("at a restore; ")[1].split(" resume at another")[0].split(", ")
+            assert sorted(named) == ["biclique", "hash", "matrix", "splitjoin"], line
+        else:
+            assert "needs run.sources = 1" in line[0], line
 
 
 AGG = 'aggregate = "count(*), sum(S.w), max(R.v) by R.k"\nupdate_ms = 5'
@@ -106,7 +110,10 @@ AGG = 'aggregate = "count(*), sum(S.w), max(R.v) by R.k"\nupdate_ms = 5'
 @pytest.mark.parametrize("strategy,windows,extra,p", [
     ("hash", ('"60ms"', '"60ms"'), "", 4), ("matrix", ("50", "70"), "", 5),
     ("biclique", ('"60ms"', '"40ms"'), "dispatchers = 2\n" + AGG, 7),
-    ("biclique", ("50", "70"), 's_groups = 2\nr_units = 1', 6)], ids=["hash", "matrix", "biclique-agg", "biclique-groups"])
+    ("biclique", ("50", "70"), 's_groups = 2\nr_units = 1', 6),
+    ("splitjoin", ('"60ms"', '"40ms"'), "", 6),
+    ("splitjoin", ("50", "70"), 'punctuation = "comparisons"\ninterval = 3\nfanout = 3', 7)],
+    ids=["hash", "matrix", "biclique-agg", "biclique-groups", "splitjoin-time", "splitjoin-count"])
 def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strategy, windows, extra, p):
     """The rescaled resume end to end on the in-process runtime (the same ranks' code as under
     mpiexec: tests/test_checkpoint.py kills and resumes there at P+2 and P-2): from a checkpoint
@@ -116,7 +123,9 @@ def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strateg
     then 1 x 3); biclique deals stored tuples to the units of their side by the routing of a
     start (biclique/rescale.py): with two dispatchers and an aggregate (a unit's channel state
     joined as it restores; the merger's view and the units' unsent views merged: `verify`
-    checks the final aggregate against the oracle's), and with S's units in two subgroups."""
+    checks the final aggregate against the oracle's), and with S's units in two subgroups;
+    splitjoin deals each stored tuple to the core its count gives in the new tree, and the
+    flows its mergers held are written as the combiner restores (splitjoin/rescale.py)."""
     import os
     from mpi_join.join.oracle import run_oracle
     from mpi_join.storage import checkpoint as ck
@@ -162,5 +171,6 @@ def test_strategies_says_which_resume_at_another_rank_count():
     out = cli("strategies").stdout
     lines = {ln.split(":")[0]: ln for ln in out.splitlines() if ln and not ln.startswith(" ")}
     heads = {n: out.split(n + ":", 1)[1].split("\n", 2)[1] for n in lines}
-    assert all("resumes at another rank count" in heads[n] for n in ("hash", "matrix", "biclique"))
-    assert not any("resumes at another" in h for n, h in heads.items() if n not in ("hash", "matrix", "biclique"))
+    assert all("resumes at another rank count" in heads[n] for n in ("hash", "matrix", "biclique", "splitjoin"))
+    assert not any("resumes at another" in h for n, h in heads.items()
+                   if n not in ("hash", "matrix", "biclique", "splitjoin"))

@@ -25,7 +25,7 @@ import numpy as np
 from ..storage.results import result_dtype, result_rows
 from ..slaves.local_join import BinaryJoin, warm_up
 from ..runtime.operator import Fields, Operator, Output, Rows
-from . import rap
+from . import rap, rescale
 from ..runtime.graph import INPUT
 from .graph import FLOWS
 
@@ -35,6 +35,9 @@ class SplitRouter(Operator):
 
     def on_data(self, src, header, batches):
         return Output.sending(self.graph.entries(), batches, header.bounds)
+
+    def rescale(self, root, cid):
+        """Restored at another rank count (rescale.py): it broadcasts to the new tree as it is."""
 
 
 class JoinCore(Operator):
@@ -58,6 +61,9 @@ class JoinCore(Operator):
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.method)
+
+    def restore_rescaled(self, read, old, root, cid):
+        return rescale.restore_core(self, read, old)
 
     def link_dtypes(self, kind):
         assert kind == FLOWS, kind
@@ -196,6 +202,9 @@ class Combiner(Operator):
             self.received += len(rows)
             out.emit([np.ascontiguousarray(rows[c]) for c in self.cols], np.ascontiguousarray(rows["_tin"]))
         return out
+
+    def restore_rescaled(self, read, old, root, cid):
+        return rescale.restore_combiner(self, read, old)
 
     def stats(self):
         return {"window_tuples": 0, "results_received": self.received, "stars_r": self.stars[0],
