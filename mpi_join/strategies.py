@@ -138,7 +138,7 @@ def _roles(module, **classes):
     return {role: f"{module}:{cls}" for role, cls in classes.items()}
 
 
-def _chain_strategy(name, summary, graph, module, classes, case, params, budget, variants=()):
+def _chain_strategy(name, summary, graph, module, classes, case, params, budget, variants=(), rescale=False):
     """`handshake` and `llhj`: a chain of workers, one class per role (driver, left, middle, right,
     solo) in `module`, their shared checks and parameters, and a `max-rate` bench case."""
     hops = f"{module}:hops"
@@ -146,7 +146,7 @@ def _chain_strategy(name, summary, graph, module, classes, case, params, budget,
         name=name, summary=summary,
         graph=graph, roles=_roles(module, **dict(zip(("driver", "left", "middle", "right", "solo"), classes))),
         workload="band", check="mpi_join.ring.handshake:check_job", params={**_CHAIN_PARAMS, **params}, shape="chain",
-        suite_budget_s=budget, hops=hops,
+        suite_budget_s=budget, hops=hops, rescale=rescale,
         variants=variants,
         cases={"max-rate": (f"mpi_join.ring.bench_chain:{case}",
                             "maximum sustainable rate per stream by bisection for each chain length (-n: ranks, "
@@ -271,7 +271,7 @@ REGISTRY = {
     "handshake": _chain_strategy(
         "handshake", "handshake join: R and S flow past each other along a chain of workers, two-phase forwarding",
         "mpi_join.runtime.graph:chain", "mpi_join.ring.handshake", ("HandshakeRouter", "LeftEnd", "HandshakeModule", "RightEnd", "OnlySegment"),
-        "run_case", budget=130, params={
+        "run_case", budget=130, rescale=True, params={
             "slow_rank": Param(-1, _rank_or_none, "make this worker slow: it sleeps slow_delay per batch",
                                testing=True),
             "slow_delay": Param(0.0, _non_neg, "seconds the slow worker sleeps per batch", testing=True),
@@ -282,7 +282,7 @@ REGISTRY = {
         "llhj", "low-latency handshake join: every new tuple fast-forwarded to all chain segments, stored at home",
         "mpi_join.runtime.graph:fed_chain", "mpi_join.ring.llhj", ("LowLatencyRouter", "LeftHome", "LowLatencyModule", "RightHome", "OnlyHome"),
         "run_case_llhj", {}, 100,
-        variants=(("band", {"local_join": "index"}),)),
+        variants=(("band", {"local_join": "index"}),), rescale=True),
     "biclique": StrategyInfo(
         name="biclique", suite_budget_s=285, shape="biclique", min_ranks=4, rescale=True, graph="mpi_join.biclique.graph:build",
         summary="BiStream's join-biclique: dispatchers store each tuple at one unit of its side and send it to "

@@ -99,11 +99,12 @@ def test_a_restore_at_another_rank_count_is_refused_where_state_is_not_in_key_gr
             assert ("'psp' resumes only at its checkpoint's rank count (its state is not dealt again at a restore; "
                     in line[0] and "resume at another); resume with mpiexec -n 4" in line[0]), line
             named = line[0].split("at a restore; ")[1].split(" resume at another")[0].split(", ")
-            assert sorted(named) == ["biclique", "hash", "matrix", "splitjoin"], line
+            assert sorted(named) == sorted(RESCALE), line
         else:
             assert "needs run.sources = 1" in line[0], line
 
 
+RESCALE = ("hash", "matrix", "biclique", "splitjoin", "handshake", "llhj")
 AGG = 'aggregate = "count(*), sum(S.w), max(R.v) by R.k"\nupdate_ms = 5'
 
 
@@ -112,8 +113,13 @@ AGG = 'aggregate = "count(*), sum(S.w), max(R.v) by R.k"\nupdate_ms = 5'
     ("biclique", ('"60ms"', '"40ms"'), "dispatchers = 2\n" + AGG, 7),
     ("biclique", ("50", "70"), 's_groups = 2\nr_units = 1', 6),
     ("splitjoin", ('"60ms"', '"40ms"'), "", 6),
-    ("splitjoin", ("50", "70"), 'punctuation = "comparisons"\ninterval = 3\nfanout = 3', 7)],
-    ids=["hash", "matrix", "biclique-agg", "biclique-groups", "splitjoin-time", "splitjoin-count"])
+    ("splitjoin", ("50", "70"), 'punctuation = "comparisons"\ninterval = 3\nfanout = 3', 7),
+    ("handshake", ('"60ms"', '"40ms"'), "", 5),
+    ("handshake", ("50", "70"), 'local_join = "index"', 4),
+    ("llhj", ('"60ms"', '"40ms"'), "", 4),
+    ("llhj", ("50", "70"), 'local_join = "index"', 5)],
+    ids=["hash", "matrix", "biclique-agg", "biclique-groups", "splitjoin-time", "splitjoin-count", "handshake-time",
+         "handshake-count", "llhj-time", "llhj-count"])
 def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strategy, windows, extra, p):
     """The rescaled resume end to end on the in-process runtime (the same ranks' code as under
     mpiexec: tests/test_checkpoint.py kills and resumes there at P+2 and P-2): from a checkpoint
@@ -125,7 +131,8 @@ def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strateg
     joined as it restores; the merger's view and the units' unsent views merged: `verify`
     checks the final aggregate against the oracle's), and with S's units in two subgroups;
     splitjoin deals each stored tuple to the core its count gives in the new tree, and the
-    flows its mergers held are written as the combiner restores (splitjoin/rescale.py)."""
+    flows its mergers held are written as the combiner restores (splitjoin/rescale.py); the
+    chains are carried to rest, then laid along the new chain (ring/chain_rescale.py)."""
     import os
     from mpi_join.join.oracle import run_oracle
     from mpi_join.storage import checkpoint as ck
@@ -171,6 +178,5 @@ def test_strategies_says_which_resume_at_another_rank_count():
     out = cli("strategies").stdout
     lines = {ln.split(":")[0]: ln for ln in out.splitlines() if ln and not ln.startswith(" ")}
     heads = {n: out.split(n + ":", 1)[1].split("\n", 2)[1] for n in lines}
-    assert all("resumes at another rank count" in heads[n] for n in ("hash", "matrix", "biclique", "splitjoin"))
-    assert not any("resumes at another" in h for n, h in heads.items()
-                   if n not in ("hash", "matrix", "biclique", "splitjoin"))
+    assert all("resumes at another rank count" in heads[n] for n in RESCALE)
+    assert not any("resumes at another" in h for n, h in heads.items() if n not in RESCALE)

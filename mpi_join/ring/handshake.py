@@ -196,6 +196,10 @@ class HandshakeModule(Operator):
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.job.strategy.params["local_join"])
 
+    def restore_rescaled(self, read, old, root, cid):
+        from .chain_rescale import restore_segment
+        return restore_segment(self, read, old)
+
     def on_data(self, src, header, batches):
         out = Output()
         if self.delay:
@@ -273,6 +277,9 @@ class OnlySegment(Alone, HandshakeModule):
 
 class HandshakeRouter(Operator):
     """R batches to the left end, S batches to the right end."""
+
+    def rescale(self, root, cid):
+        """Restored at another rank count (chain_rescale.py): the ends are this run's."""
 
     def on_data(self, src, header, batches):
         R, S = batches

@@ -87,6 +87,10 @@ class LowLatencyModule(Operator):
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.job.strategy.params["local_join"])
 
+    def restore_rescaled(self, read, old, root, cid):
+        from .chain_rescale import restore_home
+        return restore_home(self, read, old)
+
     # -- messages ---------------------------------------------------------------------------------
     def on_data(self, src, header, batches):
         out = Output()
@@ -226,6 +230,9 @@ class OnlyHome(Alone, LowLatencyModule):
 
 class LowLatencyRouter(Operator):
     """Every batch, numbered, to every worker at once."""
+
+    def rescale(self, root, cid):
+        """Restored at another rank count (chain_rescale.py): every worker of this run gets every batch."""
 
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)

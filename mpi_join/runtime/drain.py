@@ -1,0 +1,65 @@
+"""The old run's workers carried to rest: what a restore at another rank count starts from when a
+strategy's state is in flight at a cut (a chain's forwarded batches and acknowledgements).
+
+A checkpoint is a consistent cut: each worker's state, plus the messages on their way to it
+(channel state). `drained` rebuilds the old graph's workers in this process from their files
+and hands each the messages of its channel state, and every message those make in turn, each
+link first in, first out, until none is left, with no more input: the state the old run would
+have reached had the input paused at the cut. Every worker of the new run computes the same
+(the schedule is fixed), so each can take its part of it; the results the drain makes are the
+old run's results after the cut, which one worker writes."""
+from collections import deque
+
+from ..runtime.graph import DRIVER
+from ..runtime.operator import Output
+from ..strategies import get as strategy
+
+
+class _Header:
+    """What an operator reads of a DATA message's header."""
+    __slots__ = ("bounds", "body", "order", "msg_no")
+
+    def __init__(self, bounds, body, order):
+        self.bounds, self.body, self.order, self.msg_no = tuple(bounds), body, order, -1
+
+
+def old_graph(op, old):
+    """The checkpoint's graph: its workers `old` and rank 0 (a rescale has one source)."""
+    info = strategy(op.job.strategy.name)
+    return info.build_graph(len(old) + 1, op.job.strategy.params, 1)
+
+
+def drained(op, read, old):
+    """(the old graph, {old rank: its operator, drained}, Output of the results the drain
+    made). `op`: the new run's operator (job and dtypes); `read`: as Operator.restore_rescaled's;
+    the links into every old worker carry the job's streams (op.dtypes)."""
+    graph = old_graph(op, old)
+    info = strategy(op.job.strategy.name)
+    mods, links = {}, {}
+    for r in old:
+        m = info.load_role(graph.vertex(r).role)(op.job, r, graph, op.dtypes)
+        arrays, attrs, pending = read(r, lambda n: True, channel=list(op.dtypes))
+        m.restore(arrays, attrs)
+        mods[r] = m
+        for src, header, batches in pending:
+            links.setdefault((src, r), deque()).append((_Header(header.bounds, header.body, header.order), batches))
+    out = Output()
+    while any(links.values()):
+        for (src, dst) in sorted(links):
+            q = links[(src, dst)]
+            if not q:
+                continue
+            header, batches = q.popleft()
+            made = mods[dst].on_data(src, header, batches)
+            mods[dst].after_data(header)
+            if made is None:
+                continue
+            if made.control or made.snapshots:
+                raise RuntimeError(f"rank {dst}: a drained operator made control records or snapshots")
+            out.results += made.results
+            for dests, bats, bounds, body, order in made.forward:
+                for d in dests:
+                    if d == DRIVER or d not in mods:
+                        raise RuntimeError(f"rank {dst}: a drained operator sent to rank {d}, not an old worker")
+                    links.setdefault((dst, d), deque()).append((_Header(bounds, body, order), bats))
+    return graph, mods, out
