@@ -224,7 +224,7 @@ REGISTRY = {
         },
     ),
     "psp": StrategyInfo(
-        name="psp", suite_budget_s=150, shape="chain",
+        name="psp", suite_budget_s=150, shape="chain", rescale=True,
         summary="a ring of time-sliced multi-way joins (pipelined state partitioning): no state duplicated, "
                 "every predicate",
         streams=(2, 8),

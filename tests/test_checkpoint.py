@@ -361,9 +361,10 @@ BAND = 'equi = [["R.k", "S.k"]]\nband = [{left = "R.v", right = "S.w", eps = 0.3
     ("biclique", "time", BAND, "dispatchers = 2", ((6, 4), (8, 7), 5)),
     ("splitjoin", "count", None, 'punctuation = "comparisons"\ninterval = 2', ((5, 3), (7, 6), 3)),
     ("handshake", "time", BAND, "", ((4, 2), (6, 3), 2)),
-    ("llhj", "count", None, "", ((4, 3), (6, 2), 2))],
+    ("llhj", "count", None, "", ((4, 3), (6, 2), 2)),
+    ("psp", "time", BAND, "", ((4, 2), (6, 4), 2))],
     ids=["hash-count-band", "matrix-time-equi", "biclique-time-band", "splitjoin-count-equi", "handshake-time-band",
-         "llhj-count-equi"])
+         "llhj-count-equi", "psp-time-band"])
 def test_a_checkpoint_resumes_at_other_rank_counts_exactly_once(tmp_path, strategy, kind, predicate, extra, chain):
     """A run on P ranks SIGKILLed after two checkpoints, resumed at P+2 and SIGKILLed after a
     checkpoint of its own, then resumed from that one at P-2 (biclique: P-1, its fewest with two
@@ -373,7 +374,8 @@ def test_a_checkpoint_resumes_at_other_rank_counts_exactly_once(tmp_path, strate
     start, a unit's channel state joined as it restores; splitjoin: each stored tuple to the
     core its count gives, the flows the mergers held written as the combiner restores;
     handshake and llhj: the old chain carried to rest in process, its segments laid along the
-    new one, handshake's that fall together joined); the result is the oracle's, each pair once. (P+1 and P-1: tests/test_key_groups.py, in process; live, 3 to 5 to 3:
+    new one, handshake's that fall together joined; psp: every stored tuple to the new head,
+    the first batch's purges carrying each to its slice); the result is the oracle's, each pair once. (P+1 and P-1: tests/test_key_groups.py, in process; live, 3 to 5 to 3:
     tests/test_live.py.)"""
     windows = ('"60ms"', '"40ms"') if kind == "time" else ("50", "70")
     path, job, arrays = paced_checkpointed_job(tmp_path, strategy, predicate, windows=windows, total=20000,

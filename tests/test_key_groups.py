@@ -82,10 +82,11 @@ def test_state_without_key_groups_is_not_planned(tmp_path):
     assert r.returncode == 0 and "at 5 ranks: its state holds no key groups" in r.stdout, r.stdout + r.stderr
 
 
-def test_a_restore_at_another_rank_count_is_refused_where_state_is_not_in_key_groups(tmp_path):
-    """psp's slices are not dealt again at a restore: its checkpoint resumes at its own rank
-    count only; hash's is refused with several sources. One line each, before any rank starts."""
-    for strategy, run, at in (("psp", "", 5), ("hash", "sources = 2\npart = 200", 6)):
+def test_a_restore_at_another_rank_count_is_refused_where_a_strategy_cannot_deal_its_state(tmp_path):
+    """A strategy whose entry does not say `rescale` (the tests' broadcast-store: every shipped
+    one does) resumes at its own rank count only; hash is refused with several sources. One
+    line each, before any rank starts."""
+    for strategy, run, at in (("broadcast-store", "", 5), ("hash", "sources = 2\npart = 200", 6)):
         d = tmp_path / strategy
         text = equi_job_text(('"40ms"', '"40ms"'), strategy=strategy, run="batch_size = 20\n" + run) + \
             '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 400\nkeep = 2\n'
@@ -95,16 +96,16 @@ def test_a_restore_at_another_rank_count_is_refused_where_state_is_not_in_key_gr
         assert r.returncode == 2, r.stderr
         line = [x for x in r.stderr.splitlines() if "error" in x]
         assert len(line) == 1 and f"checkpoint holds 4 ranks, this run has {at}" in line[0], r.stderr
-        if strategy == "psp":
-            assert ("'psp' resumes only at its checkpoint's rank count (its state is not dealt again at a restore; "
-                    in line[0] and "resume at another); resume with mpiexec -n 4" in line[0]), line
-            named = line[0].split("at a restore; ")[1].split(" resume at another")[0].split(", ")
-            assert sorted(named) == sorted(RESCALE), line
-        else:
+        if strategy == "hash":
             assert "needs run.sources = 1" in line[0], line
+            continue
+        assert ("'broadcast-store' resumes only at its checkpoint's rank count (its state is not dealt again at a "
+                "restore; " in line[0] and "resume at another); resume with mpiexec -n 4" in line[0]), line
+        named = line[0].split("at a restore; ")[1].split(" resume at another")[0].split(", ")
+        assert sorted(named) == sorted(RESCALE), line
 
 
-RESCALE = ("hash", "matrix", "biclique", "splitjoin", "handshake", "llhj")
+RESCALE = ("hash", "matrix", "biclique", "splitjoin", "handshake", "llhj", "psp")
 AGG = 'aggregate = "count(*), sum(S.w), max(R.v) by R.k"\nupdate_ms = 5'
 
 
@@ -117,9 +118,11 @@ AGG = 'aggregate = "count(*), sum(S.w), max(R.v) by R.k"\nupdate_ms = 5'
     ("handshake", ('"60ms"', '"40ms"'), "", 5),
     ("handshake", ("50", "70"), 'local_join = "index"', 4),
     ("llhj", ('"60ms"', '"40ms"'), "", 4),
-    ("llhj", ("50", "70"), 'local_join = "index"', 5)],
+    ("llhj", ("50", "70"), 'local_join = "index"', 5),
+    ("psp", ('"60ms"', '"40ms"'), "", 4),
+    ("psp", ("50", "70"), 'slice_counts = "balanced"\ninterleave = 3', 5)],
     ids=["hash", "matrix", "biclique-agg", "biclique-groups", "splitjoin-time", "splitjoin-count", "handshake-time",
-         "handshake-count", "llhj-time", "llhj-count"])
+         "handshake-count", "llhj-time", "llhj-count", "psp-time", "psp-count"])
 def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strategy, windows, extra, p):
     """The rescaled resume end to end on the in-process runtime (the same ranks' code as under
     mpiexec: tests/test_checkpoint.py kills and resumes there at P+2 and P-2): from a checkpoint
@@ -132,7 +135,9 @@ def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strateg
     checks the final aggregate against the oracle's), and with S's units in two subgroups;
     splitjoin deals each stored tuple to the core its count gives in the new tree, and the
     flows its mergers held are written as the combiner restores (splitjoin/rescale.py); the
-    chains are carried to rest, then laid along the new chain (ring/chain_rescale.py)."""
+    chains are carried to rest, then laid along the new chain (ring/chain_rescale.py); psp's
+    head takes every stored tuple and the first batch's purges carry each to its slice
+    (ring/psp_rescale.py)."""
     import os
     from mpi_join.join.oracle import run_oracle
     from mpi_join.storage import checkpoint as ck

@@ -57,6 +57,7 @@ from ..join.window import POS_INF, Window, footprint
 from ..schema import TS
 from ..slaves.join_rows import held_columns, runtime_rows
 from .adapt import rebalance
+from .psp_rescale import Rescalable
 from .slicing import Slicer
 
 
@@ -274,7 +275,7 @@ class Slice:
         return footprint(*self.op.windows)
 
 
-class SlicedJoin(Operator):
+class SlicedJoin(Rescalable, Operator):
     """An inner operator of the ring (role `ring`): the state machine of the module docstring,
     no MPI in it. The head and the tail are the role classes below: the head closes each batch's
     cycle (END life-span control), the tail passes nothing on."""
@@ -624,6 +625,12 @@ class PspRouter(Operator):
         self.next_id = self.number(header, self.next_id) + 1
         return Output.sending((1,), batches, header.bounds, batch_header(Entering, self.next_id - 1, -1,
                                                                          self.orderings, cuts))
+
+    def rescale(self, root, cid):
+        """Restored at another rank count (psp_rescale.py): the shares of this ring (the slicer
+        went on from the old one's edge: slicing.Slicer.restore)."""
+        self.weights = slice_weights(self.job, self.n)
+        self.slicer.set_shares(self.weights)
 
     def adapts(self):
         return bool(self.adapt_every or self.force)

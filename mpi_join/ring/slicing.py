@@ -170,12 +170,21 @@ class Slicer:
         return arrays, attrs
 
     def restore(self, arrays, attrs):
-        self.cuts = np.asarray(arrays["cuts"], np.int64).reshape(self.M, self.n).copy()
-        self.ends = np.asarray(arrays["ends"], np.float64).reshape(self.M, self.n).copy()
+        """The slicer at a checkpoint; of a ring of another length (a restore at another rank
+        count, ring/psp_rescale.py), what belongs to the streams: the window's edge (the tail's
+        cut, which never goes back), the floors, the last lows and the recent coordinates; the
+        other cuts start over (every stored tuple is at the head then, and the first batch's
+        purges carry each to its slice) with this ring's shares and counts."""
+        cuts = np.asarray(arrays["cuts"], np.int64)
         self.recent = [np.asarray(arrays.get(f"recent/{j}", np.zeros(0, np.int64)), np.int64)
                        for j in range(self.M)]
-        self.lo_prev, self.mode, self.counts = attrs["lo_prev"], attrs["mode"], attrs["counts"]
-        self.floor = list(attrs["floor"])
+        self.lo_prev, self.floor = attrs["lo_prev"], list(attrs["floor"])
+        if cuts.size != self.M * self.n:
+            self.cuts[:, -1] = cuts.reshape(self.M, -1)[:, -1]
+            return
+        self.cuts = cuts.reshape(self.M, self.n).copy()
+        self.ends = np.asarray(arrays["ends"], np.float64).reshape(self.M, self.n).copy()
+        self.mode, self.counts = attrs["mode"], attrs["counts"]
 
     def state_dtype(self, name):
         return np.dtype(np.float64) if name == "ends" else np.dtype(np.int64)

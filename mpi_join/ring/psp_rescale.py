@@ -1,0 +1,43 @@
+"""The PSP ring resumed from a checkpoint at another rank count (`run --resume` with another
+-n; slaves/cuts.restore_rescaled calls SlicedJoin.restore_rescaled).
+
+A checkpoint's marker enters the ring only between cycles (PspRouter.quiet), so at a cut no
+batch, probe, partial combination or END is on its way: the state is the slices, and every
+pair of stored tuples has met (a new tuple meets every stored one on its cycle). The new ring's
+head takes every stored tuple of every old slice; the other operators start empty. The
+slicers go on from the old ones (slicing.Slicer.restore: the window's edge, the floors; the
+other cuts start over), so the first batch's cuts put each stored tuple in its slice by the
+ring's own purges: each operator moves what lies below its cut to the next, ahead of the
+probe, so the probe meets every stored tuple once, where it now lies. END life-span control
+goes on from the old head's count of retired batches."""
+import numpy as np
+
+
+def restore_slice(op, read, old):
+    """Operator `op` of the new ring (the module docstring)."""
+    head = op.rank == op.graph.workers[0]
+    rows = [[] for _ in range(op.M)]
+    for r in old:
+        mine = r == old[0] and op.slicer is not None
+        arrays, attrs = read(r, lambda n: (head and n.startswith("slice/") and n != "slice/cuts")
+                             or (mine and n.startswith("slicer/")))
+        if r == old[0]:
+            op.retired = int(attrs["counts"]["retired"])
+            if mine:
+                op.slicer.restore({k[7:]: v for k, v in arrays.items() if k.startswith("slicer/")}, attrs["slicer"])
+        for j in range(op.M):
+            if f"slice/{j}" in arrays:
+                rows[j].append(arrays[f"slice/{j}"])
+    held = {}
+    for j, dt in enumerate(op.dtypes):
+        x = np.concatenate(rows[j]) if rows[j] else np.zeros(0, dt)
+        held[str(j)] = x[np.argsort(x["seq"], kind="stable")]
+    op.slice.restore(held, {})
+    return None
+
+
+class Rescalable:
+    """psp's operators (a mix-in of SlicedJoin): restored at another rank count by restore_slice."""
+
+    def restore_rescaled(self, read, old, root, cid):
+        return restore_slice(self, read, old)
