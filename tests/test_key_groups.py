@@ -109,21 +109,24 @@ RESCALE = ("hash", "matrix", "biclique", "splitjoin", "handshake", "llhj", "psp"
 AGG = 'aggregate = "count(*), sum(S.w), max(R.v) by R.k"\nupdate_ms = 5'
 
 
-@pytest.mark.parametrize("strategy,windows,extra,p", [
-    ("hash", ('"60ms"', '"60ms"'), "", 4), ("matrix", ("50", "70"), "", 5),
-    ("biclique", ('"60ms"', '"40ms"'), "dispatchers = 2\n" + AGG, 7),
-    ("biclique", ("50", "70"), 's_groups = 2\nr_units = 1', 6),
-    ("splitjoin", ('"60ms"', '"40ms"'), "", 6),
-    ("splitjoin", ("50", "70"), 'punctuation = "comparisons"\ninterval = 3\nfanout = 3', 7),
-    ("handshake", ('"60ms"', '"40ms"'), "", 5),
-    ("handshake", ("50", "70"), 'local_join = "index"', 4),
-    ("llhj", ('"60ms"', '"40ms"'), "", 4),
-    ("llhj", ("50", "70"), 'local_join = "index"', 5),
-    ("psp", ('"60ms"', '"40ms"'), "", 4),
-    ("psp", ("50", "70"), 'slice_counts = "balanced"\ninterleave = 3', 5)],
-    ids=["hash", "matrix", "biclique-agg", "biclique-groups", "splitjoin-time", "splitjoin-count", "handshake-time",
-         "handshake-count", "llhj-time", "llhj-count", "psp-time", "psp-count"])
-def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strategy, windows, extra, p):
+BAND = 'band = [{left = "R.v", right = "S.w", eps = 0.05}]'
+
+
+@pytest.mark.parametrize("strategy,windows,extra,p,predicate", [
+    ("hash", ('"60ms"', '"60ms"'), "", 4, None), ("matrix", ("50", "70"), "", 5, BAND),
+    ("biclique", ('"60ms"', '"40ms"'), "dispatchers = 2\n" + AGG, 7, None),
+    ("biclique", ("50", "70"), 's_groups = 2\nr_units = 1', 6, None),
+    ("splitjoin", ('"60ms"', '"40ms"'), "", 6, BAND),
+    ("splitjoin", ("50", "70"), 'punctuation = "comparisons"\ninterval = 3\nfanout = 3', 7, None),
+    ("handshake", ('"60ms"', '"40ms"'), "", 5, None),
+    ("handshake", ("50", "70"), 'local_join = "index"', 4, None),
+    ("llhj", ('"60ms"', '"40ms"'), "", 4, BAND),
+    ("llhj", ("50", "70"), 'local_join = "index"', 5, None),
+    ("psp", ('"60ms"', '"40ms"'), "", 4, None),
+    ("psp", ("50", "70"), 'slice_counts = "balanced"\ninterleave = 3', 5, None)],
+    ids=["hash", "matrix-band", "biclique-agg", "biclique-groups", "splitjoin-time-band", "splitjoin-count",
+         "handshake-time", "handshake-count", "llhj-time-band", "llhj-count", "psp-time", "psp-count"])
+def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strategy, windows, extra, p, predicate):
     """The rescaled resume end to end on the in-process runtime (the same ranks' code as under
     mpiexec: tests/test_checkpoint.py kills and resumes there at P+2 and P-2): from a checkpoint
     of P ranks at P+1, then from that run's own newest checkpoint at P-1; each result once, and
@@ -133,6 +136,8 @@ def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strateg
     start (biclique/rescale.py): with two dispatchers and an aggregate (a unit's channel state
     joined as it restores; the merger's view and the units' unsent views merged: `verify`
     checks the final aggregate against the oracle's), and with S's units in two subgroups;
+    every strategy meets both window kinds and, with its mpiexec case (test_checkpoint), equi
+    and band joins;
     splitjoin deals each stored tuple to the core its count gives in the new tree, and the
     flows its mergers held are written as the combiner restores (splitjoin/rescale.py); the
     chains are carried to rest, then laid along the new chain (ring/chain_rescale.py); psp's
@@ -143,12 +148,13 @@ def test_a_run_resumes_in_process_at_more_and_then_fewer_ranks(tmp_path, strateg
     from mpi_join.storage import checkpoint as ck
     from mpi_join.storage.results import read_results
     from reference import assert_same_rows
-    text = equi_job_text(windows, strategy=strategy, run="batch_size = 25", extra_strategy=extra) + \
+    text = equi_job_text(windows, strategy=strategy, run="batch_size = 25", extra_strategy=extra, predicate=predicate) + \
         '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 500\nkeep = 50\n'
     arrays = random_streams(np.random.default_rng(4), 4000, key_range=40)
     path, job = write_job(str(tmp_path), text, arrays)
     assert run_local(p, "run", path).returncode == 0     # P
     expect = run_oracle(job, arrays)
+    assert len(expect) > 100
     root = job.checkpoint.dir
     done = [c for c, m in ck.list_checkpoints(root) if m]
     for c in done[2:]:                           # resume from the middle: later checkpoints go
