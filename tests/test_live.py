@@ -1011,8 +1011,9 @@ def test_mpi_join_live_recovers_from_a_stager_kill_and_a_rank_kill_and_drains_on
 
 def test_live_no_drain_leaves_the_log_open_and_a_second_live_continues_it_exactly(tmp_path):
     """`live --no-drain`, SIGTERM to its group: both stop at once (exit 143), the log stays open
-    and the committed results stand; a second `live` continues the log and resumes the run, and
-    after its drain the results equal the oracle's on the final log, each once."""
+    and the committed results stand; a second `live`, on 5 ranks where the first had 3,
+    continues the log and resumes the run at that rank count (a rescaled restore), and after its
+    drain the results equal the oracle's on the final log, each once."""
     (tmp_path / "job.toml").write_text(JOB.format(window="300ms", predicate=EQUI, strategy="hash", extra=""))
     marker = str(tmp_path / "job.toml")
     land = Landing(str(tmp_path), seed=31)
@@ -1022,11 +1023,11 @@ def test_live_no_drain_leaves_the_log_open_and_a_second_live_continues_it_exactl
     def results():
         return json.loads(committed.read_text())["results"] if committed.exists() else 0
 
-    def start(*extra):
-        return subprocess.Popen(mpi_join_cmd("live", "-n", "3", "--trigger", "200ms", *extra, marker),
+    def start(ranks, *extra):
+        return subprocess.Popen(mpi_join_cmd("live", "-n", str(ranks), "--trigger", "200ms", *extra, marker),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                                 env=_env())
-    live = start("--no-drain")
+    live = start(3, "--no-drain")
     _wait(lambda: results() > 0 or live.poll() is not None, "a first commit", timeout=300, feed=land.round)
     os.killpg(live.pid, signal.SIGTERM)
     code, out, err = _finish(live, "live --no-drain", timeout=300)
@@ -1035,10 +1036,12 @@ def test_live_no_drain_leaves_the_log_open_and_a_second_live_continues_it_exactl
     first = results()
     land.round()
     land.round()
-    live = start()
+    live = start(5)
     _wait(lambda: _accounted(tmp_path) == land.count() and results() > first or live.poll() is not None,
           "the second live's commits", timeout=300)
     os.killpg(live.pid, signal.SIGTERM)
     code, out, err = _finish(live, "the second live", timeout=300)
     assert code == 0 and "continuing the log" in err and "resuming from checkpoint" in err, err[-3000:]
+    ranks = json.loads((tmp_path / "out" / "metrics" / "summary.json").read_text())["ranks"]
+    assert len(ranks) == 5, ranks
     _check_final(tmp_path, land)
