@@ -902,10 +902,13 @@ def _restore_line(directory, n):
         p = plan(directory, n)
     except ValueError as e:
         return str(e)
-    if not p["keyed"]:
-        return (f"checkpoint {p['checkpoint']} at {n} ranks: its state holds no key groups; nothing to plan (`mpi-join "
-                f"strategies` says which strategies resume at another rank count)")
     w = f"{p['workers']} worker" + ("s" if p["workers"] != 1 else "")
+    if not p["keyed"]:
+        head = f"checkpoint {p['checkpoint']} at {n} ranks ({w}): its state holds no key groups; "
+        if n == p["ranks"]:
+            return head + "its own rank count: each worker reads its own file back, nothing moves"
+        return (head + f"its strategy deals all of it again, {p['other_rows']:,} stored tuples, "
+                f"{p['other_bytes'] / 1e6:.2f} MB (README \"Resuming at another rank count\")")
     return (f"checkpoint {p['checkpoint']} at {n} ranks ({w}): would move {p['groups']} of "
             f"{p['of_groups']} key groups, {p['rows']:,} of {p['of_rows']:,} rows, {p['bytes'] / 1e6:.2f} of "
             f"{p['of_bytes'] / 1e6:.2f} MB of keyed state")

@@ -73,13 +73,19 @@ def test_checkpoint_inspect_plans_a_restore_at_other_rank_counts(tmp_path):
     assert "at 4 ranks (3 workers): would move 0 of 60 key groups" in r.stdout
 
 
-def test_state_without_key_groups_is_not_planned(tmp_path):
+def test_state_without_key_groups_is_planned_as_dealt_again_whole(tmp_path):
     text = equi_job_text(('"40ms"', '"40ms"'), strategy="splitjoin", run="batch_size = 20") + \
         '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 400\nkeep = 2\n'
     path, job = write_job(str(tmp_path), text, random_streams(np.random.default_rng(2), 1000, key_range=50))
     assert run_local(4, "run", path).returncode == 0
-    r = cli("checkpoint", "inspect", job.checkpoint.dir, "-n", "5")
-    assert r.returncode == 0 and "at 5 ranks: its state holds no key groups" in r.stdout, r.stdout + r.stderr
+    r = cli("checkpoint", "inspect", job.checkpoint.dir, "-n", "5", "-n", "4")
+    assert r.returncode == 0, r.stderr
+    from mpi_join.partitioning.restore_plan import plan
+    p = plan(job.checkpoint.dir, 5)
+    assert p["other_rows"] > 0 and p["ranks"] == 4
+    assert (f"at 5 ranks (4 workers): its state holds no key groups; its strategy deals all of it again, "
+            f"{p['other_rows']:,} stored tuples, {p['other_bytes'] / 1e6:.2f} MB") in r.stdout, r.stdout
+    assert "at 4 ranks (3 workers): its state holds no key groups; its own rank count" in r.stdout, r.stdout
 
 
 def test_a_restore_at_another_rank_count_is_refused_where_a_strategy_cannot_deal_its_state(tmp_path):

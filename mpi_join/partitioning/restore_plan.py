@@ -18,10 +18,11 @@ _OWNER = "router/partitions/owner"          # the router's map of groups to owne
 
 
 def layout(root, cid):
-    """({group: (rows, bytes)}, {group: rank holding it}, the router's owner map or None, bytes
-    of state that is not keyed) of checkpoint `cid`."""
+    """({group: (rows, bytes)}, {group: rank holding it}, the router's owner map or None, (rows,
+    bytes) of worker state that is not keyed) of checkpoint `cid`; the rows count stored tuples
+    (arrays whose rows carry a seq)."""
     import h5py
-    sizes, held, owner, other = {}, {}, None, 0
+    sizes, held, owner, other = {}, {}, None, [0, 0]
     for path in sorted(glob.glob(os.path.join(ckpt_path(root, cid), "rank-*.h5"))):
         rank = int(os.path.basename(path)[5:9])
         with h5py.File(path, "r") as f:
@@ -35,33 +36,38 @@ def layout(root, cid):
                     return
                 g = key_groups.group_of(name) if name.startswith("module/") else None
                 if g is None:
-                    other += nbytes if name.startswith("module/") else 0
+                    if name.startswith("module/") and rank > 0:
+                        other[1] += nbytes
+                        other[0] += int(obj.shape[0]) if obj.dtype.names and "seq" in obj.dtype.names else 0
                     return
                 rows, b = sizes.get(g, (0, 0))
                 sizes[g] = (rows + (int(obj.shape[0]) if obj.shape else 0), b + nbytes)
                 held[g] = rank
             f["arrays"].visititems(visit)
-    return sizes, held, owner, other
+    return sizes, held, owner, tuple(other)
 
 
 def plan(root, nranks, cid=None):
     """What a restore of checkpoint `cid` (default: the newest complete one) at `nranks` ranks
-    would move: key_groups.moves plus "checkpoint", "workers" and "keyed" (False: the state
-    holds no key groups, and nothing is planned)."""
+    would move: key_groups.moves plus "checkpoint", "workers", "ranks" (the checkpoint's) and
+    "keyed" (False: the state holds no key groups; a restore at another rank count deals all of
+    it again, "other_rows" stored tuples in "other_bytes")."""
     if cid is None:
         done = [c for c, m in list_checkpoints(root) if m is not None]
         if not done:
             raise ValueError(f"{root}: no complete checkpoint")
         cid = done[-1]
-    sizes, held, owner, other = layout(root, cid)
+    sizes, held, owner, (other_rows, other) = layout(root, cid)
     workers = list(range(1, nranks))
+    was = next(m for c, m in list_checkpoints(root) if c == cid)["ranks"]
     if owner is None and not sizes:
-        return {"checkpoint": cid, "keyed": False, "workers": len(workers), "other_bytes": other}
+        return {"checkpoint": cid, "keyed": False, "workers": len(workers), "ranks": was, "other_rows": other_rows,
+                "other_bytes": other}
     if owner is None:                      # no map: the files say who holds each group with state
         owner = [held.get(g, 0) for g in range(max(held) + 1)]
     new = key_groups.reassign(owner, workers)
-    return dict(key_groups.moves(owner, new, sizes), checkpoint=cid, keyed=True, workers=len(workers),
-                other_bytes=other)
+    return dict(key_groups.moves(owner, new, sizes), checkpoint=cid, keyed=True, workers=len(workers), ranks=was,
+                other_rows=other_rows, other_bytes=other)
 
 
 def owners_after(root, cid, workers):
