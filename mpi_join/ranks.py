@@ -231,10 +231,10 @@ def _driver(job_path, overrides, tx, ctx):
             root = os.path.abspath(overrides["resume"])
             cid, man = latest_complete(root, job, tx.size, say=_say,
                                        results_dir=os.path.join(job.output, "results"))
-            if man.get("sources", 1) != job.run.sources and not job.run.sources_auto:
+            if man.get("sources", 1) != job.run.sources and not job.run.sources_auto and not info.rescale:
                 raise JobError(f"{os.path.join(root, f'ckpt-{cid:06d}')}: checkpoint {cid} was cut with run.sources = "
-                               f"{man.get('sources', 1)}, this run has {job.run.sources}; resume with the same "
-                               f"run.sources")
+                               f"{man.get('sources', 1)}, this run has {job.run.sources}; {job.strategy.name!r} "
+                               f"resumes only with the same run.sources")
             resume = (root, cid)
         job = _sources(job, tx, ctx, overrides.get("follow"), man.get("sources", 1) if man else None)
         graph = info.build_graph(tx.size, job.strategy.params, job.run.sources)
@@ -254,7 +254,7 @@ def _driver(job_path, overrides, tx, ctx):
         err = str(e)
         _release(ctx)
     start = Start(err, resume[0] if resume else None, resume[1] if resume else -1,
-                  job.run.sources if err is None else 1).encode()
+                  job.run.sources if err is None else 1, _start_part(driver) if err is None else 0).encode()
     for r in range(1, tx.size):
         tx.send(r, Tag.START, start)
     tx.flush()
@@ -479,9 +479,16 @@ def _worker(job_path, overrides, tx, ctx):
                           snapshot_dir=os.path.join(job.output, "aggregate"))
     dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
     module = info.load_role(graph.role(tx.rank))(job, tx.rank, graph, dtypes)
-    resume = (start.resume_dir, start.resume_id) if start.resume_dir else None
+    resume = (start.resume_dir, start.resume_id, start.part) if start.resume_dir else None
     Worker(job, tx, graph, module, metrics, writer, resume).run()
     return 0
+
+
+def _start_part(driver):
+    """Several sources: the part of the input that holds where the run starts (a resumed run's
+    offset), which the workers' inboxes take first; 0 with one source."""
+    src = driver.source
+    return src.origin // src.part_rows if src.part_rows else 0
 
 
 MARKER = ".mpi-join-run"

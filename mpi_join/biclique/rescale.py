@@ -11,7 +11,8 @@ another -n; slaves/cuts.restore_rescaled calls the roles' `restore_rescaled`).
   of that side joins them as the old unit would have, against the rows it takes from that old
   unit (stored, or stored by an earlier such batch; the chained index keeps the pairs whose
   probe is the newer by seq), so every pair of them is found once; it writes those results as it
-  restores. Its batch count goes on from the last batch any old unit had.
+  restores. It takes the new run's first batch as the next in order (a run of another
+  run.sources numbers its batches otherwise).
 - The merger's view takes the old merger's, the views in its channel state and the units'
   views not sent yet: the aggregate of every result up to the cut.
 - The shuffler routes by the table of a start (2PS begins again from it)."""
@@ -44,13 +45,12 @@ def restore_unit(unit, read, old):
     side = unit.side
     table = start_members(unit.graph, unit.job.strategy.params)
     me = unit.graph.ranks(SIDES[side]).index(unit.rank)
-    out, kept, last = Output(), [], -1
+    out, kept = Output(), []
 
     def mine(rows):
         return rows[table.store_units(rows, side) == me] if len(rows) else rows
     for r in old_graph(unit, old).ranks(SIDES[side]):
         arrays, attrs, pending = read(r, lambda n: n == f"windows/w/{side}", channel=list(unit.dtypes))
-        last = max([last, int(attrs["counts"]["last"])] + [h.order for _, h, _ in pending])
         held = unit.join.emptied()
         stored = arrays.get(f"windows/w/{side}")
         if stored is not None and len(stored):
@@ -63,7 +63,7 @@ def restore_unit(unit, read, old):
         kept.append(held.snapshot("w")[f"w/{side}"])
     rows = np.concatenate(kept)
     unit.join.restore({f"w/{side}": rows[np.argsort(rows["seq"], kind="stable")]}, "w")
-    unit.last = last
+    unit.last = None          # the new run's numbering (its sources') starts at its first batch
     return out
 
 

@@ -300,13 +300,13 @@ class Unit(Operator):
         """The shuffler numbers batches 0, 1, 2, ... and every unit gets every one: the next is
         known, so it need not wait for the other dispatchers to pass it (nor does a pause in the
         input hold the last batches back)."""
-        return self.last + 1 if self.ordered else None
+        return self.last + 1 if self.ordered and self.last is not None else None
 
     def on_data(self, src, header, batches):
         if header.order < 0:                        # rows queued at a unit whose state moved: none here
             assert not any(len(b) for b in batches), "a biclique unit's moved state carries no queued rows"
             return None
-        if self.ordered and header.order != self.last + 1:
+        if self.ordered and self.last is not None and header.order != self.last + 1:
             raise RuntimeError(f"unit {self.rank}: batch {header.order} after batch {self.last}: the "
                                f"dispatchers' flows were not merged in order")
         self.last = header.order
@@ -332,7 +332,7 @@ class Unit(Operator):
         if not isinstance(msg, Upto):
             return super().on_control(src, msg)
         out = Output()
-        if self.last >= msg.order:
+        if self.last is not None and self.last >= msg.order:
             out.tell(DRIVER, At(self.last))
         else:
             self.want = msg.order

@@ -124,9 +124,9 @@ def restore_driver(d, root, cid):
     d.source.resume_at(attrs["input_offset"])
     d.ckpt.next_id = cid + 1
     d.out.sent, d.metrics.tuples_out, d.epoch = attrs["sent"], attrs["tuples_out"], attrs["epoch"] + 1
-    if ck.manifest_of(root, cid)[0]["ranks"] != d.tx.size:      # a restore at another rank count
-        d.router.rescale(root, cid)
-        d.out.sent = 0                                             # new links: nothing sent on them yet
     d.sources_sent = attrs.get("sources_sent", {})
+    if ck.rescaled(ck.manifest_of(root, cid)[0], d.tx.size, len(d.graph.sources)):   # onto another graph
+        d.router.rescale(root, cid)
+        d.out.sent, d.sources_sent = 0, {}                         # new links: nothing sent on them yet
     d.parts.lease = d.source.origin // (d.source.part_rows or 1) + 2 * len(d.sources)
     d.resumed_from = {"checkpoint": cid, "input_offset": attrs["input_offset"]}

@@ -17,6 +17,7 @@ from ..runtime.headers import Ready
 from ..runtime.protocol import CutSent, Fin, Go, Lease, Probe, ProbeReply, Tag, decode_control
 from ..runtime.wire import pack_obj
 from .checkpointer import restore_router
+from ..storage.checkpoint import manifest_of, rescaled
 from .driver import Driver
 
 
@@ -63,6 +64,8 @@ class Feeder(Driver):
                 self.go, self.parts.lease, self.out.sent = True, msg.upto, msg.sent
                 if msg.offset:
                     restore_router(self, *self.resume)
+                    if rescaled(manifest_of(*self.resume)[0], self.tx.size, len(self.graph.sources)):
+                        self.router.rescale(*self.resume)       # as rank 0's (checkpointer.restore_driver)
                     self.source.resume_at(msg.offset)
             elif isinstance(msg, Lease):
                 self.parts.leased(msg)

@@ -62,13 +62,16 @@ def restore_segment(mod, read, old):
 def restore_home(mod, read, old):
     """llhj: as restore_segment, but no two stored tuples meet in llhj (a new tuple meets every
     stored one, fast-forwarded, and is stored at its home): segments that fall together need no
-    join. Once drained every worker has processed every batch of the cut (its `done`), every
-    stored row has met all of them, and no replica is needed for a catch-up."""
-    mine, out, every = _laid(mod, read, old)
-    done = max(m.done for m in every)
-    mod.since = _lay(mod, mine, lambda m: m.since)
-    mod.done = mod.told = done
-    mod.heard = {w: done for w in mod.heard}
+    join. Once drained every worker has processed every batch of the cut, every stored row has
+    met all of them, no replica is needed for a catch-up, and every batch still to come is new
+    to every stored row."""
+    mine, out, _ = _laid(mod, read, old)
+    _lay(mod, mine)
+    # the new run numbers its batches afresh (its sources may number otherwise): every stored row
+    # waits for all of them, as if nothing had been processed yet
+    mod.since = [np.full(len(mod.seg.join.windows[s]), -1, np.int64) for s in (0, 1)]
+    mod.done = mod.told = -1
+    mod.heard = {w: -1 for w in mod.heard}
     mod.replicas = []
     return out
 

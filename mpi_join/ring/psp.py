@@ -629,8 +629,13 @@ class PspRouter(Operator):
     def rescale(self, root, cid):
         """Restored at another rank count (psp_rescale.py): the shares of this ring (the slicer
         went on from the old one's edge: slicing.Slicer.restore)."""
+        from ..storage.checkpoint import manifest_of
+        from .psp_rescale import first_batch
         self.weights = slice_weights(self.job, self.n)
         self.slicer.set_shares(self.weights)
+        renumbered = first_batch(self.job, manifest_of(root, cid)[0], len(self.graph.sources))
+        if renumbered is not None:
+            self.next_id, self.retired = renumbered + 1, renumbered
 
     def adapts(self):
         return bool(self.adapt_every or self.force)

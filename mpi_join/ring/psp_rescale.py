@@ -9,11 +9,22 @@ slicers go on from the old ones (slicing.Slicer.restore: the window's edge, the 
 other cuts start over), so the first batch's cuts put each stored tuple in its slice by the
 ring's own purges: each operator moves what lies below its cut to the next, ahead of the
 probe, so the probe meets every stored tuple once, where it now lies. END life-span control
-goes on from the old head's count of retired batches."""
+goes on from the old head's count of retired batches (from the cut's offset, where run.sources
+changes the numbering: first_batch)."""
 import numpy as np
 
 
-def restore_slice(op, read, old):
+def first_batch(job, man, sources):
+    """The id the new run gives its first batch less one, where it is not the old numbering's
+    next: with several sources a batch's id is its place in the input (seq // batch size), with
+    one the router's count, so after a change of run.sources the ids go on from the cut's offset.
+    None: one source then and now, the old count goes on."""
+    if int(man.get("sources", 1)) == 1 and sources == 1:
+        return None
+    return int(man["input_offset"]) // max(1, job.run.batch_size) - 1
+
+
+def restore_slice(op, read, old, man):
     """Operator `op` of the new ring (the module docstring)."""
     head = op.rank == op.graph.workers[0]
     rows = [[] for _ in range(op.M)]
@@ -33,6 +44,9 @@ def restore_slice(op, read, old):
         x = np.concatenate(rows[j]) if rows[j] else np.zeros(0, dt)
         held[str(j)] = x[np.argsort(x["seq"], kind="stable")]
     op.slice.restore(held, {})
+    renumbered = first_batch(op.job, man, len(op.graph.sources))
+    if renumbered is not None:
+        op.retired = renumbered
     return None
 
 
@@ -40,4 +54,5 @@ class Rescalable:
     """psp's operators (a mix-in of SlicedJoin): restored at another rank count by restore_slice."""
 
     def restore_rescaled(self, read, old, root, cid):
-        return restore_slice(self, read, old)
+        from ..storage.checkpoint import manifest_of
+        return restore_slice(self, read, old, manifest_of(root, cid)[0])

@@ -11,7 +11,7 @@ old run's results after the cut, which one worker writes."""
 from collections import deque
 
 from ..runtime.graph import DRIVER
-from ..runtime.operator import Output
+from ..runtime.operator import Output, carried
 from ..strategies import get as strategy
 
 
@@ -23,25 +23,39 @@ class _Header:
         self.bounds, self.body, self.order, self.msg_no = tuple(bounds), body, order, -1
 
 
-def old_graph(op, old):
-    """The checkpoint's graph: its workers `old` and rank 0 (a rescale has one source)."""
+def old_graph(op, old, sources=1):
+    """The checkpoint's graph: its workers `old`, rank 0 and its extra sources."""
     info = strategy(op.job.strategy.name)
-    return info.build_graph(len(old) + 1, op.job.strategy.params, 1)
+    return info.build_graph(len(old) + sources, op.job.strategy.params, sources)
 
 
-def drained(op, read, old):
+def reader(mods):
+    """A `read` (Operator.restore_rescaled's) of drained operators: each one's state as its
+    snapshot gives it, with no channel state left."""
+    def read(r, keep, channel=None, state=None):
+        arrays, attrs = mods[r].snapshot()
+        arrays = {k: v for k, v in arrays.items() if keep(k)}
+        return (arrays, attrs) if channel is None else (arrays, attrs, [])
+    return read
+
+
+def drained(op, read, old, sources=1):
     """(the old graph, {old rank: its operator, drained}, Output of the results the drain
     made). `op`: the new run's operator (job and dtypes); `read`: as Operator.restore_rescaled's;
-    the links into every old worker carry the job's streams (op.dtypes)."""
-    graph = old_graph(op, old)
+    each old file is read with its own role's dtypes and links'; the input of several
+    sources goes in as the driver's, in the order it was recorded (the part order the inbox
+    merged it in)."""
+    graph = old_graph(op, old, sources)
     info = strategy(op.job.strategy.name)
     mods, links = {}, {}
     for r in old:
         m = info.load_role(graph.vertex(r).role)(op.job, r, graph, op.dtypes)
-        arrays, attrs, pending = read(r, lambda n: True, channel=list(op.dtypes))
+        arrays, attrs, pending = read(r, lambda n: True, state=m.state_dtype, channel=lambda src, m=m, r=r: carried(
+            op.job, m, graph.carries(DRIVER if src in graph.sources else src, r)))
         m.restore(arrays, attrs)
         mods[r] = m
         for src, header, batches in pending:
+            src = DRIVER if src in graph.sources else src
             links.setdefault((src, r), deque()).append((_Header(header.bounds, header.body, header.order), batches))
     out = Output()
     while any(links.values()):

@@ -56,9 +56,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..storage.checkpoint import Checkpointed
+from ..storage.results import result_dtype
+from .graph import INPUT, RESULTS
 from ..errors import InputError
 
 SOURCE = -1          # the input source, the rank-0 vertex's one upstream
+
+
+def carried(job, module, kind):
+    """dtypes of the arrays a DATA message on a link of this kind holds (graph.carries)."""
+    if kind == INPUT:
+        return module.dtypes
+    if kind == RESULTS:
+        return [result_dtype(job.stream_names)]
+    return module.link_dtypes(kind)
 
 
 @dataclass

@@ -94,6 +94,7 @@ class Start(Control):
     resume_dir: str | None = None
     resume_id: int = -1
     sources: int = 1
+    part: int = 0            # several sources: the part of the input they start at (a resume's)
 
 
 @dataclass(frozen=True)

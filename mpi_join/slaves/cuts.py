@@ -104,12 +104,14 @@ def worker_state(w):
                            "snapshot_records": w.writer.snapshot_records()}
 
 
-def restore_worker(w, root, cid):
+def restore_worker(w, root, cid, part=0):
     """A worker from checkpoint `cid`: its module, counts and writer as at the cut, and the
-    channel state replayed into its inbox (unacknowledged: the senders counted them already)."""
+    channel state replayed into its inbox (unacknowledged: the senders counted them already).
+    `part`: with several sources, the part of the input they resume at (rank 0's Start)."""
     man = ck.manifest_of(root, cid)[0]
-    if man is not None and man["ranks"] != w.tx.size:
+    if man is not None and ck.rescaled(man, w.tx.size, len(w.graph.sources)):
         restore_rescaled(w, root, cid, man)
+        w.inbox.part = part
         return
     attrs, channel = w.cuts.restore(root, cid)
     m = w.metrics
@@ -133,14 +135,19 @@ def restore_rescaled(w, root, cid, man):
     are written after the committed ones."""
     def read(r, keep, channel=None, state=None):
         """Old worker r's module arrays that `keep(name)` accepts and its module attrs; with
-        `channel` (the dtypes of a message's batches on the links into r), also its channel
-        state [(src, header, batches)], which is refused without. `state(name)`: the dtype of a
-        module array, for a file of another kind of operator than this worker's."""
+        `channel` (the dtypes of a message's batches on the links into r, or a function of the
+        sending rank that gives them), also its channel state [(src, header, batches)], which is
+        refused without. `state(name)`: the dtype of a module array, for a file of another kind
+        of operator than this worker's."""
+        def link(src):
+            return channel(src) if callable(channel) else channel
+
         def expected(name, attrs):
             parts = name.split("/")
             if channel is not None and parts[0] == "channel" and len(parts) == 3:
+                dts = link(attrs["channel"][int(parts[1])])
                 return np.dtype(np.int64) if parts[2] == "header" else \
-                    (channel[int(parts[2])] if int(parts[2]) < len(channel) else None)
+                    (dts[int(parts[2])] if int(parts[2]) < len(dts) else None)
             if state is not None and parts[0] == "module":
                 return state("/".join(parts[1:]))
             return w.cuts.state_dtype(name, attrs)
@@ -154,10 +161,19 @@ def restore_rescaled(w, root, cid, man):
                                  f"it cannot be restored at another rank count")
             return module, attrs["module"]
         pending = [(src, DataHeader.decode(arrays[f"channel/{k}/header"]),
-                    [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(channel)])
+                    [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(link(src))])
                    for k, src in enumerate(attrs.get("channel", []))]
         return module, attrs["module"], pending
-    out = w.module.restore_rescaled(read, list(range(1, int(man["ranks"]))), root, cid)
+    from ..runtime.drain import drained, reader
+    k = int(man.get("sources", 1))
+    old = list(range(1, int(man["ranks"]) - (k - 1)))     # the extra sources (the last ranks) write no file
+    made = None
+    if k > 1:      # the input of other sources recorded as channel state: carried to rest first
+        _, mods, made = drained(w.module, read, old, sources=k)
+        read = reader(mods)
+    out = w.module.restore_rescaled(read, old, root, cid)
+    if made is not None and w.rank == min(w.graph.workers):
+        out = made.extend(out)
     last = max(w.graph.workers)
     taken = {n: rec for n, rec in (man.get("committed") or {}).items()
              if part_of(n)[0] == w.rank or (w.rank == last and part_of(n)[0] not in w.graph.workers)}

@@ -23,12 +23,12 @@ A failing worker raises; ranks.py aborts the whole job with its rank and reason.
 """
 import os
 
-from ..runtime.graph import DRIVER, INPUT, RESULTS
+from ..runtime.graph import DRIVER
 from ..runtime.headers import Ack, Ready
 from ..join.jit import Compiles, freeze_heap
 from ..runtime.protocol import (DataHeader, Eos, Fin, Install, LoadRequest, Marker, MoveOut, Probe, ProbeReply, Tag, decode_control)
-from ..storage.results import result_dtype
 from ..runtime.wire import pack_obj, unpack
+from ..runtime.operator import carried
 from .cuts import Cuts, restore_worker, worker_state
 from .inbox import Inbox
 from .mover import Mover
@@ -58,15 +58,6 @@ def injected_fault(rank):
     """The batch at which this rank fails on purpose (MPI_JOIN_FAULT), or -1."""
     f = fault_spec()
     return f[1] if f and f[0] == rank else -1
-
-
-def carried(job, module, kind):
-    """dtypes of the arrays a DATA message on a link of this kind holds (graph.carries)."""
-    if kind == INPUT:
-        return module.dtypes
-    if kind == RESULTS:
-        return [result_dtype(job.stream_names)]
-    return module.link_dtypes(kind)
 
 
 class Worker:

@@ -273,10 +273,17 @@ def latest_complete(root, job, nranks, say=None, results_dir=None):
     raise InputError(f"{root}: no usable checkpoint; the last one tried: {reasons[-1].split(': ', 2)[-1]}")
 
 
+def rescaled(man, nranks, sources):
+    """Is a restore of checkpoint manifest `man` onto `nranks` ranks with `sources` sources one
+    onto another graph (another rank count or run.sources)? Then each worker takes its state out
+    of the old workers' files (slaves/cuts.restore_rescaled) and rank 0 routes by it."""
+    return int(man["ranks"]) != nranks or int(man.get("sources", 1)) != sources
+
+
 def _rescalable(job, root, cid, man, nranks):
     """A checkpoint of `man["ranks"]` ranks resumed at `nranks`: only where the strategy's workers
-    can take their state out of the old workers' files (its registry entry's `rescale`), with one
-    source then and now; else one line."""
+    can take their state out of the old workers' files (its registry entry's `rescale`); else one
+    line."""
     from .. import strategies
     was = man.get("ranks")
     head = f"{ckpt_path(root, cid)}: checkpoint holds {was} ranks, this run has {nranks}"
@@ -285,9 +292,6 @@ def _rescalable(job, root, cid, man, nranks):
         raise ConfigError(f"{head}; {job.strategy.name!r} resumes only at its checkpoint's rank count (its state "
                           f"is not dealt again at a restore; {', '.join(can)} resume at another); resume with "
                           f"mpiexec -n {was}")
-    if int(man.get("sources", 1)) != 1 or job.run.sources != 1:
-        raise ConfigError(f"{head}; a restore at another rank count needs run.sources = 1 (the checkpoint's and "
-                          f"this run's); resume with mpiexec -n {was}")
 
 
 def _same_input(job, recorded, current):
