@@ -60,8 +60,9 @@ def main():
 @click.option("--strategy", default=None, help="Override [strategy] name (see `mpi-join strategies`).")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
               help="Restart from the newest complete checkpoint in this directory: results already "
-                   "committed are kept, later ones discarded and recomputed (exactly once). At another "
-                   "rank count where the strategy's state is in key groups (hash); else refused.")
+                   "committed are kept, later ones discarded and recomputed (exactly once). Also at "
+                   "another rank count or run.sources: each worker takes its state out of the old "
+                   "workers' files (README \"Resuming at another rank count\").")
 @click.option("--overwrite", is_flag=True, help="Write into an existing non-empty output directory that no "
               "mpi-join run has used; only mpi-join's own files there are ever replaced.")
 @click.option("--follow", is_flag=True, help="Tail a staged log (written by `stage --follow`): join its batches as "
@@ -877,13 +878,15 @@ def checkpoint():
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--ranks", "-n", "ranks", type=click.IntRange(2, 4096), multiple=True,
               help="Also say what a restore of the newest complete checkpoint at this many ranks would move: "
-                   "the key groups whose owner changes, with their rows and bytes (repeatable).")
+                   "the key groups whose owner changes, with their rows and bytes, or for state "
+                   "without key groups the stored tuples dealt again (repeatable).")
 def checkpoint_inspect(directory, ranks):
     """List the checkpoints in DIRECTORY and what each holds.
 
     With --ranks N, plan a restore at N ranks: keyed state (hash's partition groups) is named by
     key group in the rank files, and the groups are dealt to the N-1 workers with as few moves as
-    an even share allows (partitioning/key_groups.py), as `run --resume` at N ranks does."""
+    an even share allows (partitioning/key_groups.py), as `run --resume` at N ranks does; the
+    other strategies deal all their stored tuples again by rules of their own."""
     from .storage.checkpoint import describe
     if not os.path.isdir(directory):
         _fail(JobError(f"{directory}: checkpoint directory not found"))

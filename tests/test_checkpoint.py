@@ -398,6 +398,33 @@ def test_a_checkpoint_resumes_at_other_rank_counts_exactly_once(tmp_path, strate
     assert_same_rows(read_results(job.output, job.stream_names), expect)
 
 
+def test_a_checkpoint_resumes_at_other_run_sources_exactly_once(tmp_path):
+    """hash, count windows, a band: run.sources = 2 on 5 ranks, the extra source SIGKILLed after
+    two checkpoints; resumed with 3 sources on 6 ranks (the old graph carried to rest first,
+    runtime/drain.py), a worker SIGKILLed after a checkpoint of its own; then finished with one
+    source on 4 ranks: the oracle's result, each pair once."""
+    windows = ("50", "70")
+    path, job, arrays = paced_checkpointed_job(tmp_path, "hash", BAND, windows=windows, total=20000,
+                                               run="sources = 2\npart = 320")
+    root, offsets = job.checkpoint.dir, []
+    for n, (k, ranks, victim) in enumerate(((2, 5, 4), (3, 6, 2))):
+        path_k = path.replace("job.toml", f"job-{k}.toml")
+        open(path_k, "w").write(open(path).read().replace("sources = 2", f"sources = {k}"))
+        p = kill_after_checkpoints(path_k, root, ranks, victim, 1 if n else 2, 20000, ("--resume", root) if n else ())
+        assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+        man = [m for _, m in ck.list_checkpoints(root) if m][-1]
+        assert man["sources"] == k and man["ranks"] == ranks
+        offsets.append(man["input_offset"])
+    assert offsets == sorted(set(offsets)), f"each resumed run went past its checkpoint before its kill: {offsets}"
+    one = path.replace("job.toml", "job-1.toml")
+    open(one, "w").write(open(unpaced(path)).read().replace("sources = 2", "sources = 1"))
+    r = run_mpi(4, "run", one, "--resume", root)
+    assert r.returncode == 0 and "resuming from checkpoint" in r.stderr, r.stderr
+    expect = run_oracle(job, arrays)
+    assert len(expect) > 500
+    assert_same_rows(read_results(job.output, job.stream_names), expect)
+
+
 @pytest.mark.parametrize("strategy,extra,victim,moves", [
     ("hash", 'reorganize_every = 1\nforce = "migrate"', 2, True),
     ("psp", 'slice_counts = "40"', 1, False)], ids=["hash-moves", "psp-count-slices"])
