@@ -130,7 +130,7 @@ def test_damaged_snapshots_are_not_resumed_over(crashed_aggregate, tmp_path, dam
                 h.truncate(os.path.getsize(os.path.join(d, f)) // 2)
         else:
             os.remove(os.path.join(d, f))
-    p = run_mpi(6, "run", path, "--resume", job.checkpoint.dir)
+    p = run_local(6, "run", path, "--resume", job.checkpoint.dir)
     assert p.returncode == 2, p.stderr[-3000:]
     assert "no usable checkpoint" in p.stderr and "aggregate snapshot" in p.stderr and "snapshot-0000" in p.stderr
     assert "Traceback" not in p.stderr
@@ -142,7 +142,7 @@ def test_a_resumed_aggregate_is_verified_and_a_gap_is_an_error(crashed_aggregate
     one line naming it (exit 2); with _SUCCESS gone too, the gap in the numbering still fails
     verify (exit 1)."""
     path, job, d, _ = _agg_copy(crashed_aggregate, tmp_path)
-    p = run_mpi(6, "run", path, "--resume", job.checkpoint.dir)
+    p = run_local(6, "run", path, "--resume", job.checkpoint.dir)
     assert p.returncode == 0, p.stderr[-3000:]
     _verify_aggregate(path, job, snapshots_at_least=2)
     done = json.load(open(os.path.join(job.output, "_SUCCESS")))

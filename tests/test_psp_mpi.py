@@ -91,7 +91,7 @@ def test_checkpoints_hold_each_tuple_once_and_sigkill_resume_is_exact(tmp_path):
             seqs = np.concatenate(parts)
             assert len(seqs) == len(np.unique(seqs)), f"checkpoint {cid}: a tuple of stream {j} is stored twice"
         assert sum(len(x) for x in held[0][1:]) > 0, "the tail's slices hold nothing: the test proves little"
-    r = run_mpi(4, "run", unpaced(path), "--resume", root)
+    r = run_local(4, "run", unpaced(path), "--resume", root)
     assert r.returncode == 0, r.stderr
     assert "resuming from checkpoint" in r.stderr
     _check(job, arrays)

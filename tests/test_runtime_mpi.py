@@ -11,7 +11,7 @@ import pytest
 from mpi_join.storage import checkpoint as ck
 from mpi_join.join.oracle import run_oracle
 from mpi_join.storage.results import read_results
-from conftest import equi_job_text, random_streams, run_mpi, write_job
+from conftest import equi_job_text, random_streams, run_local, run_mpi, write_job
 from reference import assert_same_rows
 from test_checkpoint import kill_after_checkpoints, unpaced
 
@@ -69,7 +69,7 @@ def test_sigkill_then_resume_is_exactly_once(tmp_path):
     p = kill_after_checkpoints(path, root, ranks=5, victim=3, checkpoints=2, total=16000)
     assert p.returncode != 0
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
-    r = run_mpi(5, "run", unpaced(path), "--resume", root)
+    r = run_local(5, "run", unpaced(path), "--resume", root)
     assert r.returncode == 0, r.stderr
     assert "resuming from checkpoint" in r.stderr
     _check(job, arrays)
@@ -133,7 +133,7 @@ def test_graph_sigkill_then_resume_is_exactly_once(tmp_path, strategy, victim):
     root = job.checkpoint.dir
     p = kill_after_checkpoints(path, root, ranks=6, victim=victim, checkpoints=2, total=16000)
     assert p.returncode != 0
-    r = run_mpi(6, "run", unpaced(path), "--resume", root)
+    r = run_local(6, "run", unpaced(path), "--resume", root)
     assert r.returncode == 0, r.stderr
     assert "resuming from checkpoint" in r.stderr
     _check(job, arrays)
