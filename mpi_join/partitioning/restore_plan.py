@@ -65,7 +65,9 @@ def plan(root, nranks, cid=None):
                 "other_bytes": other}
     if owner is None:                      # no map: the files say who holds each group with state
         owner = [held.get(g, 0) for g in range(max(held) + 1)]
-    new = key_groups.reassign(owner, workers)
+    # at the checkpoint's own rank count each worker reads its own file back: nothing moves, even
+    # where migrations left the groups unevenly spread
+    new = owner if nranks == was else key_groups.reassign(owner, workers)
     return dict(key_groups.moves(owner, new, sizes), checkpoint=cid, keyed=True, workers=len(workers), ranks=was,
                 other_rows=other_rows, other_bytes=other)
 

@@ -7,7 +7,8 @@ and hands each the messages of its channel state, and every message those make i
 link first in, first out, until none is left, with no more input: the state the old run would
 have reached had the input paused at the cut. Every worker of the new run computes the same
 (the schedule is fixed), so each can take its part of it; the results the drain makes are the
-old run's results after the cut, which one worker writes."""
+old run's results after the cut, which one worker writes (and an aggregate's snapshots, which
+the worker that takes the old snapshots writes)."""
 from collections import deque
 
 from ..runtime.graph import DRIVER
@@ -59,21 +60,21 @@ def drained(op, read, old, sources=1):
             links.setdefault((src, r), deque()).append((_Header(header.bounds, header.body, header.order), batches))
     out = Output()
     while any(links.values()):
-        for (src, dst) in sorted(links):
-            q = links[(src, dst)]
-            if not q:
-                continue
-            header, batches = q.popleft()
-            made = mods[dst].on_data(src, header, batches)
-            mods[dst].after_data(header)
-            if made is None:
-                continue
-            if made.control or made.snapshots:
-                raise RuntimeError(f"rank {dst}: a drained operator made control records or snapshots")
-            out.results += made.results
-            for dests, bats, bounds, body, order in made.forward:
-                for d in dests:
-                    if d == DRIVER or d not in mods:
-                        raise RuntimeError(f"rank {dst}: a drained operator sent to rank {d}, not an old worker")
-                    links.setdefault((dst, d), deque()).append((_Header(bounds, body, order), bats))
+        # each link first in, first out; among links, the message of the lowest order first (a
+        # merged edge's receiver takes its links in order, and a message makes none of lower order)
+        _, src, dst = min((q[0][0].order, s, d) for (s, d), q in links.items() if q)
+        header, batches = links[(src, dst)].popleft()
+        made = mods[dst].on_data(src, header, batches)
+        mods[dst].after_data(header)
+        if made is None:
+            continue
+        if made.control:
+            raise RuntimeError(f"rank {dst}: a drained operator made control records")
+        out.results += made.results
+        out.snapshots += made.snapshots
+        for dests, bats, bounds, body, order in made.forward:
+            for d in dests:
+                if d == DRIVER or d not in mods:
+                    raise RuntimeError(f"rank {dst}: a drained operator sent to rank {d}, not an old worker")
+                links.setdefault((dst, d), deque()).append((_Header(bounds, body, order), bats))
     return graph, mods, out

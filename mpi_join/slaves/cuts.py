@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..storage import checkpoint as ck
 from ..storage.checksums import as_rows
 from ..storage.results import part_of
+from ..runtime.operator import Output
 from ..runtime.protocol import DataHeader, MarkerDone
 
 
@@ -172,8 +173,10 @@ def restore_rescaled(w, root, cid, man):
         _, mods, made = drained(w.module, read, old, sources=k)
         read = reader(mods)
     out = w.module.restore_rescaled(read, old, root, cid)
-    if made is not None and w.rank == min(w.graph.workers):
-        out = made.extend(out)
+    if made is not None:         # the drain's results by the first worker, its snapshots by the last
+        mine = Output(results=made.results if w.rank == min(w.graph.workers) else [],
+                      snapshots=made.snapshots if w.rank == max(w.graph.workers) else [])
+        out = mine.extend(out)
     last = max(w.graph.workers)
     taken = {n: rec for n, rec in (man.get("committed") or {}).items()
              if part_of(n)[0] == w.rank or (w.rank == last and part_of(n)[0] not in w.graph.workers)}
