@@ -17,6 +17,8 @@ from mpi_join.storage.staged import read_staged
 from mpi_join.storage.staged_log import LogWriter, waiting_dtype
 import pytest
 
+from mpi_join.storage.paths import LOCK
+
 from conftest import cli, equi_job_text, mpi_join_cmd, mpi_join_pids, MPIEXEC, run_cli_no_spark
 
 SLOW = True
@@ -846,7 +848,10 @@ def test_resume_before_the_first_commit_offsets_across_resumes_and_verify_on_an_
         return json.loads(committed.read_text()) if committed.exists() else {}
     run = _runner(tmp_path)
     _wait(lambda: ranks(1), "rank 1")
-    time.sleep(3)
+    # rank 0 holds the output directory just before it says it waits for the log (a busy machine
+    # can take seconds to get it there)
+    _wait(lambda: (tmp_path / "out" / LOCK).exists(), "rank 0 holding the output directory")
+    time.sleep(1)
     os.kill(ranks(1)[0], signal.SIGKILL)
     code, _, err = _finish(run, "the run killed while waiting for the log")
     assert code != 0 and "waiting for the staged log" in err, err[-2000:]
