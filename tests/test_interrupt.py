@@ -12,6 +12,10 @@ from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, write
 
 SLOW = True
 
+# signals to a run and Hydra's cleanup race on a loaded machine (once, a SIGTERM to the
+# wrapper left a lock beside a full first phase): these run alone, in make test's second phase
+SERIAL = True
+
 
 def signal_while_running(cmd, job, send):
     """Start `cmd` in a session of its own, call send(its pid) once its ranks have replayed for
