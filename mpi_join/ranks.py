@@ -53,9 +53,11 @@ def run_rank(job_path, overrides, choose_sources=None):
         _release(ctx)
         if isinstance(e, PeerFailed):       # its rank said why; rank 0 has released its locks
             sys.stderr.flush()
+            time.sleep(0.2)      # let mpiexec forward that rank's line before the job is torn down
             comm.Abort(e.code)
             return e.code
         why, code = _say_failed(rank, e)
+        sys.stderr.flush()
         if rank != 0:            # rank 0 releases its locks and aborts the job (or this rank does, in 1 s)
             tell_rank0_failed(comm, why, code)
         else:
