@@ -40,10 +40,6 @@ class MatrixRouter(Operator):
                     out.send(1 + i * self.cols + j, [mine_r, mine_s], header.bounds)
         return out
 
-    def rescale(self, root, cid):
-        """Restored onto another grid: the cells took their rows by it (Cell.restore_rescaled),
-        and the grid is this run's already."""
-
 
 class Cell(Operator):
     """A cell of the grid: joins what it gets of both streams with its windows and each other."""

@@ -19,9 +19,10 @@ another -n; slaves/cuts.restore_rescaled calls the roles' `restore_rescaled`).
 import numpy as np
 
 from ..join import aggregate
+from ..runtime.drain import old_graph
 from ..runtime.operator import Output
 from . import routing
-from .graph import SIDES, build, merger_of
+from .graph import SIDES, merger_of
 
 
 def start_members(graph, params):
@@ -32,11 +33,6 @@ def start_members(graph, params):
     if not params["scaling"]:
         return routing.Membership(n, groups)
     return routing.Membership(n, groups, tuple(max(1, k - int(params["spare_units"])) for k in n))
-
-
-def old_graph(op, old):
-    """The graph of the checkpoint's run: ranks 0 and `old`."""
-    return build(len(old) + 1, op.job.strategy.params)
 
 
 def restore_unit(unit, read, old):

@@ -278,9 +278,6 @@ class OnlySegment(Alone, HandshakeModule):
 class HandshakeRouter(Operator):
     """R batches to the left end, S batches to the right end."""
 
-    def rescale(self, root, cid):
-        """Restored at another rank count (chain_rescale.py): the ends are this run's."""
-
     def on_data(self, src, header, batches):
         R, S = batches
         n = len(self.graph.workers)

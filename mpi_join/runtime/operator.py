@@ -406,8 +406,10 @@ class Operator(Checkpointed):
 
     def rescale(self, root, cid):
         """Rank 0, a restore of checkpoint `cid` in `root` at another rank count (a strategy whose
-        entry says `rescale`): route as the workers' restore_rescaled placed the state."""
-        raise NotImplementedError(f"{type(self).__name__} cannot route to another number of workers")
+        entry says `rescale`): route as the workers' restore_rescaled placed the state. A router
+        that declares no state routes by this run's graph already; one that does says how."""
+        if self.__dict__.get("_parts"):
+            raise NotImplementedError(f"{type(self).__name__} cannot route to another number of workers")
 
     def on_moved(self, unit, src, dst, held):
         """A move this router began is done: `held`, the unit's rows held meanwhile, per stream,

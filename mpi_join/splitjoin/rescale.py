@@ -15,17 +15,14 @@ slaves/cuts.restore_rescaled calls the roles' `restore_rescaled`).
 - The driver only broadcasts: it routes the new tree as it is."""
 import numpy as np
 
+from ..runtime.drain import old_graph
 from ..runtime.operator import Output
-from .graph import FLOWS, split_tree
-
-
-def _old(op, old):
-    return split_tree(len(old) + 1, op.job.strategy.params["fanout"])
+from .graph import FLOWS
 
 
 def restore_core(core, read, old):
     """A new join core's rows out of every old core, and its counts."""
-    graph = _old(core, old)
+    graph = old_graph(core, old)
     cores = [r for r in old if graph.vertex(r).group == "cores"]
     kept = [[], []]
     for r in cores:
@@ -55,7 +52,7 @@ def restore_core(core, read, old):
 def restore_combiner(comb, read, old):
     """The new combiner: the old one's counts, and every result row the old mergers held or had
     on their way to them, written now."""
-    graph = _old(comb, old)
+    graph = old_graph(comb, old)
     dtypes = comb.link_dtypes(FLOWS)
     rows = []
     for r in old:

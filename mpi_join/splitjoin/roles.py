@@ -36,9 +36,6 @@ class SplitRouter(Operator):
     def on_data(self, src, header, batches):
         return Output.sending(self.graph.entries(), batches, header.bounds)
 
-    def rescale(self, root, cid):
-        """Restored at another rank count (rescale.py): it broadcasts to the new tree as it is."""
-
 
 class JoinCore(Operator):
     """Role `core`: a leaf of the distribution tree."""
