@@ -52,14 +52,14 @@ def plan(root, nranks, cid=None):
     would move: key_groups.moves plus "checkpoint", "workers", "ranks" (the checkpoint's) and
     "keyed" (False: the state holds no key groups; a restore at another rank count deals all of
     it again, "other_rows" stored tuples in "other_bytes")."""
+    done = {c: m for c, m in list_checkpoints(root) if m is not None}
     if cid is None:
-        done = [c for c, m in list_checkpoints(root) if m is not None]
         if not done:
             raise ValueError(f"{root}: no complete checkpoint")
-        cid = done[-1]
+        cid = max(done)
     sizes, held, owner, (other_rows, other) = layout(root, cid)
     workers = list(range(1, nranks))
-    was = next(m for c, m in list_checkpoints(root) if c == cid)["ranks"]
+    was = done[cid]["ranks"]
     if owner is None and not sizes:
         return {"checkpoint": cid, "keyed": False, "workers": len(workers), "ranks": was, "other_rows": other_rows,
                 "other_bytes": other}
