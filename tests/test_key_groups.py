@@ -99,8 +99,6 @@ def test_a_restore_at_another_rank_count_is_refused_where_a_strategy_cannot_deal
         path, job = write_job(str(d / str(at)), text, random_streams(np.random.default_rng(2), 1500, key_range=50))
         assert run_local(4, "run", path).returncode == 0
         if at == 4:          # as many ranks, one of them another source
-            with open(path, "a") as f:
-                f.write("\n")
             text = open(path).read().replace("[run]\n", "[run]\nsources = 2\npart = 100\n")
             open(path, "w").write(text)
         r = run_local(at, "run", path, "--resume", job.checkpoint.dir)
