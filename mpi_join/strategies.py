@@ -139,13 +139,15 @@ def _roles(module, **classes):
 
 
 def _chain_strategy(name, summary, graph, module, classes, case, params, budget, variants=(), rescale=False):
-    """`handshake` and `llhj`: a chain of workers, one class per role (driver, left, middle, right,
-    solo) in `module`, their shared checks and parameters, and a `max-rate` bench case."""
+    """`handshake` and `llhj`: a chain of workers, one class per role (left, middle, right, solo) in
+    `module`, the driver's router in chain_routing.py (a router imports no join code), their
+    shared checks and parameters, and a `max-rate` bench case."""
     hops = f"{module}:hops"
     return StrategyInfo(
         name=name, summary=summary,
-        graph=graph, roles=_roles(module, **dict(zip(("driver", "left", "middle", "right", "solo"), classes))),
-        workload="band", check="mpi_join.ring.handshake:check_job", params={**_CHAIN_PARAMS, **params}, shape="chain",
+        graph=graph, roles={"driver": f"mpi_join.ring.chain_routing:{classes[0]}",
+                            **_roles(module, **dict(zip(("left", "middle", "right", "solo"), classes[1:])))},
+        workload="band", check="mpi_join.ring.chain_routing:check_job", params={**_CHAIN_PARAMS, **params}, shape="chain",
         suite_budget_s=budget, hops=hops, rescale=rescale,
         variants=variants,
         cases={"max-rate": (f"mpi_join.ring.bench_chain:{case}",
@@ -229,8 +231,8 @@ REGISTRY = {
                 "every predicate",
         streams=(2, 8),
         graph="mpi_join.runtime.graph:ring",
-        roles=_roles("mpi_join.ring.psp", driver="PspRouter", head="HeadSlice", ring="SlicedJoin", tail="TailSlice",
-                     solo="OnlySlice"),
+        roles={"driver": "mpi_join.ring.psp_router:PspRouter",
+               **_roles("mpi_join.ring.psp", head="HeadSlice", ring="SlicedJoin", tail="TailSlice", solo="OnlySlice")},
         planner="mpi_join.ring.planner:plan_lines",
         cases={"fig8a": ("mpi_join.ring.bench_psp:run_case",
                          "response time against ring length (-n: ranks, default 2 3 4) beside the cost model, "
@@ -239,7 +241,7 @@ REGISTRY = {
                               "throughput of basic PSP against PSP-I (interleave 4) at the maximum rate, "
                               "on rings of 2 and 3 (-n: ranks)")},
         workload="images",
-        check="mpi_join.ring.psp:check_job",
+        check="mpi_join.ring.psp_router:check_job",
         params={
             "interleave": Param(1, _int_range(1, 1024), "input batches in the ring at once: 1 is basic PSP (a batch enters "
                                 "when the one before has ended its cycle), more is PSP-I (delayed purge)"),
@@ -287,7 +289,7 @@ REGISTRY = {
         name="biclique", suite_budget_s=285, shape="biclique", min_ranks=4, rescale=True, graph="mpi_join.biclique.graph:build",
         summary="BiStream's join-biclique: dispatchers store each tuple at one unit of its side and send it to "
                 "be joined at units of the other side (random or ContRand routing); no state replicated",
-        roles={**_roles("mpi_join.biclique.roles", driver="Shuffler", dispatcher="Dispatcher", unit="Unit"),
+        roles={**_roles("mpi_join.biclique.shuffler", driver="Shuffler", dispatcher="Dispatcher"), "unit": "mpi_join.biclique.roles:Unit",
                "merger": "mpi_join.biclique.merger:Merger"},
         workload="equi",
         check="mpi_join.biclique.checks:check_job",
@@ -346,7 +348,7 @@ REGISTRY = {
         summary="join-matrix (the baseline of BiStream): a grid of cells, each R tuple stored along a row and each "
                 "S tuple down a column, so every pair meets in one cell",
         graph="mpi_join.runtime.graph:star",
-        roles=_roles("mpi_join.biclique.matrix", driver="MatrixRouter", worker="Cell"),
+        roles={"driver": "mpi_join.biclique.matrix:MatrixRouter", "worker": "mpi_join.biclique.cell:Cell"},
         workload="equi",
         check="mpi_join.biclique.checks:check_matrix",
         params={
@@ -364,8 +366,8 @@ REGISTRY = {
                 "results merge back up in order (relaxed adjustable punctuation)",
         min_ranks=3,
         graph="mpi_join.splitjoin.graph:build", hops="mpi_join.splitjoin.graph:hops",
-        roles=_roles("mpi_join.splitjoin.roles", driver="SplitRouter", core="JoinCore",
-                     distributor="DistributorCore", combiner="Combiner"),
+        roles={**_roles("mpi_join.splitjoin.roles", core="JoinCore", distributor="DistributorCore"),
+               **_roles("mpi_join.splitjoin.root", driver="SplitRouter", combiner="Combiner")},
         workload="band",
         check="mpi_join.splitjoin.checks:check_job",
         cases={"cores": ("mpi_join.splitjoin.bench_cores:run_case",

@@ -7,8 +7,10 @@ import pytest
 
 from mpi_join.runtime.headers import Ack, Header, HeaderError, Ready
 from mpi_join.runtime.protocol import DataHeader
-from mpi_join.ring.handshake import Acked, Arriving
-from mpi_join.ring.psp import Partial, Probing
+from mpi_join.ring.chain_routing import Arriving
+from mpi_join.ring.handshake import Acked
+from mpi_join.ring.psp import Partial
+from mpi_join.ring.psp_router import Probing
 
 
 @dataclass(frozen=True)

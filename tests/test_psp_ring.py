@@ -9,7 +9,7 @@ import pytest
 
 from mpi_join.config import parse_job
 from mpi_join.join.oracle import run_oracle
-from mpi_join.ring.psp import auto_orderings, parse_ordering
+from mpi_join.ring.psp_router import auto_orderings, parse_ordering
 from mpi_join.ring.slicing import Slicer
 from conftest import equi_job_text, random_streams
 from reference import assert_same_rows
@@ -246,7 +246,7 @@ def test_the_planners_selectivity_finds_the_matches_of_a_rare_band_join(tmp_path
     from mpi_join.join.range_join import pair_mask
     from mpi_join.master.source import Source
     from mpi_join.ring.planner import measure
-    from mpi_join.ring.psp import estimate_selectivity, measure_selectivity
+    from mpi_join.ring.selectivity import estimate_selectivity, measure_selectivity
     from mpi_join.tools.workloads import make
     job = load_job(make("band", str(tmp_path / "b"), tuples=4000, strategy="psp"))
     batches = Source(replace(job, run=replace(job.run, batch_size=2000, rate=None))).next_epoch()

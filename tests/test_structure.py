@@ -132,6 +132,35 @@ def test_every_role_of_every_strategy_has_code():
                 assert isinstance(cls, type), (info.name, n, rank, role)
 
 
+# the roles of the shipped graphs that join nothing: they route, merge or write
+ROUTING_ROLES = {"driver", "dispatcher", "merger", "combiner", "sink"}
+
+
+def test_ranks_that_join_nothing_start_without_numba():
+    """numba's import costs about 0.4 CPU-s per process: the code of every role that joins nothing
+    (rank 0 and each extra source run the driver's), every strategy's job check and graph
+    builder import no join code, which a fresh interpreter that imports them all shows (each
+    loaded after the last was checked, so the first to pull numba in is named)."""
+    import subprocess
+    import sys
+    from mpi_join.strategies import REGISTRY
+    specs = []
+    for info in REGISTRY.values():
+        if info.testing:
+            continue
+        graph = info.build_graph(max(info.min_ranks, 5), {k: p.default for k, p in info.params.items()})
+        roles = {graph.role(r) for r in range(len(graph.vertices))} & ROUTING_ROLES
+        specs += [info.role_code(role) for role in sorted(roles)] + [c for c in (info.check, info.graph) if c]
+    code = ("import importlib, sys\nimport mpi_join.ranks\nassert 'numba' not in sys.modules, 'mpi_join.ranks'\n"
+            f"for spec in {sorted(set(specs))!r}:\n"
+            "    mod, _, attr = spec.partition(':')\n"
+            "    getattr(importlib.import_module(mod), attr)\n"
+            "    assert 'numba' not in sys.modules, spec\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, "imports numba: " + p.stderr.strip().splitlines()[-1]
+    assert len(set(specs)) >= 15
+
+
 def test_end_of_stream_reaches_every_link_once_after_all_that_feeds_it():
     """Followed as the workers send it (Topology.ends), end-of-stream crosses each link of
     eos_links exactly once, and a rank sends it on a link only after every upstream link that

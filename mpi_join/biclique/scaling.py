@@ -1,5 +1,5 @@
 """Adaptive resource management (BiStream, Section 5): the two-phase scaling (2PS) protocol's
-decisions, with no MPI in them; the shuffler (roles.Shuffler) asks and acts.
+decisions, with no MPI in them; the shuffler (shuffler.Shuffler) asks and acts.
 
 Requesting phase: every `scale_every_ms` the shuffler asks each unit for its memory load volume
 (MLV: the bytes of window state it holds, in its load report). For each subgroup G of k active

@@ -29,25 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.graph import DRIVER
 from ..runtime.headers import Header
 from ..slaves.local_join import BinaryJoin, warm_up
 from ..runtime.operator import Fields, Operator, Output
-from ..strategies import numbers
-
-
-def beside(graph, rank):
-    """(left, right): the ranks beside a chain worker, the driver beyond either end (it feeds R at
-    the left end and S at the right)."""
-    w = graph.workers
-    i = w.index(rank)
-    return (w[i - 1] if i else DRIVER), (w[i + 1] if i + 1 < len(w) else DRIVER)
-
-
-@dataclass(frozen=True)
-class Arriving(Header):
-    """Tuples of one stream (`side` 0: R, flowing right; 1: S, flowing left) entering a segment."""
-    side: int
+from .chain_routing import Arriving, beside
 
 
 @dataclass(frozen=True)
@@ -273,41 +258,6 @@ class RightEnd(AtRightEnd, HandshakeModule):
 
 class OnlySegment(Alone, HandshakeModule):
     pass
-
-
-class HandshakeRouter(Operator):
-    """R batches to the left end, S batches to the right end."""
-
-    def on_data(self, src, header, batches):
-        R, S = batches
-        n = len(self.graph.workers)
-        out = Output()
-        if len(R):
-            out.send(1, [R, S[:0]], header.bounds, Arriving(0))
-        if len(S):
-            out.send(n, [R[:0], S], header.bounds, Arriving(1))
-        return out
-
-
-def check_job(job, nranks):
-    """`handshake` and `llhj` job checks (named in their registry entries)."""
-    p, where = job.strategy.params, f"{job.path}: strategy"
-    unb = [s.name for s in job.streams if s.window.kind == "unbounded"]
-    if unb:
-        return (f"{job.path}: streams.{unb[0]}.window: {job.strategy.name} moves tuples along the chain as they "
-                f"age out of their window; give a time or count window")
-    if p["weights"]:
-        try:
-            vals = numbers(p["weights"], "weights")
-        except ValueError:
-            vals = []
-        if len(vals) != nranks - 1 or min(vals) <= 0:
-            return (f"{where}.weights: expected {nranks - 1} positive numbers (one segment per worker on "
-                    f"{nranks} ranks), got {p['weights']!r}")
-    slow = p.get("slow_rank", -1)
-    if slow != -1 and slow >= nranks:
-        return f"{where}.slow_rank: rank {slow} does not exist (ranks 0..{nranks - 1})"
-    return None
 
 
 def hops(k, params):

@@ -24,15 +24,10 @@ from ..runtime.headers import Header
 from ..join.range_join import probe_ranges
 from ..slaves.local_join import warm_up
 from ..runtime.operator import INT_KEYS, Arrays, Fields, Operator, Output
-from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment, beside
+from .chain_routing import New, beside
+from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment
 
 PROGRESS_EVERY = 8
-
-
-@dataclass(frozen=True)
-class New(Header):
-    """Batch `batch` of new tuples, fast-forwarded by the driver to every worker."""
-    batch: int
 
 
 @dataclass(frozen=True)
@@ -226,24 +221,6 @@ class RightHome(AtRightEnd, LowLatencyModule):
 
 class OnlyHome(Alone, LowLatencyModule):
     pass
-
-
-class LowLatencyRouter(Operator):
-    """Every batch, numbered, to every worker at once."""
-
-    def rescale(self, root, cid):
-        """Restored at another rank count (chain_rescale.py): every worker of this run gets every batch."""
-
-    def __init__(self, job, rank, graph, dtypes):
-        super().__init__(job, rank, graph, dtypes)
-        self.next_id = 0
-        self.declare(order=Fields(self, "next_id"))
-
-    def on_data(self, src, header, batches):
-        if not any(len(b) for b in batches):
-            return
-        self.next_id = self.number(header, self.next_id) + 1
-        return Output.sending(self.graph.workers, batches, header.bounds, New(self.next_id - 1))
 
 
 def hops(k, params):

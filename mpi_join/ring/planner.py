@@ -22,7 +22,8 @@ from ..join.range_join import pair_mask
 from ..runtime.wire import pack, unpack
 from ..storage.input_stats import rates_and_windows
 from . import cost_model as cm
-from .psp import auto_orderings, estimate_selectivity, parse_ordering
+from .selectivity import estimate_selectivity
+from .psp_router import auto_orderings, parse_ordering
 
 
 def measure(job, sample=2000, pairs=2000):

@@ -1,6 +1,6 @@
-"""SplitJoin's roles: the driver's router, join cores (`core`; `distributor` for one with
-children), and the `combiner` that also writes. See graph.py for the layout, rap.py for the
-punctuation.
+"""SplitJoin's join cores (`core`; `distributor` for one with children). The roles that join
+nothing, the driver's router and the `combiner` that also writes: root.py. See graph.py for the
+layout, rap.py for the punctuation.
 
 A join core receives every tuple of both streams and splits storing from processing:
 - store: it keeps the tuples whose count in their stream is its position mod k (round-robin,
@@ -18,7 +18,6 @@ results, each sorted by (trigger, stored tuple) and punctuated (rap.py). Every c
 batch and answers each with one message, so a merger's inputs line up batch by batch.
 """
 import math
-from collections import deque
 
 import numpy as np
 
@@ -26,15 +25,9 @@ from ..storage.results import result_dtype, result_rows
 from ..slaves.local_join import BinaryJoin, warm_up
 from ..runtime.operator import Fields, Operator, Output, Rows
 from . import rap, rescale
+from .root import Gather
 from ..runtime.graph import INPUT
 from .graph import FLOWS
-
-
-class SplitRouter(Operator):
-    """The driver: the root of the distribution tree; every batch goes to its children, whole."""
-
-    def on_data(self, src, header, batches):
-        return Output.sending(self.graph.entries(), batches, header.bounds)
 
 
 class JoinCore(Operator):
@@ -117,39 +110,6 @@ class JoinCore(Operator):
         return {"window_tuples": len(self.join)}
 
 
-class Gather:
-    """Flows waiting at a merger, one queue per input; a batch's set is merged once every input
-    has brought its message for it (inputs answer every batch, in order). Declared state: the
-    queued flows, "<input>/<message>/<flow>"."""
-
-    def __init__(self, n, dtypes):
-        self.queues = [deque() for _ in range(n)]
-        self.dtypes = dtypes
-
-    def add(self, i, flows):
-        self.queues[i].append(list(flows))
-
-    def ready(self):
-        """Merged flows [R rows, R stars, S rows, S stars] of each complete set, oldest first."""
-        while all(self.queues):
-            sets = [q.popleft() for q in self.queues]
-            yield [x for s in (0, 2) for x in rap.merge([(f[s], f[s + 1]) for f in sets])]
-
-    def snapshot(self):
-        arrays = {f"{i}/{m}/{a}": x for i, q in enumerate(self.queues) for m, f in enumerate(q)
-                  for a, x in enumerate(f)}
-        return arrays, {"lengths": [len(q) for q in self.queues]}
-
-    def restore(self, arrays, attrs):
-        for i, n in enumerate(attrs["lengths"]):
-            self.queues[i] = deque([[arrays.get(f"{i}/{m}/{a}", np.zeros(0, dt)) for a, dt in enumerate(self.dtypes)]
-                                    for m in range(n)])
-
-    def state_dtype(self, name):
-        p = name.split("/")
-        return self.dtypes[int(p[2])] if len(p) == 3 and p[2] in "0123" else None
-
-
 class DistributorCore(JoinCore):
     """Role `distributor`: a core with children. The runtime passes each batch on to them before
     it joins it (graph.Edge.first); it merges its own flows (input 0) with theirs (inputs 1..)
@@ -170,39 +130,3 @@ class DistributorCore(JoinCore):
         for flows in self.gather.ready():
             out.send(self.up, flows, ())
         return out
-
-
-class Combiner(Operator):
-    """Role `combiner`: merges the flows of the driver's children, joins the R- and S-punctuated
-    flows into one stream (stars flagged R or S) and writes its results in that order."""
-
-    def __init__(self, job, rank, graph, dtypes):
-        super().__init__(job, rank, graph, dtypes)
-        self.inputs = graph.upstream(rank)
-        self.gather = Gather(len(self.inputs), self.link_dtypes(FLOWS))
-        self.cols = [f"{n}_seq" for n in job.stream_names]
-        self.stars = [0, 0]
-        self.received = 0
-        self.declare(gather=self.gather, counts=Fields(self, "stars", "received"))
-
-    def link_dtypes(self, kind):
-        rows = result_dtype(self.job.stream_names)
-        return [rows, rap.STAR, rows, rap.STAR]
-
-    def on_data(self, src, header, batches):
-        self.gather.add(self.inputs.index(src), batches)
-        out = Output()
-        for f in self.gather.ready():
-            rows, stars, flags = rap.combine((f[0], f[1]), (f[2], f[3]))
-            self.stars[0] += int((flags == 0).sum())
-            self.stars[1] += int((flags == 1).sum())
-            self.received += len(rows)
-            out.emit([np.ascontiguousarray(rows[c]) for c in self.cols], np.ascontiguousarray(rows["_tin"]))
-        return out
-
-    def restore_rescaled(self, read, old, root, cid):
-        return rescale.restore_combiner(self, read, old)
-
-    def stats(self):
-        return {"window_tuples": 0, "results_received": self.received, "stars_r": self.stars[0],
-                "stars_s": self.stars[1]}
