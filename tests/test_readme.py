@@ -29,16 +29,20 @@ def test_the_readme_commands_run_as_written(tmp_path):
     # the pipeline's JVM stages 4,000 tuples: set up for a short life, as a user may (README, Spark)
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], MPI_JOIN_QUIET="1",
                MPI_JOIN_SPARK_JAVA_OPTS=SHORT_LIVED)
-    ran = []
+    ran = {}
     for cmd in cmds:
         if cmd.startswith("mpi-join bench"):
             continue
         cmd = re.sub(r"--tuples \d+", "--tuples 4000", cmd).replace(" --submit", "")
         p = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, f"{cmd}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
-        ran.append(cmd)
-    assert any("verify" in c for c in ran) and (tmp_path / "work/equi/collected/_summary.json").exists()
+        ran[cmd.split()[1]] = p
+    assert "verify" in ran and (tmp_path / "work/equi/collected/_summary.json").exists()
     assert (tmp_path / "work/equi/slurm").is_dir()
+    assert "staged 4,000 tuples (R 2,000, S 2,000); quarantined 0" in ran["stage"].stdout, ran["stage"].stdout
+    # after `stage`, the pipeline finds the staged input up to date and only runs and collects
+    # (tests/test_spark.py runs it from raw input, staging and collecting in one Spark session)
+    assert "is up to date" in ran["pipeline"].stderr and "OK: results equal the oracle" in ran["pipeline"].stderr
 
 
 def test_the_readmes_flink_cases_are_the_flink_tiers():
