@@ -9,6 +9,9 @@ STAMP  := $(VENV)/.installed
 # adaptive tests whose decisions follow load measured over wall time, none of which held up
 # beside other runs), runs one test at a time
 TEST_JOBS ?= 2
+# the full suite's first phase: a third worker fills the time the other two wait (JVMs starting,
+# paced input, sleeps between the batches of a growing log) on 2 cores
+SUITE_JOBS ?= 3
 
 # Apache Flink's environment for the Flink tier (tests/test_flink.py): the `flink` extra of
 # pyproject.toml, installed alone (its pins conflict with pyspark's and pyarrow's; see there)
@@ -50,9 +53,12 @@ flink-test: $(STAMP) flink
 demo: $(STAMP)
 	$(BIN)/mpi-join demo -n 4
 
+# the full suite in two phases (every test but the Flink tier and the `serial` ones on
+# SUITE_JOBS workers, then the `serial` ones alone), then the Flink tier on its own
 test: $(STAMP) warm flink
-	$(BIN)/python -m pytest -q -m "not serial" -n $(TEST_JOBS) --dist loadgroup --durations=20
-	$(BIN)/python -m pytest -q -m serial --durations=10
+	$(BIN)/python -m pytest -q -m "not serial and not flink" -n $(SUITE_JOBS) --dist loadgroup --durations=20
+	$(BIN)/python -m pytest -q -m "serial and not flink" --durations=10
+	$(BIN)/python -m pytest -q -m flink -n $(TEST_JOBS) --dist loadgroup
 
 fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_JOBS) --dist loadgroup

@@ -105,9 +105,9 @@ def _module_fixture(item):
 
 
 # Seconds of the full suite each strategy may take (its files' tests plus its rows of the shared
-# matrices, each test's own duration in make test, where it runs beside another on the second
-# worker), so that every strategy still fits when more are added: the budgets sum to 1,170 s
-# of test time, about 9.75 minutes of the first phase's wall time on 2 workers. A test counts
+# matrices, each test's own duration in make test, where it runs beside the other
+# workers), so that every strategy still fits when more are added: the budgets sum to 1,170 s
+# of test time, about 6.5 minutes of the first phase's wall time on 3 workers. A test counts
 # against its `strategy` parameter, else its module's STRATEGY; the test-only strategies count
 # as "runtime". Each strategy's budget is in its registry entry (suite_budget_s). The summary
 # prints each total beside its budget; nothing fails on time.
@@ -139,9 +139,10 @@ def pytest_runtest_logreport(report):
         _spent[name] = _spent.get(name, 0.0) + report.duration
 
 
-# make test's two phases (-m): the first on two workers, the second alone; the second prints the
-# budgets of both (the first leaves its figures in pytest's cache)
-PHASES = ("not serial", "serial")
+# make test's two phases of the full suite (-m): the first on SUITE_JOBS workers, the second
+# alone; the second prints the budgets of both (the first leaves its figures in pytest's cache).
+# The Flink tier (-m flink) runs after them, on its own.
+PHASES = ("not serial and not flink", "serial and not flink")
 _SPENT_KEY = "mpi-join/spent-first-phase"
 
 

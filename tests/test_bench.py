@@ -19,12 +19,13 @@ def test_bench_hash_prints_ratio_against_oracle(tmp_path):
 
 def test_bench_adaptive_writes_tables_and_plots(tmp_path):
     out = tmp_path / "figs"
-    p = run_cli("bench-adaptive", "-n", "3", "--out", str(out), "--seconds", "0.5", "--rates", "2000,4000",
+    p = run_cli("bench-adaptive", "-n", "3", "--out", str(out), "--seconds", "0.5", "--rates", "2000",
                 "--epochs", "20,80", "--window", "200ms", timeout=600)
     assert p.returncode == 0, p.stderr
     for title in ("against arrival rate", "against the distribution epoch", "Load imbalance"):
         assert title in p.stdout
-    assert p.stdout.count("| tuned |") == 2 and p.stdout.count("| untuned |") == 2
+    assert p.stdout.count("| tuned |") == 1 and p.stdout.count("| untuned |") == 1
+    assert "| 20 |" in p.stdout and "| 80 |" in p.stdout
     for f in ("figures.md", "figures.json", "figures.png", "imbalance.png"):
         assert os.path.getsize(out / f) > 0
 

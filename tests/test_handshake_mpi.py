@@ -1,7 +1,9 @@
 """`handshake` and `llhj` under real mpiexec: chains of 1 to 5 workers, time and count windows, tiny batches
-and a slow worker so that batches cross in flight, and a SIGKILL then --resume (markers and
-acknowledgements flowing with the data along the chain) equal to the oracle. (Every predicate
-and window kind of the shared test: test_strategies_local.py.)"""
+and a slow worker so that batches cross in flight, equal to the oracle. (Every predicate and
+window kind of the shared test: test_strategies_local.py. A chain worker SIGKILLed, then
+--resume, markers and acknowledgements flowing with the data along the chain: every role of
+both chains in test_checkpoint.py's parallel-sources cases, and a middle worker of 4 ranks on a
+band join, resumed at 6, in its rescale chains.)"""
 import os
 
 import numpy as np
@@ -9,7 +11,6 @@ import pytest
 
 from conftest import equi_job_text, random_streams, run_mpi, run_local, write_job
 from reference import assert_equals_oracle
-from test_checkpoint import kill_then_resume, paced_checkpointed_job
 
 SLOW = True
 STRATEGY = "handshake"   # whose time budget this file's tests count against (conftest.py)
@@ -34,13 +35,6 @@ def test_chain_lengths_equal_oracle(tmp_path, strategy, workers, kind, extra):
     path, job = write_job(str(tmp_path), text, arrays)
     p = run_local(workers + 1, "run", path)
     assert p.returncode == 0, p.stderr + p.stdout
-    _check(job, arrays)
-
-
-@pytest.mark.parametrize("strategy", ["handshake", "llhj"])
-def test_sigkill_then_resume_is_exactly_once(tmp_path, strategy):
-    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, BAND)
-    kill_then_resume(path, job, ranks=4, victim=2, total=16000)
     _check(job, arrays)
 
 
