@@ -46,7 +46,7 @@ def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
     (--ceiling) shows it as a lower bound."""
     out = tmp_path / "suite"
     p = run_cli("bench-suite", "--out", "suite", "--strategy", "hash", "--workload", "equi",
-                "-n", "1", "-n", "2", "--seconds", "0.5", "--steps", "0", "--ceiling", "20000", "--no-spark",
+                "-n", "1", "-n", "2", "--seconds", "0.5", "--steps", "0", "--ceiling", "5000", "--no-spark",
                 "--no-flink", timeout=900, cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr
     import json
@@ -54,8 +54,10 @@ def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
     cases = {(c["strategy"], c["workers"]): c for c in r["cases"]}
     assert set(cases) == {("hash", 1), ("hash", 2)}
     assert all(c["max_rate"] > 0 and c["p99_ms"] >= c["p50_ms"] > 0 for c in cases.values())
-    assert all(c["at_ceiling"] and c["max_rate"] == 20000 for c in cases.values())   # far below hash's rate
-    assert "| hash | 1 | ≥ 20,000 | ≥ " in p.stdout
+    # far below hash's rate, so that it is kept beside the other tests of a full suite on 2 cores
+    # (20,000 once fell behind its schedule there)
+    assert all(c["at_ceiling"] and c["max_rate"] == 5000 for c in cases.values()), cases
+    assert "| hash | 1 | ≥ 5,000 | ≥ " in p.stdout
     assert cases[("hash", 2)]["oversubscribed"] == (3 > (os.cpu_count() or 1))
     # window state is measured against the staged bytes: a row holds seq, ts, the key and _tin, not
     # the 36-byte pad (of 64), with spare capacity and the index: under the raw bytes
