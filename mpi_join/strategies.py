@@ -361,7 +361,7 @@ REGISTRY = {
         },
     ),
     "splitjoin": StrategyInfo(
-        name="splitjoin", suite_budget_s=105, shape="tree", rescale=True,
+        name="splitjoin", suite_budget_s=115, shape="tree", rescale=True,
         summary="SplitJoin: a distribution tree feeds every join core, each stores 1/k and processes all; "
                 "results merge back up in order (relaxed adjustable punctuation)",
         min_ranks=3,
