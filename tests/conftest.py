@@ -53,7 +53,7 @@ _LAUNCHES = ("run_mpi(", "run_mpi)", "MPIEXEC", "_expect_run_error(", "spark_ses
 # Modules that start something the whole machine shares (a Slurm daemon, network namespaces
 # standing for hosts, a Spark standalone cluster): under pytest-xdist (--dist loadgroup) they are
 # one group, on one worker; they failed beside other runs, so they are `serial` too: `make test`
-# runs the rest on two workers, then these one at a time (README, Development). A module can
+# runs the rest on three workers, then these one at a time (README, Development). A module can
 # also set SERIAL = True, or a test carry the mark. `make fast` has none of them.
 MACHINE_WIDE = ("test_slurm", "test_multihost", "test_spark_cluster")
 
