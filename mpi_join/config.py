@@ -13,7 +13,7 @@ from .errors import ConfigError, InputError
 from .join.predicate import Band, Equi, Interval, Predicate, Theta
 from .storage.paths import check_layout, check_name, check_text, job_dirs
 from .schema import INTEGER_KINDS, TS, stream_dtype
-from .units import TS_UNITS, ns_to_ts, parse_duration_ns, ts_unit_ns
+from .units import TS_UNITS, ns_to_ts, parse_duration, parse_duration_ns, ts_unit_ns
 
 # ranges of the job's numbers (README "The job file"); NaN and infinity are never accepted
 MAX_COUNT_WINDOW = 1 << 40          # tuples
@@ -342,14 +342,15 @@ def _interval(raw, ts_unit, path):
             ns = 0
         else:
             try:
-                ns = parse_duration_ns(text, f"predicate.interval.{k}")
+                ns = parse_duration(text, f"predicate.interval.{k}")
             except ConfigError as e:
                 raise ConfigError(f"{path}: {e} (a signed duration such as \"-5s\")") from None
         if ns > MAX_WINDOW_NS:
             raise ConfigError(f"{where}.{k}: at most 100 years, got {v!r}")
-        if ns % per:
-            raise ConfigError(f"{where}.{k}: {v!r} is not a whole number of {ts_unit} (job.ts_unit)")
-        bounds[k] = sign * ns // per
+        if (ns / per).denominator != 1:
+            raise ConfigError(f"{where}.{k}: {v!r} is not a whole number of {ts_unit} (job.ts_unit); "
+                              f"an interval's bounds are exact")
+        bounds[k] = sign * int(ns / per)
     lo = bounds["lower"] + (0 if closed in ("both", "left") else 1)
     up = bounds["upper"] - (0 if closed in ("both", "right") else 1)
     if lo > up:
@@ -497,7 +498,7 @@ def _window(w, ts_unit, where, path):
     if isinstance(w, str) and w.strip().lower() in ("unbounded", "inf", "infinite"):
         return Window("unbounded", 0, "unbounded")
     try:
-        ns = parse_duration_ns(w, where)
+        ns = parse_duration(w, where)          # exact; the window rounds up to the job's unit below
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     if ns <= 0:

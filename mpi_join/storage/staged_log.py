@@ -19,6 +19,7 @@ Layout added to the staged layout:
 """
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -418,11 +419,17 @@ def until_ts(text, job):
             raise JobError(f"--until: {text[:40]} is out of range: an event time is an int64 in {job.ts_unit} "
                            f"(at most 2^62 in magnitude)")
         return v
+    # the fraction of a second is read exactly (fromisoformat keeps 6 digits and drops the rest)
+    m = re.fullmatch(r"(.*\d\d:\d\d:\d\d)[.,](\d+)(.*)", text.strip())
+    whole, frac, zone = (m.group(1), m.group(2), m.group(3)) if m else (text.strip(), "", "")
+    if frac.rstrip("0")[9:]:
+        raise JobError(f"--until: {text!r} has a fraction of a second finer than a nanosecond")
     try:
-        d = datetime.datetime.fromisoformat(text)
+        d = datetime.datetime.fromisoformat(whole + zone)
     except ValueError:
         raise JobError(f"--until: {text!r} is neither 'end', an event time in {job.ts_unit} nor ISO-8601 text") from None
     if d.tzinfo is None:
         d = d.replace(tzinfo=datetime.timezone.utc)
-    ns = (d - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(microseconds=1) * 1000
+    secs = (d - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(seconds=1)
+    ns = secs * 10**9 + int((frac + "0" * 9)[:9])
     return ns // ts_unit_ns(job.ts_unit)
