@@ -18,13 +18,22 @@ FIELDS = ("bytes", "mtime_ns", "ino")
 
 
 def local_path(p):
-    """The local path of a Spark file URI (file:/a, file:///a) or a plain path; None for a stream
-    source (socket://, another source), which has no file to look at."""
+    """The local path of a Spark file URI (file:/a, file:///a, escaped as a URI is: `a%20b.csv`
+    for `a b.csv`) or a plain path; None for a stream source (socket://, another source), which
+    has no file to look at."""
+    from urllib.parse import unquote
     if p.startswith("file://"):
-        return p[len("file://"):]
+        return unquote(p[len("file://"):])
     if p.startswith("file:"):
-        return p[len("file:"):]
+        return unquote(p[len("file:"):])
     return None if "://" in p else p
+
+
+def staged_contents(landed):
+    """{(stream, SHA-256): URI} of what the log staged from each landing file it read (the content
+    first read, kept when the file changes later), so that the same bytes under another name (a
+    rename, a hard link, a copy) are known."""
+    return {(rec["stream"], rec.get("staged_sha256", rec["sha256"])): uri for uri, rec in landed.items()}
 
 
 def _sha256(path, size=None):
@@ -82,7 +91,7 @@ def changed(landed):
         now = record(p, rec["stream"])
         if now is None or now["sha256"] == rec["sha256"]:
             if now is not None:
-                landed[uri] = now           # touched or copied over with the same bytes
+                landed[uri] = keep_staged(rec, now)         # touched or copied over with the same bytes
             continue
         grown = now["bytes"] > rec["bytes"] and _sha256(p, rec["bytes"]) == rec["sha256"]
         shrunk = now["bytes"] < rec["bytes"] and now["ino"] == rec["ino"]     # a new file renamed over it is rewritten
@@ -90,6 +99,11 @@ def changed(landed):
                   "truncated after staging" if shrunk else "rewritten after staging")
         out.append((uri, rec, now, reason))
     return out
+
+
+def keep_staged(rec, now):
+    """`now`, a file's record after it changed, keeping what was staged from it first."""
+    return dict(now, staged_sha256=rec.get("staged_sha256", rec["sha256"]))
 
 
 def new_content(uri, rec, now, reason, fmt, header=False):

@@ -88,7 +88,7 @@ def quarantine_changed(w, say):
     """Landing files that changed after they were staged (landed.changed): the content not
     staged goes to _quarantine/_rewritten/<stream>/, counted as quarantined, with one line
     said per file; the manifest is written when any did. Returns how many files changed."""
-    from .landed import changed, new_content
+    from .landed import changed, keep_staged, new_content
     from .paths import inside, plain_dir
     found = changed(w.log["landed"])
     streams = {s.name: s for s in w.job.streams}
@@ -101,7 +101,7 @@ def quarantine_changed(w, say):
         os.makedirs(inside(w.out, d), exist_ok=True)
         name = f"rewritten-{len([f for f in os.listdir(d) if f.startswith('rewritten-')]):06d}.parquet"
         w.files.parquet(d, name, t)
-        w.log["landed"][uri] = now
+        w.log["landed"][uri] = keep_staged(rec, now)
         w.log["rewritten"][n] = w.log["rewritten"].get(n, 0) + t.num_rows
         w.man["quarantined"][n] += t.num_rows
         say(f"stage --follow: warning: {uri}: {reason} ({rec['bytes']:,} -> {now['bytes']:,} bytes): "

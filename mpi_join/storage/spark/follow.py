@@ -220,26 +220,38 @@ class Reader:
     def read(self, per_stream, say, records=None):
         """`per_stream`: each stream's landed files (local paths); `records`: packed rows a
         stream source delivered (an Arrow table with _mid) or None. Returns (per stream waiting
-        rows, their sources, per stream quarantined rows or None; files read by Arrow)."""
-        from pyspark.sql import functions as F
+        rows, their sources, per stream quarantined rows or None; files read by Arrow). A file
+        nothing can be parsed from (junk, a damaged Parquet file, a CSV header naming none of the
+        declared columns) is quarantined whole, never fatal (unreadable)."""
         from .. import fast_csv
         tables = [records] if records is not None and records.num_rows else []
-        tagged, fast, fast_paths = [], [[] for _ in self.job.streams], []
+        fast, fast_paths, spark_files = [[] for _ in self.job.streams], [], []
+        whole = [[] for _ in self.job.streams]
         for i, s in enumerate(self.job.streams):
-            spark_files = []
+            mine = []
             for f in per_stream[i]:
+                why = unreadable(s, f)
+                if why is not None:
+                    whole[i].append(whole_file(s, f, why, say))
+                    continue
                 rows = fast_csv.read(s, f, header_of(s, f), _declared(s), waiting_dtype(s), self.job.ts_unit) \
                     if s.raw.format == "csv" else None
                 if rows is None:
-                    spark_files.append(f)
+                    mine.append(f)
                 else:
                     rows["_src"] = len(fast_paths)
                     fast_paths.append(fast_csv.plain_uri(f))
                     fast[i].append(rows)
-            tagged.append(_tag(read_landed(self.spark(), s, spark_files, say), s, self.job) if spark_files else None)
-        if any(t is not None for t in tagged):
-            packed, _ = _pack(tagged, self.types())
-            tables.append(packed.withColumn("_mid", F.monotonically_increasing_id()).toArrow())
+            spark_files.append(mine)
+        if any(spark_files):
+            try:
+                tables.append(self._spark_read(spark_files, say))
+            except Exception as e:  # noqa: BLE001 - a file Spark cannot read: found alone, quarantined
+                if not _spark_error(e):
+                    raise
+                spark_files = self._readable_alone(spark_files, whole, say)
+                if any(spark_files):
+                    tables.append(self._spark_read(spark_files, say))
         t = (None if not tables else tables[0] if len(tables) == 1 else
              pa.concat_tables(tables, promote_options="permissive"))
         arrivals, paths, bad = (_split(t, self.job) if t is not None else
@@ -248,7 +260,85 @@ class Reader:
             for rows in fast[i]:
                 rows["_src"] += len(paths)
             arrivals[i] = np.concatenate([arrivals[i]] + fast[i]) if fast[i] else arrivals[i]
+        if any(whole):
+            bad = bad or [None] * len(self.job.streams)
+            bad = [pa.concat_tables(([b] if b is not None else []) + w, promote_options="permissive") if w else b
+                   for b, w in zip(bad, whole)]
         return arrivals, paths + fast_paths, bad, len(fast_paths)
+
+    def _spark_read(self, per_stream, say):
+        from pyspark.sql import functions as F
+        tagged = [_tag(read_landed(self.spark(), s, fs, say), s, self.job) if fs else None
+                  for s, fs in zip(self.job.streams, per_stream)]
+        packed, _ = _pack(tagged, self.types())
+        return packed.withColumn("_mid", F.monotonically_increasing_id()).toArrow()
+
+    def _readable_alone(self, per_stream, whole, say):
+        """The files of `per_stream` that Spark reads one at a time; each one it cannot read goes
+        to `whole` as unreadable, with the first line of Spark's error."""
+        keep = []
+        for i, files in enumerate(per_stream):
+            ok = []
+            for f in files:
+                one = [[f] if k == i else [] for k in range(len(per_stream))]
+                try:
+                    self._spark_read(one, say)
+                    ok.append(f)
+                except Exception as e:  # noqa: BLE001 - this file is the one
+                    if not _spark_error(e):
+                        raise
+                    whole[i].append(whole_file(self.job.streams[i], f, f"unreadable: {_first_line(e)[:200]}", say))
+            keep.append(ok)
+        return keep
+
+
+def _spark_error(e):
+    """Is `e` Spark's own error about what it read (not an interrupt or a stopped JVM)?"""
+    from pyspark.errors import PySparkException
+    try:
+        from py4j.protocol import Py4JJavaError
+    except ImportError:          # pragma: no cover - py4j comes with pyspark
+        Py4JJavaError = PySparkException
+    return isinstance(e, (PySparkException, Py4JJavaError)) and "SparkContext was shut down" not in str(e)
+
+
+def unreadable(s, path):
+    """Why nothing can be parsed from landing file `path` of stream `s`, or None when it can be
+    read: a Parquet file whose footer cannot be read, a CSV file whose header names none of the
+    declared columns (Spark refuses to read such a file: its query would see only corrupt records)."""
+    if s.raw.format == "parquet":
+        import pyarrow.parquet as pq
+        try:
+            pq.read_metadata(path)
+        except Exception as e:  # noqa: BLE001 - any damage
+            return f"not a readable Parquet file ({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})"
+        return None
+    if s.raw.format == "csv" and s.raw.header:
+        header = header_of(s, path)
+        if not any(c in header for c in _declared(s)):
+            shown = ascii(", ".join(header)[:60]) if header else "no columns"
+            return f"its header names none of the columns of stream '{s.name}' ({', '.join(_declared(s))}; it has {shown})"
+    return None
+
+
+def whole_file(s, path, why, say):
+    """A landing file quarantined whole: one record per line (a CSV header left out; a binary
+    file: one record of its first bytes), the reason on each, in the shape of the quarantined
+    rows (file, record, reason, the declared columns, here null) plus the line's `text`."""
+    from pathlib import Path
+    with open(path, "rb") as f:
+        data = f.read(64 << 20)
+    text = data.decode("utf-8", "replace")
+    if s.raw.format == "parquet" or "\x00" in text:
+        lines = [data[:200].hex()]
+    else:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        lines = lines[1:] if s.raw.format == "csv" and s.raw.header else lines
+    n, uri = len(lines), Path(path).as_uri()
+    say(f"stage --follow: warning: {path}: {why}; its {n:,} record(s) are quarantined")
+    return pa.table({"file": pa.array([uri] * n, pa.string()), "record": pa.array(range(1, n + 1), pa.int64()),
+                     "reason": pa.array([why] * n, pa.string()),
+                     **{c: pa.nulls(n, pa.string()) for c in _declared(s)}, "text": pa.array(lines, pa.string())})
 
 
 class Packed:
@@ -450,23 +540,78 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
     return _end(writer, say, state["signal"], until, cap)
 
 
-def landed_files(job, done, only=None):
+def landed_files(job, done, only=None, notes=None):
     """[(mtime_ns, name, stream index, local path, bytes)] of the files in the landing
     directories not in `done` (their URIs) and, with `only`, in it; hidden names (`.`, `_`) are
-    being written, by the producer contract."""
+    being written, by the producer contract. A symbolic link is followed (as `stage` at rest
+    follows it); a subdirectory, a broken link or what is not a regular file is not read, said
+    once through `notes` (a Notes) when given."""
+    import stat as st_mode
     from pathlib import Path
     out = []
     for i, s in enumerate(job.streams):
         with os.scandir(landing_dir(s)) as it:
             for e in it:
-                if e.name.startswith((".", "_")) or not e.is_file(follow_symlinks=False):
+                if e.name.startswith((".", "_")):
                     continue
                 uri = Path(e.path).as_uri()
                 if uri in done or (only is not None and uri not in only):
                     continue
-                st = e.stat(follow_symlinks=False)
+                try:
+                    st = e.stat()                       # through a symbolic link
+                except OSError:
+                    notes and notes.once(e.path, "a broken symbolic link: not read")
+                    continue
+                if st_mode.S_ISDIR(st.st_mode):
+                    notes and notes.once(e.path, "a subdirectory: the files in it are not read (only files directly "
+                                                 "in a landing directory are)")
+                    continue
+                if not st_mode.S_ISREG(st.st_mode):
+                    notes and notes.once(e.path, "not a regular file: not read")
+                    continue
                 out.append((st.st_mtime_ns, e.name, i, e.path, st.st_size))
     return sorted(out)
+
+
+class Notes:
+    """One warning line per landing path about something the stager does not read."""
+
+    def __init__(self, say):
+        self.say, self.said = say, set()
+
+    def once(self, path, what):
+        if (path, what) not in self.said:
+            self.said.add((path, what))
+            self.say(f"stage --follow: warning: {path}: {what}")
+
+
+def _already_staged(job, writer, take, notes):
+    """The files of `take` not to read: an empty file (nothing to stage), or one whose bytes are a
+    file's the log staged (renamed, hard-linked or copied under a new name: its rows would be
+    staged twice), each said in one line and recorded as read, so that a change to it later is
+    quarantined as any landed file's. Returns their URIs."""
+    from pathlib import Path
+    from ..landed import record, staged_contents
+    known, skip = None, []
+    for f in take:
+        n = job.streams[f[2]].name
+        rec = record(f[3], n)
+        if rec is None:
+            continue                                    # gone: the reader says so
+        uri = Path(f[3]).as_uri()
+        if rec["bytes"] == 0:
+            notes.say(f"stage --follow: warning: {f[3]}: an empty file: nothing to stage")
+        else:
+            known = staged_contents(writer.log["landed"]) if known is None else known
+            first = known.get((n, rec["sha256"]))
+            if first is None:
+                known[(n, rec["sha256"])] = uri          # a second copy in this batch is not read either
+                continue
+            notes.say(f"stage --follow: warning: {f[3]}: the same bytes as {first}, staged before (a rename, a link "
+                      f"or a copy): not staged again")
+        writer.log["landed"][uri] = rec
+        skip.append(uri)
+    return skip
 
 
 def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drain, say):
@@ -483,7 +628,7 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
     state = {"signal": None, "signals": 0}
     old = _catch(state)
     say(_watching(job, out, until, cap, drain))
-    only, look, stopped = None, 0.0, False
+    only, look, stopped, notes = None, 0.0, False, Notes(say)
     try:
         if until == "end":
             only = {Path(f[3]).as_uri() for f in landed_files(job, done)}
@@ -498,12 +643,18 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
             if state["signals"] > 1:
                 stopped = True
                 break
-            new, take, size = landed_files(job, done, only), [], 0
+            new, take, size = landed_files(job, done, only, notes), [], 0
             for f in new:
                 if take and size + f[4] > batch_bytes:
                     break
                 take.append(f)
                 size += f[4]
+            skip = _already_staged(job, writer, take, notes) if take else []
+            if skip:
+                writer.consume(skip)
+                done.update(skip)
+                take = [f for f in take if Path(f[3]).as_uri() not in set(skip)]
+                new = [f for f in new if Path(f[3]).as_uri() not in set(skip)]
             if take:
                 seen, r0 = time.time_ns(), time.perf_counter()
                 arrivals, paths, bad, arrow = reader.read(

@@ -82,6 +82,15 @@ def _check_first_rows(s, files, allow_empty):
     only find it after Spark has read everything); and an event time that is a number when
     time_unit says it is one. Only when every sampled value is ISO-8601 text is the unit refused
     (a few bad rows are quarantined by stage, not a reason to refuse the job)."""
+    if s.raw.format == "parquet":
+        import pyarrow.parquet as pq
+        for f in files:
+            try:
+                pq.read_metadata(f)
+            except Exception as e:  # noqa: BLE001 - any damage, named in one line
+                raise InputError(f"file:{f}: not a readable Parquet file of stream '{s.name}' "
+                                 f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})") from None
+        return
     if s.raw.format not in ("csv", "json"):
         return
     sample, unknown = [], False                  # (file, event-time value) of the first rows
