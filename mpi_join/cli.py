@@ -11,6 +11,22 @@ from .errors import JobError
 MAX_RANKS = 1 << 16
 
 
+class Finite(click.FloatRange):
+    """A float option in a range that is also finite: click's FloatRange lets NaN through (every
+    comparison with it is false)."""
+    name = "finite float"
+
+    def __init__(self, lo=None, hi=None, **kw):
+        super().__init__(lo, hi, **kw)
+
+    def convert(self, value, param, ctx):
+        import math
+        v = super().convert(value, param, ctx)
+        if v is not None and not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return v
+
+
 def _fail(e):
     click.echo(f"mpi-join: error: {e}", err=True)
     sys.exit(getattr(e, "exit_code", 2))
@@ -71,7 +87,7 @@ def main():
               "\"auto\" takes one source here.")
 @click.option("--allow-empty", is_flag=True, help="Exit 0 on 0 results even when the input drew a warning (a time "
               "unit that looks wrong, streams that never meet); without it such a run exits 3.")
-@click.option("--local", is_flag=True, help="Run every rank in this process, each a thread (-n of them, default 3), "
+@click.option("--local", is_flag=True, help="Run every rank in this process, each a thread (-n of them, default 3, at most 4,096 or what the machine's thread limits allow), "
               "without mpiexec: one start instead of one per rank, for small jobs, first tries and notebooks. "
               "Results, checkpoints and output are those of an mpiexec run of the same -n, and each resumes the "
               "other's checkpoints. One core runs the join.")
@@ -260,7 +276,7 @@ def tail(out, counts, no_follow, with_payload, job_path, fmt):
 @click.option("--trigger", default="500ms", show_default=True, help="How often the stager looks for new files.")
 @click.option("--batch-mb", type=click.IntRange(1, 1 << 20), default=64, show_default=True,
               help="The landing files one micro-batch reads, at most this many MB in all.")
-@click.option("--status-every", type=click.FloatRange(0.2, 3600), default=5.0, show_default=True,
+@click.option("--status-every", type=Finite(0.2, 3600), default=5.0, show_default=True,
               help="Seconds between status lines (and OUT/metrics/live.json).")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
               help="Serve the status figures to Prometheus on this port (GET /metrics; gauges named "
@@ -451,7 +467,7 @@ def _warn(job, man):
 @click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=8, show_default=True,
               help="Largest rank count to consider (the driver and up to n-1 operators).")
 @click.option("--tn", default=50.0, show_default=True, help="One network hop's latency, microseconds (psp's own model).")
-@click.option("--ts", default=None, type=float, help="Send + receive time per tuple, microseconds "
+@click.option("--ts", default=None, type=Finite(), help="Send + receive time per tuple, microseconds "
                                                       "(default: measured pack + unpack, a lower bound).")
 @click.option("--calibration", default=None, type=click.Path(exists=True),
               help="A bench-suite directory (or its results.json) whose fitted scaling model to use "
@@ -534,22 +550,25 @@ def _plan_rate(text, job, staged):
 @click.argument("workload", type=click.Choice(["band", "equi", "images"]))
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Directory for job.toml and the data: staged/ (ready to run), or raw/ with --raw (stage it first).")
-@click.option("--tuples", default=20000, show_default=True, help="Tuples over all streams.")
+@click.option("--tuples", default=20000, show_default=True, type=click.IntRange(1, 10**10),
+              help="Tuples over all streams.")
 @click.option("--seed", default=1, show_default=True, help="Random seed (same seed, same data).")
-@click.option("--rate", default=1000.0, show_default=True, help="Arrival rate per stream, tuples/s (event time).")
+@click.option("--rate", default=1000.0, show_default=True, type=Finite(1e-6, 1e9),
+              help="Arrival rate per stream, tuples/s (event time).")
 @click.option("--window", default=None, help="Time window, e.g. 30s (defaults: band 10s, equi 30s, images 5s).")
-@click.option("--count-window", type=int, default=None, help="Use a count window of this many tuples instead.")
-@click.option("--skew", default=0.7, show_default=True, help="equi: b-model skew b of the join keys.")
+@click.option("--count-window", type=click.IntRange(1, 1 << 40), default=None, help="Use a count window of this many tuples instead.")
+@click.option("--skew", default=0.7, show_default=True, type=Finite(0, 1),
+              help="equi: b-model skew b of the join keys.")
 @click.option("--keys", type=click.IntRange(1, 2), default=1, show_default=True, help="equi: join on 1 or 2 key columns.")
-@click.option("--domain-bits", default=14, show_default=True, help="equi: keys take 2^bits values.")
-@click.option("--uniform-keys", type=int, default=None, help="equi: uniform keys over this many values instead of the b-model.")
+@click.option("--domain-bits", default=14, show_default=True, type=click.IntRange(1, 62), help="equi: keys take 2^bits values.")
+@click.option("--uniform-keys", type=click.IntRange(1, 1 << 62), default=None, help="equi: uniform keys over this many values instead of the b-model.")
 @click.option("--streams", default=3, show_default=True, help="images: number of streams M.")
 @click.option("--pixels", type=click.Choice(["5000", "10000", "20000"]), default="5000", show_default=True,
               help="images: RGB pixels per image.")
 @click.option("--predicate", type=click.Choice(["similarity", "probabilistic", "costly"]), default="similarity",
               show_default=True, help="images: per-pixel similarity UDF, a coin with set selectivity, or that "
                                       "coin at the cost of comparing every pixel.")
-@click.option("--selectivity", default=0.01, show_default=True, help="images: selectivity of the probabilistic and costly predicates.")
+@click.option("--selectivity", default=0.01, show_default=True, type=Finite(0, 1), help="images: selectivity of the probabilistic and costly predicates.")
 @click.option("--strategy", default=None, type=_StrategyChoice(),
               help="Strategy written into job.toml (default: the one the registry names for this workload, "
                    "else hash).")
@@ -557,10 +576,10 @@ def _plan_rate(text, job, staged):
               help="Write raw files (out/raw/<stream>/) for `mpi-join stage` instead of staged data.")
 @click.option("--live", is_flag=True, help="equi: write CSV files into landing directories out/raw/R and out/raw/S "
               "in real time, at --rate per stream, for `stage --follow` (README \"Live streams\").")
-@click.option("--seconds", type=float, default=None, help="--live: write for this long (default: until Ctrl-C).")
-@click.option("--disorder", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+@click.option("--seconds", type=Finite(), default=None, help="--live: write for this long (default: until Ctrl-C).")
+@click.option("--disorder", type=Finite(0, 1), default=0.05, show_default=True,
               help="--live: share of rows behind by up to half the allowed lateness (out of order, not late).")
-@click.option("--late", type=click.FloatRange(0, 1), default=0.001, show_default=True,
+@click.option("--late", type=Finite(0, 1), default=0.001, show_default=True,
               help="--live: share of rows behind by one to two allowed latenesses (late: quarantined).")
 @click.option("--file-every", default="200ms", show_default=True, help="--live: a file per stream this often.")
 def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys, domain_bits, uniform_keys, streams,
@@ -606,9 +625,9 @@ def generate(workload, out, tuples, seed, rate, window, count_window, skew, keys
               help="Directory for job.toml and raw/<stream>/ (Parquet); stage it with `mpi-join stage OUT/job.toml`.")
 @click.option("--tables", type=click.Path(file_okay=False, exists=True), default=None,
               help="A tpchgen-cli parquet output directory (default: run tpchgen-cli at --sf into OUT/tpch).")
-@click.option("--sf", default=0.01, show_default=True, type=click.FloatRange(0.001, 1000),
+@click.option("--sf", default=0.01, show_default=True, type=Finite(0.001, 1000),
               help="TPC-H scale factor, when tpchgen-cli runs.")
-@click.option("--rate", default=2000.0, show_default=True, type=click.FloatRange(1, 1e9),
+@click.option("--rate", default=2000.0, show_default=True, type=Finite(1, 1e9),
               help="Event-time rate of both streams together, tuples/s.")
 @click.option("--window", default="10s", show_default=True, help="Time window of both streams.")
 @click.option("--limit", default=0, show_default=True, type=click.IntRange(0),
@@ -1022,7 +1041,7 @@ def bench_adaptive(nprocs, out, seconds, rates, epochs, window, theta):
               help="A workload (repeatable; default: band and equi).")
 @click.option("-n", "--workers", "workers", multiple=True, type=click.IntRange(1, 64),
               help="Worker ranks (ranks other than rank 0; repeatable; default 1 2 3 4).")
-@click.option("--seconds", default=2.0, show_default=True, type=click.FloatRange(0.1, 600),
+@click.option("--seconds", default=2.0, show_default=True, type=Finite(0.1, 600),
               help="Input per probe, in seconds at the rate under test.")
 @click.option("--steps", default=2, show_default=True, type=click.IntRange(0, 20),
               help="Precision of the rate search: bisect until the bracket is 2^(1/2^STEPS) wide (2: 19%).")
@@ -1143,14 +1162,14 @@ class _BenchChoice(click.Choice):
 @click.option("--tuples", type=click.IntRange(1, 10**9), default=None,
               help="Tuples over all streams (default: 400,000; 3,000 for the images workload, whose UDF "
                    "compares every pixel of every pair).")
-@click.option("--rate", type=float, default=None, help="Event-time arrival rate per stream, tuples/s (default: 1000; "
+@click.option("--rate", type=Finite(), default=None, help="Event-time arrival rate per stream, tuples/s (default: 1000; "
               "100 for images).")
 @click.option("--window", default=None, help="Time window of every stream (default: 60s; 1s for images).")
-@click.option("--skew", default=0.7, show_default=True, help="b-model skew of the join keys.")
-@click.option("--uniform-keys", type=int, default=None, help="Uniform join keys over this many values instead.")
+@click.option("--skew", default=0.7, show_default=True, type=Finite(0, 1), help="b-model skew of the join keys.")
+@click.option("--uniform-keys", type=click.IntRange(1, 1 << 62), default=None, help="Uniform join keys over this many values instead.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Strategy parameter (repeatable), e.g. --param local_join=bnl.")
-@click.option("--load", "load_fraction", type=float, default=None,
+@click.option("--load", "load_fraction", type=Finite(), default=None,
               help="Also replay at this fraction of the sustainable rate (the slowest quarter of the best run's second half) and report its delays (e.g. 0.8).")
 @click.option("--case", default=None,
               help="runtime: 4.8 M tuples (20,000/s per stream over 120 s, 100,000 uniform keys, 60 s windows) "
@@ -1237,7 +1256,8 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
 
 @main.command()
 @click.option("-n", "--np", "nprocs", type=click.IntRange(1, MAX_RANKS), default=4, show_default=True, help="MPI ranks.")
-@click.option("--tuples", default=200_000, show_default=True, help="Tuples over both streams.")
+@click.option("--tuples", default=200_000, show_default=True, type=click.IntRange(1, 10**9),
+              help="Tuples over both streams.")
 @click.option("--dir", "workdir", default="demo-run", show_default=True, type=click.Path(file_okay=False))
 @_MASTER
 def demo(nprocs, tuples, workdir, master):

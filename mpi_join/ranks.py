@@ -86,6 +86,26 @@ def _say_failed(rank, e):
     return why, 2 if isinstance(e, JobError) else 1
 
 
+LOCAL_RANKS = 4096       # --local's own bound: past it a thread per rank helps nobody on one machine
+
+
+def local_rank_limit():
+    """How many ranks `run --local` runs as threads here: LOCAL_RANKS, or fewer where the machine's
+    limits on threads (RLIMIT_NPROC, kernel.threads-max, less what runs already) say so."""
+    import resource
+    room = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    room = None if room == resource.RLIM_INFINITY else room
+    try:
+        with open("/proc/sys/kernel/threads-max") as f:
+            room = int(f.read()) if room is None else min(room, int(f.read()))
+        with open("/proc/loadavg") as f:               # "... running/total last_pid": threads that exist now
+            room -= int(f.read().split()[3].split("/")[1])
+    except (OSError, ValueError, IndexError, TypeError):
+        pass
+    most = LOCAL_RANKS if room is None else min(LOCAL_RANKS, room)
+    return max(most, 2)
+
+
 def run_local(job_path, overrides, nprocs, choose_sources=None):
     """Run the job's `nprocs` ranks in this process, each a thread (runtime/local.py), rank 0 on
     this one: the same driver, workers, checkpoints and output as under mpiexec, with one start
@@ -93,6 +113,11 @@ def run_local(job_path, overrides, nprocs, choose_sources=None):
     as under MPI; returns the exit code run_rank would."""
     from .runtime.local import Hub
     from .runtime.wire import PeerFailed
+    most = local_rank_limit()
+    if nprocs > most:
+        sys.stderr.write(f"mpi-join: error: run --local -n {nprocs}: at most {most:,} ranks run as threads of one "
+                         f"process on this machine (its thread limits); run fewer, or launch them with mpiexec\n")
+        return 2
     hub = Hub(nprocs)
     ctxs = [{"cores": 1, "choose_sources": choose_sources} for _ in range(nprocs)]   # one thread at a time runs Python
     codes = [0] * nprocs
@@ -113,8 +138,17 @@ def run_local(job_path, overrides, nprocs, choose_sources=None):
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda signum, _: _interrupted(0, ctxs[0], signum))
     threads = [threading.Thread(target=rank_body, args=(r,), name=f"rank {r}", daemon=True) for r in range(1, nprocs)]
-    for t in threads:
-        t.start()
+    for k, t in enumerate(threads):
+        try:
+            t.start()
+        except RuntimeError:             # "can't start new thread": the machine's limit, below the check's
+            why = (f"run --local -n {nprocs}: this machine let this process start only {k + 1} rank threads; "
+                   f"run fewer ranks (-n), or launch them with mpiexec")
+            hub.fail(0, why, 2)
+            for started in threads[:k]:
+                started.join()
+            sys.stderr.write(f"mpi-join: error: {why}\n")
+            return 2
     rank_body(0)
     for t in threads:
         t.join()

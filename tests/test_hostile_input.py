@@ -507,3 +507,30 @@ def test_a_lock_held_by_a_killed_unreaped_process_is_stale(tmp_path):
     DirLock(str(tmp_path / "d"), "output.dir", say=said.append).acquire().release()
     child.wait()
     assert said and "is not running" in said[0]
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--rate", "nan"], "'--rate': 'nan' is not a finite number"),
+    (["--rate", "inf"], "'--rate'"),
+    (["--rate", "0"], "'--rate'"),
+    (["--tuples", "-5"], "'--tuples': -5 is not in the range"),
+    (["--skew", "nan"], "'--skew'"),
+    (["--count-window", "0"], "'--count-window'"),
+])
+def test_generate_refuses_numbers_out_of_range_and_nan_in_one_line(tmp_path, args, says):
+    """NaN passed click's range checks (every comparison with it is false) and made every
+    timestamp INT64_MIN; a negative tuple count reached numpy's error."""
+    res = CliRunner().invoke(main, ["generate", "equi", "--out", str(tmp_path / "g"), *args])
+    assert res.exit_code == 2 and says in res.output, res.output
+    assert not (tmp_path / "g").exists()
+
+
+def test_run_local_with_more_ranks_than_threads_is_refused_in_one_line(tmp_path):
+    """-n 65536 is inside the rank range, but not a number of threads one process may start:
+    one line and exit 2 (a `can't start new thread` traceback and a hang before)."""
+    res = CliRunner().invoke(main, ["generate", "equi", "--out", str(tmp_path), "--tuples", "200"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["run", "--local", "-n", "65536", str(tmp_path / "job.toml")])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("mpi-join: error: run --local -n 65536: at most"), res.stderr
