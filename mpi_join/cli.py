@@ -979,9 +979,22 @@ def verify(results, job_path, examples, ordered):
     sys.exit(0 if rep["ok"] else 1)
 
 
+def _oracle_out(job, out):
+    """`oracle --out` writes a directory of its own: apart from the job's input, output,
+    checkpoint and raw directories (check_layout), and new or empty, so that it replaces nothing."""
+    from .storage import paths
+    paths.check_layout(paths.job_dirs(job, collect_out=out))
+    if not paths.local(out):
+        raise JobError(f"--out: {out}: the oracle writes a local directory")
+    p = paths.real(out)
+    if os.path.lexists(p) and (not os.path.isdir(p) or os.path.islink(out) or os.listdir(p)):
+        raise JobError(f"--out: {out}: exists and is not an empty directory; the oracle writes a new one")
+
+
 @main.command()
 @click.argument("job_path", type=click.Path(dir_okay=False))
-@click.option("--out", type=click.Path(file_okay=False), default=None, help="Write the results here as Parquet.")
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Write the results here as Parquet "
+              "(a new or empty directory apart from the job's input, output and checkpoint directories).")
 def oracle(job_path, out):
     """Compute JOB's exact result in one process (the reference every strategy must equal)."""
     from .config import load_job
@@ -989,6 +1002,8 @@ def oracle(job_path, out):
     from .storage.staged import read_staged
     try:
         job = load_job(job_path)
+        if out:
+            _oracle_out(job, out)
         arrays = read_staged(job)
     except JobError as e:
         _fail(e)

@@ -534,3 +534,18 @@ def test_run_local_with_more_ranks_than_threads_is_refused_in_one_line(tmp_path)
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("mpi-join: error: run --local -n 65536: at most"), res.stderr
+
+
+@pytest.mark.parametrize("where,says", [("staged/R", "overlaps input.staged"), ("out/results", "overlaps output.dir"),
+                                        ("full", "exists and is not an empty directory")])
+def test_oracle_out_stays_out_of_the_jobs_directories_and_replaces_nothing(tmp_path, where, says):
+    res = CliRunner().invoke(main, ["generate", "equi", "--out", str(tmp_path), "--tuples", "300"])
+    assert res.exit_code == 0, res.output
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "part-r0000-00000.parquet").write_text("a user's file")
+    before = tree_digest(str(tmp_path))
+    res = CliRunner().invoke(main, ["oracle", str(tmp_path / "job.toml"), "--out", str(tmp_path / where)])
+    assert_refused(res, "--out: ", says)
+    assert tree_digest(str(tmp_path)) == before
+    res = CliRunner().invoke(main, ["oracle", str(tmp_path / "job.toml"), "--out", str(tmp_path / "new")])
+    assert res.exit_code == 0 and os.listdir(tmp_path / "new"), res.output
