@@ -243,10 +243,26 @@ class Supervisor:
                 if which == "run" and rc == 0:
                     code = 0
                 elif which == "stager" and rc == 0:
-                    pass                              # the log has ended (or stays open, --no-drain)
+                    if self.signal is None and not self._log_ended():
+                        # stopped by a signal that was not live's (--no-drain: the log stays open)
+                        self.say("live: the stager stopped (exit 0) with the log open, not asked to by live (a "
+                                 "signal to it alone?)")
+                        if not self._restart(which, rc):
+                            return self._give_up(1)
+                    elif self.signal is None:
+                        self.say("live: the stager ended the log, not asked to by live (a signal to it alone?); "
+                                 "the run joins to its end")
                 elif self.signal is not None and not self.drain:
                     if which == "run":                # (a drain restarts a child that died: the log must end
                         code = 128 + self.signal      # and the run commit the rest)
+                elif self.signal is not None and rc == 2:
+                    # a signal to every process of the job at once (a cgroup stop) also reached the
+                    # stager's JVM or the run's ranks: what is committed stands, the log stays open
+                    self.say(f"live: the {which} stopped too (exit {rc}, above) while live was stopping; the "
+                             f"other is stopped at once")
+                    self.drain = False
+                    asked = None
+                    code = 128 + self.signal
                 elif rc == 2:                         # a one-line refusal: it would only come again
                     self.say(f"live: error: the {which} stopped with a one-line error (exit 2, above); it is not "
                              f"restarted")
@@ -289,12 +305,20 @@ class Supervisor:
         return True
 
     def _give_up(self, code):
-        """Stop both children (the stager ends or leaves its log as asked), wait, say the figures."""
-        self._stop("stager", signal.SIGTERM)
+        """Stop both children at once, the log left open (SIGUSR1 stops a stager so), so that
+        `live` again continues both; wait, say the figures."""
+        p = self.children.get("stager")
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGUSR1)             # the stager alone: not to its JVM
         self._stop("run", signal.SIGTERM)
         self._wait_all()
         self._write_status()
+        self.say("live: the log stays open and the committed results stand; `mpi-join live` continues both")
         return code
+
+    def _log_ended(self):
+        man = _read_json(os.path.join(self.job.staged, MANIFEST)) or {}
+        return bool((man.get("log") or {}).get("ended"))
 
     def _wait_all(self):
         for p in self.children.values():

@@ -1050,3 +1050,70 @@ def test_live_no_drain_leaves_the_log_open_and_a_second_live_continues_it_exactl
     ranks = json.loads((tmp_path / "out" / "metrics" / "summary.json").read_text())["ranks"]
     assert len(ranks) == 5, ranks
     _check_final(tmp_path, land)
+
+
+def _live(marker, *extra):
+    return subprocess.Popen(mpi_join_cmd("live", "-n", "3", "--status-every", "1", "--trigger", "200ms", *extra, marker),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=_env())
+
+
+def _committed_results(tmp_path):
+    c = tmp_path / "out" / "_COMMITTED"
+    return json.loads(c.read_text())["results"] if c.exists() else 0
+
+
+def test_live_that_gives_up_leaves_the_log_open_and_live_again_continues_it(tmp_path):
+    """A run that dies with no restarts left: live exits 1 and, as its exit table says, leaves
+    the log open (its draining stager ended the log before, and the next live was refused); the
+    next live continues the log and the run, and after its drain the results are the oracle's."""
+    (tmp_path / "job.toml").write_text(JOB.format(window="300ms", predicate=EQUI, strategy="hash", extra="")
+                                       + '[live]\nrestart_attempts = 0\n')
+    marker = str(tmp_path / "job.toml")
+    land = Landing(str(tmp_path), seed=41)
+    land.round()
+    live = _live(marker)
+    _wait(lambda: _committed_results(tmp_path) > 0 or live.poll() is not None, "a first commit", timeout=300,
+          feed=land.round)
+    ranks = mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 1, marker)
+    assert ranks and live.poll() is None, live.communicate()[1][-3000:]
+    os.kill(ranks[0], signal.SIGKILL)
+    code, out, err = _finish(live, "live giving up", timeout=300)
+    assert code == 1 and "is not restarted" in err and "the log stays open" in err, err[-3000:]
+    assert not _manifest(tmp_path)["log"]["ended"], "live gave up and ended the log"
+    (tmp_path / "job.toml").write_text(JOB.format(window="300ms", predicate=EQUI, strategy="hash", extra=""))
+    land.round()
+    live = _live(marker)
+    _wait(lambda: _accounted(tmp_path) == land.count() or live.poll() is not None, "every file taken in",
+          timeout=300)
+    os.killpg(live.pid, signal.SIGTERM)
+    code, out, err = _finish(live, "the second live", timeout=300)
+    assert code == 0 and "continuing the log" in err, err[-3000:]
+    _check_final(tmp_path, land)
+
+
+def test_a_stray_sigterm_to_the_stager_of_a_no_drain_live_is_noticed_and_the_stager_restarted(tmp_path):
+    """`live --no-drain`: a SIGTERM to the stager alone stops it with the log open (exit 0); live
+    says so and starts it again, so the files that land after are staged (before, live ran on
+    with no stager, `+0/s`, in silence)."""
+    (tmp_path / "job.toml").write_text(JOB.format(window="300ms", predicate=EQUI, strategy="hash", extra="")
+                                       + '[live]\nrestart_delay = "100ms"\n')
+    marker = str(tmp_path / "job.toml")
+    land = Landing(str(tmp_path), seed=43)
+    land.round()
+    live = _live(marker, "--no-drain")
+    _wait(lambda: _committed_results(tmp_path) > 0 or live.poll() is not None, "a first commit", timeout=300,
+          feed=land.round)
+    pid = _stager_pid(marker)
+    assert pid is not None and live.poll() is None
+    os.killpg(pid, signal.SIGTERM)
+    land.round()
+    land.round()
+    _wait(lambda: _accounted(tmp_path) == land.count() or live.poll() is not None, "the files after the SIGTERM",
+          timeout=300)
+    os.killpg(live.pid, signal.SIGTERM)
+    code, out, err = _finish(live, "live --no-drain", timeout=300)
+    assert code == 143, err[-3000:]
+    assert "live: the stager stopped (exit 0) with the log open, not asked to by live" in err, err[-3000:]
+    assert "live: the stager exited with code 0; restarting it" in err, err[-3000:]
+    assert not _manifest(tmp_path)["log"]["ended"]

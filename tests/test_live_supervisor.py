@@ -254,3 +254,34 @@ def test_a_child_whose_parent_is_gone_already_ends_at_once():
     p = subprocess.run([sys.executable, "-m", "mpi_join", "--version"], capture_output=True, text=True,
                        env={**os.environ, ENV: "not-a-pid"})
     assert p.returncode == 0 and "version" in p.stdout, p.stdout + p.stderr
+
+
+def test_a_signal_to_every_process_of_the_job_at_once_is_a_stop_not_an_error(tmp_path):
+    """A cgroup stop sends SIGTERM to live, the stager (and its JVM) and the ranks together: the
+    stager that loses its JVM exits 2, which live reported as `live: error: the stager stopped
+    with a one-line error`. While live is stopping, that is part of the stop: the run is stopped
+    at once, the log stays open, exit 128 + the signal, and no error is said."""
+    from mpi_join.live import Supervisor
+    (tmp_path / "job.toml").write_text(JOB)
+    job = load_job(str(tmp_path / "job.toml"))
+    os.makedirs(job.output)
+    stopped = tmp_path / "run-stopped"
+
+    class Children(Supervisor):
+        def _start(self, which):
+            if which == "stager":                   # its JVM is gone: a one-line error, exit 2
+                code = "import sys, time; time.sleep(0.3); sys.exit(2)"
+            else:                                   # a run that stops when told to
+                code = (f"import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: (open({str(stopped)!r}, "
+                        f"'w').close(), sys.exit(143)))\ntime.sleep(60)")
+            self.children[which] = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+            if which == "run":
+                self.signal = signal.SIGTERM        # live got it too
+
+    said = []
+    sup = Children(job, 3, said.append, status_every=100)
+    assert _supervise(sup) == 128 + signal.SIGTERM, said
+    assert stopped.exists(), said
+    assert not any("error" in s for s in said), said
+    assert any("live: the stager stopped too (exit 2, above) while live was stopping" in s for s in said), said
+    assert said[-1].startswith("live: stopped; the log stays open"), said

@@ -517,7 +517,8 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
         q = start(until == "end")
         say(_watching(job, out, until, cap, drain))
         _watch(q, state, lock, writer, cap, say, out)
-        if state["signal"] is not None and drain and until != "end" and state["error"] is None:
+        if state["signal"] is not None and drain and until != "end" and state["error"] is None \
+                and state["signals"] < 2:
             # the files that landed before the signal are staged too (an availableNow query on the
             # same checkpoint: what the stopped query had not read, each once); a second signal
             # stops at once and leaves the log open
@@ -535,7 +536,7 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
     if state["failed"] is not None:
         raise InputError(f"{out}: the streaming query failed: {_first_line(state['failed'])}; the log stays open (a "
                          f"restart continues it)")
-    if state["signal"] is not None and not drain:
+    if state["signal"] is not None and (not drain or state["signals"] > 1):
         return _left_open(writer, say, state["signal"])
     return _end(writer, say, state["signal"], until, cap)
 
@@ -635,7 +636,7 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
         while True:
             t0 = time.monotonic()
             if state["signal"] is not None and only is None:
-                if not drain:
+                if not drain or state["signals"] > 1:
                     stopped = True
                     break
                 say(_draining(state["signal"]))
@@ -687,11 +688,13 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
 
 def _catch(state):
     """Count Ctrl-C and SIGTERM in `state` (the first one's number in "signal", how many in
-    "signals") instead of dying; returns the handlers it replaced."""
+    "signals") instead of dying; SIGUSR1 counts as two (stop at once, the log left open: how
+    `live` gives up, where two SIGTERMs could come after a small drain had ended the log).
+    Returns the handlers it replaced."""
     def on_signal(n, f):
-        state["signals"] += 1
+        state["signals"] += 2 if n == signal.SIGUSR1 else 1
         state["signal"] = state["signal"] or n
-    return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
 
 
 def _watching(job, out, until, cap, drain):
