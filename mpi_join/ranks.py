@@ -33,6 +33,7 @@ def run_rank(job_path, overrides, choose_sources=None):
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     ctx = {}
+    quiet_h5py_teardown()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _: _interrupted(rank, ctx, signum))
     try:
@@ -74,11 +75,53 @@ def run_rank(job_path, overrides, choose_sources=None):
     return code
 
 
+# what the machine ran out of or refused, not a bug: one line, no traceback
+_ENVIRONMENT = {"ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "EIO", "EMFILE", "ENFILE", "ENOMEM", "EFBIG"}
+
+
+def _environment_error(e):
+    """"No space left on device (errno 28): PATH" for an OSError of the machine (a full disk, a
+    quota, a read-only filesystem), whose messages (HDF5's, Arrow's) span lines; None otherwise."""
+    import errno as errnos
+    code = getattr(e, "errno", None)
+    if not isinstance(e, OSError) or code is None or errnos.errorcode.get(code) not in _ENVIRONMENT:
+        return None
+    path = e.filename or (re.search(r"filename = '([^']+)'", str(e)) or [None, None])[1]
+    return f"{os.strerror(code)} (errno {code})" + (f": {path}" if path else "")
+
+
+def quiet_h5py_teardown():
+    """After a write failed (a full disk), h5py's objects fail again as they are freed, each
+    printing two tracebacks ("Exception ignored in: h5py._objects.ObjectID.__dealloc__") around
+    the rank's one line: those, and only those, are not printed. The failure itself is raised
+    where the write was made."""
+    def from_h5py(tb):
+        while tb is not None:
+            if "h5py" in tb.tb_frame.f_code.co_filename and "_objects" in tb.tb_frame.f_code.co_filename:
+                return True
+            tb = tb.tb_next
+        return False
+    old_unraisable, old_except = sys.unraisablehook, sys.excepthook
+
+    def unraisable(u):
+        if not from_h5py(u.exc_traceback) and "h5py._objects" not in str(u.object):
+            old_unraisable(u)
+
+    def excepthook(t, v, tb):
+        if not (t is RuntimeError and from_h5py(tb)):
+            old_except(t, v, tb)
+    sys.unraisablehook, sys.excepthook = unraisable, excepthook
+
+
 def _say_failed(rank, e):
     """The one line (and, for a bug, the traceback) of a rank that failed; returns (why, exit code)."""
     why = str(e).splitlines()[0] if str(e) else type(e).__name__
+    env = _environment_error(e)
     if isinstance(e, JobError):
         sys.stderr.write(f"mpi-join: error: {why} (rank {rank}; job aborted)\n")
+    elif env is not None:
+        why = env
+        sys.stderr.write(f"mpi-join: rank {rank} failed: {why}\n")
     else:
         sys.stderr.write(f"mpi-join: rank {rank} failed: {type(e).__name__}: {why}\n")
         traceback.print_exc(file=sys.stderr)

@@ -182,3 +182,34 @@ def test_verify_reports_missing_extra_and_duplicated(good):
     assert bad.returncode == 1
     assert "missing 1   extra 1   duplicated 1" in bad.stdout
     assert "DIFFERENT" in bad.stdout
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real filesystem of 600 kB, nearly full (a tmpfs mounted for the test; root only)."""
+    import subprocess
+    d = tmp_path / "full"
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(d)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    (d / "filler").write_bytes(b"\0" * 300_000)
+    yield d
+    subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def test_a_full_disk_is_one_line_per_rank_without_tracebacks(tmp_path, full_disk):
+    """Checkpoints and results on a disk that fills: each failing rank says one line naming the
+    file and errno 28, and no rank crashes or prints a Python or HDF5 traceback (66 of them, and
+    a segfault of a rank in HDF5's close, before)."""
+    arrays = random_streams(np.random.default_rng(5), 20000, key_range=50)
+    text = equi_job_text(('"30ms"', '"30ms"'), run="batch_size = 1000").replace(
+        'dir = "out"', f'dir = "{full_disk}/out"') + f'[checkpoint]\ndir = "{full_disk}/ckpt"\nevery_tuples = 2000\n'
+    path, job = write_job(str(tmp_path / "job"), text, arrays)
+    p = run_mpi(4, "run", path, timeout=120)
+    assert p.returncode == 1, p.stderr
+    said = [ln for ln in p.stderr.splitlines() if ln.startswith("mpi-join: rank")]
+    assert said and all("No space left on device (errno 28)" in ln for ln in said), p.stderr
+    assert len({ln.split(" failed")[0] for ln in said}) == len(said), "one line per rank at most"
+    for noise in ("Traceback", "Exception ignored", "HDF5", "Segmentation fault", "BAD TERMINATION"):
+        assert noise not in p.stderr, p.stderr
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))

@@ -74,12 +74,16 @@ def _binding(cid, rank, cut):
 def write_rank(root, cid, rank, arrays, attrs, cut=""):
     """Write one rank's state: `arrays` {name: ndarray} and JSON-able `attrs`, bound to checkpoint
     `cid`, `rank` and the cut `cut`. Atomic rename. Returns the file's digest (the SHA-256 of its
-    checksums), which the manifest records."""
+    checksums), which the manifest records. The HDF5 file is built in memory and written by
+    Python: a full disk is then one OSError (ENOSPC) here, where HDF5 writing to disk itself
+    crashed the process as it closed the failed file."""
+    import io
     import h5py
     path = rank_file(root, cid, rank)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
-    with h5py.File(tmp, "w") as f:
+    image = io.BytesIO()
+    with h5py.File(image, "w") as f:
         f.attrs["format"] = FORMAT
         f.attrs["rank"] = rank
         f.attrs["checkpoint"] = cid
@@ -94,6 +98,14 @@ def write_rank(root, cid, rank, arrays, attrs, cut=""):
             sums["arrays/" + name] = array_sha256(a)
         text = json.dumps(sums, sort_keys=True)
         f.attrs["sha256"] = text
+    try:
+        with open(tmp, "wb") as out:
+            out.write(image.getbuffer())
+    except OSError as e:
+        e.filename = e.filename or tmp
+        if os.path.lexists(tmp):
+            os.remove(tmp)                    # what part of it was written (inside this checkpoint)
+        raise
     os.replace(tmp, path)
     return hashlib.sha256(text.encode()).hexdigest()
 
