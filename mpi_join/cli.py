@@ -222,6 +222,9 @@ def tail(out, counts, no_follow, with_payload, job_path, fmt):
     from .storage.tail import Payloads, follow
     if not os.path.isdir(out):
         _fail(JobError(f"{out}: no such run output directory"))
+    if os.path.exists(os.path.join(out, "_manifest.json")):
+        _fail(JobError(f"{out}: a staged directory (it has _manifest.json), not a run's output; tail reads the "
+                       f"results of a run (its output.dir)"))
     if with_payload and not job_path:
         _fail(JobError("--with-payload: give the run's job file with --job JOB (its staged input holds the columns)"))
     if (with_payload or job_path) and counts:

@@ -162,7 +162,8 @@ def load_job(path, overrides=None, udfs=True):
             data = f.read((1 << 20) + 1)
         if len(data) > 1 << 20:
             raise ConfigError(f"{path}: larger than 1 MB; not a job file")
-        raw = tomllib.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        raw = tomllib.loads(text[1:] if text.startswith("\ufeff") else text)     # a byte order mark (Windows editors)
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); a job file is TOML") from None
     except tomllib.TOMLDecodeError as e:

@@ -78,8 +78,16 @@ def _no_success(d, parts):
     return "", "no _SUCCESS"
 
 
-@pytest.mark.parametrize("tamper", [_shorten, _delete, _add, _copy_renamed, _truncate, _no_success],
-                         ids=["shortened", "deleted", "added", "copied-renamed", "truncated", "no-success"])
+def _linked(d, parts):
+    """results/ moved away and a symbolic link left in its place (the README: a link is refused)."""
+    away = os.path.join(os.path.dirname(os.path.dirname(d)), "elsewhere")
+    os.rename(d, away)
+    os.symlink(away, d)
+    return "results", "is a symbolic link"
+
+
+@pytest.mark.parametrize("tamper", [_shorten, _delete, _add, _copy_renamed, _truncate, _no_success, _linked],
+                         ids=["shortened", "deleted", "added", "copied-renamed", "truncated", "no-success", "linked"])
 def test_a_tampered_run_is_refused_with_one_line_before_spark(run, tmp_path, tamper):
     """Checks: exit 2; one line naming the file and what is wrong; Spark never imported; nothing
     written to OUT."""

@@ -549,3 +549,43 @@ def test_oracle_out_stays_out_of_the_jobs_directories_and_replaces_nothing(tmp_p
     assert tree_digest(str(tmp_path)) == before
     res = CliRunner().invoke(main, ["oracle", str(tmp_path / "job.toml"), "--out", str(tmp_path / "new")])
     assert res.exit_code == 0 and os.listdir(tmp_path / "new"), res.output
+
+
+def test_a_job_file_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    """Windows editors write one; it was "Invalid statement (at line 1, column 1)"."""
+    from conftest import equi_job_text as ejt
+    (tmp_path / "job.toml").write_bytes(b"\xef\xbb\xbf" + ejt(('"5ms"', '"5ms"')).encode())
+    res = CliRunner().invoke(main, ["explain", str(tmp_path / "job.toml"), "-n", "3"])
+    assert "Invalid statement" not in res.output and "not valid TOML" not in res.output, res.output
+
+
+def test_a_landing_path_that_is_a_file_is_named_as_one(tmp_path):
+    from mpi_join.config import load_job
+    from mpi_join.errors import InputError
+    from mpi_join.storage.spark.follow import landing_dir
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "R").write_text("t,k,v\n")
+    text = equi_job_text(('"5ms"', '"5ms"')).replace(
+        "[streams.S]", '[streams.S]\nraw = { path = "raw/S", format = "csv", time = "t", time_unit = "ms" }').replace(
+        "[streams.R]\n", '[streams.R]\nraw = { path = "raw/R", format = "csv", time = "t", time_unit = "ms" }\n')
+    (tmp_path / "job.toml").write_text(text)
+    job = load_job(str(tmp_path / "job.toml"))
+    with pytest.raises(InputError, match="landing directory of stream 'R' is a file, not a directory"):
+        landing_dir(job.streams[0])
+
+
+def test_tail_of_a_staged_directory_is_refused_in_one_line(tmp_path):
+    arrays = random_streams(np.random.default_rng(1), 100)
+    path, job = write_job(str(tmp_path), equi_job_text(('"5ms"', '"5ms"')), arrays)
+    res = CliRunner().invoke(main, ["tail", job.staged, "--no-follow"])
+    assert_refused(res, "a staged directory", "not a run's output")
+
+
+def test_verify_of_an_unfinished_run_says_so(tmp_path):
+    """A run's output without _SUCCESS (still running, or stopped) was DIFFERENT with no word why."""
+    arrays = random_streams(np.random.default_rng(2), 400)
+    path, job = write_job(str(tmp_path), equi_job_text(('"5ms"', '"5ms"')), arrays)
+    os.makedirs(os.path.join(job.output, "results"))
+    res = CliRunner().invoke(main, ["verify", job.output, "--job", path])
+    assert res.exit_code == 1, res.output
+    assert "the run has not finished (no _SUCCESS)" in res.output and "DIFFERENT" in res.output, res.output

@@ -76,3 +76,21 @@ def test_sigkill_a_merging_core_then_resume_is_exactly_once_and_in_order(tmp_pat
     path, job, arrays = paced_checkpointed_job(tmp_path, "splitjoin", PRED["band"])
     kill_then_resume(path, job, ranks=6, victim=1, total=16000)
     _check(job, arrays)
+
+
+@pytest.mark.parametrize("mode,level,after", [("tuples", "outer", 7), ("comparisons", "inner", 4)])
+def test_the_punctuated_order_holds_through_a_resume_at_another_rank_count(tmp_path, mode, level, after):
+    """A crash after two checkpoints on 5 ranks, resumed on `after` ranks: the new combiner writes
+    what the old mergers held first, in the punctuated order (by trigger, then the stored tuple;
+    it sorted them by R's seq, which put 6 to 61 results out of order), and `verify --ordered`
+    follows the combiner across the rank counts (it refused files of two ranks)."""
+    from test_checkpoint import kill_local_after_checkpoints, unpaced
+    path, job, arrays = paced_checkpointed_job(tmp_path, "splitjoin", PRED["equi"], total=8000,
+                                               extra_strategy=f'punctuation = "{mode}"\ninterval = 1')
+    p = kill_local_after_checkpoints(path, job.checkpoint.dir, 5, 2, 8000)
+    assert p.returncode != 0
+    r = run_local(after, "run", unpaced(path), "--resume", job.checkpoint.dir)
+    assert r.returncode == 0 and "resuming from checkpoint" in r.stderr, r.stderr
+    assert len(writers(job.output)) == 2, "the old and the new combiner wrote"
+    v = cli("verify", job.output, "--job", path, "--ordered", level)
+    assert v.returncode == 0 and "OK: results equal the oracle and are in order" in v.stdout, v.stdout + v.stderr

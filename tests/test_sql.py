@@ -223,3 +223,29 @@ def test_every_readme_join_example_has_its_sql_form(toml, sql):
     assert a.predicate == b.predicate and a.predicate.outer == b.predicate.outer
     assert [s.window for s in a.streams] == [s.window for s in b.streams] or iv
     assert [s.window.size for s in a.streams] == [s.window.size for s in b.streams]
+
+
+@pytest.mark.parametrize("sql,toml", [
+    # BETWEEN SYMMETRIC: between the smaller bound and the larger (it was read as plain BETWEEN)
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts BETWEEN SYMMETRIC t.ts AND t.ts - INTERVAL '5' SECOND",
+     'lower = "-5s", upper = "0s"'),
+    # an exponent in an interval's number (sqlglot read '1e3' as '1' E)
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts >= t.ts AND q.ts <= t.ts + INTERVAL '1e3' MILLISECOND",
+     'lower = "0s", upper = "1000ms"'),
+    # equal event times: an interval [0, 0] (it became an equi on a column `ts`)
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.ts = q.ts", 'lower = "0s", upper = "0s"'),
+], ids=["symmetric", "exponent", "ts-equals-ts"])
+def test_sql_time_forms_read_as_their_toml_twins(sql, toml):
+    job = _job(_sql(sql), "", "")
+    twin = _job('equi = [["trades.sym", "quotes.sym"]]\ninterval = { left = "trades", right = "quotes", '
+                + toml + ', closed = "both" }', "", "")
+    assert job.predicate == twin.predicate and [s.window for s in job.streams] == [s.window for s in twin.streams]
+
+
+def test_a_band_below_zero_joins_nothing_and_says_so():
+    from mpi_join.storage.input_warnings import warnings
+    job = _job(_sql("SELECT * FROM trades t JOIN quotes q ON ABS(t.px - q.bid) < 0"))
+    man = {"streams": {n: {"count": 10, "ts_min": 1_700_000_000_000, "ts_max": 1_700_000_000_100}
+                       for n in ("trades", "quotes")}}
+    said = warnings(job, man)
+    assert any("the band |trades.px - quotes.bid| < 0 holds for no pair" in w for w in said), said

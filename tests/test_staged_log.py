@@ -355,3 +355,26 @@ def test_an_idle_stream_stops_holding_the_watermark_back_and_its_late_rows_are_q
     w.end("test")
     R, S = read_staged(job)
     assert R["ts"].tolist() == [1, 2, 50, 100, 120] and S["ts"].tolist() == [3, 115]
+
+
+def test_a_rewrite_of_the_same_size_with_its_mtime_put_back_is_noticed(tmp_path):
+    """Same size, same inode, the old modification time restored with os.utime: the change time
+    still moves, so the file is hashed again and its new content quarantined (unnoticed before)."""
+    text = JOB.format(lateness="10ms").replace(
+        '[streams.R]\n', '[streams.R]\nraw = { path = "landing", format = "csv", time = "t", time_unit = "ms" }\n')
+    (tmp_path / "job.toml").write_text(text)
+    job = load_job(str(tmp_path / "job.toml"))
+    (tmp_path / "landing").mkdir()
+    f = tmp_path / "landing" / "a.csv"
+    f.write_text("t,k,v\n1,1,1.0\n2,1,1.0\n")
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    w.commit(0, [_rows(job, 0, [1, 2]), _rows(job, 1, [])], [f"file:{f}"])
+    st = os.stat(f)
+    import time
+    time.sleep(0.01)
+    with open(f, "r+") as h:                     # in place: same inode, same size
+        h.write("t,k,v\n7,2,2.0\n8,2,2.0\n")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(f).st_size == st.st_size and os.stat(f).st_mtime_ns == st.st_mtime_ns
+    said = []
+    assert w.quarantine_changed(said.append) == 1 and "rewritten after staging" in said[0], said

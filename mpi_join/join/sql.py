@@ -45,7 +45,8 @@ def predicate_table(sql, streams, ts_unit, time_columns=None):
     ConfigError("predicate.sql: ...") naming what it cannot express."""
     try:
         _limits(sql)
-        return _translate(sql, list(streams), ts_unit, time_columns or {})
+        return _translate(_plain_interval_numbers(sql) if isinstance(sql, str) else sql, list(streams), ts_unit,
+                          time_columns or {})
     except _Refused as e:
         raise ConfigError(f"predicate.sql: {e}") from None
     except RecursionError:
@@ -232,6 +233,28 @@ def _duration(e, ts_unit):
     _no(f"{e.sql()}: expected a duration (INTERVAL '5' SECOND, or a number of {ts_unit})")
 
 
+def _signed_ns(text):
+    """A duration text of _offset ("-5s", "250ms", "0s") as exact signed nanoseconds."""
+    from ..units import parse_duration
+    neg = text.startswith("-")
+    ns = parse_duration(text[1:] if neg else text, "predicate.sql")
+    return -ns if neg else ns
+
+
+def _plain_interval_numbers(sql):
+    """`INTERVAL '1e3' MILLISECOND` with its number written plainly ('1000'): sqlglot reads an
+    exponent in an interval's text as a unit ('1' E). Exact (Decimal)."""
+    import re
+    from decimal import Decimal, InvalidOperation
+
+    def plain(m):
+        try:
+            return f"INTERVAL '{format(Decimal(m.group(1)), 'f')}'"
+        except InvalidOperation:
+            return m.group(0)
+    return re.sub(r"(?i)INTERVAL\s+'\s*([+-]?\d+(?:\.\d*)?[eE][+-]?\d+)\s*'", plain, sql)
+
+
 def _exact(e, text, what):
     """The number `text` of the expression `e` read exactly (a Decimal: an integer above 2^53
     stays that integer, where a float would read another duration); a non-finite one refused."""
@@ -262,6 +285,11 @@ def _atom(a, alias, time_columns, ts_unit, out, times):
     where = a.sql()
     if isinstance(a, exp.EQ):
         l, r = _col(a.left, alias), _col(a.right, alias)
+        if l is not None and r is not None and _is_time(l, time_columns) and _is_time(r, time_columns):
+            # equal event times: b.ts - a.ts in [0, 0], an interval (ts is no column of the schema)
+            _time_bound(times, l[0], r[0], "lower", "0s", True, where)
+            _time_bound(times, l[0], r[0], "upper", "0s", True, where)
+            return
         if l is None or r is None:
             _no(f"{where}: a filter on one stream, or an expression; an equality joins two columns "
                 f"(a.x = b.y); filter rows when staging")
@@ -276,6 +304,8 @@ def _atom(a, alias, time_columns, ts_unit, out, times):
             lo, hi = _offset(lo_e, alias, time_columns, ts_unit), _offset(hi_e, alias, time_columns, ts_unit)
             if lo is None or hi is None or lo[0] != hi[0]:
                 _no(f"{where}: a time condition reads b.ts BETWEEN a.ts - d1 AND a.ts + d2")
+            if a.args.get("symmetric") and _signed_ns(lo[1]) > _signed_ns(hi[1]):
+                lo, hi = hi, lo                  # BETWEEN SYMMETRIC: between the smaller and the larger
             _time_bound(times, lo[0], x[0], "lower", lo[1], True, where)
             _time_bound(times, lo[0], x[0], "upper", hi[1], True, where)
             return

@@ -181,7 +181,10 @@ def restore_rescaled(w, root, cid, man):
     taken = {n: rec for n, rec in (man.get("committed") or {}).items()
              if part_of(n)[0] == w.rank or (w.rank == last and part_of(n)[0] not in w.graph.workers)}
     snaps = (man.get("snapshots") or {}) if w.rank == last else {}
-    w.writer.resume(as_rows(taken), as_rows(snaps))
+    # numbered past every committed file, whoever wrote it: a writer's files after a rescale
+    # come after all before it in the numbers too (verify --ordered reads the write order so)
+    after = max([part_of(n)[1] for n in (man.get("committed") or {}) if part_of(n)] + [-1])
+    w.writer.resume(as_rows(taken), as_rows(snaps), after=after)
     w.metrics.results = sum(r["rows"] for r in taken.values())
     w.metrics.tuples_in = 0
     if out is not None:

@@ -10,7 +10,8 @@ slaves/cuts.restore_rescaled calls the roles' `restore_rescaled`).
 - Mergers: results of batches before the cut that were not written yet are in the flows the
   distributors and the combiner queue (their gathers) and in those on their way to them (their
   channel state); each result row is in exactly one of these. The new combiner writes them all
-  as it restores (in seq order; the punctuated order resumes with the next batch), so every
+  as it restores (in the punctuated order: by trigger, then the stored tuple; the next batch's
+  results follow), so every
   result is written once. The tree of the new run starts with empty gathers.
 - The driver only broadcasts: it routes the new tree as it is."""
 import numpy as np
@@ -66,7 +67,9 @@ def restore_combiner(comb, read, old):
     out = Output()
     if rows:
         rows = np.concatenate(rows)
-        rows = rows[np.lexsort(tuple(rows[c] for c in reversed(comb.cols)))]
+        # in the punctuated order: by the trigger (the newer tuple, the larger seq), then the other
+        seqs = np.stack([rows[c] for c in comb.cols])
+        rows = rows[np.lexsort((seqs.min(axis=0), seqs.max(axis=0)))]
         comb.received += len(rows)
         out.emit([np.ascontiguousarray(rows[c]) for c in comb.cols], np.ascontiguousarray(rows["_tin"]))
     return out

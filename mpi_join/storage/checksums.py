@@ -187,6 +187,9 @@ def check_recorded_parts(run_dir, partial=False, job=None):
     each with its rows, size and SHA-256. Returns their paths. With `partial` (a run without
     _SUCCESS), the part files present, each readable. Raises InputError naming the file."""
     rdir = os.path.join(run_dir, "results")
+    if os.path.islink(rdir):
+        raise InputError(f"{rdir}: is a symbolic link (to {os.readlink(rdir)}); collect reads a run's own results/ "
+                         f"directory, never through a link")
     present = sorted(f for f in os.listdir(rdir) if f.endswith(".parquet") and not f.startswith((".", "_"))) \
         if os.path.isdir(rdir) else []
     done = os.path.join(run_dir, "_SUCCESS")

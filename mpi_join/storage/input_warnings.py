@@ -42,6 +42,11 @@ def warnings(job, man):
     out = []
     unit = job.ts_unit
     per = ts_unit_ns(unit)
+    for b in job.predicate.band:
+        if b.eps < 0 or (b.eps == 0 and not b.closed):
+            l, r = (f"{job.streams[i].name}.{c}" for i, c in (b.left, b.right))
+            out.append(f"predicate: the band |{l} - {r}| {'<=' if b.closed else '<'} {b.eps:g} holds for no pair "
+                       f"(an absolute difference is never below 0): the answer is empty")
     st = {s.name: man["streams"].get(s.name, {}) for s in job.streams}
     for s in job.streams:
         m = st[s.name]

@@ -4,7 +4,7 @@ The producer contract (README "Live streams"): a file is written under a hidden 
 into the landing directory when complete, and a landed file is never written again. Spark's file
 source reads a name once; a file rewritten, appended to or truncated under a name already read
 would otherwise be lost in silence. The stager records each file it committed rows of (size,
-modification time, inode, SHA-256 of what it read), looks again between micro-batches, and
+modification time, change time, inode, SHA-256 of what it read), looks again between micro-batches, and
 quarantines the new content of a file that changed, counted in the log, with one line said.
 """
 import hashlib
@@ -53,8 +53,8 @@ def record(path, stream):
     """{bytes, mtime_ns, ino, sha256, stream} of a landing file now, or None when it is gone."""
     try:
         st = os.stat(path)
-        return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "sha256": _sha256(path),
-                "stream": stream}
+        return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "ctime_ns": st.st_ctime_ns,
+                "sha256": _sha256(path), "stream": stream}
     except OSError:
         return None
 
@@ -86,7 +86,10 @@ def changed(landed):
             st = os.stat(p)
         except OSError:
             continue
-        if (st.st_size, st.st_mtime_ns, st.st_ino) == tuple(rec[k] for k in FIELDS):
+        # the change time too: a rewrite of the same size with its old mtime put back (os.utime)
+        # still sets it (a record of an older log has none: size, mtime and inode alone)
+        if (st.st_size, st.st_mtime_ns, st.st_ino) == tuple(rec[k] for k in FIELDS) and \
+                rec.get("ctime_ns", st.st_ctime_ns) == st.st_ctime_ns:
             continue
         now = record(p, rec["stream"])
         if now is None or now["sha256"] == rec["sha256"]:

@@ -130,14 +130,15 @@ class ResultWriter:
                     remove_file(d, os.path.join(d, f))
                     self.snap_records.pop(f, None)
 
-    def resume(self, file_records, snapshot_records=()):
+    def resume(self, file_records, snapshot_records=(), after=-1):
         """Continue after a checkpoint whose committed files of this rank are `file_records` and
         `snapshot_records` (what file_records() and snapshot_records() gave at the cut, verified
-        on resume)."""
+        on resume); the next file's number is past `after` too (a restore at another rank count:
+        the highest number of any committed file)."""
         self.records, self.snap_records = as_records(file_records), as_records(snapshot_records)
         self.files = [os.path.join(self.dir, n) for n in sorted(self.records)]
         held = [part_of(n) for n in self.records]   # a restore at another rank count hands a rank others' files too
-        self._next = max([len(self.files)] + [k + 1 for r, k in filter(None, held) if r == self.rank])
+        self._next = max([len(self.files), after + 1] + [k + 1 for r, k in filter(None, held) if r == self.rank])
 
     def file_records(self):
         """[[name, rows, bytes, sha256]] of every file written so far (after a flush with wait)."""
@@ -212,12 +213,16 @@ def result_files(path):
     return files
 
 
-def read_results(path, stream_names, only=None):
+def read_results(path, stream_names, only=None, order=None):
     """All result rows as an (n, M) int64 array of seqs, columns in stream order (`only`: of the
-    part files of these names)."""
+    part files of these names; `order`: the files' names in the order to read them, else by name)."""
     cols = [f"{n}_seq" for n in stream_names]
     parts = []
-    for f in result_files(path):
+    files = result_files(path)
+    if order is not None:
+        rank = {n: i for i, n in enumerate(order)}
+        files = sorted(files, key=lambda f: rank.get(os.path.basename(f), len(rank)))
+    for f in files:
         if only is not None and os.path.basename(f) not in only:
             continue
         try:

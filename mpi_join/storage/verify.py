@@ -2,6 +2,7 @@
 strategy that promises an output order (splitjoin), whether the results were written in it; and
 for a run that aggregated online (an aggregate/ directory of snapshots), whether the final
 snapshot equals the aggregate of the oracle's results."""
+import collections
 import os
 import time
 
@@ -26,6 +27,29 @@ def order_violations(got, level):
         other = np.sort(got, axis=1)[:, -2]
         back |= (trig[1:] == trig[:-1]) & (other[1:] < other[:-1])
     return int(back.sum())
+
+
+def read_results_in_write_order(results_path, job, only=None):
+    """The results in the order they were written: part files by number. One writer (splitjoin's
+    combiner) numbers its files in order, and after a resume at another rank count the new
+    writer numbers its files past every file committed before (slaves/cuts.py), so the numbers
+    order the files of every launch; two files of one number (two writers at once) cannot be
+    ordered and are refused."""
+    files = [os.path.basename(f) for f in result_files(results_path)]
+    if only is not None:
+        files = [f for f in files if f in only]
+    parts = [(part_of(f), f) for f in files]
+    if any(p is None for p, _ in parts):
+        raise InputError(f"{results_path}: --ordered needs part files as mpi-join writes them "
+                         f"(part-r<rank>-<n>.parquet); found {next(f for p, f in parts if p is None)}")
+    numbers = collections.Counter(n for (_, n), _ in parts)
+    if any(c > 1 for c in numbers.values()):
+        n = next(k for k, c in numbers.items() if c > 1)
+        who = sorted(r for (r, k), _ in parts if k == n)
+        raise InputError(f"{results_path}: --ordered needs the files of one writer at a time (splitjoin's combiner); "
+                         f"ranks {', '.join(map(str, who))} both wrote a part file number {n}")
+    ordered_files = [f for _, f in sorted(parts, key=lambda x: x[0][1])]
+    return read_results(results_path, job.stream_names, only=set(ordered_files), order=ordered_files)
 
 
 def writers(results_path):
@@ -55,14 +79,14 @@ def verify(results_path, job, examples=5, ordered=None, expected=None):
     missing, extra, (dups, counts) = compare(expected, got)
     order = None
     if ordered:
-        who = writers(results_path)
-        if len(who) > 1 or -1 in who:
-            raise InputError(f"{results_path}: --ordered needs the part files of one writer in write order "
-                             f"(part-r<rank>-<n>.parquet of one rank, as splitjoin's combiner writes them); found "
-                             f"{'files of ranks ' + ', '.join(map(str, sorted(who))) if -1 not in who else 'other files'}")
+        got = read_results_in_write_order(results_path, job, only=prefix and set(prefix["files"]))
         order = {"level": ordered, "violations": order_violations(got, ordered)}
     agg = check_aggregate(results_path, job, arrays, expected)
+    run_dir = results_path if os.path.isdir(os.path.join(results_path, "results")) else os.path.dirname(
+        os.path.normpath(results_path))
+    unfinished = prefix is None and os.path.isdir(run_dir) and not os.path.exists(os.path.join(run_dir, "_SUCCESS"))
     return {
+        "unfinished": unfinished,
         "ok": not (len(missing) or len(extra) or len(dups)) and not (order and order["violations"]) and
               not (agg and agg["difference"]),
         "order": order,
@@ -154,9 +178,13 @@ def format_report(rep):
         o = rep["open_log"]
         lines.append(f"the staged log has not ended: checked the run's {o['commits']} commit(s), which cover the input "
                      f"before seq {o['input_offset']:,} (an outer join's lone rows are checked once the log has ended)")
+    if rep.get("unfinished"):
+        lines.append("the run has not finished (no _SUCCESS): its results so far are partial; verify it once it "
+                     "has ended")
     lines.append("compared with the oracle on the staged input as given (this cannot catch a wrong time unit or "
                  "column at staging)")
     ordered = " and are in order" if rep.get("order") else ""
     lines.append(f"OK: results equal the oracle{ordered}" if rep["ok"] else
-                 "DIFFERENT: results do not equal the oracle" + (" or are out of order" if rep.get("order") else ""))
+                 "DIFFERENT: results do not equal the oracle" + (" or are out of order" if rep.get("order") else "")
+                 + (" (the run has not finished)" if rep.get("unfinished") else ""))
     return "\n".join(lines)

@@ -56,6 +56,9 @@ def landing_dir(s):
     if "://" in p:
         raise JobError(f"streams.{s.name}.raw.path: {s.raw.path}: live staging reads a local landing directory here "
                        f"(a URI scheme is passed to Spark only by `stage` at rest)")
+    if os.path.exists(p) and not os.path.isdir(p):
+        raise InputError(f"{p}: the landing directory of stream '{s.name}' is a file, not a directory (live staging "
+                         f"reads the files that arrive in a directory; point streams.{s.name}.raw.path at one)")
     if not os.path.isdir(p):
         raise InputError(f"{p}: the landing directory of stream '{s.name}' does not exist (live staging reads the "
                          f"files that arrive in a directory; create it, or point streams.{s.name}.raw.path at one)")
