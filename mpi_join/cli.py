@@ -187,7 +187,7 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
             cmd = mpiexec_cmd(nprocs, args)
         except JobError as e:
             _fail(e)
-        sys.exit(launch(cmd))
+        sys.exit(launch(cmd, lambda signum: _stopped_line(job, overrides, follow, signum)))
     from .ranks import run_rank
     from .tools.scaling_model import auto_sources
     sys.exit(run_rank(job, dict(overrides, **flags), auto_sources))
@@ -980,6 +980,16 @@ def verify(results, job_path, examples, ordered):
         click.echo("mpi-join: warning: the oracle finds 0 results: an empty answer is equal, but rarely what was "
                    "meant; `mpi-join check JOB` warns about time ranges and units", err=True)
     sys.exit(0 if rep["ok"] else 1)
+
+
+def _stopped_line(job_path, overrides, follow, signum):
+    """What rank 0 of a run stopped by `signum` says (ranks.stopped_line), from the job file."""
+    from .config import load_job
+    from .ranks import stopped_line
+    from .storage.commits import IMPLICIT
+    job = load_job(job_path, overrides, udfs=False)
+    ckpt = job.checkpoint.dir if job.checkpoint else (os.path.join(job.output, IMPLICIT) if follow else None)
+    return stopped_line(signum, job.output, ckpt)
 
 
 def _oracle_out(job, out):

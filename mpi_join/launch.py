@@ -71,8 +71,10 @@ def killed_line(codes):
     return f"mpi-join: error: {who}; the job was aborted; with checkpoints, `--resume` continues it"
 
 
-def run(cmd):
-    """Run the mpiexec command line `cmd`; returns its exit code."""
+def run(cmd, stopped_line=None):
+    """Run the mpiexec command line `cmd`; returns its exit code. `stopped_line(signum)`: the
+    line rank 0 says when a signal stops the run, said here instead when rank 0's did not come
+    through (under load, mpiexec may tear rank 0 down, or stop forwarding, before it arrives)."""
     hydra = is_hydra(cmd[0])
     if hydra:
         cmd = [cmd[0], "-print-all-exitcodes", *cmd[1:]]
@@ -100,6 +102,8 @@ def run(cmd):
                 continue            # Hydra's notes on forwarding the signal: the ranks say what happened
             if line.startswith("mpi-join: error:") or " failed: " in line:
                 seen["said"] = True
+            if line.startswith(("mpi-join: interrupted by the user", "mpi-join: stopped by SIG")):
+                seen["stopped_said"] = True
             dst.write(line)
             dst.flush()
 
@@ -113,8 +117,14 @@ def run(cmd):
         for sig, h in old.items():
             signal.signal(sig, h)
     for t in threads:
-        t.join(5)
+        t.join(60)               # the pipes end with the last rank: what it said is all forwarded
     if seen["signal"] is not None and rc != 0:      # stopped (a run that had ended keeps its 0)
+        if not seen.get("stopped_said") and not seen["said"] and stopped_line is not None:
+            try:
+                sys.stderr.write(f"\n{stopped_line(seen['signal'])}\n")
+            except Exception as e:  # noqa: BLE001 - the line is a courtesy; the exit code says it
+                sys.stderr.write(f"\nmpi-join: stopped by {signal.Signals(seen['signal']).name} ({e})\n")
+            sys.stderr.flush()
         return 128 + int(seen["signal"])
     if rc not in (0, 2, 130, 143) and not seen["said"]:
         line = killed_line(seen["codes"])

@@ -212,30 +212,37 @@ def _interrupted(rank, ctx, signum):
         return
     ctx["stopping"] = True
     if rank == 0:
-        output = ctx.get("output")
-        where = ""
-        if output:
-            import glob
-            rdir = os.path.join(output, "results")
-            parts = glob.glob(os.path.join(rdir, "part-r*.parquet"))
-            where = (f"; {len(parts)} partial result part file(s) in {rdir} (`mpi-join collect --partial` reads "
-                     f"them)" if parts else "; no result part file had been written yet")
-            from .storage.commits import read_committed
-            try:
-                done = read_committed(output)
-            except JobError:
-                done = None
-            if done is not None:         # a followed run: what it committed stands
-                where = (f"; {done['results']:,} results committed up to input seq {done.get('input_offset') or 0:,} "
-                         f"stand ({os.path.join(output, '_COMMITTED')}; `mpi-join collect` reads them, `--resume "
-                         f"{ctx.get('checkpoint_dir')}` continues)")
-        why = "interrupted by the user" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        sys.stderr.write(f"\nmpi-join: {why}; no _SUCCESS written{where}\n")
+        line = stopped_line(signum, ctx.get("output"), ctx.get("checkpoint_dir"))
+        sys.stderr.write(f"\n{line}\n")
         sys.stderr.flush()
         _release(ctx)
         time.sleep(0.5)
     sys.stderr.flush()
     os._exit(128 + int(signum))
+
+
+def stopped_line(signum, output, checkpoint_dir=None):
+    """The one line of a run stopped by Ctrl-C (SIGINT) or SIGTERM: what is on disk in `output`
+    (partial part files, or a followed run's committed results, which stand). Rank 0 says it; the
+    launcher of `run -n N` says it instead when rank 0's line did not reach it (launch.run)."""
+    where = ""
+    if output:
+        import glob
+        rdir = os.path.join(output, "results")
+        parts = glob.glob(os.path.join(rdir, "part-r*.parquet"))
+        where = (f"; {len(parts)} partial result part file(s) in {rdir} (`mpi-join collect --partial` reads "
+                 f"them)" if parts else "; no result part file had been written yet")
+        from .storage.commits import read_committed
+        try:
+            done = read_committed(output)
+        except JobError:
+            done = None
+        if done is not None:         # a followed run: what it committed stands
+            where = (f"; {done['results']:,} results committed up to input seq {done.get('input_offset') or 0:,} "
+                     f"stand ({os.path.join(output, '_COMMITTED')}; `mpi-join collect` reads them, `--resume "
+                     f"{checkpoint_dir}` continues)")
+    why = "interrupted by the user" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    return f"mpi-join: {why}; no _SUCCESS written{where}"
 
 
 def _cpus():

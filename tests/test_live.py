@@ -445,6 +445,32 @@ def test_ctrl_c_of_a_following_run(tmp_path):
     assert "results committed up to input seq" in err and "--resume" in err, err
 
 
+def test_ctrl_c_when_rank_0_cannot_say_its_line_the_launcher_says_it(tmp_path):
+    """Under load rank 0 may not run before mpiexec tears it down (the other ranks left at once):
+    its one line was lost, and stderr held only a progress line. Rank 0 is stopped (SIGSTOP) to
+    make that certain; `run -n 3` says the same line itself, and exits 130."""
+    job, w, rng = _log_job(tmp_path, seed=4, commit_every="100ms")
+    marker = str(tmp_path / "job.toml")
+    launcher = subprocess.Popen([sys.executable, "-m", "mpi_join", "run", "-n", "3", "--follow", marker],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    committed = tmp_path / "out" / "_COMMITTED"
+    _wait(lambda: committed.exists() and json.loads(committed.read_text())["results"] > 0, "a commit")
+    rank0 = mpi_join_pids([d for d in os.listdir("/proc") if d.isdigit()], 0, marker)
+    assert rank0, "rank 0 not found"
+    os.kill(rank0[0], signal.SIGSTOP)
+    try:
+        launcher.send_signal(signal.SIGINT)
+        code, out, err = _finish(launcher, "the interrupted run", timeout=60)
+    finally:
+        try:
+            os.kill(rank0[0], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert code == 130, err[-2000:]
+    said = [ln for ln in err.splitlines() if ln.startswith("mpi-join: interrupted by the user")]
+    assert len(said) == 1 and "results committed up to input seq" in said[0] and "--resume" in said[0], err
+
+
 def test_collect_of_a_running_live_run_reads_its_committed_prefix(spark, tmp_path):
     job, w, rng = _log_job(tmp_path, seed=2, commit_every="200ms", batches=2)
     run = _runner(tmp_path)
