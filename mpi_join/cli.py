@@ -902,11 +902,15 @@ def checkpoint():
               help="Also say what a restore of the newest complete checkpoint at this many ranks would move: "
                    "the key groups whose owner changes, with their rows and bytes, or for state "
                    "without key groups the stored tuples dealt again (repeatable).")
-def checkpoint_inspect(directory, ranks):
+@click.option("--sources", type=click.IntRange(1, 4096), default=None,
+              help="With --ranks: the restore's run.sources (default: the checkpoint's); the extra sources are "
+                   "the last ranks and hold no state, so the workers are ranks 1 .. N - sources.")
+def checkpoint_inspect(directory, ranks, sources):
     """List the checkpoints in DIRECTORY and what each holds.
 
     With --ranks N, plan a restore at N ranks: keyed state (hash's partition groups) is named by
-    key group in the rank files, and the groups are dealt to the N-1 workers with as few moves as
+    key group in the rank files, and the groups are dealt to the workers (N - 1, less the extra
+    sources of --sources or the checkpoint's run.sources) with as few moves as
     an even share allows (partitioning/key_groups.py), as `run --resume` at N ranks does; the
     other strategies deal all their stored tuples again by rules of their own."""
     from .storage.checkpoint import describe
@@ -918,13 +922,13 @@ def checkpoint_inspect(directory, ranks):
         return
     _inspect_table(rows)
     for n in ranks:
-        click.echo(_restore_line(directory, n))
+        click.echo(_restore_line(directory, n, sources))
 
 
-def _restore_line(directory, n):
+def _restore_line(directory, n, sources=None):
     from .partitioning.restore_plan import plan
     try:
-        p = plan(directory, n)
+        p = plan(directory, n, sources=sources)
     except ValueError as e:
         return str(e)
     w = f"{p['workers']} worker" + ("s" if p["workers"] != 1 else "")

@@ -492,3 +492,28 @@ def test_checkpoint_config_errors(tmp_path):
         (tmp_path / "j.toml").write_text(base + snippet + "\n")
         with pytest.raises(ConfigError, match=msg):
             load_job(str(tmp_path / "j.toml"))
+
+
+def test_two_sources_take_the_checkpoints_asked_for_and_inspect_and_the_summary_know_them(tmp_path):
+    """run.sources = 2, a checkpoint every 1,500 tuples of 16,000 (paced): the cuts are spaced by
+    every_tuples where they are placed (the first part no source has started), with parts small
+    enough (every_tuples / (4k + 4)) for the 2k parts ahead and the cut's round trip: about 10
+    taken (1 of 10 before, with parts of 1,500). `checkpoint inspect -n 6` plans for the 4 workers
+    of 6 ranks with 2 sources (it planned for 5), and hash's summary lists no source as a slave."""
+    from mpi_join.partitioning.restore_plan import plan
+    from reference import assert_equals_oracle
+    text = equi_job_text(('"60ms"', '"60ms"'), run='batch_size = 40\nmax_inflight = 2\nrate = 2500\n'
+                                                   'flush_interval = "10ms"\nsources = 2\n')
+    text += '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 100\n'
+    arrays = random_streams(np.random.default_rng(5), 16000, key_range=20, ts_step=2)
+    path, job = write_job(str(tmp_path), text, arrays)
+    p = run_mpi(6, "run", path, env={"MPI_JOIN_QUIET": ""})     # the summary printed too
+    assert p.returncode == 0, p.stderr
+    offsets = [ck.manifest_of(job.checkpoint.dir, c)[0]["input_offset"]
+               for c, m in ck.list_checkpoints(job.checkpoint.dir) if m]
+    assert len(offsets) >= 6, offsets                     # 10 asked for; a loaded machine may lose a few
+    assert all(b - a >= 1500 for a, b in zip(offsets, offsets[1:])), offsets
+    assert_equals_oracle(job, arrays)
+    assert plan(job.checkpoint.dir, 6)["workers"] == 4 and plan(job.checkpoint.dir, 6, sources=1)["workers"] == 5
+    share = [ln for ln in p.stdout.splitlines() + p.stderr.splitlines() if ln.startswith("share of tuples per slave")]
+    assert share and "5:" not in share[0], share

@@ -150,8 +150,9 @@ class Driver:
                                   max_lag_s=round(self.pace.max_lag, 4), released_own=self.source.own,
                                   **self.router.stats())
         workers = [self.done[w] for w in self.workers]
+        joiners = [self.done[w] for w in self.graph.workers]        # the extra sources join nothing
         return RunReport(workers=workers, wall_s=self.wall_s, t_replay=self.t_replay, resumed_from=self.resumed_from,
-                         checkpoints=self.ckpt.completed, notes=self.router.report(workers))
+                         checkpoints=self.ckpt.completed, notes=self.router.report(joiners))
 
     def replay(self):
         """Release the input an epoch at a time through rank 0's operator until it ends; returns
@@ -178,7 +179,7 @@ class Driver:
             slot += 1
             if slot % slots == 0:
                 self.epoch += 1
-                if self.ckpt.due(self.source.released, sum(self.results.values())) and not self.source.done:
+                if self.ckpt.due(self._cut_offset(), sum(self.results.values())) and not self.source.done:
                     self._cut()
                 if self.coordinator.decides:
                     self.router.end_of_epoch(self.epoch)
@@ -208,6 +209,14 @@ class Driver:
                 self.parts.grant(1 << 62)
         for e in self.entries:
             self.control(e, Eos())
+
+    def _cut_offset(self):
+        """Where a cut made now would be: the input released so far, or with several sources the
+        first part none has started (Parts.cut), so that cuts are spaced by checkpoint.every_tuples
+        where they are placed, not where rank 0 decided them."""
+        if len(self.sources) > 1:
+            return min(self.parts.lease * self.source.part_rows, self.source.total)
+        return self.source.released
 
     def _cut(self):
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving.

@@ -30,15 +30,17 @@ from .streams import Streams
 from .stamp import expiry_bounds, stamp, windows_full
 
 
-def default_part(job):
+def default_part(job, k=1):
     """Tuples per part when run.part is not set: about four row groups of each stream (source i
     reads little more than its own parts; every link from a source has credit for a whole part,
     the driver's Credits, so each source can send its next part while the entries take another's),
-    and no more than checkpoint.every_tuples: with several sources a checkpoint is cut at a part
-    boundary, so parts larger than that would take fewer checkpoints than asked, or none."""
+    and with checkpoints every N tuples at most N / (2k + 2): with k sources a checkpoint is cut
+    at the first part none has started, 2k parts ahead of rank 0's, and the next one can be
+    placed once it is complete, so the 2k parts and the cut's round trip must fit in N tuples for
+    every checkpoint asked for to be taken (parts of N took a sixth of them)."""
     part = 4 * ROW_GROUP * len(job.streams)
     every = job.checkpoint.every_tuples if job.checkpoint is not None else None
-    return min(part, every) if every else part
+    return min(part, max(1, every // (4 * k + 4))) if every else part
 
 
 class Source:
@@ -72,7 +74,7 @@ class Source:
         self.batch_size = max(1, -(-job.run.batch_size // slots))
         self.flush_ns = job.run.flush_interval_ns / slots
         self.index, self.k = share
-        part = job.run.part or default_part(job)
+        part = job.run.part or default_part(job, self.k)
         self.part_rows = self.batch_size * max(1, -(-part // self.batch_size)) if self.k > 1 else None
         self.batch_no = -1                       # several sources: the number of the batch last released
         self.own = 0                             # tuples this source released (its share)

@@ -47,29 +47,35 @@ def layout(root, cid):
     return sizes, held, owner, tuple(other)
 
 
-def plan(root, nranks, cid=None):
+def plan(root, nranks, cid=None, sources=None):
     """What a restore of checkpoint `cid` (default: the newest complete one) at `nranks` ranks
-    would move: key_groups.moves plus "checkpoint", "workers", "ranks" (the checkpoint's) and
-    "keyed" (False: the state holds no key groups; a restore at another rank count deals all of
-    it again, "other_rows" stored tuples in "other_bytes")."""
+    with `sources` sources (run.sources; default: the checkpoint's) would move: key_groups.moves
+    plus "checkpoint", "workers", "ranks" (the checkpoint's) and "keyed" (False: the state holds
+    no key groups; a restore at another rank count deals all of it again, "other_rows" stored
+    tuples in "other_bytes"). The workers are ranks 1 .. nranks - sources: the extra sources are
+    the last ranks, and hold no state."""
     done = {c: m for c, m in list_checkpoints(root) if m is not None}
     if cid is None:
         if not done:
             raise ValueError(f"{root}: no complete checkpoint")
         cid = max(done)
     sizes, held, owner, (other_rows, other) = layout(root, cid)
-    workers = list(range(1, nranks))
-    was = done[cid]["ranks"]
+    had = int(done[cid].get("sources", 1))
+    k = had if sources is None else int(sources)
+    if nranks - k < 1:
+        raise ValueError(f"{nranks} ranks with {k} sources leave no worker")
+    workers = list(range(1, nranks - (k - 1)))
+    was = done[cid]["ranks"] if k == had else -1          # another run.sources is another graph
     if owner is None and not sizes:
         return {"checkpoint": cid, "keyed": False, "workers": len(workers), "ranks": was, "other_rows": other_rows,
-                "other_bytes": other}
+                "other_bytes": other}          # ranks: -1 at another run.sources (all of it is dealt again)
     if owner is None:                      # no map: the files say who holds each group with state
         owner = [held.get(g, 0) for g in range(max(held) + 1)]
     # at the checkpoint's own rank count each worker reads its own file back: nothing moves, even
     # where migrations left the groups unevenly spread
     new = owner if nranks == was else key_groups.reassign(owner, workers)
-    return dict(key_groups.moves(owner, new, sizes), checkpoint=cid, keyed=True, workers=len(workers), ranks=was,
-                other_rows=other_rows, other_bytes=other)
+    return dict(key_groups.moves(owner, new, sizes), checkpoint=cid, keyed=True, workers=len(workers),
+                ranks=done[cid]["ranks"], other_rows=other_rows, other_bytes=other)
 
 
 def owners_after(root, cid, workers):
