@@ -462,7 +462,7 @@ def _few_parts(job, source, origin):
     return (f"checkpoint.every_tuples = {every:,}: with run.sources = {source.k} a checkpoint is cut at a part "
             f"boundary {2 * source.k} parts ahead, and the {source.total - origin:,} tuples to replay are "
             f"{-(-(source.total - origin) // source.part_rows)} part(s) of {source.part_rows:,} (run.part): this "
-            f"run takes no checkpoint; set run.part to {max(1, every // (2 * source.k + 2)):,} or less")
+            f"run takes no checkpoint; set run.part to {max(1, every // (4 * source.k + 4)):,} or less")
 
 
 def _commits(job, resume, kept, offset=None):

@@ -111,17 +111,18 @@ def test_a_restored_inbox_replays_the_inputs_channel_state_first():
 
 
 def test_parts_are_sized_for_the_checkpoints_asked_for():
-    """With several sources a checkpoint is cut at a part boundary: run.part unset and a
-    checkpoint every 800 tuples makes parts of 800 (not 65,536, which on 6,000 tuples took no
-    checkpoint at all); a part set larger is told at start in one line."""
+    """With several sources a checkpoint is cut at a part boundary 2k parts ahead: run.part unset
+    and a checkpoint every 800 tuples makes parts of 800 / (4k + 4) = 66, 80 in whole batches
+    (not 65,536, which on 6,000 tuples took no checkpoint at all, nor 800, which took a sixth of
+    them); a part set larger is told at start in one line."""
     from mpi_join.ranks import _few_parts
     arrays = random_streams(np.random.default_rng(4), 6000)
     ckpt = '\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 800\n'
     src = Source(_job(('"6ms"', '"2ms"'), 40, k=2, part=0, checkpoint=ckpt), arrays=arrays, share=(0, 2))
-    assert src.part_rows == 800
+    assert src.part_rows == 80
     assert _few_parts(src.job, src, 0) is None
     src = Source(_job(('"6ms"', '"2ms"'), 40, k=2, part=65536, checkpoint=ckpt), arrays=arrays, share=(0, 2))
-    assert "takes no checkpoint; set run.part to 400 or less" in _few_parts(src.job, src, 0)
+    assert "takes no checkpoint; set run.part to 66 or less" in _few_parts(src.job, src, 0)
     src = Source(_job(('"6ms"', '"2ms"'), 40, k=2, part=0), arrays=arrays, share=(0, 2))
     assert src.part_rows == 65560 and _few_parts(src.job, src, 0) is None, "65,536 in whole batches; no checkpoints"
 

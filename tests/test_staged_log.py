@@ -262,12 +262,13 @@ def test_one_writer_per_staged_directory_and_no_stage_over_a_live_log(tmp_path, 
     assert not os.path.exists(os.path.join(job.staged, ".mpi-join.lock")), "each refusal released its lock"
 
 
-@pytest.mark.parametrize("change", ["rewrite", "append", "truncate"])
+@pytest.mark.parametrize("change", ["rewrite", "append", "shorter-rewrite"])
 def test_a_landing_file_changed_after_staging_is_quarantined_not_lost(tmp_path, change):
-    """A landing file rewritten (same name, new rows), appended to or truncated after the stager
-    read it: its content that was not staged is quarantined as changed after staging, counted in
-    the log's quarantined rows, said in one line naming the file; never dropped in silence (the
-    rewritten file's 100 rows were lost, exit 0, before). Noticed again after a restart too."""
+    """A landing file rewritten (same name, new rows), appended to or rewritten in place shorter
+    after the stager read it: its content that was not staged is quarantined as changed after
+    staging, counted in the log's quarantined rows, said in one line naming the file; never
+    dropped in silence (the rewritten file's 100 rows were lost, exit 0, before). Noticed again
+    after a restart too."""
     text = JOB.format(lateness="10ms").replace(
         '[streams.R]\n', '[streams.R]\nraw = { path = "landing", format = "csv", time = "t", time_unit = "ms" }\n')
     (tmp_path / "job.toml").write_text(text)
@@ -287,9 +288,9 @@ def test_a_landing_file_changed_after_staging_is_quarantined_not_lost(tmp_path, 
         with open(f, "a") as h:
             h.write("40,1,1.0\n41,1,1.0\n")
         rows, reason = 2, "appended to after staging"
-    else:
-        f.write_text("t,k,v\n1,1,1.0\n")
-        rows, reason = 1, "truncated after staging"
+    else:                                        # the same inode, fewer bytes, but not a prefix
+        f.write_text("t,k,v\n9,9,9.0\n")
+        rows, reason = 1, "rewritten after staging"
     os.utime(f, ns=(0, 0)) if change == "rewrite" else None      # a restored mtime does not hide it
     w2 = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})   # a restart keeps what was read
     assert w2.quarantine_changed(said.append) == 1
@@ -378,3 +379,49 @@ def test_a_rewrite_of_the_same_size_with_its_mtime_put_back_is_noticed(tmp_path)
     assert os.stat(f).st_size == st.st_size and os.stat(f).st_mtime_ns == st.st_mtime_ns
     said = []
     assert w.quarantine_changed(said.append) == 1 and "rewritten after staging" in said[0], said
+
+
+def test_a_landing_file_truncated_after_staging_quarantines_nothing_that_was_staged(tmp_path):
+    """Cut short (the same inode, a prefix of what was staged, here in the middle of a line): what
+    is left was staged, so nothing is quarantined or counted (its staged rows were quarantined
+    again and the warning said "not staged", before); one line says it. The log's ladder of line
+    hashes (landed.py) tells it from a rewrite in place, also after a restart."""
+    text = JOB.format(lateness="10ms").replace(
+        '[streams.R]\n', '[streams.R]\nraw = { path = "landing", format = "csv", time = "t", time_unit = "ms" }\n')
+    (tmp_path / "job.toml").write_text(text)
+    job = load_job(str(tmp_path / "job.toml"))
+    (tmp_path / "landing").mkdir()
+    f = tmp_path / "landing" / "a.csv"
+    body = "t,k,v\n" + "".join(f"{t},1,1.0\n" for t in range(1, 200))
+    f.write_text(body)
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    w.commit(0, [_rows(job, 0, list(range(1, 200))), _rows(job, 1, [])], [f"file:{f}"])
+    with open(f, "r+") as h:
+        h.truncate(len(body) // 2 + 3)
+    said = []
+    w2 = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})   # a restart keeps the ladder
+    assert w2.quarantine_changed(said.append) == 1
+    assert len(said) == 1 and "cut short after staging" in said[0] and "nothing to quarantine" in said[0], said
+    man = json.loads((tmp_path / "staged/_manifest.json").read_text())
+    assert man["quarantined"]["R"] == 0 and not man["log"]["rewritten"].get("R")
+    assert not (tmp_path / "staged/_quarantine/_rewritten").exists()
+    assert w2.quarantine_changed(said.append) == 0 and len(said) == 1, "each change is reported once"
+
+
+def test_the_line_ladder_hashes_every_prefix_across_chunks(tmp_path):
+    """landed._hashes: the ladder's hash at a line end is the hash of the bytes before it (read a
+    MB at a time), and equals the sum written out by hand on a small file."""
+    from mpi_join.storage import landed
+    rng = np.random.default_rng(3)
+    b = rng.integers(32, 127, 3 * landed._CHUNK + 12345, dtype=np.uint8)
+    b[rng.integers(0, len(b), 5000)] = 10
+    p = tmp_path / "f.csv"
+    p.write_bytes(b.tobytes())
+    ladder, whole = landed._hashes(str(p))
+    assert ladder["end"][-1] == len(b) and ladder["hash"][-1] == whole
+    for i in (0, 1, len(ladder) // 3, len(ladder) // 2, len(ladder) - 2):
+        assert landed._hashes(str(p), int(ladder["end"][i]))[1] == ladder["hash"][i], i
+    small = b[:700].tobytes()
+    (tmp_path / "s").write_bytes(small)
+    want = sum((x + 1) * pow(landed._P, j, 1 << 64) for j, x in enumerate(small)) % (1 << 64)
+    assert int(landed._hashes(str(tmp_path / "s"))[1]) == want

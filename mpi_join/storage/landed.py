@@ -49,6 +49,79 @@ def _sha256(path, size=None):
     return h.hexdigest()
 
 
+# -- what a truncated file still holds ------------------------------------------------------
+# A file cut short after it was staged (same inode, fewer bytes) holds either a prefix of what was
+# staged (nothing new: its rows stand) or new bytes written in place (quarantined as rewritten).
+# To tell them apart without keeping the file, the log keeps a ladder per staged file: at every
+# line end, a hash of the bytes before it, H(L) = sum (b_j + 1) P^j mod 2^64 over j < L, built in
+# numpy a few MB at a time; the cut file's prefix up to its last line end is hashed the same way.
+LINES = "lines"                                    # <log>/lines/<sha256>.npy
+_P = 0x9E3779B97F4A7C15
+_M = (1 << 64) - 1
+_LADDER = np.dtype([("end", np.int64), ("hash", np.uint64)])
+
+
+_CHUNK = 1 << 20
+_POWERS = []                                       # P^i mod 2^64, i < _CHUNK, made once
+
+
+def _powers():
+    if not _POWERS:
+        p = np.full(_CHUNK, _P, np.uint64)
+        p[0] = 1
+        with np.errstate(over="ignore"):
+            _POWERS.append(np.cumprod(p))
+    return _POWERS[0]
+
+
+def _hashes(path, limit=None):
+    """(ladder of every line end and the file's end, the hash of the first `limit` bytes)."""
+    rungs, off, carry, pw = [], 0, np.uint64(0), 1
+    with open(path, "rb") as f:
+        while limit is None or off < limit:
+            chunk = f.read(_CHUNK if limit is None else min(_CHUNK, limit - off))
+            if not chunk:
+                break
+            b = np.frombuffer(chunk, np.uint8)
+            with np.errstate(over="ignore"):
+                acc = np.cumsum((b.astype(np.uint64) + np.uint64(1)) * (_powers()[:len(b)] * np.uint64(pw))) + carry
+            nl = np.flatnonzero(b == 10)
+            part = np.empty(len(nl), _LADDER)
+            part["end"], part["hash"] = off + nl + 1, acc[nl]
+            rungs.append(part)
+            carry, pw, off = acc[-1], (pw * pow(_P, len(b), 1 << 64)) & _M, off + len(b)
+    last = np.array([(off, carry)], _LADDER)
+    ladder = np.concatenate(rungs + [last]) if rungs else last
+    return ladder[np.r_[np.diff(ladder["end"]) > 0, True]], carry
+
+
+def keep_ladder(lines_dir, rec, path):
+    """Write the ladder of the staged file `path` (record `rec`) under `lines_dir`, once per content."""
+    dest = os.path.join(lines_dir, f"{rec['sha256']}.npy")
+    if os.path.exists(dest):
+        return
+    os.makedirs(lines_dir, exist_ok=True)
+    ladder, _ = _hashes(path)
+    tmp = os.path.join(lines_dir, f".{rec['sha256']}.npy")
+    with open(tmp, "wb") as f:
+        np.save(f, ladder, allow_pickle=False)
+    os.replace(tmp, dest)
+
+
+def staged_prefix(lines_dir, rec, path, size):
+    """Is the file at `path`, cut to `size` bytes, a prefix of what was staged from it (`rec`), up
+    to its last whole line? None when the log has no ladder for it (an older log)."""
+    p = os.path.join(lines_dir or "", f"{rec.get('staged_sha256', rec['sha256'])}.npy")
+    if not lines_dir or not os.path.isfile(p):
+        return None
+    ladder = np.load(p, allow_pickle=False)
+    i = int(np.searchsorted(ladder["end"], size, side="right")) - 1      # the last rung at or below the cut
+    if i < 0:
+        return True                              # cut inside the first line: no whole row is left
+    end = int(ladder["end"][i])
+    return bool(_hashes(path, end)[1] == ladder["hash"][i])
+
+
 def record(path, stream):
     """{bytes, mtime_ns, ino, sha256, stream} of a landing file now, or None when it is gone."""
     try:
@@ -59,10 +132,11 @@ def record(path, stream):
         return None
 
 
-def remember(landed, arrivals, paths, bad, names):
+def remember(landed, arrivals, paths, bad, names, lines_dir=None):
     """Add to `landed` (the log's record, kept across restarts, so a change after staging is
     noticed) what this batch read of each local landing file it has rows of: `arrivals[k]`,
-    stream k's rows (`_src` indexes `paths`); `bad[k]`, its unparseable rows (or None)."""
+    stream k's rows (`_src` indexes `paths`); `bad[k]`, its unparseable rows (or None). With
+    `lines_dir`, each new file's ladder is kept there (a truncation later is then told apart)."""
     of = {}
     for k, a in enumerate(arrivals):
         of.update((paths[i], names[k]) for i in np.unique(a["_src"]))
@@ -74,9 +148,15 @@ def remember(landed, arrivals, paths, bad, names):
             rec = record(lp, n)
             if rec is not None:
                 landed[p] = rec
+                if lines_dir is not None:
+                    keep_ladder(lines_dir, rec, lp)
 
 
-def changed(landed):
+TRUNCATED = "truncated after staging"
+CUT = "cut short after staging"          # a prefix of what was staged: nothing new in it
+
+
+def changed(landed, lines_dir=None):
     """[(uri, what it was, what it is now, reason)] of the recorded files that changed since: a
     file deleted after staging has not changed (producers may clean up)."""
     out = []
@@ -98,8 +178,9 @@ def changed(landed):
             continue
         grown = now["bytes"] > rec["bytes"] and _sha256(p, rec["bytes"]) == rec["sha256"]
         shrunk = now["bytes"] < rec["bytes"] and now["ino"] == rec["ino"]     # a new file renamed over it is rewritten
-        reason = ("appended to after staging" if grown else
-                  "truncated after staging" if shrunk else "rewritten after staging")
+        prefix = staged_prefix(lines_dir, rec, p, now["bytes"]) if shrunk else None
+        reason = ("appended to after staging" if grown else CUT if prefix else
+                  TRUNCATED if shrunk and prefix is None else "rewritten after staging")
         out.append((uri, rec, now, reason))
     return out
 
@@ -114,6 +195,9 @@ def new_content(uri, rec, now, reason, fmt, header=False):
     or the whole file when it was rewritten or truncated, one row per line (a CSV file's header
     left out; a Parquet file: one row per row, as JSON), with its file, record number and reason."""
     p = local_path(uri)
+    if reason == CUT:
+        return pa.table({"file": pa.array([], pa.string()), "record": pa.array([], pa.int64()),
+                         "reason": pa.array([], pa.string()), "text": pa.array([], pa.string())})
     with open(p, "rb") as f:
         if reason.startswith("appended"):
             f.seek(rec["bytes"])

@@ -88,11 +88,16 @@ def quarantine_changed(w, say):
     """Landing files that changed after they were staged (landed.changed): the content not
     staged goes to _quarantine/_rewritten/<stream>/, counted as quarantined, with one line
     said per file; the manifest is written when any did. Returns how many files changed."""
-    from .landed import changed, keep_staged, new_content
+    from .landed import CUT, LINES, changed, keep_staged, new_content
     from .paths import inside, plain_dir
-    found = changed(w.log["landed"])
+    found = changed(w.log["landed"], os.path.join(w.out, LOG, LINES))
     streams = {s.name: s for s in w.job.streams}
     for uri, rec, now, reason in found:
+        if reason == CUT:              # what is left was staged: its rows stand, nothing is new
+            w.log["landed"][uri] = keep_staged(rec, now)
+            say(f"stage --follow: warning: {uri}: {reason} ({rec['bytes']:,} -> {now['bytes']:,} bytes): what is "
+                f"left of it was staged before; nothing to quarantine (a landed file must not change)")
+            continue
         n, s = rec["stream"], streams.get(rec["stream"])
         t = new_content(uri, rec, now, reason, s.raw.format if s and s.raw else "csv",
                         bool(s and s.raw and s.raw.header))

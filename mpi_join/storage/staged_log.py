@@ -31,7 +31,7 @@ from .checksums import file_records, file_sha256
 from ..schema import SEQ, TS, to_arrow
 from .staged import FORMAT, MANIFEST, check_part, check_structure, is_log, read_manifest, string_columns
 from ..units import ts_unit_ns
-from .landed import remember
+from .landed import LINES, remember
 from .log_files import LOG, LogFiles, quarantine_changed
 
 NOTHING = object()
@@ -292,7 +292,7 @@ class LogWriter:
                 n += [int(pa.compute.max(t.column("record")).as_py()) for t in (bad or []) if t is not None
                       and t.num_rows and p in t.column("file").to_pylist()]
                 base[p] = max([base.get(p, 0)] + n)
-        remember(self.log["landed"], arrivals, paths, bad, self.names)
+        remember(self.log["landed"], arrivals, paths, bad, self.names, os.path.join(self.out, LOG, LINES))
         max_seen = [self.log["max_seen"][n] for n in self.names]
         idle = self._idle(arr, bad)
         released, late, keep, max_seen, frontier, bound = advance(
