@@ -620,16 +620,17 @@ def _prepare_output(out, keep=None, overwrite=False):
         for name in ("_SUCCESS",) + (("_COMMITTED",) if keep is None else ()):
             if os.path.lexists(os.path.join(out, name)):
                 remove_file(out, os.path.join(out, name))
-        # results/ holds the run's part files alone: a file or link mpi-join did not write would
-        # sit beside a _SUCCESS that does not name it (collect then refuses the run), so it is
-        # refused now, before anything runs (--overwrite replaces only mpi-join's own files)
-        foreign = sorted(f for f in (os.listdir(rdir) if os.path.isdir(rdir) else [])
-                         if not (keep is not None and f in keep))
+        # results/*.parquet is the run's answer: a Parquet file or a link mpi-join did not write
+        # would sit beside a _SUCCESS that does not name it (collect refuses the run; DuckDB's
+        # read_parquet('results/*.parquet') counts it in), so it is refused before anything runs
+        # (--overwrite replaces only mpi-join's own files); another file of the user's stays
+        left = [f for f in (os.listdir(rdir) if os.path.isdir(rdir) else []) if not (keep is not None and f in keep)]
+        foreign = sorted(f for f in left if os.path.islink(os.path.join(rdir, f)) or f.endswith(".parquet"))
         if foreign:
             f = os.path.join(rdir, foreign[0])
             what = f"a symbolic link (to {os.readlink(f)})" if os.path.islink(f) else "a file mpi-join did not write"
-            raise JobError(f"{f}: {what}, in output.dir's results/, which holds a run's part files alone; move it "
-                           f"out{' (' + str(len(foreign) - 1) + ' more)' if len(foreign) > 1 else ''}")
+            raise JobError(f"{f}: {what}, in output.dir's results/, where a run's part files are its answer; move "
+                           f"it out{' (' + str(len(foreign) - 1) + ' more)' if len(foreign) > 1 else ''}")
         os.makedirs(rdir, exist_ok=True)
         if not marked:
             with open(os.path.join(out, MARKER), "w") as f:

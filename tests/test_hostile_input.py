@@ -593,19 +593,21 @@ def test_verify_of_an_unfinished_run_says_so(tmp_path):
 
 @pytest.mark.parametrize("left", ["file", "link"])
 def test_run_overwrite_refuses_a_results_dir_holding_what_mpi_join_did_not_write(tmp_path, left):
-    """--overwrite wrote _SUCCESS beside a user's own file or a link left in results/, which that
-    _SUCCESS does not name (collect then refused the finished run): one line, nothing touched."""
+    """--overwrite wrote _SUCCESS beside a user's own Parquet file or a link left in results/,
+    which that _SUCCESS does not name (collect then refused the finished run, a reader of
+    results/*.parquet counted it in): one line, nothing touched. (Another file of the user's
+    stays: tests/test_user_files.py.)"""
     res = CliRunner().invoke(main, ["generate", "equi", "--out", str(tmp_path), "--tuples", "200"])
     assert res.exit_code == 0, res.output
     rdir = tmp_path / "out" / "results"
     rdir.mkdir(parents=True)
     (tmp_path / "mine.txt").write_text("keep me")
     if left == "file":
-        (rdir / "notes.txt").write_text("a user's")
+        (rdir / "notes.parquet").write_text("a user's")
     else:
         os.symlink(tmp_path / "mine.txt", rdir / "linked.parquet")
     res = CliRunner().invoke(main, ["run", "--local", "-n", "3", "--overwrite", str(tmp_path / "job.toml")])
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "results/, which holds a run's part files alone" in lines[0], res.stderr
+    assert len(lines) == 1 and "results/, where a run's part files are its answer" in lines[0], res.stderr
     assert not (tmp_path / "out" / "_SUCCESS").exists() and (tmp_path / "mine.txt").read_text() == "keep me"

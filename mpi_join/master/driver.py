@@ -179,7 +179,7 @@ class Driver:
             slot += 1
             if slot % slots == 0:
                 self.epoch += 1
-                if self.ckpt.due(self._cut_offset(), sum(self.results.values())) and not self.source.done:
+                if self.ckpt.due(cut_offset(self), sum(self.results.values())) and not self.source.done:
                     self._cut()
                 if self.coordinator.decides:
                     self.router.end_of_epoch(self.epoch)
@@ -209,14 +209,6 @@ class Driver:
                 self.parts.grant(1 << 62)
         for e in self.entries:
             self.control(e, Eos())
-
-    def _cut_offset(self):
-        """Where a cut made now would be: the input released so far, or with several sources the
-        first part none has started (Parts.cut), so that cuts are spaced by checkpoint.every_tuples
-        where they are placed, not where rank 0 decided them."""
-        if len(self.sources) > 1:
-            return min(self.parts.lease * self.source.part_rows, self.source.total)
-        return self.source.released
 
     def _cut(self):
         """A consistent cut after this epoch: everything routed so far is sent, nothing is moving.
@@ -268,3 +260,12 @@ class Driver:
             self.results[src] = self.done[src]["results"]
         else:
             raise RuntimeError(f"driver: unexpected {tag.name} message from rank {src}")
+
+
+def cut_offset(d):
+    """Where a cut driver `d` made now would be: the input released so far, or with several
+    sources the first part none has started (Parts.cut), so that cuts are spaced by
+    checkpoint.every_tuples where they are placed, not where rank 0 decided them."""
+    if len(d.sources) > 1:
+        return min(d.parts.lease * d.source.part_rows, d.source.total)
+    return d.source.released

@@ -378,13 +378,6 @@ class LogWriter:
         self.log["idle"] = [n for n, i in zip(self.names, idle) if i]
         return idle
 
-    def consume(self, uris):
-        """Record landing files read that hold nothing to stage (empty, or the bytes of a file staged
-        before: follow._already_staged), so that no restart reads them again; their records are in
-        log["landed"] already. The manifest is the commit point, as for a batch."""
-        self.log.setdefault("consumed", []).extend(uris)
-        self.files.manifest(self.man)
-
     def quarantine_changed(self, say):
         """Landing files that changed after they were staged: log_files.quarantine_changed."""
         return quarantine_changed(self, say)

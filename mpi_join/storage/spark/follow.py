@@ -654,8 +654,9 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
                 take.append(f)
                 size += f[4]
             skip = _already_staged(job, writer, take, notes) if take else []
-            if skip:
-                writer.consume(skip)
+            if skip:        # read, nothing to stage: recorded so that no restart reads them again
+                writer.log.setdefault("consumed", []).extend(skip)
+                writer.files.manifest(writer.man)       # the commit point, as for a batch
                 done.update(skip)
                 take = [f for f in take if Path(f[3]).as_uri() not in set(skip)]
                 new = [f for f in new if Path(f[3]).as_uri() not in set(skip)]
