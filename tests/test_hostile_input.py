@@ -611,3 +611,23 @@ def test_run_overwrite_refuses_a_results_dir_holding_what_mpi_join_did_not_write
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "results/, where a run's part files are its answer" in lines[0], res.stderr
     assert not (tmp_path / "out" / "_SUCCESS").exists() and (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+def test_stage_at_rest_refuses_a_damaged_parquet_file_in_one_line_before_spark(tmp_path):
+    """It printed Spark's FAILED_READ_FILE traceback (about 250 lines) and exited 1."""
+    from conftest import run_cli_no_spark
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    for s in "RS":
+        (tmp_path / "raw" / s).mkdir(parents=True)
+        pq.write_table(pa.table({"t": [1, 2], "k": [1, 2], "v": [0.5, 0.25]}), tmp_path / "raw" / s / "a.parquet")
+    (tmp_path / "raw" / "S" / "junk.parquet").write_bytes(os.urandom(300))
+    text = equi_job_text(('"5ms"', '"5ms"'))
+    for s in "RS":
+        text = text.replace(f"[streams.{s}]\n", f'[streams.{s}]\nraw = {{ path = "raw/{s}", format = "parquet", '
+                                                 f'time = "t", time_unit = "ms" }}\n')
+    (tmp_path / "job.toml").write_text(text)
+    p, spark = run_cli_no_spark(tmp_path, "stage", str(tmp_path / "job.toml"))
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    assert "junk.parquet: not a readable Parquet file of stream 'S'" in lines[0] and spark == [], lines
