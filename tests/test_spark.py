@@ -562,3 +562,20 @@ def test_spark_java_opts_from_the_environment_reach_the_driver_jvm(tmp_path):
                        env=dict(os.environ, MPI_JOIN_SPARK_JAVA_OPTS="-Dmpijoin.probe=yes -XX:+UseSerialGC"))
     assert p.returncode == 0, p.stderr[-2000:]
     assert "probe=yes" in p.stdout
+
+
+def test_stage_at_rest_reads_a_symbolic_link_and_says_a_subdirectory_is_not_read(spark, tmp_path):
+    """As live staging does (tests/test_landing_files.py): a link to a file is read, a
+    subdirectory of a raw directory is not, said once naming it."""
+    (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="s"))
+    for n in "RS":
+        _write_csv(str(tmp_path / f"raw/{n}/a.csv"), [f"{1_700_000_000 + i},{i % 3},0.5,ab" for i in range(20)])
+    _write_csv(str(tmp_path / "ext/x.csv"), [f"{1_700_000_100 + i},{i % 3},0.5,ab" for i in range(7)])
+    os.symlink(tmp_path / "ext" / "x.csv", tmp_path / "raw" / "R" / "link.csv")
+    _write_csv(str(tmp_path / "raw/R/sub/y.csv"), [f"{1_700_000_200 + i},1,0.5,ab" for i in range(5)])
+    p = cli("stage", str(tmp_path / "job.toml"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    said = [ln for ln in (p.stdout + p.stderr).splitlines() if "a subdirectory" in ln]
+    assert len(said) == 1 and "raw/R/sub" in said[0] and "not read" in said[0], p.stdout + p.stderr
+    man = json.load(open(tmp_path / "staged" / "_manifest.json"))
+    assert man["streams"]["R"]["count"] == 27 and man["streams"]["S"]["count"] == 20, man["streams"]

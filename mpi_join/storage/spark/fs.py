@@ -14,8 +14,9 @@ def qualify(uri):
     return uri if "://" in uri else os.path.abspath(uri)
 
 
-def list_files(spark, uri):
-    """Data files under a file, directory or glob, sorted by name (hidden and _ files skipped)."""
+def list_files(spark, uri, subdirs=None):
+    """Data files under a file, directory or glob, sorted by name (hidden and _ files skipped).
+    Files in a directory's subdirectories are not read: `subdirs`, a list, is given their URIs."""
     jvm, fs, p = _jvm_path(spark, qualify(uri))
     statuses = fs.globStatus(p) or []
     out = []
@@ -24,6 +25,8 @@ def list_files(spark, uri):
             for child in fs.listStatus(st.getPath()):
                 if child.isFile():
                     out.append(child.getPath())
+                elif subdirs is not None and not str(child.getPath().getName()).startswith(("_", ".")):
+                    subdirs.append(str(child.getPath().toString()))
         else:
             out.append(st.getPath())
     names = [str(x.toString()) for x in out if not str(x.getName()).startswith(("_", "."))]

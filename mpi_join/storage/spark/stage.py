@@ -243,7 +243,11 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         if s.raw is None:
             raise _no_raw(job, s)
         _not_a_socket(job, s)
-        files = fs.list_files(spark, s.raw.path)
+        subdirs = []
+        files = fs.list_files(spark, s.raw.path, subdirs)
+        for d in subdirs:
+            progress(f"stage: warning: {d}: a subdirectory of stream {s.name}'s raw path: the files in it are not "
+                     f"read (only files directly in it are, as live staging reads a landing directory)")
         if not files:
             raise _no_files(s)
         sources[s.name] = files
