@@ -15,9 +15,14 @@ value of a declared column is, for its type:
   charN           non-empty text of at most N UTF-8 bytes without NUL
   event time      an integer, in ns, us, ms or s, where the unit's ratio to the job's ts_unit is
                   at least 1e-6 (Spark's decimal product is then exact; ns in a job of seconds
-                  is rounded by Spark at 6 decimals, so it goes to Spark)
-Anything else (nulls, \\N, spaces, base64 arrays, ISO timestamps, a quarantined row) sends the
-whole file to Spark, which also writes the reasons of the rows it quarantines.
+                  is rounded by Spark at 6 decimals, so it goes to Spark); or, with
+                  time_unit = "timestamp", ISO-8601 / RFC 3339 text YYYY-MM-DD, `T` or a space,
+                  hh:mm:ss, an optional fraction of 1 to 6 digits, and `Z`, `+hh:mm` or `-hh:mm`
+                  or no zone (UTC, as the stager's Spark session reads it), a valid date and
+                  time in the years 1900 to 2200 (Spark's try_to_timestamp reads each such
+                  value to the microsecond exactly; the job's ts_unit takes it rounded down)
+Anything else (nulls, \\N, spaces, base64 arrays, other timestamp forms, a quarantined row)
+sends the whole file to Spark, which also writes the reasons of the rows it quarantines.
 """
 import re
 
@@ -77,7 +82,9 @@ def _value(col, s, c, dtype, job_unit):
         return None
     if c == s.raw.time:
         unit = s.raw.time_unit
-        if unit == "timestamp" or (len(col) and not pc.all(pc.match_substring_regex(col, _INT)).as_py()):
+        if unit == "timestamp":
+            return iso_times(col, ts_unit_ns(job_unit))
+        if len(col) and not pc.all(pc.match_substring_regex(col, _INT)).as_py():
             return None
         x = pc.cast(col, pa.int64()).to_numpy()
         num, den = ts_unit_ns(unit), ts_unit_ns(job_unit)
@@ -114,3 +121,46 @@ def _value(col, s, c, dtype, job_unit):
             return None
         return np.array(col.cast(pa.binary()).to_pylist(), dtype=fd)
     return None
+
+
+_ISO = (r"^(?P<y>[0-9]{4})-(?P<mo>[0-9]{2})-(?P<d>[0-9]{2})[T ](?P<h>[0-9]{2}):(?P<mi>[0-9]{2}):(?P<s>[0-9]{2})"
+        r"(?:\.(?P<f>[0-9]{1,6}))?(?P<z>Z|[+-][0-9]{2}:[0-9]{2})?$")
+_DAYS = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+
+
+def _days_from_civil(y, m, d):
+    """Days since 1970-01-01 of proleptic Gregorian dates (H. Hinnant's algorithm, in numpy)."""
+    y = y - (m <= 2)
+    era = np.floor_divide(y, 400)
+    yoe = y - era * 400
+    doy = (153 * (m + np.where(m > 2, -3, 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def iso_times(col, target_ns):
+    """ISO-8601 text (the module's form) as event times in units of `target_ns` ns, rounded
+    down, or None when some value is not of that form (Spark then reads the file)."""
+    if not len(col):
+        return np.zeros(0, np.int64)
+    parts = pc.extract_regex(col, _ISO)
+    if parts.null_count:
+        return None
+    f = {k: parts.field(k) for k in ("y", "mo", "d", "h", "mi", "s", "f", "z")}
+    y, mo, d, h, mi, sec = (pc.cast(f[k], pa.int64()).to_numpy() for k in ("y", "mo", "d", "h", "mi", "s"))
+    frac = pc.cast(pc.utf8_rpad(f["f"], 6, "0"), pa.int64()).to_numpy()
+    z = f["z"]
+    zh = pc.cast(pc.if_else(pc.equal(pc.utf8_length(z), 6), pc.utf8_slice_codeunits(z, 1, 3), "0"),
+                 pa.int64()).to_numpy()
+    zm = pc.cast(pc.if_else(pc.equal(pc.utf8_length(z), 6), pc.utf8_slice_codeunits(z, 4, 6), "0"),
+                 pa.int64()).to_numpy()
+    sign = np.where(pc.starts_with(z, "-").to_numpy(zero_copy_only=False), -1, 1)
+    if (y.min() < 1900 or y.max() > 2200 or mo.min() < 1 or mo.max() > 12 or h.max() > 23 or mi.max() > 59
+            or sec.max() > 59 or zh.max() > 18 or zm.max() > 59 or ((zh == 18) & (zm > 0)).any()):
+        return None
+    leap = ((y % 4 == 0) & (y % 100 != 0)) | (y % 400 == 0)
+    month_days = _DAYS[mo - 1] + ((mo == 2) & leap)
+    if d.min() < 1 or (d > month_days).any():
+        return None
+    secs = _days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - sign * (zh * 3600 + zm * 60)
+    return np.floor_divide(secs * 1_000_000_000 + frac * 1000, target_ns)
