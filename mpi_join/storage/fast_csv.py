@@ -21,8 +21,12 @@ value of a declared column is, for its type:
                   or no zone (UTC, as the stager's Spark session reads it), a valid date and
                   time in the years 1900 to 2200 (Spark's try_to_timestamp reads each such
                   value to the microsecond exactly; the job's ts_unit takes it rounded down)
-Anything else (nulls, \\N, spaces, base64 arrays, other timestamp forms, a quarantined row)
-sends the whole file to Spark, which also writes the reasons of the rows it quarantines.
+A row whose numeric value (an integer, a float, an integer event time) Spark's parse surely
+refuses (letters only and no word a number is spelled as, such as `abc` or `x`; an integer
+outside its type's range) is quarantined by itself, with Spark's reason, and the rest of its
+file staged. Anything else (nulls, \\N, spaces, base64 arrays, other timestamp forms, other
+unparseable values) sends the whole file to Spark, which writes the reasons of the rows it
+quarantines.
 """
 import re
 
@@ -44,9 +48,10 @@ def plain_uri(path):
 
 
 def read(s, path, header, declared, waiting, job_unit):
-    """Stream `s`'s landing CSV file `path` (whose column names are `header`) as rows of dtype
-    `waiting` (the staged row with _src 0 and _rec its record), or None when Spark must read it
-    (see the module's rules)."""
+    """Stream `s`'s landing CSV file `path` (whose column names are `header`) as (rows of dtype
+    `waiting`: the staged row with _src 0 and _rec its record; the rows Spark's parse would
+    refuse, quarantined by themselves as Spark writes them, or None), or None when Spark must
+    read the file (see the module's rules)."""
     import pyarrow.csv as pcsv
     if s.raw.format != "csv" or plain_uri(path) is None or len(set(header)) != len(header) \
             or any(c not in header for c in declared) or any('"' in c for c in header):
@@ -64,62 +69,116 @@ def read(s, path, header, declared, waiting, job_unit):
                                                 strings_can_be_null=False, quoted_strings_can_be_null=False))
     except (pa.ArrowInvalid, OSError):
         return None                      # a row with another number of fields, invalid UTF-8, ...
-    out = np.zeros(t.num_rows, waiting)
+    n = t.num_rows
+    parsed, good = {}, np.ones(n, bool)
     for c in declared:
-        v = _value(t.column(c), s, c, out.dtype, job_unit)
+        v = _value(t.column(c), s, c, waiting, job_unit)
         if v is None:
             return None
+        parsed[c] = v
+        good &= v[1]
+    out = np.zeros(n, waiting)
+    for c, (v, _) in parsed.items():
         out["ts" if c == s.raw.time else c] = v
-    out["_rec"] = np.arange(1, t.num_rows + 1)
+    out["_rec"] = np.arange(1, n + 1)
     out[SEQ] = 0
-    return out
+    if good.all():
+        return out, None
+    return out[good], _quarantined(t, s, declared, parsed, good, path, job_unit)
+
+
+def _quarantined(t, s, declared, parsed, good, path, job_unit):
+    """The rows of `t` with a value Spark would refuse, as Spark's path writes them (file, record,
+    reason: each refused value as `column: expected ..., got '...'`, joined by "; "; the raw text
+    of every declared column)."""
+    from types import SimpleNamespace
+    from .spark.stage import _expected
+    job = SimpleNamespace(ts_unit=job_unit)
+    bad = np.flatnonzero(~good)
+    why = [[] for _ in bad]
+    for c in [s.raw.time] + [c for c in s.schema if c != s.raw.time]:
+        ok = parsed[c][1][bad]
+        raw = t.column(c).take(pa.array(bad)).to_pylist()
+        label = f"event time {c}" if c == s.raw.time else c
+        for i in np.flatnonzero(~ok):
+            why[i].append(f"{label}: {_expected(s, '_ts' if c == s.raw.time else c, job)}, got '{raw[i][:60]}'")
+    rows = pa.array(bad)
+    return pa.table({"file": pa.array([plain_uri(path)] * len(bad), pa.string()),
+                     "record": pa.array(bad + 1, pa.int64()), "reason": pa.array(["; ".join(w) for w in why]),
+                     **{c: t.column(c).take(rows).combine_chunks().cast(pa.string()) for c in declared}})
+
+
+# a value Spark's parse surely refuses in a numeric column: letters only, none of the words a
+# number may be spelled as (NaN, Infinity, inf, true, false, ...): its row is quarantined by itself
+_SURELY_NOT_A_NUMBER = r"^[A-Za-z]+$"
+_NUMBER_WORDS = {"nan", "inf", "infinity", "true", "false", "t", "f", "y", "n", "yes", "no", "e", "d"}
+
+
+def _refusable(col, ok, ints=False, lo=None, hi=None):
+    """`ok`, or None when a value that is not ok may be one Spark's parse reads (then Spark reads
+    the file): a value not ok must be letters only and no word a number is spelled as, or, in an
+    integer column, an integer outside the type's range."""
+    if ok.all():
+        return ok
+    bad = pa.array(~ok)
+    words = pc.filter(col, bad)
+    letters = pc.match_substring_regex(words, _SURELY_NOT_A_NUMBER).to_numpy(zero_copy_only=False)
+    spelled = pc.is_in(pc.utf8_lower(words), pa.array(sorted(_NUMBER_WORDS))).to_numpy(zero_copy_only=False)
+    sure = letters & ~spelled
+    if ints:
+        sure |= pc.match_substring_regex(words, _INT).to_numpy(zero_copy_only=False)     # out of range
+    return ok if sure.all() else None
 
 
 def _value(col, s, c, dtype, job_unit):
-    """Column `c` parsed as Spark would, or None when some value is not certain to be."""
+    """Column `c` parsed as Spark would, and which values parse; None when some value that does
+    not parse might be one Spark reads (then Spark reads the file)."""
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if col.null_count:
         return None
+    n = len(col)
     if c == s.raw.time:
         unit = s.raw.time_unit
         if unit == "timestamp":
-            return iso_times(col, ts_unit_ns(job_unit))
-        if len(col) and not pc.all(pc.match_substring_regex(col, _INT)).as_py():
+            v = iso_times(col, ts_unit_ns(job_unit))
+            return None if v is None else (v, np.ones(n, bool))
+        ok = _refusable(col, pc.match_substring_regex(col, _INT).to_numpy(zero_copy_only=False))
+        if ok is None:
             return None
-        x = pc.cast(col, pa.int64()).to_numpy()
+        x = pc.cast(pc.if_else(pa.array(ok), col, "0"), pa.int64()).to_numpy()
         num, den = ts_unit_ns(unit), ts_unit_ns(job_unit)
         if num >= den:
             f = num // den
-            if len(x) and int(np.abs(x).max()) > (2 ** 62) // f:
+            if n and int(np.abs(x).max()) > (2 ** 62) // f:
                 return None
-            return x * f
+            return x * f, ok
         if den // num > 10 ** 6:
             return None
-        return np.floor_divide(x, den // num)
+        return np.floor_divide(x, den // num), ok
     fd = dtype.fields[c][0]
     if fd.shape:
         return None
     if fd.kind in "iu":
-        if len(col) and not pc.all(pc.match_substring_regex(col, _INT)).as_py():
-            return None
-        x = pc.cast(col, pa.int64()).to_numpy()
+        form = pc.match_substring_regex(col, _INT).to_numpy(zero_copy_only=False)
+        x = pc.cast(pc.if_else(pa.array(form), col, "0"), pa.int64()).to_numpy()
         lo, hi = (0, min(np.iinfo(fd).max, 2 ** 63 - 1)) if fd.kind == "u" else (np.iinfo(fd).min, np.iinfo(fd).max)
-        if len(x) and (x.min() < lo or x.max() > hi):
-            return None
-        return x
+        ok = _refusable(col, form & (x >= lo) & (x <= hi), ints=True)
+        return None if ok is None else (np.where(ok, x, 0), ok)
     if fd.kind == "f":
-        if len(col) and not pc.all(pc.match_substring_regex(col, _FLOAT)).as_py():
+        ok = _refusable(col, pc.match_substring_regex(col, _FLOAT).to_numpy(zero_copy_only=False))
+        if ok is None:
             return None
-        return pc.cast(col, pa.float32() if fd.itemsize == 4 else pa.float64()).to_numpy()
+        x = pc.cast(pc.if_else(pa.array(ok), col, "0"), pa.float32() if fd.itemsize == 4 else pa.float64())
+        return x.to_numpy(zero_copy_only=False), ok
     if fd.kind == "b":
-        if len(col) and not pc.all(pc.is_in(col, pa.array(["true", "false"]))).as_py():
+        if n and not pc.all(pc.is_in(col, pa.array(["true", "false"]))).as_py():
             return None
-        return pc.equal(col, "true").to_numpy(zero_copy_only=False)
+        return pc.equal(col, "true").to_numpy(zero_copy_only=False), np.ones(n, bool)
     if fd.kind == "S":
-        n = pc.binary_length(col).to_numpy()
-        if len(col) and (n.min() < 1 or n.max() > fd.itemsize or pc.any(pc.match_substring(col, "\0")).as_py()):
+        ln = pc.binary_length(col).to_numpy()
+        if n and (ln.min() < 1 or ln.max() > fd.itemsize or pc.any(pc.match_substring(col, "\0")).as_py()):
             return None
-        return np.array(col.cast(pa.binary()).to_pylist(), dtype=fd)
+        return np.array(col.cast(pa.binary()).to_pylist(), dtype=fd), np.ones(n, bool)
     return None
 
 

@@ -237,14 +237,17 @@ class Reader:
                 if why is not None:
                     whole[i].append(whole_file(s, f, why, say))
                     continue
-                rows = fast_csv.read(s, f, header_of(s, f), _declared(s), waiting_dtype(s), self.job.ts_unit) \
+                got = fast_csv.read(s, f, header_of(s, f), _declared(s), waiting_dtype(s), self.job.ts_unit) \
                     if s.raw.format == "csv" else None
-                if rows is None:
+                if got is None:
                     mine.append(f)
                 else:
+                    rows, refused = got                 # a row Spark would refuse: quarantined by itself
                     rows["_src"] = len(fast_paths)
                     fast_paths.append(fast_csv.plain_uri(f))
                     fast[i].append(rows)
+                    if refused is not None:
+                        whole[i].append(refused)
             spark_files.append(mine)
         if any(spark_files):
             try:
