@@ -8,11 +8,23 @@ slower). A pair (a, b) passes the window test when the later of the two (by seq)
 other inside its window: `coord[older] >= lo[newer]` (see window.py for coord and lo).
 """
 import functools
+import warnings
 
 import numpy as np
 from numba import njit
 
 from .jit import Compiles
+
+# A window's rows carry the runtime's columns (_tin, ...) after the stream's own, so numba passes
+# them to a theta UDF compiled for the stream's record as a subtype of it, and warns at every
+# compile that this is experimental; it is what is meant (tests/test_oracle.py checks the UDF
+# joins exactly), so the warning is not printed
+try:
+    from numba.core.errors import NumbaExperimentalFeatureWarning
+    warnings.filterwarnings("ignore", category=NumbaExperimentalFeatureWarning,
+                            message=r"Record\(.*has been considered a subtype of Record")
+except ImportError:          # pragma: no cover - another numba
+    pass
 
 Compiles.install()      # every process that imports numba through here counts its compiles
 

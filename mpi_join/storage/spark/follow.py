@@ -780,12 +780,20 @@ def _first_line(e):
     return text.strip().splitlines()[0][:300] if text.strip() else type(e).__name__
 
 
+def _as_time(ts, unit):
+    """A watermark as the event time it is and as UTC ("1767225600000 (2026-01-01 00:00:00 UTC)")."""
+    if ts is None:
+        return "-"
+    from ..input_warnings import human
+    return f"{ts} ({human(ts, unit)} UTC)"
+
+
 def _report(say, e, writer):
     st = e["streams"]
     late = sum(v["late"] for v in st.values())
     bad = sum(v["quarantined"] for v in st.values())
     say(f"stage --follow: batch {e['batch']}: +{e['seq'][1] - e['seq'][0]:,} tuples ("
         + ", ".join(f"{k} {v['rows']:,}" for k, v in st.items()) + f"), seq {e['seq'][1]:,}, watermark "
-        f"{e['watermark'] if e['watermark'] is not None else '-'}, {e['pending']:,} waiting"
+        f"{_as_time(e['watermark'], writer.job.ts_unit)}, {e['pending']:,} waiting"
         + (f", {late:,} late" if late else "") + (f", {bad:,} unparseable" if bad else ""))
 
