@@ -319,6 +319,9 @@ def live(job_path, nprocs, no_drain, trigger, batch_mb, status_every, metrics_po
             raise JobError(f"--metrics-port {metrics_port}: cannot serve metrics there ({e.strerror or e})") from None
     except JobError as e:
         _fail(e)
+    from .live import expected_paths
+    for ln in expected_paths(job):
+        click.echo(ln, err=True)
     try:
         code = Supervisor(job, nprocs, lambda m: click.echo(m, err=True), drain=not no_drain, trigger=trigger,
                           batch_mb=batch_mb, status_every=status_every, exporter=exporter).run()

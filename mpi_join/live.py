@@ -337,6 +337,13 @@ class Supervisor:
         return st
 
 
+def expected_paths(job):
+    """One line per stream: which reader its landing files are expected to take (the stager's
+    own process by Arrow, or Spark, whose JVM takes seconds to start: storage/fast_csv.py)."""
+    from .storage.fast_csv import expected_reader
+    return [f"live: stream {s.name}: {expected_reader(s)}" for s in job.streams]
+
+
 def precheck(job, nprocs=None):
     """What `live` refuses before any child or JVM starts: a job without live input, what a live
     log cannot hold, a landing directory that does not exist, a staged, output or checkpoint

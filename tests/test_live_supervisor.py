@@ -285,3 +285,14 @@ def test_a_signal_to_every_process_of_the_job_at_once_is_a_stop_not_an_error(tmp
     assert not any("error" in s for s in said), said
     assert any("live: the stager stopped too (exit 2, above) while live was stopping" in s for s in said), said
     assert said[-1].startswith("live: stopped; the log stays open"), said
+
+
+def test_live_says_at_its_start_which_reader_each_streams_files_take(tmp_path):
+    """A job whose time format sends every file to Spark (a JVM start, seconds of latency) said
+    nothing of it at live's start."""
+    from mpi_join.live import expected_paths
+    text = JOB.replace('format = "csv", time = "t", time_unit = "ms" }', 'format = "csv", time = "t", time_unit = "timestamp" }', 1)
+    (tmp_path / "job.toml").write_text(text.replace('raw/S", format = "csv"', 'raw/S", format = "json"'))
+    lines = expected_paths(load_job(str(tmp_path / "job.toml")))
+    assert len(lines) == 2 and "ISO-8601 times" in lines[0] and "by Arrow" in lines[0], lines
+    assert "json files: read by Spark" in lines[1], lines

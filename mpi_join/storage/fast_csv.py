@@ -42,6 +42,18 @@ _INT = r"^-?[0-9]{1,18}$"
 _FLOAT = r"^-?([0-9]{1,40}(\.[0-9]{0,40})?|\.[0-9]{1,40})([eE][-+]?[0-9]{1,2})?$"
 
 
+def expected_reader(s):
+    """Which path stream `s`'s landing files are expected to take, in words (live says it)."""
+    if s.raw is None or s.raw.source is not None or s.raw.format != "csv":
+        what = "records of a stream source" if s.raw is not None and s.raw.source is not None else \
+            f"{s.raw.format if s.raw else '?'} files"
+        return f"{what}: read by Spark (its JVM starts with the first)"
+    times = ("ISO-8601 times (Z, +hh:mm or no zone; up to 6 fraction digits)" if s.raw.time_unit == "timestamp"
+             else f"integer times in {s.raw.time_unit}")
+    return (f"CSV with {times}: read in the stager's process by Arrow; a file with a null, a space or a "
+            f"value of another form goes to Spark (a row with a letters-only number is quarantined by itself)")
+
+
 def plain_uri(path):
     """The URI Spark gives a local file (input_file_name), when the path needs no escaping."""
     return f"file://{path}" if _PLAIN_PATH.fullmatch(path) else None
