@@ -434,6 +434,11 @@ def check(job_path, nprocs):
     a run would start, 2 with a one-line error otherwise."""
     job, man = _planned(job_path, nprocs, "check")
     _warn(job, man)
+    if man is None:
+        click.echo(f"ok: {job_path}: strategy {job.strategy.name} on {nprocs} ranks; nothing staged yet in "
+                   f"{job.staged}, so the staged input is not checked (`mpi-join stage JOB` stages it, and "
+                   f"`check` then checks it)")
+        return
     per = ", ".join(f"{k} {v['count']:,}" for k, v in man["streams"].items())
     click.echo(f"ok: {job_path}: strategy {job.strategy.name} on {nprocs} ranks, {man['total']:,} staged tuples "
                f"({per}), ts in {job.ts_unit}")
@@ -445,9 +450,10 @@ def explain(job_path, nprocs):
     each window in tuples at the staged arrival rate, the state per worker, and which local join
     decides which condition. Validates like `mpi-join check` first."""
     from .storage.staged import staged_manifest
+    from .tools.plan import not_staged_yet
     job, lines = _planned(job_path, nprocs, "explain")
     click.echo("\n".join(lines))
-    _warn(job, staged_manifest(job))
+    _warn(job, None if not_staged_yet(job) else staged_manifest(job))
 
 
 def _planned(job_path, nprocs, what):

@@ -631,3 +631,21 @@ def test_stage_at_rest_refuses_a_damaged_parquet_file_in_one_line_before_spark(t
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
     assert "junk.parquet: not a readable Parquet file of stream 'S'" in lines[0] and spark == [], lines
+
+
+def test_check_and_explain_of_a_job_with_raw_input_and_nothing_staged_judge_the_job_alone(tmp_path):
+    """They refused with "staged input directory not found"; now they explain the plan from the
+    job and say what they could not check. A job with no raw input still needs its staged input."""
+    text = equi_job_text(('"5ms"', "20"))
+    for s in "RS":
+        text = text.replace(f"[streams.{s}]\n", f'[streams.{s}]\nraw = {{ path = "raw/{s}", format = "csv", '
+                                                 f'time = "t", time_unit = "ms" }}\n')
+    (tmp_path / "job.toml").write_text(text)
+    res = CliRunner().invoke(main, ["check", str(tmp_path / "job.toml")])
+    assert res.exit_code == 0 and "nothing staged yet" in res.output and "not checked" in res.output, res.output
+    res = CliRunner().invoke(main, ["explain", str(tmp_path / "job.toml"), "-n", "3"])
+    assert res.exit_code == 0 and "the plan from the job alone" in res.output, res.output
+    assert "S: 20 tuples (count window)" in res.output and "known once staged" in res.output, res.output
+    (tmp_path / "plain.toml").write_text(equi_job_text(('"5ms"', '"5ms"')))
+    res = CliRunner().invoke(main, ["check", str(tmp_path / "plain.toml")])
+    assert_refused(res, "staged input directory not found")

@@ -38,7 +38,8 @@ def duration(ns, exact=False):
 
 
 def warnings(job, man):
-    """Lines (without the "mpi-join: warning: " prefix) about `job`'s staged input (`man`)."""
+    """Lines (without the "mpi-join: warning: " prefix) about `job`'s staged input (`man`; None:
+    nothing staged yet, only the job's own)."""
     out = []
     unit = job.ts_unit
     per = ts_unit_ns(unit)
@@ -47,6 +48,8 @@ def warnings(job, man):
             l, r = (f"{job.streams[i].name}.{c}" for i, c in (b.left, b.right))
             out.append(f"predicate: the band |{l} - {r}| {'<=' if b.closed else '<'} {b.eps:g} holds for no pair "
                        f"(an absolute difference is never below 0): the answer is empty")
+    if man is None:                     # nothing staged yet: what the job alone says
+        return out
     st = {s.name: man["streams"].get(s.name, {}) for s in job.streams}
     for s in job.streams:
         m = st[s.name]

@@ -12,9 +12,21 @@ from ..units import ts_unit_ns
 from ..join.window import runtime_dtype
 
 
+def not_staged_yet(job):
+    """Has the job raw input for every stream and nothing staged yet? (check and explain then
+    judge the job alone and say what they could not check.)"""
+    import os
+    from ..storage.staged import MANIFEST
+    return all(s.raw is not None for s in job.streams) and not os.path.exists(os.path.join(job.staged, MANIFEST)) \
+        and (not os.path.isdir(job.staged) or not os.listdir(job.staged))
+
+
 def check(job, nranks):
-    """Raise JobError on the first problem; returns the staged manifest."""
+    """Raise JobError on the first problem; returns the staged manifest (None: nothing is staged
+    yet, the job has raw input, and only the job was checked)."""
     strategies.check_runnable(job, nranks)
+    if not_staged_yet(job):
+        return None
     man = staged_manifest(job)
     staged_files(job, man)                         # part files present, none extra, sizes as staged
     for s in job.streams:
@@ -39,7 +51,9 @@ def explain(job, nranks):
         job = replace(job, run=replace(job.run, sources=k))
         auto = f"run.sources = \"auto\": {k} ({why}; a run decides on the cores its ranks have)"
     graph = info.build_graph(nranks, job.strategy.params, job.run.sources)
-    out = [f"job {job.name}: {len(job.streams)} streams, {man['total']:,} staged tuples, ts in {job.ts_unit}",
+    staged = (f"{man['total']:,} staged tuples" if man is not None else
+              f"nothing staged yet in {job.staged} (the plan from the job alone; `mpi-join stage JOB` stages it)")
+    out = [f"job {job.name}: {len(job.streams)} streams, {staged}, ts in {job.ts_unit}",
            f"strategy {info.name}: {info.summary}"]
     out += [f"  {k} = {v!r}" + ("" if v != info.params[k].default else " (default)")
             for k, v in job.strategy.params.items() if not info.params[k].testing]
@@ -61,6 +75,14 @@ def explain(job, nranks):
     state = 0
     out.append("windows:")
     for k, s in enumerate(job.streams):
+        if man is None:                  # no arrival rate yet: a count window's size, a time window's span
+            w = s.window
+            row = runtime_dtype(s.dtype, len(job.streams)).itemsize
+            state += (w.size if w.kind == "count" else 0) * row
+            out.append(f"  {s.name}: {w.size:,} tuples (count window)" if w.kind == "count" else
+                       f"  {s.name}: {w.text} (its tuples follow the arrival rate, known once staged), "
+                       f"{row} bytes a row")
+            continue
         st = man["streams"][s.name]
         span = (st["ts_max"] - st["ts_min"]) if st["count"] > 1 and st["ts_max"] is not None else 0
         rate = (st["count"] - 1) / span if span > 0 else 0.0
@@ -75,8 +97,11 @@ def explain(job, nranks):
         row = runtime_dtype(s.dtype, len(job.streams)).itemsize
         state += tuples * row
         out.append(f"  {s.name}: about {tuples:,} tuples ({how}), {row} bytes a row")
-    out.append(f"state: about {state / workers / 2**20:,.1f} MB per worker if the windows spread evenly over "
-               f"{workers} workers ({state / 2**20:,.1f} MB in all)")
+    if man is None and any(s.window.kind != "count" for s in job.streams):
+        out.append("state: follows the arrival rate of the windows' streams, known once the input is staged")
+    else:
+        out.append(f"state: about {state / workers / 2**20:,.1f} MB per worker if the windows spread evenly over "
+                   f"{workers} workers ({state / 2**20:,.1f} MB in all)")
     sql = ((job.raw or {}).get("predicate") or {}).get("sql")
     if sql:
         from ..join.sql import as_toml
