@@ -696,10 +696,15 @@ _CONF = click.option("--conf", multiple=True, metavar="KEY=VALUE", help="Extra S
 @click.option("--no-drain", is_flag=True, help="With --follow: Ctrl-C or SIGTERM stops at once and leaves the log "
               "open, to be continued by the next `stage --follow` (default: stage every file that has landed, then "
               "end the log).")
+@click.option("--engine", type=click.Choice(["auto", "local", "spark"]), default="auto", show_default=True,
+              help="At rest: `local` reads local CSV files in this process (the stager's reader, no JVM), `spark` "
+                   "with Spark; `auto` takes local where every file allows it (local CSV, values Spark parses the "
+                   "same way, --master local) and says which it took in its first line.")
 @_MASTER
 @_CONF
-def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, until, trigger, batch_mb, no_drain):
-    """Stage the raw input of JOB with Spark into the staged layout.
+def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, until, trigger, batch_mb, no_drain,
+          engine):
+    """Stage the raw input of JOB into the staged layout, in this process or with Spark.
 
     Each stream's `raw = { path, format, time, time_unit }` names its files (CSV, JSON lines or
     Parquet; a file, directory, glob, or hdfs:// / file:// URI) and its event-time column (a
@@ -732,6 +737,8 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
                 click.echo(f"stage: {out or job.staged} is up to date (same settings, raw files unchanged); --force "
                            f"stages again", err=True)
             else:
+                man = _stage_local(job, out, engine, master, conf, allow_empty)
+            if man is None:
                 man = do_stage(spark_session(master, "mpi-join stage", conf, small=small_input(job)), job, out,
                                progress=lambda m: click.echo(m, err=True), overwrite=overwrite, force=force,
                                allow_empty=allow_empty)
@@ -993,6 +1000,33 @@ def verify(results, job_path, examples, ordered):
         click.echo("mpi-join: warning: the oracle finds 0 results: an empty answer is equal, but rarely what was "
                    "meant; `mpi-join check JOB` warns about time ranges and units", err=True)
     sys.exit(0 if rep["ok"] else 1)
+
+
+def _stage_local(job, out, engine, master, conf, allow_empty):
+    """`stage --engine local|auto`: the manifest of staging in this process, or None where Spark
+    stages (asked for, or a file this process's reader cannot read as Spark would: auto says
+    which and goes on with Spark; local refuses in one line)."""
+    from .storage import paths
+    from .storage.local_stage import NeedsSpark, stage_local
+    say = lambda m: click.echo(m, err=True)  # noqa: E731
+    target = out or job.staged
+    why = ("--engine spark" if engine == "spark" else
+           f"--master {master}" if master != "local[*]" else "--conf given" if conf else
+           "the staged directory is not local" if not paths.local(target) else None)
+    if why is not None:
+        if engine == "local":
+            raise JobError(f"--engine local: stages local files into a local directory with --master local[*] "
+                           f"({why}); use --engine spark")
+        say(f"stage: engine spark ({why})")
+        return None
+    say("stage: engine local: reading the raw files in this process (--engine spark stages with Spark)")
+    try:
+        return stage_local(job, target, say, allow_empty)
+    except NeedsSpark as e:
+        if engine == "local":
+            raise JobError(f"--engine local: {e}; stage it with --engine spark (or auto)") from None
+        say(f"stage: engine spark: {e}")
+        return None
 
 
 def _stopped_line(job_path, overrides, follow, signum):

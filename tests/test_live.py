@@ -812,6 +812,13 @@ TRICKY = ("k,v,t", "-0,.5,007\n2147483647,5.,8\n-2147483648,1E2,9\n0012,-1.5e-3,
                    "7,123456789012345678901234567890,11\n8,0.1000000000000000055511151231257827,12\n")
 
 
+def _quarantined(staged, s):
+    """Stream s's quarantined rows in `staged`, comparable across readers (file:/// as file:/)."""
+    rows = pq.read_table(str(staged / "_quarantine" / s)).to_pylist()
+    return sorted((repr(tuple((k, x[k].replace("file:///", "file:/") if k == "file" else x[k]) for k in sorted(x)))
+                   for x in rows))
+
+
 def test_live_staging_parses_as_stage_does(spark, tmp_path):
     """The same landing files, hostile values and every column order among them, staged at rest
     (`stage`) and live (`stage --follow --until end`): the staged rows and the quarantined rows
@@ -833,7 +840,7 @@ def test_live_staging_parses_as_stage_does(spark, tmp_path):
         'allowed_lateness = "300ms"', 'allowed_lateness = "1d"')
     (tmp_path / "job.toml").write_text(text)
     (tmp_path / "live.toml").write_text(text.replace('staged = "staged"', 'staged = "live"'))
-    r = cli("stage", str(tmp_path / "job.toml"))
+    r = cli("stage", "--engine", "spark", str(tmp_path / "job.toml"))
     assert r.returncode == 0, r.stderr[-3000:]
     r = cli("stage", "--follow", "--until", "end", str(tmp_path / "live.toml"))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -846,9 +853,7 @@ def test_live_staging_parses_as_stage_does(spark, tmp_path):
         assert len(a) > 30 and a.dtype == b.dtype and a.tobytes() == b.tobytes()     # NaN too, bit for bit
     for s in "RS":
         def q(d):
-            rows = pq.read_table(str(tmp_path / d / "_quarantine" / s)).to_pylist()
-            return sorted((repr(tuple((k, x[k].replace("file:///", "file:/") if k == "file" else x[k])
-                                      for k in sorted(x))) for x in rows))
+            return _quarantined(tmp_path / d, s)
         at_rest, staged_live = q("staged"), q("live")
         assert len(at_rest) >= 8 and at_rest == staged_live
 
@@ -878,7 +883,7 @@ def test_iso_times_take_the_fast_path_and_stage_as_spark_stages_them(spark, tmp_
             .replace('allowed_lateness = "300ms"', 'allowed_lateness = "1d"'))
     (tmp_path / "job.toml").write_text(text)
     (tmp_path / "live.toml").write_text(text.replace('staged = "staged"', 'staged = "live"'))
-    r = cli("stage", str(tmp_path / "job.toml"))
+    r = cli("stage", "--engine", "spark", str(tmp_path / "job.toml"))
     assert r.returncode == 0, r.stderr[-3000:]
     r = cli("stage", "--follow", "--until", "end", str(tmp_path / "live.toml"))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -889,9 +894,7 @@ def test_iso_times_take_the_fast_path_and_stage_as_spark_stages_them(spark, tmp_
         assert len(a) >= 2 * len(ISO_CLEAN) and a.dtype == b.dtype and a.tobytes() == b.tobytes()
     for s in "RS":
         def q(d):
-            rows = pq.read_table(str(tmp_path / d / "_quarantine" / s)).to_pylist()
-            return sorted((repr(tuple((k, x[k].replace("file:///", "file:/") if k == "file" else x[k])
-                                      for k in sorted(x))) for x in rows))
+            return _quarantined(tmp_path / d, s)
         assert q("staged") == q("live") and len(q("staged")) >= 3
 
 
@@ -919,7 +922,7 @@ def test_a_bad_value_is_quarantined_by_itself_and_the_rest_of_its_file_stays_on_
         'allowed_lateness = "300ms"', 'allowed_lateness = "1d"')
     (tmp_path / "job.toml").write_text(text)
     (tmp_path / "live.toml").write_text(text.replace('staged = "staged"', 'staged = "live"'))
-    r = cli("stage", str(tmp_path / "job.toml"))
+    r = cli("stage", "--engine", "spark", str(tmp_path / "job.toml"))
     assert r.returncode == 0, r.stderr[-3000:]
     r = cli("stage", "--follow", "--until", "end", str(tmp_path / "live.toml"))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -930,9 +933,7 @@ def test_a_bad_value_is_quarantined_by_itself_and_the_rest_of_its_file_stays_on_
         assert len(a) >= 10 and a.dtype == b.dtype and a.tobytes() == b.tobytes()
     for s in "RS":
         def q(d):
-            rows = pq.read_table(str(tmp_path / d / "_quarantine" / s)).to_pylist()
-            return sorted((repr(tuple((k, x[k].replace("file:///", "file:/") if k == "file" else x[k])
-                                      for k in sorted(x))) for x in rows))
+            return _quarantined(tmp_path / d, s)
         assert q("staged") == q("live") and len(q("staged")) == 6, (q("staged"), q("live"))
 
 

@@ -564,7 +564,8 @@ def test_spark_java_opts_from_the_environment_reach_the_driver_jvm(tmp_path):
     assert "probe=yes" in p.stdout
 
 
-def test_stage_at_rest_reads_a_symbolic_link_and_says_a_subdirectory_is_not_read(spark, tmp_path):
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_stage_at_rest_reads_a_symbolic_link_and_says_a_subdirectory_is_not_read(spark, tmp_path, engine):
     """As live staging does (tests/test_landing_files.py): a link to a file is read, a
     subdirectory of a raw directory is not, said once naming it."""
     (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="s"))
@@ -573,7 +574,7 @@ def test_stage_at_rest_reads_a_symbolic_link_and_says_a_subdirectory_is_not_read
     _write_csv(str(tmp_path / "ext/x.csv"), [f"{1_700_000_100 + i},{i % 3},0.5,ab" for i in range(7)])
     os.symlink(tmp_path / "ext" / "x.csv", tmp_path / "raw" / "R" / "link.csv")
     _write_csv(str(tmp_path / "raw/R/sub/y.csv"), [f"{1_700_000_200 + i},1,0.5,ab" for i in range(5)])
-    p = cli("stage", str(tmp_path / "job.toml"))
+    p = cli("stage", "--engine", engine, str(tmp_path / "job.toml"))
     assert p.returncode == 0, p.stderr[-2000:]
     said = [ln for ln in (p.stdout + p.stderr).splitlines() if "a subdirectory" in ln]
     assert len(said) == 1 and "raw/R/sub" in said[0] and "not read" in said[0], p.stdout + p.stderr

@@ -62,8 +62,9 @@ def plain_uri(path):
 def read(s, path, header, declared, waiting, job_unit):
     """Stream `s`'s landing CSV file `path` (whose column names are `header`) as (rows of dtype
     `waiting`: the staged row with _src 0 and _rec its record; the rows Spark's parse would
-    refuse, quarantined by themselves as Spark writes them, or None), or None when Spark must
-    read the file (see the module's rules)."""
+    refuse, quarantined by themselves as Spark writes them, or None; how many staged event times
+    had a part finer than the job's unit), or None when Spark must read the file (see the
+    module's rules)."""
     import pyarrow.csv as pcsv
     if s.raw.format != "csv" or plain_uri(path) is None or len(set(header)) != len(header) \
             or any(c not in header for c in declared) or any('"' in c for c in header):
@@ -89,14 +90,30 @@ def read(s, path, header, declared, waiting, job_unit):
             return None
         parsed[c] = v
         good &= v[1]
+    finer = int((_finer(t.column(s.raw.time), s, job_unit) & good).sum())
     out = np.zeros(n, waiting)
     for c, (v, _) in parsed.items():
         out["ts" if c == s.raw.time else c] = v
     out["_rec"] = np.arange(1, n + 1)
     out[SEQ] = 0
     if good.all():
-        return out, None
-    return out[good], _quarantined(t, s, declared, parsed, good, path, job_unit)
+        return out, None, finer
+    return out[good], _quarantined(t, s, declared, parsed, good, path, job_unit), finer
+
+
+def _finer(col, s, job_unit):
+    """Which event times had a part finer than the job's ts_unit (rounded down when staged: the
+    manifest's ts_finer, as Spark's path counts it)."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    den = ts_unit_ns(job_unit)
+    if s.raw.time_unit == "timestamp":
+        return iso_finer(col, den)
+    num = ts_unit_ns(s.raw.time_unit)
+    if num >= den:
+        return np.zeros(len(col), bool)
+    ok = pc.match_substring_regex(col, _INT).to_numpy(zero_copy_only=False)
+    x = pc.cast(pc.if_else(pa.array(ok), col, "0"), pa.int64()).to_numpy()
+    return ok & (x % (den // num) != 0)
 
 
 def _quarantined(t, s, declared, parsed, good, path, job_unit):
@@ -235,3 +252,10 @@ def iso_times(col, target_ns):
         return None
     secs = _days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - sign * (zh * 3600 + zm * 60)
     return np.floor_divide(secs * 1_000_000_000 + frac * 1000, target_ns)
+
+
+def iso_finer(col, target_ns):
+    """Which ISO times of `col` (all of iso_times' form) have a part finer than `target_ns`."""
+    parts = pc.extract_regex(col, _ISO)
+    frac_ns = pc.cast(pc.utf8_rpad(parts.field("f"), 6, "0"), pa.int64()).to_numpy() * 1000
+    return (frac_ns % target_ns) != 0 if target_ns > 1000 else np.zeros(len(col), bool)

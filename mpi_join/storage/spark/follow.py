@@ -242,7 +242,7 @@ class Reader:
                 if got is None:
                     mine.append(f)
                 else:
-                    rows, refused = got                 # a row Spark would refuse: quarantined by itself
+                    rows, refused, _ = got              # a row Spark would refuse: quarantined by itself
                     rows["_src"] = len(fast_paths)
                     fast_paths.append(fast_csv.plain_uri(f))
                     fast[i].append(rows)

@@ -160,6 +160,16 @@ def _local_files(s):
     return sorted(f for f in files if not os.path.basename(f).startswith(("_", ".")))
 
 
+def local_subdirs(s):
+    """The subdirectories of stream `s`'s local raw directories (not hidden): not read, and said."""
+    import glob as globmod
+    import os
+    p = os.path.abspath(s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path)
+    hits = sorted(globmod.glob(p)) if globmod.has_magic(p) else ([p] if os.path.exists(p) else [])
+    return [os.path.join(h, f) for h in hits if os.path.isdir(h) for f in sorted(os.listdir(h))
+            if not f.startswith(("_", ".")) and os.path.isdir(os.path.join(h, f))]
+
+
 def small_input(job):
     """Is the whole raw input local and at most SMALL_INPUT_BYTES? (Then a JVM set up for a
     short life starts and finishes sooner; see session.spark_session.)"""
@@ -560,15 +570,22 @@ def _parse_time(df, s, job):
     from pyspark.sql.types import TimestampType, TimestampNTZType
     c = s.raw.time
     target_ns = ts_unit_ns(job.ts_unit)
+    # whether a part was dropped is decided in whole numbers where the value is one: comparing the
+    # decimal product with its floor loses the last digit to Spark's precision rules (a time
+    # 1 us past a second, staged in s, was not counted)
     if s.raw.time_unit == "timestamp":
         dt = df.schema[c].dataType
         ts = F.col(c) if isinstance(dt, (TimestampType, TimestampNTZType)) else F.expr(f"try_to_timestamp(`{c}`)")
         micros = F.unix_micros(ts.cast("timestamp"))
         exact = micros.cast("decimal(38,9)") * F.lit(1000 / target_ns).cast("decimal(38,9)")
+        finer = (F.pmod(micros, F.lit(target_ns // 1000)) != 0) if target_ns > 1000 else F.lit(False)
     else:
-        factor = ts_unit_ns(s.raw.time_unit) / target_ns
-        exact = F.expr(f"try_cast(`{c}` as decimal(38,9))") * F.lit(factor).cast("decimal(38,9)")
-    return F.floor(exact).cast("bigint"), F.coalesce(exact != F.floor(exact), F.lit(False))
+        num = ts_unit_ns(s.raw.time_unit)
+        exact = F.expr(f"try_cast(`{c}` as decimal(38,9))") * F.lit(num / target_ns).cast("decimal(38,9)")
+        whole = F.when(F.col(c).cast("string").rlike(r"^\s*-?[0-9]{1,18}\s*$"), F.expr(f"try_cast(`{c}` as bigint)"))
+        finer = (F.when(whole.isNotNull(), F.pmod(whole, F.lit(target_ns // num)) != 0)
+                 .otherwise(exact != F.floor(exact))) if num < target_ns else (exact != F.floor(exact))
+    return F.floor(exact).cast("bigint"), F.coalesce(finer, F.lit(False))
 
 
 def _parse_col(df, c, fd, tname):

@@ -1,0 +1,145 @@
+"""`stage` at rest in this process (`--engine local`, or `auto` where it can): local CSV files
+read by the stager's own reader (fast_csv.py, the reader that live staging uses), numbered and
+written in this process, with no JVM. The result is the one Spark's path (spark/stage.py)
+writes, field for field: the same rows in the same seq order ((event time, stream, file,
+record)), the same quarantined rows and reasons, and a manifest with the same counts, ranges,
+sources and staging record, so that either engine finds the other's output up to date
+(tests/test_local_stage.py stages one corpus both ways and compares). What this reader cannot
+read as Spark would (a null, a space, another timestamp form, JSON, Parquet, a `string` column)
+is left to Spark: `stage_local` then says which file, and returns None."""
+import json
+import os
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import InputError
+from ..schema import SEQ, TS, to_arrow
+from . import paths
+from .staged import FORMAT, MANIFEST, ROW_GROUP, hash_input, string_columns
+
+PART_ROWS = 1_000_000
+
+
+class NeedsSpark(Exception):
+    """A raw file this reader cannot read as Spark would; its message names the file and why."""
+
+
+def stage_local(job, out, progress, allow_empty=False):
+    """Stage `job`'s raw input into the local directory `out`; returns the manifest. Raises
+    NeedsSpark (before anything is written) when a file needs Spark's reader."""
+    from .fast_csv import read
+    from .spark.follow import header_of
+    from .spark.stage import _by_reason, _declared, _local_files, _settings, local_subdirs
+    from .staged_log import waiting_dtype
+    t0 = time.perf_counter()
+    root = paths.real(out)
+    streams, sources, staging_inputs = [], {}, {}
+    for s in job.streams:
+        files = _local_files(s)
+        if files is None:
+            raise NeedsSpark(f"{s.raw.path}: not a local path")
+        if s.raw.format != "csv":
+            raise NeedsSpark(f"{s.raw.path}: {s.raw.format} files (this reader reads CSV)")
+        if string_columns(s):
+            raise NeedsSpark(f"streams.{s.name}: a `string` column (its width is found by Spark's path)")
+        sources[s.name] = [f"file:{f}" for f in files]
+        staging_inputs[s.name] = [[f"file:{f}", os.path.getsize(f), os.stat(f).st_mtime_ns // 10**6] for f in files]
+        for d in local_subdirs(s):
+            progress(f"stage: warning: file:{d}: a subdirectory of stream {s.name}'s raw path: the files in it are "
+                     f"not read (only files directly in it are, as live staging reads a landing directory)")
+        progress(f"stage: stream {s.name}: reading {len(files)} file(s) from {s.raw.path}")
+        rows, bad, finer = [], [], 0
+        for k, f in enumerate(files):
+            got = read(s, f, header_of(s, f), _declared(s), waiting_dtype(s), job.ts_unit)
+            if got is None:
+                raise NeedsSpark(f"file:{f}: a value this reader does not parse as Spark does")
+            r, refused, n_finer = got
+            r["_src"] = k
+            rows.append(r)
+            finer += n_finer
+            if refused is not None:
+                bad.append(refused.set_column(0, "file", pa.array([f"file:{f}"] * refused.num_rows, pa.string())))
+        streams.append((s, np.concatenate(rows) if rows else np.zeros(0, waiting_dtype(s)), bad, finer))
+    # the seq order: (event time, stream, file, record), as Spark's path orders the union
+    keys = [(a[TS], np.full(len(a), i), a["_src"], a["_rec"]) for i, (_, a, _, _) in enumerate(streams)]
+    ts, sid, src, rec = (np.concatenate([k[j] for k in keys]) for j in range(4))
+    order = np.lexsort((rec, src, sid, ts))
+    seq = np.empty(len(order), np.int64)
+    seq[order] = np.arange(len(order))
+    quarantined, reasons, start = {}, {}, 0
+    for s, a, bad, _ in streams:
+        a[SEQ] = seq[start:start + len(a)]
+        start += len(a)
+        quarantined[s.name] = sum(t.num_rows for t in bad)
+        counts = {}
+        for t in bad:
+            for why in t.column("reason").to_pylist():
+                label = ", ".join(part.split(": ", 1)[0] for part in why.split("; "))
+                counts[label] = counts.get(label, 0) + 1
+        reasons[s.name] = list(counts.items())
+    for s, a, bad, _ in streams:
+        if not len(a) and not allow_empty:
+            q = quarantined[s.name]
+            why = (f"all {q:,} of its rows are unparseable ({_by_reason(reasons[s.name], 3)}): is its time column "
+                   f"{s.raw.time!r} really in {s.raw.time_unit!r}?") if q else "its raw files hold no rows"
+            raise InputError(f"{s.raw.path}: stream '{s.name}': nothing staged, {why}; nothing was written to the "
+                             f"stream folders; pass --allow-empty to stage an empty stream")
+    progress(f"stage: read, parsed and ordered {len(seq):,} tuples in this process ({time.perf_counter() - t0:.1f} s)")
+    t1 = time.perf_counter()
+    man = {"format": FORMAT, "ts_unit": job.ts_unit, "streams": {}, "total": int(len(seq)),
+           "quarantined": quarantined, "sources": sources,
+           "staging": {"settings": _settings(job), "inputs": staging_inputs}}
+    for s, a, bad, finer in streams:
+        _write_quarantine(root, s, bad, quarantined[s.name], reasons[s.name], progress)
+        a = np.sort(a, order=SEQ) if len(a) else a
+        rows = np.zeros(len(a), s.dtype)
+        for n in s.dtype.names:
+            rows[n] = a[n]
+        _write_parts(root, s, rows)
+        man["streams"][s.name] = {"count": int(len(rows)),
+                                  "ts_min": int(rows[TS].min()) if len(rows) else None,
+                                  "ts_max": int(rows[TS].max()) if len(rows) else None,
+                                  "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)},
+                                  "ts_finer": int(finer)}
+        progress(f"stage: stream {s.name}: {len(rows):,} tuples -> {os.path.join(root, s.name)}")
+    man["files"] = hash_input(job, root)
+    tmp = os.path.join(root, f".{MANIFEST}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(man, f, indent=2)
+    os.replace(tmp, os.path.join(root, MANIFEST))
+    progress(f"stage: wrote {len(seq):,} tuples ({time.perf_counter() - t1:.1f} s; {time.perf_counter() - t0:.1f} s "
+             f"in all)")
+    return man
+
+
+def _write_parts(root, s, rows):
+    """The stream's part files, replacing the part files there (and only those)."""
+    d = os.path.join(root, s.name)
+    paths.plain_dir(d, f"staged stream folder of '{s.name}'")
+    os.makedirs(paths.inside(root, d), exist_ok=True)
+    for f in os.listdir(d):
+        if f.startswith("part-") or f.startswith(".part-") or f in ("_SUCCESS", "._SUCCESS.crc"):
+            paths.remove_file(root, os.path.join(d, f))
+    for k in range(max(1, -(-len(rows) // PART_ROWS))):
+        name = f"part-{k:05d}.parquet"
+        tmp = os.path.join(d, f".{name}")
+        pq.write_table(to_arrow(rows[k * PART_ROWS:(k + 1) * PART_ROWS]), tmp, row_group_size=ROW_GROUP)
+        os.replace(tmp, os.path.join(d, name))
+
+
+def _write_quarantine(root, s, bad, n, reasons, progress):
+    """The stream's quarantined rows in <out>/_quarantine/<stream>/ (replaced), as Spark writes them."""
+    from .spark.stage import _by_reason
+    d = os.path.join(root, "_quarantine", s.name)
+    paths.plain_dir(d, f"quarantine folder of '{s.name}'")
+    if os.path.isdir(d):
+        for f in os.listdir(d):
+            paths.remove_file(root, os.path.join(d, f))
+    if not n:
+        return
+    os.makedirs(paths.inside(root, d), exist_ok=True)
+    pq.write_table(pa.concat_tables(bad), os.path.join(d, "part-00000.parquet"))
+    progress(f"stage: stream {s.name}: {n:,} row(s) quarantined to file:{d} ({_by_reason(reasons, 5)})")

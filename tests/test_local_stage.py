@@ -1,0 +1,104 @@
+"""`stage` at rest in this process (storage/local_stage.py, `--engine local`, the default's
+choice where it can) writes what Spark's path writes: the same rows in the same seq order, the
+same quarantined rows and reasons, the same manifest (counts, ranges, finer event times,
+sources, staging record), on a corpus of column orders, ISO and integer times with parts finer
+than the job's unit, and rows with refused values. A file the reader cannot read as Spark does
+goes to Spark under `auto` (said in one line) and is refused in one line under `local`."""
+import json
+import os
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import cli
+from mpi_join.config import load_job
+from mpi_join.storage.staged import read_staged
+
+SLOW = True
+
+JOB = """
+[job]
+ts_unit = "{unit}"
+[input]
+staged = "staged"
+[output]
+dir = "out"
+[streams.R]
+schema = {{ k = "int32", v = "float64", name = "char8" }}
+window = "1s"
+raw = {{ path = "raw/R", format = "csv", time = "t", time_unit = "timestamp" }}
+[streams.S]
+schema = {{ k = "int64", w = "float32" }}
+window = "1s"
+raw = {{ path = "raw/S", format = "csv", time = "t", time_unit = "us" }}
+[predicate]
+equi = [["R.k", "S.k"]]
+[strategy]
+name = "hash"
+"""
+
+R_FILES = {
+    "a.csv": "t,k,v,name\n2026-03-01T09:30:00.123456Z,1,0.5,ab\n2026-03-01T09:30:00.5+05:30,2,1.5,cd\n"
+             "2026-03-01 04:00:01-05:00,abc,2.5,ef\n",
+    "b.csv": "name,k,t,v\nxy,3,2026-03-01T09:30:00Z,7.25\nzz,4,2026-03-01T09:30:00.000001Z,1e3\n"
+             "q,99999999999,2026-03-01T09:30:02Z,1\n",
+    "c.csv": "k,v,name,t\n5,-0.0,hello,2026-03-01T09:30:00.999Z\n6,xyz,w,2026-03-01T09:30:03Z\n",
+}
+S_FILES = {
+    "a.csv": "t,k,w\n1772357400000000,1,0.5\n1772357400123456,2,1.5\n1772357400500001,oops,2\n",
+    "b.csv": "w,k,t\n2.5,3,1772357400999999\n3.5,4,bad\n4.5,-9000000000,1772357401000000\n",
+}
+
+
+def _corpus(root, unit, extra_r=None):
+    for s, files in (("R", dict(R_FILES, **(extra_r or {}))), ("S", S_FILES)):
+        os.makedirs(root / "raw" / s, exist_ok=True)
+        for name, text in files.items():
+            (root / "raw" / s / name).write_text(text)
+    (root / "job.toml").write_text(JOB.format(unit=unit))
+
+
+def _both(tmp_path, unit, extra_r=None):
+    a, b = tmp_path / "local", tmp_path / "spark"
+    for d in (a, b):
+        _corpus(d, unit, extra_r)
+    ra = cli("stage", "--engine", "local" if extra_r is None else "auto", str(a / "job.toml"))
+    rb = cli("stage", "--engine", "spark", str(b / "job.toml"))
+    assert ra.returncode == 0 and rb.returncode == 0, ra.stderr[-2000:] + rb.stderr[-2000:]
+    return a, b, ra, rb
+
+
+def _quarantine(d, s):
+    q = d / "staged" / "_quarantine" / s
+    rows = pq.read_table(str(q)).to_pylist() if q.is_dir() and os.listdir(q) else []
+    return sorted(repr(sorted((k, str(v).replace(str(d), "ROOT")) for k, v in r.items())) for r in rows)
+
+
+@pytest.mark.parametrize("unit", ["ms", "s"])
+def test_local_and_spark_stage_the_same_rows_quarantine_and_manifest(spark, tmp_path, unit):
+    a, b, ra, rb = _both(tmp_path, unit)
+    assert ra.stderr.startswith("stage: engine local"), ra.stderr
+    for x, y in zip(read_staged(load_job(str(a / "job.toml"))), read_staged(load_job(str(b / "job.toml")))):
+        assert len(x) >= 3 and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+    ma, mb = (json.loads((d / "staged" / "_manifest.json").read_text().replace(str(d), "ROOT")) for d in (a, b))
+    for k in ("format", "ts_unit", "streams", "total", "quarantined", "sources"):
+        assert ma[k] == mb[k], (k, ma[k], mb[k])
+    assert ma["staging"]["settings"] == mb["staging"]["settings"]
+    assert [[f, n] for f, n, _ in ma["staging"]["inputs"]["R"]] == [[f, n] for f, n, _ in mb["staging"]["inputs"]["R"]]
+    assert sum(ma["quarantined"].values()) == 5 and ma["streams"]["R"]["ts_finer"] > 0 and ma["streams"]["S"]["ts_finer"] > 0
+    for s in "RS":
+        assert _quarantine(a, s) == _quarantine(b, s)
+    # either engine finds the other's output up to date: the same staging record
+    for d, other in ((a, "spark"), (b, "local")):
+        r = cli("stage", "--engine", other, str(d / "job.toml"))
+        assert r.returncode == 0 and "is up to date" in r.stderr, r.stderr
+
+
+def test_a_file_the_reader_cannot_read_goes_to_spark_under_auto_and_is_refused_under_local(spark, tmp_path):
+    a, b, ra, rb = _both(tmp_path, "ms", extra_r={"d.csv": "t,k,v,name\n2026-03-01T09:30:00Z, 7,0.5,sp\n"})
+    assert "stage: engine spark: file:" in ra.stderr and "d.csv" in ra.stderr, ra.stderr
+    for x, y in zip(read_staged(load_job(str(a / "job.toml"))), read_staged(load_job(str(b / "job.toml")))):
+        assert x.tobytes() == y.tobytes()
+    r = cli("stage", "--engine", "local", "--force", str(a / "job.toml"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("mpi-join: error:")]
+    assert r.returncode == 2 and len(lines) == 1 and "--engine local: file:" in lines[0] and "d.csv" in lines[0], r.stderr
