@@ -786,9 +786,12 @@ def warm_spark(force, where):
 @click.option("--collect-out", default=None, help="Collected dataset (default: the run's output dir + '-collected').")
 @click.option("--force", is_flag=True, help="Stage again even when the staged input is up to date.")
 @click.option("--overwrite", is_flag=True, help="Let the run replace a non-empty output dir it did not write.")
+@click.option("--engine", type=click.Choice(["auto", "spark"]), default="auto", show_default=True,
+              help="Staging as `stage --engine`: auto stages local CSV input in this process where it can; spark "
+                   "stages with Spark. Collect runs on Spark.")
 @_MASTER
 @_CONF
-def pipeline(job_path, nprocs, with_payload, verify, collect_out, force, overwrite, master, conf):
+def pipeline(job_path, nprocs, with_payload, verify, collect_out, force, overwrite, master, conf, engine):
     """Stage, run and collect JOB in one go, with one Spark session for both Spark steps.
 
     
@@ -799,7 +802,7 @@ def pipeline(job_path, nprocs, with_payload, verify, collect_out, force, overwri
     try:
         code = run_pipeline(job_path, nprocs, with_payload=with_payload, verify=verify, collect_out=collect_out,
                             force=force, master=master, conf=conf, run_args=("--overwrite",) if overwrite else (),
-                            say=lambda m: click.echo(m, err=True))
+                            say=lambda m: click.echo(m, err=True), engine=engine)
     except JobError as e:
         _fail(e)
     sys.exit(code)

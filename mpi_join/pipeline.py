@@ -8,7 +8,7 @@ import time
 
 
 def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=None, force=False,
-             master="local[*]", conf=(), run_args=(), say=print):
+             master="local[*]", conf=(), run_args=(), say=print, engine="auto"):
     """Run the whole pipeline for the job at `job_path`. Returns the exit code (the run's when
     it fails, 1 when verification fails, else 0). Staging is skipped for a job without raw
     input, and by stage itself when the staged input is up to date (unless `force`)."""
@@ -24,7 +24,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     steps = 3 + bool(verify)
     lock = hold_staged(job.staged, force=force, say=say) if all(s.raw is not None for s in job.streams) else None
     try:                                                # the lock before any JVM starts
-        spark, job, took = _stage(job, steps, force, master, conf, say, t0)
+        spark, job, took = _stage(job, steps, force, master, conf, say, t0, engine)
     finally:
         if lock is not None:
             lock.release()
@@ -58,13 +58,28 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     return code
 
 
-def _stage(job, steps, force, master, conf, say, t0):
+def _stage(job, steps, force, master, conf, say, t0, engine="auto"):
     """Step 1, under the staged directory's lock: (the Spark session or None, the job with its
-    string widths as staged, {"stage": seconds})."""
+    string widths as staged, {"stage": seconds}). `engine` as `stage --engine`: auto stages
+    local CSV input in this process where it can (storage/local_stage.py), else with Spark."""
     from .storage.spark.stage import precheck, stage
     spark = None
+    staged = None
     if all(s.raw is not None for s in job.streams) and precheck(job, force=force) is not None:
         say(f"1/{steps} stage: {job.staged} is up to date (same settings, raw files unchanged; no Spark needed)")
+        staged = True
+    elif (all(s.raw is not None for s in job.streams) and engine != "spark" and master == "local[*]" and not conf
+          and _local(job.staged)):
+        from .storage.local_stage import NeedsSpark, stage_local
+        say(f"1/{steps} stage in this process (engine local) -> {job.staged}")
+        try:
+            man = stage_local(job, job.staged, lambda m: say("    " + m))
+            say(f"    {man['total']:,} tuples staged, {sum(man['quarantined'].values()):,} quarantined")
+            staged = True
+        except NeedsSpark as e:
+            say(f"    engine spark: {e}")
+    if staged:
+        pass
     elif all(s.raw is not None for s in job.streams):
         say(f"1/{steps} stage with Spark ({master}) -> {job.staged}")
         spark = _session(master, conf, say, False)      # its results are not known yet (see _session)
@@ -76,6 +91,11 @@ def _stage(job, steps, force, master, conf, say, t0):
         say(f"1/{steps} stage: skipped (streams without raw input; staged input is {job.staged})")
     took = {"stage": time.perf_counter() - t0}
     return spark, job, took
+
+
+def _local(path):
+    from .storage import paths
+    return paths.local(path)
 
 
 def _session(master, conf, say, small):

@@ -42,7 +42,8 @@ R_FILES = {
              "2026-03-01 04:00:01-05:00,abc,2.5,ef\n",
     "b.csv": "name,k,t,v\nxy,3,2026-03-01T09:30:00Z,7.25\nzz,4,2026-03-01T09:30:00.000001Z,1e3\n"
              "q,99999999999,2026-03-01T09:30:02Z,1\n",
-    "c.csv": "k,v,name,t\n5,-0.0,hello,2026-03-01T09:30:00.999Z\n6,xyz,w,2026-03-01T09:30:03Z\n",
+    "c.csv": "k,v,name,t\n5,-0.0,hello,2026-03-01T09:30:00.999Z\n6,xyz,w,2026-03-01T09:30:03Z\n"
+             '7,2.5,"",2026-03-01T09:30:04Z\n8,3.5,"a,b",2026-03-01T09:30:05Z\n',
 }
 S_FILES = {
     "a.csv": "t,k,w\n1772357400000000,1,0.5\n1772357400123456,2,1.5\n1772357400500001,oops,2\n",
@@ -95,7 +96,8 @@ def test_local_and_spark_stage_the_same_rows_quarantine_and_manifest(spark, tmp_
 
 
 def test_a_file_the_reader_cannot_read_goes_to_spark_under_auto_and_is_refused_under_local(spark, tmp_path):
-    a, b, ra, rb = _both(tmp_path, "ms", extra_r={"d.csv": "t,k,v,name\n2026-03-01T09:30:00Z, 7,0.5,sp\n"})
+    a, b, ra, rb = _both(tmp_path, "ms", extra_r={"d.csv": "t,k,v,name\n2026-03-01T09:30:00Z,7,0.5,\\N\n"
+                                                        "2026-03-01T09:30:01Z,8,0.5,\n"})
     assert "stage: engine spark: file:" in ra.stderr and "d.csv" in ra.stderr, ra.stderr
     for x, y in zip(read_staged(load_job(str(a / "job.toml"))), read_staged(load_job(str(b / "job.toml")))):
         assert x.tobytes() == y.tobytes()

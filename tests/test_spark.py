@@ -580,3 +580,22 @@ def test_stage_at_rest_reads_a_symbolic_link_and_says_a_subdirectory_is_not_read
     assert len(said) == 1 and "raw/R/sub" in said[0] and "not read" in said[0], p.stdout + p.stderr
     man = json.load(open(tmp_path / "staged" / "_manifest.json"))
     assert man["streams"]["R"]["count"] == 27 and man["streams"]["S"]["count"] == 20, man["streams"]
+
+
+def test_pipeline_stages_in_process_by_default_and_on_spark_when_asked(tmp_path):
+    """`pipeline` stages local CSV input with the in-process engine (auto) and with Spark under
+    --engine spark; both runs verify against the oracle, and the staged rows are equal."""
+    import subprocess
+    import sys
+    rows = {}
+    for engine in ("auto", "spark"):
+        d = tmp_path / engine
+        path = make("equi", str(d), tuples=3000, raw="csv")
+        p = subprocess.run([sys.executable, "-m", "mpi_join", "pipeline", path, "-n", "3", "--verify",
+                            "--engine", engine], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, MPI_JOIN_QUIET="1"))
+        assert p.returncode == 0 and "OK: results equal the oracle" in p.stderr + p.stdout, p.stderr[-3000:]
+        said = "stage in this process (engine local)" if engine == "auto" else "stage with Spark"
+        assert said in p.stderr, p.stderr[-3000:]
+        rows[engine] = [a.tobytes() for a in read_staged(load_job(path))]
+    assert rows["auto"] == rows["spark"]

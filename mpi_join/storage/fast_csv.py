@@ -12,7 +12,8 @@ value of a declared column is, for its type:
   floats          a plain decimal or exponent number (Java's and Arrow's parsers both round
                   correctly)
   bool            true or false
-  charN           non-empty text of at most N UTF-8 bytes without NUL
+  charN           text of at most N UTF-8 bytes without NUL, not \\N (a quoted "" is the empty
+                  text; an unquoted empty field is a null, which Spark reads)
   event time      an integer, in ns, us, ms or s, where the unit's ratio to the job's ts_unit is
                   at least 1e-6 (Spark's decimal product is then exact; ns in a job of seconds
                   is rounded by Spark at 6 decimals, so it goes to Spark); or, with
@@ -78,8 +79,10 @@ def read(s, path, header, declared, waiting, job_unit):
             read_options=pcsv.ReadOptions(column_names=list(header), skip_rows=1 if s.raw.header else 0),
             parse_options=pcsv.ParseOptions(delimiter=s.raw.delimiter, quote_char='"', double_quote=True,
                                             escape_char=False, newlines_in_values=True),
-            convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in header}, null_values=[],
-                                                strings_can_be_null=False, quoted_strings_can_be_null=False))
+            # an unquoted empty field is a null (Spark's path: then Spark reads the file), a quoted
+            # one ("") an empty string
+            convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in header}, null_values=[""],
+                                                strings_can_be_null=True, quoted_strings_can_be_null=False))
     except (pa.ArrowInvalid, OSError):
         return None                      # a row with another number of fields, invalid UTF-8, ...
     n = t.num_rows
@@ -205,8 +208,9 @@ def _value(col, s, c, dtype, job_unit):
         return pc.equal(col, "true").to_numpy(zero_copy_only=False), np.ones(n, bool)
     if fd.kind == "S":
         ln = pc.binary_length(col).to_numpy()
-        if n and (ln.min() < 1 or ln.max() > fd.itemsize or pc.any(pc.match_substring(col, "\0")).as_py()):
-            return None
+        if n and (ln.max() > fd.itemsize or pc.any(pc.match_substring(col, "\0")).as_py()
+                  or pc.any(pc.equal(col, "\\N")).as_py()):
+            return None              # too long, a NUL, or \N (Spark's null)
         return np.array(col.cast(pa.binary()).to_pylist(), dtype=fd), np.ones(n, bool)
     return None
 

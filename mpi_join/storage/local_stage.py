@@ -106,6 +106,9 @@ def stage_local(job, out, progress, allow_empty=False):
                                   "ts_finer": int(finer)}
         progress(f"stage: stream {s.name}: {len(rows):,} tuples -> {os.path.join(root, s.name)}")
     man["files"] = hash_input(job, root)
+    crc = os.path.join(root, f".{MANIFEST}.crc")     # Hadoop's checksum of a manifest Spark wrote: stale now
+    if os.path.lexists(crc):
+        paths.remove_file(root, crc)
     tmp = os.path.join(root, f".{MANIFEST}.tmp")
     with open(tmp, "w") as f:
         json.dump(man, f, indent=2)

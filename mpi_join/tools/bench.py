@@ -276,5 +276,5 @@ def demo(nprocs, tuples, workdir, spark_master="local[*]"):
     print(f"generate workload (b) as raw CSV: {tuples:,} tuples, Poisson arrivals, b-model keys -> {workdir}/raw",
           flush=True)
     job_path = make("equi", workdir, tuples=tuples, raw="csv")
-    return pipeline(job_path, nprocs, with_payload=True, verify=True, master=spark_master,
+    return pipeline(job_path, nprocs, with_payload=True, verify=True, master=spark_master, engine="spark",
                     collect_out=os.path.join(workdir, "collected"), say=lambda m: print(m, flush=True))
