@@ -16,9 +16,6 @@ class Finite(click.FloatRange):
     comparison with it is false)."""
     name = "finite float"
 
-    def __init__(self, lo=None, hi=None, **kw):
-        super().__init__(lo, hi, **kw)
-
     def convert(self, value, param, ctx):
         import math
         v = super().convert(value, param, ctx)
@@ -1009,13 +1006,10 @@ def _stage_local(job, out, engine, master, conf, allow_empty):
     """`stage --engine local|auto`: the manifest of staging in this process, or None where Spark
     stages (asked for, or a file this process's reader cannot read as Spark would: auto says
     which and goes on with Spark; local refuses in one line)."""
-    from .storage import paths
-    from .storage.local_stage import NeedsSpark, stage_local
+    from .storage.local_stage import NeedsSpark, stage_local, why_spark
     say = lambda m: click.echo(m, err=True)  # noqa: E731
     target = out or job.staged
-    why = ("--engine spark" if engine == "spark" else
-           f"--master {master}" if master != "local[*]" else "--conf given" if conf else
-           "the staged directory is not local" if not paths.local(target) else None)
+    why = why_spark(engine, master, conf, target)
     if why is not None:
         if engine == "local":
             raise JobError(f"--engine local: stages local files into a local directory with --master local[*] "

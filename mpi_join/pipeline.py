@@ -63,15 +63,13 @@ def _stage(job, steps, force, master, conf, say, t0, engine="auto"):
     """Step 1, under the staged directory's lock: (the Spark session or None, the job with its
     string widths as staged, {"stage": seconds}). `engine` as `stage --engine`: auto stages
     local CSV input in this process where it can (storage/local_stage.py), else with Spark."""
+    from .storage.local_stage import NeedsSpark, stage_local, why_spark
     from .storage.spark.stage import precheck, stage
-    spark = None
-    staged = None
-    if all(s.raw is not None for s in job.streams) and precheck(job, force=force) is not None:
+    spark, staged, raw = None, False, all(s.raw is not None for s in job.streams)
+    if raw and precheck(job, force=force) is not None:
         say(f"1/{steps} stage: {job.staged} is up to date (same settings, raw files unchanged; no Spark needed)")
         staged = True
-    elif (all(s.raw is not None for s in job.streams) and engine != "spark" and master == "local[*]" and not conf
-          and _local(job.staged)):
-        from .storage.local_stage import NeedsSpark, stage_local
+    elif raw and why_spark(engine, master, conf, job.staged) is None:
         say(f"1/{steps} stage in this process (engine local) -> {job.staged}")
         try:
             man = stage_local(job, job.staged, lambda m: say("    " + m))
@@ -79,24 +77,17 @@ def _stage(job, steps, force, master, conf, say, t0, engine="auto"):
             staged = True
         except NeedsSpark as e:
             say(f"    engine spark: {e}")
-    if staged:
-        pass
-    elif all(s.raw is not None for s in job.streams):
+    if raw and not staged:
         say(f"1/{steps} stage with Spark ({master}) -> {job.staged}")
         spark = _session(master, conf, say, False)      # its results are not known yet (see _session)
         man = stage(spark, job, progress=lambda m: say("    " + m), force=force)
         say(f"    {man['total']:,} tuples staged, {sum(man['quarantined'].values()):,} quarantined")
         from .storage.staged import with_string_widths
         job = with_string_widths(job, man)          # string columns as wide as the input staged now
-    else:
+    elif not raw:
         say(f"1/{steps} stage: skipped (streams without raw input; staged input is {job.staged})")
     took = {"stage": time.perf_counter() - t0}
     return spark, job, took
-
-
-def _local(path):
-    from .storage import paths
-    return paths.local(path)
 
 
 def _session(master, conf, say, small):

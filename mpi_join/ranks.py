@@ -456,13 +456,14 @@ def _live_job(job):
 def _few_parts(job, source, origin):
     """With several sources a checkpoint is cut at the first part no source has begun, 2k parts
     ahead: why a job asking for checkpoints by tuples would take none, or None."""
+    from .master.source import part_for_checkpoints
     every = job.checkpoint.every_tuples if job.checkpoint is not None else None
     if not every or source.k < 2 or (origin // source.part_rows + 2 * source.k) * source.part_rows < source.total:
         return None
     return (f"checkpoint.every_tuples = {every:,}: with run.sources = {source.k} a checkpoint is cut at a part "
             f"boundary {2 * source.k} parts ahead, and the {source.total - origin:,} tuples to replay are "
             f"{-(-(source.total - origin) // source.part_rows)} part(s) of {source.part_rows:,} (run.part): this "
-            f"run takes no checkpoint; set run.part to {max(1, every // (4 * source.k + 4)):,} or less")
+            f"run takes no checkpoint; set run.part to {part_for_checkpoints(every, source.k):,} or less")
 
 
 def _commits(job, resume, kept, offset=None):

@@ -262,6 +262,21 @@ def test_one_writer_per_staged_directory_and_no_stage_over_a_live_log(tmp_path, 
     assert not os.path.exists(os.path.join(job.staged, ".mpi-join.lock")), "each refusal released its lock"
 
 
+def _staged_landing_file(tmp_path, ts):
+    """A job whose stream R lands in tmp/landing, its file a.csv holding rows at times `ts`,
+    committed by a LogWriter as read: (the job, the file, the writer)."""
+    text = JOB.format(lateness="10ms").replace(
+        '[streams.R]\n', '[streams.R]\nraw = { path = "landing", format = "csv", time = "t", time_unit = "ms" }\n')
+    (tmp_path / "job.toml").write_text(text)
+    job = load_job(str(tmp_path / "job.toml"))
+    (tmp_path / "landing").mkdir()
+    f = tmp_path / "landing" / "a.csv"
+    f.write_text("t,k,v\n" + "".join(f"{t},1,1.0\n" for t in ts))
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    w.commit(0, [_rows(job, 0, list(ts)), _rows(job, 1, [])], [f"file:{f}"])
+    return job, f, w
+
+
 @pytest.mark.parametrize("change", ["rewrite", "append", "shorter-rewrite"])
 def test_a_landing_file_changed_after_staging_is_quarantined_not_lost(tmp_path, change):
     """A landing file rewritten (same name, new rows), appended to or rewritten in place shorter
@@ -269,16 +284,7 @@ def test_a_landing_file_changed_after_staging_is_quarantined_not_lost(tmp_path, 
     staging, counted in the log's quarantined rows, said in one line naming the file; never
     dropped in silence (the rewritten file's 100 rows were lost, exit 0, before). Noticed again
     after a restart too."""
-    text = JOB.format(lateness="10ms").replace(
-        '[streams.R]\n', '[streams.R]\nraw = { path = "landing", format = "csv", time = "t", time_unit = "ms" }\n')
-    (tmp_path / "job.toml").write_text(text)
-    job = load_job(str(tmp_path / "job.toml"))
-    land = tmp_path / "landing"
-    land.mkdir()
-    f = land / "a.csv"
-    f.write_text("t,k,v\n" + "".join(f"{t},1,1.0\n" for t in (1, 2, 30)))
-    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
-    w.commit(0, [_rows(job, 0, [1, 2, 30]), _rows(job, 1, [])], [f"file:{f}"])
+    job, f, w = _staged_landing_file(tmp_path, (1, 2, 30))
     said = []
     assert w.quarantine_changed(said.append) == 0 and not said, "nothing changed yet"
     if change == "rewrite":
@@ -361,15 +367,7 @@ def test_an_idle_stream_stops_holding_the_watermark_back_and_its_late_rows_are_q
 def test_a_rewrite_of_the_same_size_with_its_mtime_put_back_is_noticed(tmp_path):
     """Same size, same inode, the old modification time restored with os.utime: the change time
     still moves, so the file is hashed again and its new content quarantined (unnoticed before)."""
-    text = JOB.format(lateness="10ms").replace(
-        '[streams.R]\n', '[streams.R]\nraw = { path = "landing", format = "csv", time = "t", time_unit = "ms" }\n')
-    (tmp_path / "job.toml").write_text(text)
-    job = load_job(str(tmp_path / "job.toml"))
-    (tmp_path / "landing").mkdir()
-    f = tmp_path / "landing" / "a.csv"
-    f.write_text("t,k,v\n1,1,1.0\n2,1,1.0\n")
-    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
-    w.commit(0, [_rows(job, 0, [1, 2]), _rows(job, 1, [])], [f"file:{f}"])
+    job, f, w = _staged_landing_file(tmp_path, (1, 2))
     st = os.stat(f)
     import time
     time.sleep(0.01)
@@ -386,16 +384,8 @@ def test_a_landing_file_truncated_after_staging_quarantines_nothing_that_was_sta
     is left was staged, so nothing is quarantined or counted (its staged rows were quarantined
     again and the warning said "not staged", before); one line says it. The log's ladder of line
     hashes (landed.py) tells it from a rewrite in place, also after a restart."""
-    text = JOB.format(lateness="10ms").replace(
-        '[streams.R]\n', '[streams.R]\nraw = { path = "landing", format = "csv", time = "t", time_unit = "ms" }\n')
-    (tmp_path / "job.toml").write_text(text)
-    job = load_job(str(tmp_path / "job.toml"))
-    (tmp_path / "landing").mkdir()
-    f = tmp_path / "landing" / "a.csv"
-    body = "t,k,v\n" + "".join(f"{t},1,1.0\n" for t in range(1, 200))
-    f.write_text(body)
-    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
-    w.commit(0, [_rows(job, 0, list(range(1, 200))), _rows(job, 1, [])], [f"file:{f}"])
+    job, f, w = _staged_landing_file(tmp_path, range(1, 200))
+    body = f.read_text()
     with open(f, "r+") as h:
         h.truncate(len(body) // 2 + 3)
     said = []

@@ -34,13 +34,18 @@ def default_part(job, k=1):
     """Tuples per part when run.part is not set: about four row groups of each stream (source i
     reads little more than its own parts; every link from a source has credit for a whole part,
     the driver's Credits, so each source can send its next part while the entries take another's),
-    and with checkpoints every N tuples at most N / (2k + 2): with k sources a checkpoint is cut
+    and with checkpoints every N tuples at most N / (4k + 4): with k sources a checkpoint is cut
     at the first part none has started, 2k parts ahead of rank 0's, and the next one can be
     placed once it is complete, so the 2k parts and the cut's round trip must fit in N tuples for
     every checkpoint asked for to be taken (parts of N took a sixth of them)."""
     part = 4 * ROW_GROUP * len(job.streams)
     every = job.checkpoint.every_tuples if job.checkpoint is not None else None
-    return min(part, max(1, every // (4 * k + 4))) if every else part
+    return min(part, part_for_checkpoints(every, k)) if every else part
+
+
+def part_for_checkpoints(every, k):
+    """The largest part with which k sources take a checkpoint every `every` tuples (default_part)."""
+    return max(1, every // (4 * k + 4))
 
 
 class Source:

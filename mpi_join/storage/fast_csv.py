@@ -86,14 +86,16 @@ def read(s, path, header, declared, waiting, job_unit):
     except (pa.ArrowInvalid, OSError):
         return None                      # a row with another number of fields, invalid UTF-8, ...
     n = t.num_rows
-    parsed, good = {}, np.ones(n, bool)
+    parsed, good, finer = {}, np.ones(n, bool), None
     for c in declared:
-        v = _value(t.column(c), s, c, waiting, job_unit)
+        v = _time(t.column(c), s, job_unit) if c == s.raw.time else _value(t.column(c), s, c, waiting)
         if v is None:
             return None
+        if c == s.raw.time:
+            v, finer = v[:2], v[2]
         parsed[c] = v
         good &= v[1]
-    finer = int((_finer(t.column(s.raw.time), s, job_unit) & good).sum())
+    finer = int((finer & good).sum())
     out = np.zeros(n, waiting)
     for c, (v, _) in parsed.items():
         out["ts" if c == s.raw.time else c] = v
@@ -104,21 +106,6 @@ def read(s, path, header, declared, waiting, job_unit):
     return out[good], _quarantined(t, s, declared, parsed, good, path, job_unit), finer
 
 
-def _finer(col, s, job_unit):
-    """Which event times had a part finer than the job's ts_unit (rounded down when staged: the
-    manifest's ts_finer, as Spark's path counts it)."""
-    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    den = ts_unit_ns(job_unit)
-    if s.raw.time_unit == "timestamp":
-        return iso_finer(col, den)
-    num = ts_unit_ns(s.raw.time_unit)
-    if num >= den:
-        return np.zeros(len(col), bool)
-    ok = pc.match_substring_regex(col, _INT).to_numpy(zero_copy_only=False)
-    x = pc.cast(pc.if_else(pa.array(ok), col, "0"), pa.int64()).to_numpy()
-    return ok & (x % (den // num) != 0)
-
-
 def _quarantined(t, s, declared, parsed, good, path, job_unit):
     """The rows of `t` with a value Spark would refuse, as Spark's path writes them (file, record,
     reason: each refused value as `column: expected ..., got '...'`, joined by "; "; the raw text
@@ -127,14 +114,14 @@ def _quarantined(t, s, declared, parsed, good, path, job_unit):
     from .spark.stage import _expected
     job = SimpleNamespace(ts_unit=job_unit)
     bad = np.flatnonzero(~good)
+    rows = pa.array(bad)
     why = [[] for _ in bad]
     for c in [s.raw.time] + [c for c in s.schema if c != s.raw.time]:
         ok = parsed[c][1][bad]
-        raw = t.column(c).take(pa.array(bad)).to_pylist()
+        raw = t.column(c).take(rows).to_pylist()
         label = f"event time {c}" if c == s.raw.time else c
         for i in np.flatnonzero(~ok):
             why[i].append(f"{label}: {_expected(s, '_ts' if c == s.raw.time else c, job)}, got '{raw[i][:60]}'")
-    rows = pa.array(bad)
     return pa.table({"file": pa.array([plain_uri(path)] * len(bad), pa.string()),
                      "record": pa.array(bad + 1, pa.int64()), "reason": pa.array(["; ".join(w) for w in why]),
                      **{c: t.column(c).take(rows).combine_chunks().cast(pa.string()) for c in declared}})
@@ -146,7 +133,7 @@ _SURELY_NOT_A_NUMBER = r"^[A-Za-z]+$"
 _NUMBER_WORDS = {"nan", "inf", "infinity", "true", "false", "t", "f", "y", "n", "yes", "no", "e", "d"}
 
 
-def _refusable(col, ok, ints=False, lo=None, hi=None):
+def _refusable(col, ok, ints=False):
     """`ok`, or None when a value that is not ok may be one Spark's parse reads (then Spark reads
     the file): a value not ok must be letters only and no word a number is spelled as, or, in an
     integer column, an integer outside the type's range."""
@@ -162,31 +149,40 @@ def _refusable(col, ok, ints=False, lo=None, hi=None):
     return ok if sure.all() else None
 
 
-def _value(col, s, c, dtype, job_unit):
-    """Column `c` parsed as Spark would, and which values parse; None when some value that does
-    not parse might be one Spark reads (then Spark reads the file)."""
+def _time(col, s, job_unit):
+    """The event-time column parsed as Spark would: (times in the job's unit, rounded down; which
+    values parse; which had a part finer than the unit, the manifest's ts_finer), or None when
+    some value that does not parse might be one Spark reads."""
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if col.null_count:
         return None
     n = len(col)
-    if c == s.raw.time:
-        unit = s.raw.time_unit
-        if unit == "timestamp":
-            v = iso_times(col, ts_unit_ns(job_unit))
-            return None if v is None else (v, np.ones(n, bool))
-        ok = _refusable(col, pc.match_substring_regex(col, _INT).to_numpy(zero_copy_only=False))
-        if ok is None:
+    den = ts_unit_ns(job_unit)
+    if s.raw.time_unit == "timestamp":
+        v = iso_times(col, den)
+        return None if v is None else (v[0], np.ones(n, bool), v[1])
+    ok = _refusable(col, pc.match_substring_regex(col, _INT).to_numpy(zero_copy_only=False))
+    if ok is None:
+        return None
+    x = pc.cast(pc.if_else(pa.array(ok), col, "0"), pa.int64()).to_numpy()
+    num = ts_unit_ns(s.raw.time_unit)
+    if num >= den:
+        f = num // den
+        if n and int(np.abs(x).max()) > (2 ** 62) // f:
             return None
-        x = pc.cast(pc.if_else(pa.array(ok), col, "0"), pa.int64()).to_numpy()
-        num, den = ts_unit_ns(unit), ts_unit_ns(job_unit)
-        if num >= den:
-            f = num // den
-            if n and int(np.abs(x).max()) > (2 ** 62) // f:
-                return None
-            return x * f, ok
-        if den // num > 10 ** 6:
-            return None
-        return np.floor_divide(x, den // num), ok
+        return x * f, ok, np.zeros(n, bool)
+    if den // num > 10 ** 6:
+        return None
+    return np.floor_divide(x, den // num), ok, ok & (x % (den // num) != 0)
+
+
+def _value(col, s, c, dtype):
+    """Payload column `c` parsed as Spark would, and which values parse; None when some value
+    that does not parse might be one Spark reads (then Spark reads the file)."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if col.null_count:
+        return None
+    n = len(col)
     fd = dtype.fields[c][0]
     if fd.shape:
         return None
@@ -231,10 +227,11 @@ def _days_from_civil(y, m, d):
 
 
 def iso_times(col, target_ns):
-    """ISO-8601 text (the module's form) as event times in units of `target_ns` ns, rounded
-    down, or None when some value is not of that form (Spark then reads the file)."""
+    """ISO-8601 text (the module's form) as (event times in units of `target_ns` ns, rounded
+    down; which had a part finer than that), or None when some value is not of that form (Spark
+    then reads the file)."""
     if not len(col):
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, bool)
     parts = pc.extract_regex(col, _ISO)
     if parts.null_count:
         return None
@@ -255,11 +252,5 @@ def iso_times(col, target_ns):
     if d.min() < 1 or (d > month_days).any():
         return None
     secs = _days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - sign * (zh * 3600 + zm * 60)
-    return np.floor_divide(secs * 1_000_000_000 + frac * 1000, target_ns)
-
-
-def iso_finer(col, target_ns):
-    """Which ISO times of `col` (all of iso_times' form) have a part finer than `target_ns`."""
-    parts = pc.extract_regex(col, _ISO)
-    frac_ns = pc.cast(pc.utf8_rpad(parts.field("f"), 6, "0"), pa.int64()).to_numpy() * 1000
-    return (frac_ns % target_ns) != 0 if target_ns > 1000 else np.zeros(len(col), bool)
+    ns = secs * 1_000_000_000 + frac * 1000
+    return np.floor_divide(ns, target_ns), ns % target_ns != 0

@@ -132,11 +132,12 @@ def record(path, stream):
         return None
 
 
-def remember(landed, arrivals, paths, bad, names, lines_dir=None):
+def remember(landed, arrivals, paths, bad, names, lines_dir=None, known=None):
     """Add to `landed` (the log's record, kept across restarts, so a change after staging is
     noticed) what this batch read of each local landing file it has rows of: `arrivals[k]`,
     stream k's rows (`_src` indexes `paths`); `bad[k]`, its unparseable rows (or None). With
-    `lines_dir`, each new file's ladder is kept there (a truncation later is then told apart)."""
+    `lines_dir`, each new file's ladder is kept there (a truncation later is then told apart);
+    `known`: {local path: record} the caller took of files as it chose them (not hashed again)."""
     of = {}
     for k, a in enumerate(arrivals):
         of.update((paths[i], names[k]) for i in np.unique(a["_src"]))
@@ -145,7 +146,7 @@ def remember(landed, arrivals, paths, bad, names, lines_dir=None):
     for p, n in of.items():
         lp = local_path(p)
         if lp is not None and p not in landed:
-            rec = record(lp, n)
+            rec = (known or {}).get(lp) or record(lp, n)
             if rec is not None:
                 landed[p] = rec
                 if lines_dir is not None:
@@ -195,9 +196,6 @@ def new_content(uri, rec, now, reason, fmt, header=False):
     or the whole file when it was rewritten or truncated, one row per line (a CSV file's header
     left out; a Parquet file: one row per row, as JSON), with its file, record number and reason."""
     p = local_path(uri)
-    if reason == CUT:
-        return pa.table({"file": pa.array([], pa.string()), "record": pa.array([], pa.int64()),
-                         "reason": pa.array([], pa.string()), "text": pa.array([], pa.string())})
     with open(p, "rb") as f:
         if reason.startswith("appended"):
             f.seek(rec["bytes"])

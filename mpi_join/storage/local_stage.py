@@ -27,16 +27,23 @@ class NeedsSpark(Exception):
     """A raw file this reader cannot read as Spark would; its message names the file and why."""
 
 
+def why_spark(engine, master, conf, target):
+    """Why staging into `target` takes Spark whatever the files hold (`--engine spark`, a master
+    or configuration given for Spark, a staged directory that is not local), or None."""
+    return ("--engine spark" if engine == "spark" else f"--master {master}" if master != "local[*]" else
+            "--conf given" if conf else "the staged directory is not local" if not paths.local(target) else None)
+
+
 def stage_local(job, out, progress, allow_empty=False):
     """Stage `job`'s raw input into the local directory `out`; returns the manifest. Raises
     NeedsSpark (before anything is written) when a file needs Spark's reader."""
     from .fast_csv import read
     from .spark.follow import header_of
-    from .spark.stage import _by_reason, _declared, _local_files, _settings, local_subdirs
+    from .spark.stage import _by_reason, _declared, _local_files, local_staging, local_subdirs, subdir_warning
     from .staged_log import waiting_dtype
     t0 = time.perf_counter()
     root = paths.real(out)
-    streams, sources, staging_inputs = [], {}, {}
+    streams, sources, files_of = [], {}, {}
     for s in job.streams:
         files = _local_files(s)
         if files is None:
@@ -45,11 +52,9 @@ def stage_local(job, out, progress, allow_empty=False):
             raise NeedsSpark(f"{s.raw.path}: {s.raw.format} files (this reader reads CSV)")
         if string_columns(s):
             raise NeedsSpark(f"streams.{s.name}: a `string` column (its width is found by Spark's path)")
-        sources[s.name] = [f"file:{f}" for f in files]
-        staging_inputs[s.name] = [[f"file:{f}", os.path.getsize(f), os.stat(f).st_mtime_ns // 10**6] for f in files]
+        sources[s.name], files_of[s.name] = [f"file:{f}" for f in files], files
         for d in local_subdirs(s):
-            progress(f"stage: warning: file:{d}: a subdirectory of stream {s.name}'s raw path: the files in it are "
-                     f"not read (only files directly in it are, as live staging reads a landing directory)")
+            progress(subdir_warning(s, f"file:{d}"))
         progress(f"stage: stream {s.name}: reading {len(files)} file(s) from {s.raw.path}")
         rows, bad, finer = [], [], 0
         for k, f in enumerate(files):
@@ -91,7 +96,7 @@ def stage_local(job, out, progress, allow_empty=False):
     t1 = time.perf_counter()
     man = {"format": FORMAT, "ts_unit": job.ts_unit, "streams": {}, "total": int(len(seq)),
            "quarantined": quarantined, "sources": sources,
-           "staging": {"settings": _settings(job), "inputs": staging_inputs}}
+           "staging": local_staging(job, files_of)}
     for s, a, bad, finer in streams:
         _write_quarantine(root, s, bad, quarantined[s.name], reasons[s.name], progress)
         a = np.sort(a, order=SEQ) if len(a) else a

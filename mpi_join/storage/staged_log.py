@@ -261,13 +261,15 @@ class LogWriter:
 
     # -- committing ----------------------------------------------------------------------
     def commit(self, spark_batch, arrivals, paths, bad=None, flush=False, until=None, end=None, timing=None,
-               seen_ns=None, consumed=None):
+               seen_ns=None, consumed=None, known=None):
         """Commit one micro-batch. `arrivals`: per stream, staged-dtype rows with `_src` as indices
         into `paths` (this batch's source files) and `_rec` their records; `bad`: per stream an
         Arrow table of unparseable rows (or None); `seen_ns`: when the stager first saw this
         batch's new sources (default: now). Returns the log entry, or None when the log already
         holds this micro-batch. `consumed`: the URIs of the landing files this batch read, kept
-        with the log (the stager's own listing reads each once, also across restarts)."""
+        with the log (the stager's own listing reads each once, also across restarts). `known`:
+        {local path: record} of landing files already looked at before they were read (not hashed
+        again)."""
         if spark_batch is not None and spark_batch <= self.log["spark_batch"]:
             return None
         srcs = self.log["sources"]
@@ -292,7 +294,7 @@ class LogWriter:
                 n += [int(pa.compute.max(t.column("record")).as_py()) for t in (bad or []) if t is not None
                       and t.num_rows and p in t.column("file").to_pylist()]
                 base[p] = max([base.get(p, 0)] + n)
-        remember(self.log["landed"], arrivals, paths, bad, self.names, os.path.join(self.out, LOG, LINES))
+        remember(self.log["landed"], arrivals, paths, bad, self.names, os.path.join(self.out, LOG, LINES), known)
         max_seen = [self.log["max_seen"][n] for n in self.names]
         idle = self._idle(arr, bad)
         released, late, keep, max_seen, frontier, bound = advance(
@@ -330,7 +332,7 @@ class LogWriter:
                 self.man["files"][n].update(e["files"])
             qf = []
             if len(late[k]):
-                qf.append(self.files.quarantine(n, f"late-b{b:06d}.parquet", self._late_table(late[k], self.log["frontier"], srcs)))
+                qf.append(self.files.quarantine(n, f"late-b{b:06d}.parquet", _late_table(self.job, late[k], self.log["frontier"], srcs)))
             if e["quarantined"]:
                 qf.append(self.files.quarantine(n, f"bad-b{b:06d}.parquet", bad[k]))
             if qf:
@@ -387,11 +389,22 @@ class LogWriter:
         return self.commit(None, [np.zeros(0, waiting_dtype(s)) for s in self.job.streams], [],
                            flush=True, until=until, end={"reason": reason, "ended_ns": time.time_ns()})
 
-    def _late_table(self, rows, frontier, srcs):
-        t = to_arrow(rows[[f for f in rows.dtype.names if f not in ("_src", "_rec", SEQ)]])
-        why = [lateness_text(int(frontier - ts), self.job.ts_unit) for ts in rows[TS]]
-        return t.add_column(0, "reason", pa.array(why)).add_column(
-            0, "record", pa.array(rows["_rec"])).add_column(0, "file", pa.array([srcs[i] for i in rows["_src"]]))
+    def consume(self, records):
+        """Landing files read that hold nothing to stage (empty, or the bytes of a file staged
+        before: follow._already_staged), {URI: record}: kept in log["landed"] (a change to one is
+        then quarantined as any landed file's) and log["consumed"] (no restart reads them again).
+        The manifest is the commit point, as for a batch."""
+        self.log["landed"].update(records)
+        self.log.setdefault("consumed", []).extend(records)
+        self.files.manifest(self.man)
+
+def _late_table(job, rows, frontier, srcs):
+    """Late rows as the quarantine holds them: file, record, reason ("late by ..."), the row."""
+    t = to_arrow(rows[[f for f in rows.dtype.names if f not in ("_src", "_rec", SEQ)]])
+    why = [lateness_text(int(frontier - ts), job.ts_unit) for ts in rows[TS]]
+    return t.add_column(0, "reason", pa.array(why)).add_column(
+        0, "record", pa.array(rows["_rec"])).add_column(0, "file", pa.array([srcs[i] for i in rows["_src"]]))
+
 
 def _streamed(path):
     """Is this source a stream (a socket) rather than a file, whose records go on across batches?"""

@@ -75,9 +75,8 @@ def explain(job, nranks):
     state = 0
     out.append("windows:")
     for k, s in enumerate(job.streams):
+        w, row = s.window, runtime_dtype(s.dtype, len(job.streams)).itemsize
         if man is None:                  # no arrival rate yet: a count window's size, a time window's span
-            w = s.window
-            row = runtime_dtype(s.dtype, len(job.streams)).itemsize
             state += (w.size if w.kind == "count" else 0) * row
             out.append(f"  {s.name}: {w.size:,} tuples (count window)" if w.kind == "count" else
                        f"  {s.name}: {w.text} (its tuples follow the arrival rate, known once staged), "
@@ -86,7 +85,6 @@ def explain(job, nranks):
         st = man["streams"][s.name]
         span = (st["ts_max"] - st["ts_min"]) if st["count"] > 1 and st["ts_max"] is not None else 0
         rate = (st["count"] - 1) / span if span > 0 else 0.0
-        w = s.window
         if w.kind == "time":
             tuples = min(st["count"], int(round(w.size * rate)))
             how = f"{w.text} x {rate * 1e9 / ts_unit_ns(job.ts_unit):,.0f} tuples/s staged"
@@ -94,7 +92,6 @@ def explain(job, nranks):
             tuples, how = min(st["count"], w.size), "count window"
         else:
             tuples, how = st["count"], "unbounded: every tuple"
-        row = runtime_dtype(s.dtype, len(job.streams)).itemsize
         state += tuples * row
         out.append(f"  {s.name}: about {tuples:,} tuples ({how}), {row} bytes a row")
     if man is None and any(s.window.kind != "count" for s in job.streams):

@@ -233,12 +233,13 @@ class Reader:
         for i, s in enumerate(self.job.streams):
             mine = []
             for f in per_stream[i]:
-                why = unreadable(s, f)
+                header = header_of(s, f) if s.raw.format == "csv" else None
+                why = unreadable(s, f, header)
                 if why is not None:
                     whole[i].append(whole_file(s, f, why, say))
                     continue
-                got = fast_csv.read(s, f, header_of(s, f), _declared(s), waiting_dtype(s), self.job.ts_unit) \
-                    if s.raw.format == "csv" else None
+                got = fast_csv.read(s, f, header, _declared(s), waiting_dtype(s), self.job.ts_unit) \
+                    if header is not None else None
                 if got is None:
                     mine.append(f)
                 else:
@@ -308,10 +309,11 @@ def _spark_error(e):
     return isinstance(e, (PySparkException, Py4JJavaError)) and "SparkContext was shut down" not in str(e)
 
 
-def unreadable(s, path):
-    """Why nothing can be parsed from landing file `path` of stream `s`, or None when it can be
-    read: a Parquet file whose footer cannot be read, a CSV file whose header names none of the
-    declared columns (Spark refuses to read such a file: its query would see only corrupt records)."""
+def unreadable(s, path, header=None):
+    """Why nothing can be parsed from landing file `path` of stream `s` (a CSV file's `header`:
+    its column names), or None when it can be read: a Parquet file whose footer cannot be read, a
+    CSV file whose header names none of the declared columns (Spark refuses to read such a file:
+    its query would see only corrupt records)."""
     if s.raw.format == "parquet":
         import pyarrow.parquet as pq
         try:
@@ -320,7 +322,6 @@ def unreadable(s, path):
             return f"not a readable Parquet file ({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})"
         return None
     if s.raw.format == "csv" and s.raw.header:
-        header = header_of(s, path)
         if not any(c in header for c in _declared(s)):
             shown = ascii(", ".join(header)[:60]) if header else "no columns"
             return f"its header names none of the columns of stream '{s.name}' ({', '.join(_declared(s))}; it has {shown})"
@@ -592,14 +593,14 @@ class Notes:
             self.say(f"stage --follow: warning: {path}: {what}")
 
 
-def _already_staged(job, writer, take, notes):
-    """The files of `take` not to read: an empty file (nothing to stage), or one whose bytes are a
-    file's the log staged (renamed, hard-linked or copied under a new name: its rows would be
-    staged twice), each said in one line and recorded as read, so that a change to it later is
-    quarantined as any landed file's. Returns their URIs."""
+def _already_staged(job, landed, take, notes):
+    """Which files of `take` not to read: an empty file (nothing to stage), or one whose bytes are
+    a file's the log staged (`landed`, its record; renamed, hard-linked or copied under a new
+    name, its rows would be staged twice), each said in one line. Returns ({URI: record} of
+    those, {local path: record} of the others, to be read)."""
     from pathlib import Path
     from ..landed import record, staged_contents
-    known, skip = None, []
+    contents, skip, read = None, {}, {}
     for f in take:
         n = job.streams[f[2]].name
         rec = record(f[3], n)
@@ -609,16 +610,16 @@ def _already_staged(job, writer, take, notes):
         if rec["bytes"] == 0:
             notes.say(f"stage --follow: warning: {f[3]}: an empty file: nothing to stage")
         else:
-            known = staged_contents(writer.log["landed"]) if known is None else known
-            first = known.get((n, rec["sha256"]))
+            contents = staged_contents(landed) if contents is None else contents
+            first = contents.get((n, rec["sha256"]))
             if first is None:
-                known[(n, rec["sha256"])] = uri          # a second copy in this batch is not read either
+                contents[(n, rec["sha256"])] = uri      # a second copy in this batch is not read either
+                read[f[3]] = rec
                 continue
             notes.say(f"stage --follow: warning: {f[3]}: the same bytes as {first}, staged before (a rename, a link "
                       f"or a copy): not staged again")
-        writer.log["landed"][uri] = rec
-        skip.append(uri)
-    return skip
+        skip[uri] = rec
+    return skip, read
 
 
 def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drain, say):
@@ -656,21 +657,21 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
                     break
                 take.append(f)
                 size += f[4]
-            skip = _already_staged(job, writer, take, notes) if take else []
+            skip, looked = _already_staged(job, writer.log["landed"], take, notes) if take else ({}, {})
             if skip:        # read, nothing to stage: recorded so that no restart reads them again
-                writer.log.setdefault("consumed", []).extend(skip)
-                writer.files.manifest(writer.man)       # the commit point, as for a batch
+                writer.consume(skip)
                 done.update(skip)
-                take = [f for f in take if Path(f[3]).as_uri() not in set(skip)]
-                new = [f for f in new if Path(f[3]).as_uri() not in set(skip)]
+                take = [f for f in take if Path(f[3]).as_uri() not in skip]
+                new = [f for f in new if Path(f[3]).as_uri() not in skip]
             if take:
                 seen, r0 = time.time_ns(), time.perf_counter()
                 arrivals, paths, bad, arrow = reader.read(
                     [[f[3] for f in take if f[2] == i] for i in range(len(job.streams))], say)
                 uris = [Path(f[3]).as_uri() for f in take]
-                e = writer.commit(None, arrivals, paths, bad, until=cap, seen_ns=seen, consumed=uris, timing={
-                    "read_ms": round((time.perf_counter() - r0) * 1e3, 1), "files": len(take), "bytes": size,
-                    "arrow_files": arrow})
+                timing = {"read_ms": round((time.perf_counter() - r0) * 1e3, 1), "files": len(take), "bytes": size,
+                          "arrow_files": arrow}
+                e = writer.commit(None, arrivals, paths, bad, until=cap, seen_ns=seen, consumed=uris, known=looked,
+                                  timing=timing)
                 done.update(uris)
                 _report(say, e, writer)
             if time.monotonic() >= look:

@@ -64,9 +64,7 @@ def precheck(job, out=None, force=False, overwrite=False, allow_empty=False):
             old = json.load(f)
     except (OSError, ValueError):
         return None
-    staging = {"settings": _settings(job),
-               "inputs": {k: [[f"file:{f}", os.path.getsize(f), os.stat(f).st_mtime_ns // 10**6] for f in v]
-                          for k, v in sources.items()}}
+    staging = local_staging(job, sources)
     if isinstance(old, dict) and old.get("staging") == staging:
         return dict(old, up_to_date=True)
     return None
@@ -142,17 +140,22 @@ def _check_first_rows(s, files, allow_empty):
                          f"{s.raw.time_unit}); set time_unit = \"timestamp\" to read it")
 
 
+def _raw_hits(s):
+    """What stream `s`'s local raw path names: the files and directories its glob matches."""
+    import glob as globmod
+    import os
+    p = os.path.abspath(s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path)
+    return sorted(globmod.glob(p)) if globmod.has_magic(p) else ([p] if os.path.exists(p) else [])
+
+
 def _local_files(s):
     """The raw files of stream `s` (what Spark would read, without its hidden `_`/`.` files), or
     None when its raw path is not on a local filesystem."""
-    import glob as globmod
     import os
     if s.raw is None or not paths.local(s.raw.path):
         return None
-    p = os.path.abspath(s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path)
-    hits = sorted(globmod.glob(p)) if globmod.has_magic(p) else ([p] if os.path.exists(p) else [])
     files = []
-    for h in hits:
+    for h in _raw_hits(s):
         if os.path.isdir(h):
             files += [os.path.join(h, f) for f in sorted(os.listdir(h)) if os.path.isfile(os.path.join(h, f))]
         else:
@@ -162,12 +165,25 @@ def _local_files(s):
 
 def local_subdirs(s):
     """The subdirectories of stream `s`'s local raw directories (not hidden): not read, and said."""
-    import glob as globmod
     import os
-    p = os.path.abspath(s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path)
-    hits = sorted(globmod.glob(p)) if globmod.has_magic(p) else ([p] if os.path.exists(p) else [])
-    return [os.path.join(h, f) for h in hits if os.path.isdir(h) for f in sorted(os.listdir(h))
+    return [os.path.join(h, f) for h in _raw_hits(s) if os.path.isdir(h) for f in sorted(os.listdir(h))
             if not f.startswith(("_", ".")) and os.path.isdir(os.path.join(h, f))]
+
+
+def subdir_warning(s, d):
+    """The one line for a subdirectory `d` (a URI) of stream `s`'s raw path, which is not read."""
+    return (f"stage: warning: {d}: a subdirectory of stream {s.name}'s raw path: the files in it are not read "
+            f"(only files directly in it are, as live staging reads a landing directory)")
+
+
+def local_staging(job, sources):
+    """The staging record of local raw files ({stream: paths}), as the manifest keeps it (the
+    URI, size and modification time in ms of each, as Hadoop's file status gives them): what
+    says a staged input is up to date, whichever engine staged it."""
+    import os
+    return {"settings": _settings(job),
+            "inputs": {k: [[f"file:{f}", os.path.getsize(f), os.stat(f).st_mtime_ns // 10**6] for f in v]
+                       for k, v in sources.items()}}
 
 
 def small_input(job):
@@ -256,8 +272,7 @@ def stage(spark, job, out=None, progress=print, overwrite=False, force=False, sm
         subdirs = []
         files = fs.list_files(spark, s.raw.path, subdirs)
         for d in subdirs:
-            progress(f"stage: warning: {d}: a subdirectory of stream {s.name}'s raw path: the files in it are not "
-                     f"read (only files directly in it are, as live staging reads a landing directory)")
+            progress(subdir_warning(s, d))
         if not files:
             raise _no_files(s)
         sources[s.name] = files
