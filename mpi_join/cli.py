@@ -112,6 +112,9 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
                   1 MB, rows up to 64 MB)
                   window = "15min" (time, up to 100 years) | 1000 (last 1000 tuples, up to 2^40)
                   | "unbounded"
+                  nullable = ["x"]         columns the join compares that may be null (a row
+                  with a null key matches nothing); every other column may hold nulls anyway
+                  (README "Nulls")
                   raw = { path = "raw/R/*.csv", format = "csv" | "json" | "parquet",
                           time = "column", time_unit = "ms" }   (for stage; time_unit = "timestamp"
                           reads a timestamp or ISO-8601 text, as UTC when it names no time zone)

@@ -5,14 +5,15 @@ Everything is checked here, before any rank starts work; each error names the fi
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .errors import ConfigError, InputError
 from .join.predicate import Band, Equi, Interval, Predicate, Theta
 from .storage.paths import check_layout, check_name, check_text, job_dirs
-from .schema import INTEGER_KINDS, TS, stream_dtype
+from .reads import with_reads
+from .schema import INTEGER_KINDS, TS, rows_dtype, stream_dtype
 from .units import TS_UNITS, ns_to_ts, parse_duration, parse_duration_ns, ts_unit_ns
 
 # ranges of the job's numbers (README "The job file"); NaN and infinity are never accepted
@@ -54,9 +55,21 @@ class RawSource:
 class Stream:
     name: str
     schema: dict
-    dtype: np.dtype
+    dtype: np.dtype       # a rank's row (schema.stream_dtype): with the NULL flag when `null_flag`
     window: Window
     raw: RawSource | None = None
+    nullable: tuple = ()  # columns the ranks read that may hold nulls (every other payload column may)
+    reads: tuple = ()     # payload columns the ranks read: the predicate's, a strategy's (an aggregate's)
+
+    @property
+    def null_flag(self):
+        """Do this stream's rows carry the NULL flag (a column the ranks read may be null)?"""
+        return bool(set(self.nullable) & set(self.reads))
+
+    @property
+    def rows_dtype(self):
+        """A staged row, as staging and the staged log hold it: the columns and their null flags."""
+        return rows_dtype(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -135,7 +148,7 @@ JOB_KEYS = {
     "job": ("name", "ts_unit"),
     "input": ("staged", "allowed_lateness", "idle_timeout"),
     "output": ("dir", "commit_every", "commit_rows"),
-    "streams.*": ("schema", "window", "raw"),
+    "streams.*": ("schema", "window", "raw", "nullable"),
     "streams.*.raw": ("path", "format", "time", "time_unit", "delimiter", "header", "source", "options"),
     "predicate": ("equi", "band", "theta", "interval", "outer", "sql"),
     "predicate.band": ("left", "right", "eps", "closed"),
@@ -213,6 +226,7 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     windows, residual = _interval(raw, ts_unit, path)
     streams = _streams(raw, ts_unit, path, base, windows)
     predicate = _predicate(raw, streams, path, base, residual)
+    streams = with_reads(streams, predicate)
     strategy = _strategy(raw, path, overrides)
     run = _run(raw, path)
     ckpt = _checkpoint(raw, path, base, overrides)
@@ -390,8 +404,22 @@ def _streams(raw, ts_unit, path, base, interval=None):
             raise ConfigError(f"{path}: {where}.window: required (a duration such as \"15min\", a tuple count, or \"unbounded\")")
         rs = _raw_source(spec["raw"], schema, f"{where}.raw", path, base) if "raw" in spec else None
         win = interval[name] if interval else _window(spec["window"], ts_unit, f"{where}.window", path)
-        out.append(Stream(name, dict(schema), dtype, win, rs))
+        out.append(Stream(name, dict(schema), dtype, win, rs, _nullable(spec, schema, where, path)))
     return tuple(out)
+
+
+def _nullable(spec, schema, where, path):
+    """`nullable = ["user_id"]`: the columns the join compares (keys, band columns, a UDF's) that
+    may hold nulls; a row with a null in one matches nothing. Every other payload column may hold
+    nulls anyway (the ranks never read it; README "Nulls")."""
+    v = spec.get("nullable", [])
+    if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
+        raise ConfigError(f"{path}: {where}.nullable: expected a list of column names, got {v!r}")
+    for c in v:
+        if c not in schema:
+            raise ConfigError(f"{path}: {where}.nullable: {c!r} is not a column of the schema "
+                              f"(columns: {', '.join(schema)}; the event time is never null)")
+    return tuple(dict.fromkeys(v))
 
 
 RAW_FORMATS = ("csv", "json", "parquet")

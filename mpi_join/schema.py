@@ -24,6 +24,12 @@ MAX_ROW = 64 << 20
 
 # columns every staged stream has
 SEQ, TS = "seq", "ts"
+# a rank's row: whether a column the ranks read (a key, a band column, a UDF's) is null in it (the row
+# then matches nothing: join/predicate.key_matrix, band_matrix); only in the rows of a stream with a
+# `nullable` column the ranks read
+NULL = "_null"
+# a staged row (staging, the staged log): which of the schema's columns are null, one flag per column
+NULLS = "_nulls"
 INTEGER_KINDS = "iub"
 # text without a declared width: staged as Parquet UTF-8 strings; in memory a fixed-width bytes
 # column as wide as the stream's longest value, which staging records in the manifest
@@ -64,18 +70,36 @@ def numpy_field(name, type_name, where, width=None):
     )
 
 
-def stream_dtype(schema, where, widths=None):
+def stream_dtype(schema, where, widths=None, null=False):
     """Structured dtype of a stream: seq, ts, then the payload columns in schema order.
-    `widths`: {string column: bytes}, as staging recorded them."""
+    `widths`: {string column: bytes}, as staging recorded them; `null`: with the NULL flag."""
     fields = [(SEQ, np.int64), (TS, np.int64)]
     for name, t in schema.items():
         if name in (SEQ, TS):
             raise ConfigError(f"{where}.{name}: '{name}' is reserved (every stream has seq and ts)")
         fields.append(numpy_field(name, t, f"{where}.{name}", (widths or {}).get(name)))
+    if null:
+        fields.append((NULL, np.uint8))
     dt = np.dtype(fields)
     if dt.itemsize > MAX_ROW:
         raise ConfigError(f"{where}: a row of {dt.itemsize:,} bytes; rows hold at most {MAX_ROW >> 20} MB")
     return dt
+
+
+def rows_dtype(dtype):
+    """A staged row's dtype: the stream's columns and, for every payload column, its NULLS flag."""
+    cols = [d for d in dtype.descr if d[0] != NULL]
+    return np.dtype(cols + [(NULLS, np.uint8, (len(cols) - 2,))])
+
+
+def payload(dtype):
+    """The payload columns of a dtype: its columns but seq, ts and the internal ones ("_...")."""
+    return [n for n in dtype.names if n not in (SEQ, TS) and not n.startswith("_")]
+
+
+def stored(dtype):
+    """The columns of a dtype that a Parquet file holds: seq, ts and the payload."""
+    return [n for n in dtype.names if not n.startswith("_")]
 
 
 def arrow_type(np_dtype):
@@ -101,32 +125,48 @@ def type_name(np_dtype):
 
 def to_arrow(arr, text=()):
     """Structured array -> Arrow table (fixed-size binary for char and array columns; UTF-8
-    strings for the columns named in `text`, the `string` ones)."""
+    strings for the columns named in `text`, the `string` ones); a payload column is null where
+    the row's NULLS flag for it is set (rows_dtype)."""
+    nulls = arr[NULLS].astype(bool) if NULLS in arr.dtype.names else None
+    pay = payload(arr.dtype)
     cols, names = [], []
-    for name in arr.dtype.names:
-        fd = arr.dtype.fields[name][0]
-        col = arr[name]
-        if name in text:
-            cols.append(pa.array(col.tolist(), pa.binary()).cast(pa.string()))
-        elif fd.shape or fd.base.kind == "S":
-            width = fd.itemsize
-            raw = np.ascontiguousarray(col).view(np.uint8).reshape(len(arr), width) if len(arr) else np.zeros((0, width), np.uint8)
-            cols.append(pa.FixedSizeBinaryArray.from_buffers(
-                pa.binary(width), len(arr), [None, pa.py_buffer(raw.tobytes())]))
-        else:
-            cols.append(pa.array(col))
+    for name in stored(arr.dtype):
+        a = _column(arr[name], arr.dtype.fields[name][0], name in text, len(arr))
+        if nulls is not None and name in pay and nulls[:, pay.index(name)].any():
+            import pyarrow.compute as pc
+            a = pc.if_else(pa.array(nulls[:, pay.index(name)]), pa.scalar(None, a.type), a)
+        cols.append(a)
         names.append(name)
     return pa.Table.from_arrays(cols, names=names)
 
 
-def from_arrow(table, dtype, where):
-    """Arrow table -> structured array of `dtype`; `where` names the file in errors."""
+def _column(col, fd, text, n):
+    """One numpy column as Arrow (to_arrow)."""
+    if text:
+        return pa.array(col.tolist(), pa.binary()).cast(pa.string())
+    if fd.shape or fd.base.kind == "S":
+        width = fd.itemsize
+        raw = np.ascontiguousarray(col).view(np.uint8).reshape(n, width) if n else np.zeros((0, width), np.uint8)
+        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(raw.tobytes())])
+    return pa.array(col)
+
+
+def from_arrow(table, dtype, where, stream=None):
+    """Arrow table -> structured array of `dtype`; `where` names the file in errors. A null is
+    kept (as 0, with its NULLS or NULL flag where `dtype` has one) in a payload column of
+    `stream` that the ranks do not read (`stream.reads`) or that it declares `nullable`; any
+    other null is refused (seq, ts, and every column when no stream is given)."""
     out = np.empty(table.num_rows, dtype=dtype)
-    for name in dtype.names:
+    pay = payload(dtype)
+    if NULLS in dtype.names:
+        out[NULLS] = 0
+    if NULL in dtype.names:
+        out[NULL] = 0
+    for name in stored(dtype):
         fd = dtype.fields[name][0]
         col = table.column(name)
         if col.null_count:
-            raise_null(where, name, col)
+            col = _nulls_kept(col, name, out, pay, stream, where)
         if pa.types.is_dictionary(col.type):
             col = col.cast(col.type.value_type)
         if (fd.shape or fd.base.kind == "S") and not pa.types.is_fixed_size_binary(col.type):
@@ -170,8 +210,30 @@ def _variable_bytes(col, fd, name, where):
     return vals
 
 
-def raise_null(where, name, col):
+def _nulls_kept(col, name, out, pay, stream, where):
+    """`col` with its nulls as zero values, their flags set in `out` (from_arrow); or InputError."""
+    import pyarrow.compute as pc
+    reads = set(stream.reads) if stream is not None else None
+    if name not in pay or reads is None or (name in reads and name not in stream.nullable):
+        raise_null(where, name, col, compared=reads is not None and name in pay)
+    mask = pc.is_null(col).to_numpy(zero_copy_only=False)
+    if NULLS in out.dtype.names:
+        out[NULLS][:, pay.index(name)] = mask
+    if NULL in out.dtype.names and name in reads:
+        out[NULL] |= mask
+    t = col.type
+    if pa.types.is_dictionary(t):
+        col, t = col.cast(t.value_type), t.value_type
+    zero = (b"\0" * t.byte_width if pa.types.is_fixed_size_binary(t) else
+            "" if pa.types.is_string(t) or pa.types.is_large_string(t) else
+            b"" if pa.types.is_binary(t) or pa.types.is_large_binary(t) else False if pa.types.is_boolean(t) else 0)
+    return col.fill_null(pa.scalar(zero, t))
+
+
+def raise_null(where, name, col, compared=False):
     from .errors import InputError
     import pyarrow.compute as pc
     first = pc.index(pc.is_null(col), True).as_py()
-    raise InputError(f"{where}: column '{name}' has {col.null_count} null value(s) (first at row {first}); nulls are not allowed")
+    why = ("the join compares it, and it may hold nulls only when its stream's `nullable` names it" if compared
+           else "nulls are not allowed")
+    raise InputError(f"{where}: column '{name}' has {col.null_count} null value(s) (first at row {first}); {why}")

@@ -41,6 +41,8 @@ class StrategyInfo:
     requires: frozenset = field(default_factory=frozenset)   # predicate kinds a job must have
     requires_why: str = ""
     check: str = ""            # "module:function" (job, nranks) -> error text or None: the strategy's own checks
+    reads: str = ""            # "module:function" job -> ((stream index, column), ...): what its roles read of
+                               # every tuple besides the predicate's columns (an aggregate's); never null
     planner: str = ""          # "module:function" (job, n_max, Tn, Ts) -> (lines, details): `mpi-join plan`
     cases: dict = field(default_factory=dict)   # bench case -> ("module:function", help): `bench --case`
     shape: str = ""            # its shape in the scaling model (scaling_model.SHAPES); "" for none
@@ -292,7 +294,7 @@ REGISTRY = {
         roles={**_roles("mpi_join.biclique.shuffler", driver="Shuffler", dispatcher="Dispatcher"), "unit": "mpi_join.biclique.roles:Unit",
                "merger": "mpi_join.biclique.merger:Merger"},
         workload="equi",
-        check="mpi_join.biclique.checks:check_job",
+        check="mpi_join.biclique.checks:check_job", reads="mpi_join.biclique.checks:aggregated",
         cases={"fig6a": ("mpi_join.biclique.bench_memory:run_case",
                           "state per join unit against the processing volume (full history) for biclique and "
                           "matrix with the same number of units (-n: units, default 4), the paper's Figure 6a"),
@@ -474,7 +476,21 @@ def check_strategy(job):
         params[k] = v
     for k, p in info.params.items():
         params.setdefault(k, p.default)
-    return replace(job, strategy=replace(job.strategy, params=params))
+    job = replace(job, strategy=replace(job.strategy, params=params))
+    return _with_reads(job, info) if info.reads else job
+
+
+def _with_reads(job, info):
+    """The job's streams with the columns the strategy's roles read (info.reads), which a null may
+    not be hidden in: a declared `nullable` one is refused."""
+    from .reads import with_reads
+    extra = tuple(_load(info.reads)(job))
+    for si, col in extra:
+        if col in job.streams[si].nullable:
+            s = job.streams[si]
+            raise ConfigError(f"{job.path}: streams.{s.name}.nullable: {col!r} is read by strategy "
+                              f"{info.name!r} (an aggregate's column) and so may not hold nulls")
+    return replace(job, streams=with_reads(job.streams, job.predicate, extra))
 
 
 def check_runnable(job, nranks):

@@ -43,10 +43,12 @@ R_FILES = {
     "b.csv": "name,k,t,v\nxy,3,2026-03-01T09:30:00Z,7.25\nzz,4,2026-03-01T09:30:00.000001Z,1e3\n"
              "q,99999999999,2026-03-01T09:30:02Z,1\n",
     "c.csv": "k,v,name,t\n5,-0.0,hello,2026-03-01T09:30:00.999Z\n6,xyz,w,2026-03-01T09:30:03Z\n"
-             '7,2.5,"",2026-03-01T09:30:04Z\n8,3.5,"a,b",2026-03-01T09:30:05Z\n',
+             '7,2.5,"",2026-03-01T09:30:04Z\n8,3.5,"a,b",2026-03-01T09:30:05Z\n'
+             # nulls: kept in payload columns (unquoted empty, \N), refused in the key and the time
+             "9,,\\N,2026-03-01T09:30:06Z\n,1.0,nk,2026-03-01T09:30:07Z\n10,1.0,x,\n",
 }
 S_FILES = {
-    "a.csv": "t,k,w\n1772357400000000,1,0.5\n1772357400123456,2,1.5\n1772357400500001,oops,2\n",
+    "a.csv": "t,k,w\n1772357400000000,1,0.5\n1772357400123456,2,1.5\n1772357400500001,oops,2\n1772357400600000,5,\n",
     "b.csv": "w,k,t\n2.5,3,1772357400999999\n3.5,4,bad\n4.5,-9000000000,1772357401000000\n",
 }
 
@@ -86,9 +88,15 @@ def test_local_and_spark_stage_the_same_rows_quarantine_and_manifest(spark, tmp_
         assert ma[k] == mb[k], (k, ma[k], mb[k])
     assert ma["staging"]["settings"] == mb["staging"]["settings"]
     assert [[f, n] for f, n, _ in ma["staging"]["inputs"]["R"]] == [[f, n] for f, n, _ in mb["staging"]["inputs"]["R"]]
-    assert sum(ma["quarantined"].values()) == 5 and ma["streams"]["R"]["ts_finer"] > 0 and ma["streams"]["S"]["ts_finer"] > 0
+    assert sum(ma["quarantined"].values()) == 7 and ma["streams"]["R"]["ts_finer"] > 0 and ma["streams"]["S"]["ts_finer"] > 0
     for s in "RS":
         assert _quarantine(a, s) == _quarantine(b, s)
+        ta, tb = (pq.read_table(str(d / "staged" / s)).sort_by("seq") for d in (a, b))
+        nulls = [[t.column(c).is_null().to_pylist() for c in ta.column_names] for t in (ta, tb)]
+        assert nulls[0] == nulls[1] and ta.column("seq").to_pylist() == tb.column("seq").to_pylist()
+        assert sum(c.null_count for c in ta.columns) >= (2 if s == "R" else 1)
+    assert any("k: missing (null)" in r for r in _quarantine(a, "R"))
+    assert any("event time t: missing (null)" in r for r in _quarantine(a, "R"))
     # either engine finds the other's output up to date: the same staging record
     for d, other in ((a, "spark"), (b, "local")):
         r = cli("stage", "--engine", other, str(d / "job.toml"))
@@ -96,7 +104,7 @@ def test_local_and_spark_stage_the_same_rows_quarantine_and_manifest(spark, tmp_
 
 
 def test_a_file_the_reader_cannot_read_goes_to_spark_under_auto_and_is_refused_under_local(spark, tmp_path):
-    a, b, ra, rb = _both(tmp_path, "ms", extra_r={"d.csv": "t,k,v,name\n2026-03-01T09:30:00Z,7,0.5,\\N\n"
+    a, b, ra, rb = _both(tmp_path, "ms", extra_r={"d.csv": "t,k,v,name\n2026-03-01T09:30:00Z, 7,0.5,a\n"
                                                         "2026-03-01T09:30:01Z,8,0.5,\n"})
     assert "stage: engine spark: file:" in ra.stderr and "d.csv" in ra.stderr, ra.stderr
     for x, y in zip(read_staged(load_job(str(a / "job.toml"))), read_staged(load_job(str(b / "job.toml")))):

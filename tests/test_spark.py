@@ -409,7 +409,7 @@ def test_pipeline_stages_runs_collects_and_verifies_with_one_spark_session(tmp_p
 def test_csv_as_rfc_4180_says(spark, tmp_path):
     """Doubled quotes are one quote, a quoted field may span lines, a row with too many or too few
     fields is quarantined with that reason, a quoted empty field is an empty string and an
-    unquoted empty field a null (quarantined)."""
+    unquoted empty field a null (kept)."""
     from mpi_join.storage.spark.stage import stage
     (tmp_path / "job.toml").write_text(JOB.format(fmt="csv", unit="ms").replace('"char4"', '"char16"'))
     os.makedirs(tmp_path / "raw/R")
@@ -420,15 +420,17 @@ def test_csv_as_rfc_4180_says(spark, tmp_path):
     job = load_job(str(tmp_path / "job.toml"))
     man = stage(spark, job, progress=lambda m: None)
     R, S = read_staged(job)
-    assert R["name"].tolist() == [b'say "hi"', b"two\nlines", b""]
-    assert R["k"].tolist() == [1, 2, 5]
-    assert man["quarantined"] == {"R": 3, "S": 0}
+    assert R["name"].tolist() == [b'say "hi"', b"two\nlines", b"", b""]
+    assert R["k"].tolist() == [1, 2, 5, 6]
+    assert man["quarantined"] == {"R": 2, "S": 0}
+    # the unquoted empty field is a null, kept: the ranks do not read `name` (README "Nulls")
+    assert pq.read_table(str(tmp_path / "staged/R")).sort_by("seq").column("name").is_null().to_pylist() == \
+        [False, False, False, True]
     q = sorted(pq.read_table(str(tmp_path / "staged/_quarantine/R")).to_pylist(), key=lambda r: r["event_time"])
-    assert [r["event_time"] for r in q] == ["3", "4", "6"]
+    assert [r["event_time"] for r in q] == ["3", "4"]
     assert "more or fewer fields than the header" in q[0]["reason"]
     assert "more or fewer fields than the header" in q[1]["reason"]
-    assert q[2]["reason"] == "name: missing (null)"
-    assert [r["record"] for r in q] == [3, 4, 6]           # the two-line record counts once
+    assert [r["record"] for r in q] == [3, 4]              # the two-line record counts once
 
 
 def test_a_wholly_quarantined_stream_stops_stage(spark, tmp_path):

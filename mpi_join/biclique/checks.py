@@ -4,6 +4,12 @@ from ..errors import ConfigError
 from .graph import SIDES, build
 
 
+def aggregated(job):
+    """(stream, column) an aggregate reads of every pair (its units hold them)."""
+    text = job.strategy.params["aggregate"]
+    return aggregate.parse(text, job.streams).columns if text else ()
+
+
 def check_job(job, nranks):
     p = job.strategy.params
     where = f"{job.path}: strategy"

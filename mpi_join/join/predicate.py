@@ -9,6 +9,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import ConfigError
+from ..schema import NULL
 
 @dataclass(frozen=True)
 class Equi:
@@ -134,22 +135,30 @@ def _import_file(path):
 
 def key_widths(dt_a, cols_a, dt_b, cols_b):
     """int64 words each equi pair takes in a key matrix: one for an integer column; for text
-    (charN), enough 8-byte words for the longer of the two sides, so both sides line up."""
+    (charN), enough 8-byte words for the longer of the two sides, so both sides line up. When
+    either side's rows carry the NULL flag, one word more: the null word (key_matrix)."""
     out = []
     for a, b in zip(cols_a, cols_b):
         fa, fb = dt_a.fields[a][0], dt_b.fields[b][0]
         out.append(-(-max(fa.itemsize, fb.itemsize) // 8) if fa.kind == "S" else 1)
+    if cols_a and (NULL in dt_a.names or NULL in dt_b.names):
+        out.append(1)
     return out
 
 
 def key_matrix(batch, cols, widths=None):
     """Equi-key columns of a batch as an (n, words) int64 matrix, exact: an integer key is one
     word, a text key its bytes zero-padded into `widths[j]` words (see key_widths), so two keys
-    are equal exactly when their matrix rows are; a hash is never the comparison."""
+    are equal exactly when their matrix rows are; a hash is never the comparison. The null word
+    (a last width past the columns') is 0, or seq + 1 in a row whose NULL flag is set: seqs are
+    unique across streams, so such a row's key equals no other row's (SQL: a null key matches
+    nothing), and it still hashes, routes and sits in its window like any row."""
     widths = widths or [-(-batch.dtype.fields[c][0].itemsize // 8) if batch.dtype.fields[c][0].kind == "S" else 1
                         for c in cols]
     n = len(batch)
     out = np.empty((n, sum(widths)), np.int64)
+    if len(widths) > len(cols):
+        out[:, -1] = np.where(batch[NULL] != 0, batch["seq"] + 1, 0) if NULL in batch.dtype.names else 0
     k = 0
     for c, w in zip(cols, widths):
         col = batch[c]
@@ -183,11 +192,26 @@ def key_hash(keys):
 
 
 def band_matrix(batch, cols):
-    """Band columns of a batch as an (n, k) float64 matrix: bands are evaluated in float64."""
+    """Band columns of a batch as an (n, k) float64 matrix: bands are evaluated in float64. A
+    row whose NULL flag is set is NaN: within no band."""
     out = np.empty((len(batch), len(cols)), np.float64)
     for j, c in enumerate(cols):
         out[:, j] = batch[c]
+    if NULL in batch.dtype.names:
+        out[batch[NULL] != 0] = np.nan
     return out
+
+
+def no_null(A, B, ia, ib):
+    """Which pairs (A[ia], B[ib]) have no row whose NULL flag is set (None: neither side has one)."""
+    if NULL not in A.dtype.names and NULL not in B.dtype.names:
+        return None
+    keep = np.ones(len(ia), bool)
+    if NULL in A.dtype.names:
+        keep &= A[NULL][ia] == 0
+    if NULL in B.dtype.names:
+        keep &= B[NULL][ib] == 0
+    return keep
 
 
 def binary_parts(pred, i, j):

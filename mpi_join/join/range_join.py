@@ -12,7 +12,7 @@ import numpy as np
 from . import kernels as K
 from .predicate import Band, Equi, Interval
 from ..schema import TS
-from .predicate import band_matrix, binary_parts, key_matrix, key_widths, load_udf
+from .predicate import band_matrix, binary_parts, key_matrix, key_widths, load_udf, no_null
 
 
 def extend(pred, bound, j, B, lo, hi):
@@ -67,6 +67,9 @@ def probe_ranges(pred, i, j, A, B, lo, hi, rows=None):
         else:  # enumerate the range; the UDF is asked below, in its own argument order
             ia, ib = K.collect(K.range_all, lo, hi, guess=guess)
     ra = ia if rows is None else rows[ia]
+    keep = no_null(A, B, ra, ib)        # a UDF's pairs (keys and bands exclude such rows themselves)
+    if keep is not None:
+        ia, ib, ra = ia[keep], ib[keep], ra[keep]
     for t in thetas:
         keep = _theta_mask(t, i, A, B, ra, ib)
         ia, ib, ra = ia[keep], ib[keep], ra[keep]
@@ -112,8 +115,10 @@ def interval_mask(c, A, B, ia, ib):
 
 
 def pair_mask(pred, i, j, A, B, ia, ib):
-    """Which candidate pairs (A[ia], B[ib]) satisfy every condition between streams i and j."""
-    keep = np.ones(len(ia), bool)
+    """Which candidate pairs (A[ia], B[ib]) satisfy every condition between streams i and j (a
+    row with its NULL flag set satisfies none)."""
+    keep = no_null(A, B, ia, ib)
+    keep = np.ones(len(ia), bool) if keep is None else keep
     for c in pred.between(i, j):
         if isinstance(c, Equi):
             a, b = A[c.left[1]][ia], B[c.right[1]][ib]

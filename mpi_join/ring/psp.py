@@ -51,7 +51,7 @@ from ..join.range_join import extend
 from ..runtime.operator import Fields, Operator, Output
 from ..runtime.graph import DRIVER, ring
 from ..join.window import POS_INF, Window, footprint
-from ..schema import TS
+from ..schema import NULL, TS
 from ..slaves.join_rows import held_columns, runtime_rows
 from .psp_rescale import Rescalable
 from .psp_router import CycleDone, Entering, Probing, auto_orderings, batch_header, new_slicer, slice_counts
@@ -84,7 +84,7 @@ def batch_parts(body, M, n):
 
 def slice_dtype(pred, dtypes, j, coord):
     """What a slice row of stream j holds: seq, ts and the staged columns its conditions with
-    any stream read, plus `_coord` unless `coord` is ts (a time window's coordinate); not `_lo`,
+    any stream read, its NULL flag, plus `_coord` unless `coord` is ts (a time window's coordinate); not `_lo`,
     `_tin`, `_h`, which only a probe's are read for. A stream under a UDF keeps its runtime rows:
     the UDF takes whole records, compiled for the probes' record type."""
     if any(isinstance(c, Theta) for m in range(len(dtypes)) for c in pred.between(j, m)):
@@ -93,7 +93,8 @@ def slice_dtype(pred, dtypes, j, coord):
     for m in range(len(dtypes)):
         if m != j and pred.between(j, m):
             held |= held_columns(pred, (dtypes[j], dtypes[m]), j, m)[0]
-    names = [n for n in dtypes[j].names if n in held and not n.startswith("_")] + (["_coord"] if coord == "_coord" else [])
+    names = [n for n in dtypes[j].names if (n in held and not n.startswith("_")) or n == NULL] + \
+        (["_coord"] if coord == "_coord" else [])
     return np.dtype([(n, dtypes[j].fields[n][0]) for n in names])
 
 

@@ -8,7 +8,7 @@ checkpoint)."""
 import numpy as np
 
 from ..join.predicate import Band, Equi, Interval, Predicate, band_matrix, binary_parts, key_hash, key_matrix, key_widths
-from ..schema import TS
+from ..schema import NULL, TS
 
 def derived_dtype(dtype, n_keys, n_bands, hit=False, drop=()):
     """A window row: the runtime row plus its equi key as int64 words (predicate.key_matrix) and
@@ -103,7 +103,8 @@ class RowLayout:
         self.one_word = sum(self.widths) == 1
         self.runtime_dtypes = list(dtypes)
         # a single int64 key is its own key matrix: read in place (a (n, 1) view), not copied
-        self.key_view = [len(c) == 1 and dt.fields[c[0]][0] == np.dtype(np.int64) for c, dt in zip(self.key_cols, dtypes)]
+        self.key_view = [len(self.widths) == 1 and dt.fields[c[0]][0] == np.dtype(np.int64)
+                         for c, dt in zip(self.key_cols, dtypes)]
         # the equi index holds each row's key hash, so a row does not (hashes() recomputes it); a
         # join without an equi key has none to keep (its routers stamp 0)
         # payload columns no condition reads are not held (held_columns); a column only bands
@@ -112,7 +113,7 @@ class RowLayout:
         held = held_columns(pred, dtypes, i, j, keep)
         unread = [{n for n in dt.names if not n.startswith("_")} - h for dt, h in zip(dtypes, held)]
         others = held_columns(Predicate(equi=pred.equi, theta=pred.theta, interval=pred.interval), dtypes, i, j, keep)
-        self.in_band = [{} if self.residual else
+        self.in_band = [{} if self.residual or NULL in dt.names else    # a null row's `_band` is NaN
                         {c: self.band_cols[s].index(c) for c in self.band_cols[s] if c not in others[s] and
                          _exact_in_float64(dt.fields[c][0])} for s, dt in enumerate(dtypes)]
         self.older = older and not self.outer

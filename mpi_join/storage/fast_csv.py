@@ -12,8 +12,11 @@ value of a declared column is, for its type:
   floats          a plain decimal or exponent number (Java's and Arrow's parsers both round
                   correctly)
   bool            true or false
-  charN           text of at most N UTF-8 bytes without NUL, not \\N (a quoted "" is the empty
-                  text; an unquoted empty field is a null, which Spark reads)
+  charN           text of at most N UTF-8 bytes without NUL, not a quoted "\\N" (a quoted "" is
+                  the empty text)
+  a null          an unquoted empty field or \\N, in any column (Spark's nullValue): kept with
+                  its NULLS flag, or, in the event time or a compared column not declared
+                  `nullable`, its row quarantined by itself (`k: missing (null)`, as Spark writes)
   event time      an integer, in ns, us, ms or s, where the unit's ratio to the job's ts_unit is
                   at least 1e-6 (Spark's decimal product is then exact; ns in a job of seconds
                   is rounded by Spark at 6 decimals, so it goes to Spark); or, with
@@ -25,7 +28,7 @@ value of a declared column is, for its type:
 A row whose numeric value (an integer, a float, an integer event time) Spark's parse surely
 refuses (letters only and no word a number is spelled as, such as `abc` or `x`; an integer
 outside its type's range) is quarantined by itself, with Spark's reason, and the rest of its
-file staged. Anything else (nulls, \\N, spaces, base64 arrays, other timestamp forms, other
+file staged. Anything else (spaces, base64 arrays, other timestamp forms, other
 unparseable values) sends the whole file to Spark, which writes the reasons of the rows it
 quarantines.
 """
@@ -35,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..schema import SEQ
+from ..schema import NULLS, SEQ, payload
 from ..units import ts_unit_ns
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9._/-]+")
@@ -51,7 +54,7 @@ def expected_reader(s):
         return f"{what}: read by Spark (its JVM starts with the first)"
     times = ("ISO-8601 times (Z, +hh:mm or no zone; up to 6 fraction digits)" if s.raw.time_unit == "timestamp"
              else f"integer times in {s.raw.time_unit}")
-    return (f"CSV with {times}: read in the stager's process by Arrow; a file with a null, a space or a "
+    return (f"CSV with {times}: read in the stager's process by Arrow (nulls too); a file with a space or a "
             f"value of another form goes to Spark (a row with a letters-only number is quarantined by itself)")
 
 
@@ -79,31 +82,51 @@ def read(s, path, header, declared, waiting, job_unit):
             read_options=pcsv.ReadOptions(column_names=list(header), skip_rows=1 if s.raw.header else 0),
             parse_options=pcsv.ParseOptions(delimiter=s.raw.delimiter, quote_char='"', double_quote=True,
                                             escape_char=False, newlines_in_values=True),
-            # an unquoted empty field is a null (Spark's path: then Spark reads the file), a quoted
-            # one ("") an empty string
-            convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in header}, null_values=[""],
+            # an unquoted empty field or \N is a null (Spark's nullValue), a quoted "" an empty string
+            convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in header}, null_values=["", "\\N"],
                                                 strings_can_be_null=True, quoted_strings_can_be_null=False))
     except (pa.ArrowInvalid, OSError):
         return None                      # a row with another number of fields, invalid UTF-8, ...
     n = t.num_rows
-    parsed, good, finer = {}, np.ones(n, bool), None
+    parsed, good, finer, kept = {}, np.ones(n, bool), None, {}
     for c in declared:
-        v = _time(t.column(c), s, job_unit) if c == s.raw.time else _value(t.column(c), s, c, waiting)
+        col, null = _without_nulls(t.column(c), s, c, waiting)
+        v = _time(col, s, job_unit) if c == s.raw.time else _value(col, s, c, waiting)
         if v is None:
             return None
         if c == s.raw.time:
             v, finer = v[:2], v[2]
+        if null is not None and (c == s.raw.time or (c in s.reads and c not in s.nullable)):
+            v = (v[0], v[1] & ~null)          # a null the join cannot hold: its row is quarantined
+        elif null is not None:
+            kept[c] = null                    # a null kept (schema.NULLS)
         parsed[c] = v
         good &= v[1]
     finer = int((finer & good).sum())
     out = np.zeros(n, waiting)
     for c, (v, _) in parsed.items():
         out["ts" if c == s.raw.time else c] = v
+    pay = payload(waiting)
+    for c, null in kept.items():
+        out[NULLS][:, pay.index(c)] = null
     out["_rec"] = np.arange(1, n + 1)
     out[SEQ] = 0
     if good.all():
         return out, None, finer
     return out[good], _quarantined(t, s, declared, parsed, good, path, job_unit), finer
+
+
+def _without_nulls(col, s, c, dtype):
+    """(`col` with each null as a value that parses, which values were null or None)."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not col.null_count:
+        return col, None
+    if c == s.raw.time:
+        zero = "1970-01-01 00:00:00" if s.raw.time_unit == "timestamp" else "0"
+    else:
+        kind = dtype.fields[c][0].kind
+        zero = "false" if kind == "b" else "" if kind == "S" else "0"
+    return col.fill_null(zero), pc.is_null(col).to_numpy(zero_copy_only=False)
 
 
 def _quarantined(t, s, declared, parsed, good, path, job_unit):
@@ -121,7 +144,8 @@ def _quarantined(t, s, declared, parsed, good, path, job_unit):
         raw = t.column(c).take(rows).to_pylist()
         label = f"event time {c}" if c == s.raw.time else c
         for i in np.flatnonzero(~ok):
-            why[i].append(f"{label}: {_expected(s, '_ts' if c == s.raw.time else c, job)}, got '{raw[i][:60]}'")
+            why[i].append(f"{label}: missing (null)" if raw[i] is None else
+                          f"{label}: {_expected(s, '_ts' if c == s.raw.time else c, job)}, got '{raw[i][:60]}'")
     return pa.table({"file": pa.array([plain_uri(path)] * len(bad), pa.string()),
                      "record": pa.array(bad + 1, pa.int64()), "reason": pa.array(["; ".join(w) for w in why]),
                      **{c: t.column(c).take(rows).combine_chunks().cast(pa.string()) for c in declared}})

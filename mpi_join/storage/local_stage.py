@@ -100,8 +100,8 @@ def stage_local(job, out, progress, allow_empty=False):
     for s, a, bad, finer in streams:
         _write_quarantine(root, s, bad, quarantined[s.name], reasons[s.name], progress)
         a = np.sort(a, order=SEQ) if len(a) else a
-        rows = np.zeros(len(a), s.dtype)
-        for n in s.dtype.names:
+        rows = np.zeros(len(a), s.rows_dtype)
+        for n in rows.dtype.names:
             rows[n] = a[n]
         _write_parts(root, s, rows)
         man["streams"][s.name] = {"count": int(len(rows)),

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from ..schema import MAX_CHAR, SEQ, TS, arrow_type, from_arrow, is_string, numpy_field, to_arrow, type_name
+from ..schema import MAX_CHAR, SEQ, TS, arrow_type, from_arrow, is_string, numpy_field, stored, to_arrow, type_name
 
 MANIFEST = "_manifest.json"
 FORMAT = "mpi-join-staged/1"
@@ -47,7 +47,7 @@ def write_staged(path, streams, arrays, ts_unit, rows_per_file=1_000_000, extra=
             "count": int(len(arr)),
             "ts_min": int(arr[TS].min()) if len(arr) else None,
             "ts_max": int(arr[TS].max()) if len(arr) else None,
-            "schema": {n: s.schema[n] if n in text else type_name(arr.dtype.fields[n][0]) for n in arr.dtype.names},
+            "schema": {n: s.schema[n] if n in text else type_name(arr.dtype.fields[n][0]) for n in stored(arr.dtype)},
         }
         if text:
             man["streams"][s.name]["string_bytes"] = {
@@ -76,7 +76,7 @@ def with_string_widths(job, man):
     for s in job.streams:
         widths = ((man or {}).get("streams", {}).get(s.name) or {}).get("string_bytes")
         if string_columns(s) and isinstance(widths, dict):
-            s = dataclasses.replace(s, dtype=stream_dtype(s.schema, f"streams.{s.name}.schema", widths))
+            s = dataclasses.replace(s, dtype=stream_dtype(s.schema, f"streams.{s.name}.schema", widths, s.null_flag))
         streams.append(s)
     return dataclasses.replace(job, streams=tuple(streams))
 
@@ -212,7 +212,7 @@ class StreamReader:
                        len(rgs))
             size = max(size, sum(rg[1] for rg in rgs[gi:end]))
         self._it = pf.iter_batches(batch_size=size, row_groups=list(range(gi, end)),
-                                   columns=list(self.stream.dtype.names))
+                                   columns=stored(self.stream.dtype))
         self._file = f
         self._pos = (pi + 1, 0) if end == len(rgs) else (pi, end)
         return True
@@ -229,7 +229,7 @@ class StreamReader:
                 continue
             f, row0 = self._file, self._row
             self._row += rb.num_rows
-            arr = from_arrow(pa.Table.from_batches([rb]), self.stream.dtype, f)
+            arr = from_arrow(pa.Table.from_batches([rb]), self.stream.dtype, f, self.stream)
             self._check_order(arr, f, row0)
             if self._skip >= 0 and len(arr) and arr[SEQ][0] < self._skip:
                 arr = arr[int(np.searchsorted(arr[SEQ], self._skip)):]
@@ -461,7 +461,7 @@ def _compatible(fd, got):
 
 
 def _check_schema(f, schema, stream):
-    for name in stream.dtype.names:
+    for name in stored(stream.dtype):
         fd = stream.dtype.fields[name][0]
         idx = schema.get_field_index(name)
         if idx < 0:
@@ -653,7 +653,7 @@ def check_manifest(job, man, p):
                              f"stage again")
         sch = staged[st.name].get("schema", {})
         widths = staged[st.name].get("string_bytes", {})
-        for name in st.dtype.names:
+        for name in stored(st.dtype):
             want = st.dtype.fields[name][0]
             if name not in sch:
                 raise InputError(f"{p}: stream '{st.name}' was staged without column '{name}'; stage again")

@@ -42,8 +42,9 @@ EXTRA = [("_src", np.int32), ("_rec", np.int64)]   # a waiting row's source file
 
 
 def waiting_dtype(stream):
-    """A stream's staged row plus where it came from (file index into the log's sources, record)."""
-    return np.dtype(list(stream.dtype.descr) + EXTRA)
+    """A stream's staged row (with its null flags) plus where it came from (file index into the
+    log's sources, record)."""
+    return np.dtype(list(stream.rows_dtype.descr) + EXTRA)
 
 
 def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=None, idle=None):

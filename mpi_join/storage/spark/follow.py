@@ -425,7 +425,7 @@ def _split(t, job):
         flat = {f.name: pc.struct_field(sub, f.name) for f in sub.type}
         cols = {SEQ: pa.array(np.zeros(len(g), np.int64)), "ts": flat["_v__ts"],
                 **{c: flat[f"_v_{c}"] for c in s.schema}}
-        rows = from_arrow(pa.table(cols), s.dtype, f"stream '{s.name}'")
+        rows = from_arrow(pa.table(cols), s.rows_dtype, f"stream '{s.name}'", s)
         w = np.zeros(len(g), waiting_dtype(s))
         for n in rows.dtype.names:
             w[n] = rows[n]

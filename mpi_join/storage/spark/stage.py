@@ -520,13 +520,17 @@ def _tag(df, s, job):
     # _reason: what failed, by column (counted per reason); _why: the same in words, with the value
     # invalid UTF-8 is the reason itself (a JSON line with it parses to nothing at all)
     utf8 = F.col("_bad_utf8") != ""
+    # a null is kept (the staged Parquet holds it) in a column the ranks do not read or that the
+    # stream declares nullable; in the event time or another column the join reads, it is refused
+    bad = {k: F.col(f"_v_{k}").isNull() & (raw[k].isNotNull() | F.lit(k == "_ts" or (k in s.reads and k not in s.nullable)))
+           for k in parsed}
     reason = F.when(utf8, F.lit("not valid UTF-8")).otherwise(F.concat_ws(
         ", ", F.when(F.col("_bad_fields"), F.lit(fields)),
-        *[F.when(F.col(f"_v_{k}").isNull(), F.lit(label[k])) for k in parsed]))
+        *[F.when(bad[k], F.lit(label[k])) for k in parsed]))
     why = F.when(utf8, F.col("_bad_utf8")).otherwise(F.concat_ws(
         "; ", F.when(F.col("_bad_fields"), F.lit(fields)),
-        *[F.when(F.col(f"_v_{k}").isNull() & raw[k].isNull(), F.lit(f"{label[k]}: missing (null)"))
-          .when(F.col(f"_v_{k}").isNull(),
+        *[F.when(bad[k] & raw[k].isNull(), F.lit(f"{label[k]}: missing (null)"))
+          .when(bad[k],
                 F.concat(F.lit(f"{label[k]}: {_expected(s, k, job)}, got '"),
                          F.substring(raw[k], 1, 60), F.lit("'")))
           for k in parsed]))
