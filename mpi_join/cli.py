@@ -787,8 +787,8 @@ def warm_spark(force, where):
 @click.option("--force", is_flag=True, help="Stage again even when the staged input is up to date.")
 @click.option("--overwrite", is_flag=True, help="Let the run replace a non-empty output dir it did not write.")
 @click.option("--engine", type=click.Choice(["auto", "spark"]), default="auto", show_default=True,
-              help="Staging as `stage --engine`: auto stages local CSV input in this process where it can; spark "
-                   "stages with Spark. Collect runs on Spark.")
+              help="As `stage --engine` and `collect --engine`: auto stages local CSV input and collects a "
+                   "local run in this process where it can; spark does both with Spark.")
 @_MASTER
 @_CONF
 def pipeline(job_path, nprocs, with_payload, verify, collect_out, force, overwrite, master, conf, engine):
@@ -817,9 +817,13 @@ def pipeline(job_path, nprocs, with_payload, verify, collect_out, force, overwri
 @click.option("--partial", is_flag=True, help="Collect a run that did not finish (no _SUCCESS); the summary "
               "marks the dataset partial.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing non-empty OUT that collect did not write.")
+@click.option("--engine", type=click.Choice(["auto", "local", "spark"]), default="auto", show_default=True,
+              help="auto: a local run collected into a local OUT in this process (no JVM; payloads taken "
+                   "by seq from the staged parts); spark: with Spark (also for hdfs:// and --master); local: "
+                   "in this process or refuse. The first line says which.")
 @_MASTER
 @_CONF
-def collect(run_dir, job_path, out, with_payload, files, partial, overwrite, master, conf):
+def collect(run_dir, job_path, out, with_payload, files, partial, overwrite, master, conf, engine):
     """Merge the result part files of a run (RUN_DIR = its output dir) into one Parquet dataset.
 
     Writes OUT/_summary.json: result count, latency percentiles and per-rank figures. With
@@ -829,15 +833,26 @@ def collect(run_dir, job_path, out, with_payload, files, partial, overwrite, mas
     against its rows, size and SHA-256 first; a missing, added or changed one is refused. One
     collect at a time writes OUT (a lock beside it). Also runnable as `spark-submit jobs/collect.py RUN_DIR --job JOB --out OUT`."""
     from .config import load_job
+    from .storage.local_collect import collect_local, why_spark
     from .storage.spark.collect import collect as do_collect, collecting, small_collect
     from .storage.spark.session import spark_session
+    say = lambda m: click.echo(m, err=True)
     try:
         job = load_job(job_path)
+        why = why_spark(engine, master, conf, job, run_dir, out, with_payload) or \
+            ("--files given" if files != 1 else None)
+        if engine == "local" and why:
+            raise JobError(f"--engine local: collects a local run into a local --out with --master local[*] "
+                           f"({why}); use --engine spark")
         with collecting(job, run_dir, out, partial, overwrite) as parts:     # before any JVM starts
-            spark = spark_session(master, "mpi-join collect", conf, small=small_collect(job, parts, with_payload))
-            s = do_collect(spark, job, run_dir, out, with_payload, files,
-                           progress=lambda m: click.echo(m, err=True), partial=partial, overwrite=overwrite,
-                           parts=parts)
+            if why is None:
+                say("collect: engine local: in this process (--engine spark collects with Spark)")
+                s = collect_local(job, run_dir, out, with_payload, progress=say, partial=partial, parts=parts)
+            else:
+                say(f"collect: engine spark: {why}")
+                spark = spark_session(master, "mpi-join collect", conf, small=small_collect(job, parts, with_payload))
+                s = do_collect(spark, job, run_dir, out, with_payload, files, progress=say, partial=partial,
+                               overwrite=overwrite, parts=parts)
     except JobError as e:
         _fail(e)
     lat = s["latency_ms"]

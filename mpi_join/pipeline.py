@@ -11,7 +11,8 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
              master="local[*]", conf=(), run_args=(), say=print, engine="auto"):
     """Run the whole pipeline for the job at `job_path`. Returns the exit code (the run's when
     it fails, 1 when verification fails, else 0). Staging is skipped for a job without raw
-    input, and by stage itself when the staged input is up to date (unless `force`)."""
+    input, and by stage itself when the staged input is up to date (unless `force`). `engine`
+    ("auto" | "spark") chooses for staging and collection alike (`stage --engine`, `collect --engine`)."""
     from .launch import mpiexec_cmd
     from .config import load_job
     from .storage.spark.collect import collect, collecting, default_out, small_collect
@@ -34,11 +35,17 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
         say(f"run failed with exit code {rc}; nothing collected")
         return rc
     took["run"] = time.perf_counter() - t0 - sum(took.values())
-    say(f"3/{steps} collect with Spark -> {out}")
+    from .storage.local_collect import collect_local, why_spark
+    why = why_spark(engine, master, conf, job, job.output, out, with_payload)
     with collecting(job, job.output, out) as parts:
-        spark = spark or _session(master, conf, say, small_collect(job, parts, with_payload))
-        s = collect(spark, job, job.output, out, with_payload=with_payload, progress=lambda m: say("    " + m),
-                    parts=parts)
+        if why is None:
+            say(f"3/{steps} collect in this process (engine local) -> {out}")
+            s = collect_local(job, job.output, out, with_payload, progress=lambda m: say("    " + m), parts=parts)
+        else:
+            say(f"3/{steps} collect with Spark ({why}) -> {out}")
+            spark = spark or _session(master, conf, say, small_collect(job, parts, with_payload))
+            s = collect(spark, job, job.output, out, with_payload=with_payload, progress=lambda m: say("    " + m),
+                        parts=parts)
     lat = s["latency_ms"]
     say(f"    {s['results']:,} results" + (" with payloads" if with_payload else "")
         + f"; latency ms p50 {lat['p50']:.2f} p99 {lat['p99']:.2f}")

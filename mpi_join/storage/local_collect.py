@@ -1,0 +1,177 @@
+"""`collect` in this process (`--engine local`, or `auto` where it can): a local run's result
+part files -> one Parquet dataset with its `_summary.json`, as spark/collect.py writes it, with
+no JVM. With payloads, each result's input columns are taken by seq from the staged parts (each
+stream's parts are sorted by seq: one binary search per result, no join), nulls kept. The same
+checks come first (`collecting`: the recorded parts, their checksums, a run without _SUCCESS,
+an `out` that overlaps or that collect did not write); tests/test_local_collect.py collects
+one run both ways and compares."""
+import json
+import os
+import re
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..errors import InputError
+from ..schema import SEQ, TS
+from . import paths
+from .checksums import no_success
+
+_RANK = re.compile(r"part-r(\d+)-")
+
+
+def why_spark(engine, master, conf, job, run_dir, out, with_payload):
+    """Why collecting takes Spark (`--engine spark`, a master or configuration given for Spark, a
+    run, output or staged input that is not local), or None."""
+    if engine == "spark":
+        return "--engine spark"
+    if master != "local[*]":
+        return f"--master {master}"
+    if conf:
+        return "--conf given"
+    for what, p in (("the run", run_dir), ("--out", out)) + ((("the staged input", job.staged),) if with_payload else ()):
+        if not paths.local(p):
+            return f"{what} is not local"
+    return None
+
+
+def collect_local(job, run_dir, out, with_payload=False, progress=print, partial=False, parts=None):
+    """Collect the local run in `run_dir` into the local dataset `out` (after `collecting`'s
+    checks; `parts`: the part files it checked). Returns the summary, as spark/collect.collect."""
+    from .commits import read_committed
+    from .checksums import verify_part
+    from .spark.collect import MARKER, PCTS, _checkpointed_offset, _pcts
+    t0 = time.perf_counter()
+    rd = paths.real(run_dir)
+    succeeded = os.path.exists(os.path.join(rd, "_SUCCESS"))
+    committed = None if succeeded else read_committed(rd)
+    if not succeeded and not partial and committed is None:
+        raise no_success(run_dir, job)
+    if committed is not None:            # read once: the files and the summary agree on one commit
+        for name, rec in sorted(committed["files"].items()):
+            verify_part(os.path.join(rd, "results", name), rec)
+        parts = [os.path.join(rd, "results", n) for n in sorted(committed["files"])]
+    if parts is None:
+        parts = sorted(os.path.join(rd, "results", n) for n in os.listdir(os.path.join(rd, "results"))
+                       if n.endswith(".parquet"))
+    if not parts:
+        raise InputError(f"{run_dir}/results: no result part files (is this a run's output directory?)")
+    if with_payload:
+        from .staged import check_manifest, read_manifest
+        check_manifest(job, read_manifest(job.staged), f"{job.staged}/_manifest.json")
+    progress(f"collect: reading {len(parts)} part file(s) from {run_dir}/results (engine local)")
+    tables, ranks = [], []
+    for p in parts:
+        t = pq.read_table(p)
+        m = _RANK.search(os.path.basename(p))
+        tables.append(t)
+        ranks.append(np.full(t.num_rows, int(m.group(1)) if m else -1, np.int64))
+    seq_cols = [f"{s.name}_seq" for s in job.streams]
+    res = pa.concat_tables(tables, promote_options="default") if tables else None
+    missing = [c for c in seq_cols if c not in res.column_names]
+    if missing:
+        raise InputError(f"{run_dir}/results: result column(s) {', '.join(missing)} missing; the job's streams "
+                         f"are {', '.join(job.stream_names)}")
+    rank = np.concatenate(ranks)
+    lat = res.column("latency_ns").to_numpy(zero_copy_only=False) if "latency_ns" in res.column_names else None
+    total = res.num_rows
+    per_rank = {int(r): {"results": int((rank == r).sum()),
+                         "latency_ms": _pcts(_quantiles(lat[rank == r], PCTS) if lat is not None else None)}
+                for r in np.unique(rank)}
+    cols = {c: res.column(c) for c in seq_cols + ["emit_ns", "latency_ns"] if c in res.column_names}
+    if with_payload:
+        for s in job.streams:
+            cols.update(_payload(job, s, res.column(f"{s.name}_seq")))
+    _write(out, pa.table(cols), job.ts_unit)
+    metrics = os.path.join(rd, "metrics", "summary.json")
+    summary = {
+        "results": int(total), "latency_ms": _pcts(_quantiles(lat, PCTS) if lat is not None else None),
+        "per_rank": {str(k): v for k, v in sorted(per_rank.items())},
+        "run": json.load(open(metrics)) if os.path.exists(metrics) else None,
+        "with_payload": bool(with_payload), "output": _uri(out), "partial": not succeeded, "engine": "local",
+    }
+    if committed is not None:
+        summary.update(partial=False, committed_prefix={k: committed.get(k) for k in (
+            "commits", "results", "input_offset", "final")})
+    elif not succeeded:
+        summary["complete_through_input_offset"] = _checkpointed_offset(job)
+    if summary["run"]:
+        for r in summary["run"].get("ranks", []):
+            summary["per_rank"].setdefault(str(r["rank"]), {}).update(
+                {k: r.get(k) for k in ("role", "tuples_in", "tuples_out", "cpu_s", "idle_s", "comm_s")})
+    root = paths.real(out)
+    for name, text in (("_summary.json", json.dumps(summary, indent=2)),
+                       (MARKER, json.dumps({"written_by": "mpi-join collect", "run": run_dir}))):
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+    progress(f"collect: {total:,} results" + (" with payloads" if with_payload else "") + f" -> {out} "
+             f"({time.perf_counter() - t0:.1f} s in all, engine local)"
+             + ("" if succeeded else " (PARTIAL: the run did not finish)"))
+    return summary
+
+
+def _uri(out):
+    return out if "://" in out else f"file:{paths.real(out)}"
+
+
+def _quantiles(x, qs):
+    """Each quantile as a value of `x` (as Spark's percentile_approx gives one), None when empty."""
+    if x is None or not len(x):
+        return None
+    return [int(v) for v in np.quantile(x, qs, method="inverted_cdf")]
+
+
+def _payload(job, s, seqs):
+    """{column: Arrow array} of stream `s`'s staged columns for each result's seq (null where the
+    seq is null: an outer join's other side), named <stream>_<column>, as collect writes them."""
+    from .staged import stream_files
+    files = stream_files(job.staged, s.name)
+    want = [SEQ, TS] + list(s.schema)
+    staged = pa.concat_tables([pq.read_table(f, columns=want) for f in files]) if files else None
+    key = seqs.combine_chunks() if isinstance(seqs, pa.ChunkedArray) else seqs
+    valid = ~np.asarray(key.is_null())
+    k = np.asarray(key.fill_null(0), np.int64)
+    have = staged.column(SEQ).to_numpy() if staged is not None else np.zeros(0, np.int64)
+    at = np.searchsorted(have, k)
+    ok = valid & (at < len(have))
+    ok[ok] &= have[at[ok]] == k[ok]
+    if (valid & ~ok).any():
+        bad = int(k[np.flatnonzero(valid & ~ok)[0]])
+        raise InputError(f"{job.staged}/{s.name}: no staged tuple has seq {bad}, which a result names; "
+                         f"was the input staged again after the run? (run it again)")
+    idx = pa.array(np.where(ok, at, 0), mask=~ok)
+    out = {}
+    for c in [TS] + list(s.schema):
+        a = staged.column(c).take(idx) if staged is not None else pa.nulls(len(k))
+        if c == TS:
+            a = _event_time(a, job.ts_unit)
+        elif str(s.schema[c]).strip().lower().startswith("char"):
+            a = pc.replace_substring_regex(a.cast(pa.string()), "\u0000+$", "")
+        out[f"{s.name}_{c}"] = a
+    return out
+
+
+def _event_time(a, unit):
+    """As spark/collect._event_time: a timestamp in ms (for "s" and "ms") or us, UTC; ns stays int64."""
+    if unit == "ns":
+        return a
+    mult = {"s": 1000, "ms": 1, "us": 1}[unit]
+    vals = pc.multiply(a, mult) if mult != 1 else a
+    return vals.cast(pa.timestamp("us" if unit == "us" else "ms", tz="UTC"))
+
+
+def _write(out, table, unit):
+    """`out`'s part file, replacing what an earlier collect wrote there (collecting checked it)."""
+    root = paths.real(out)
+    os.makedirs(root, exist_ok=True)
+    for n in os.listdir(root):
+        if n.startswith("part-") or n.startswith(".part-") or n in ("_SUCCESS", "._SUCCESS.crc", "_summary.json"):
+            paths.remove_file(root, os.path.join(root, n))
+    tmp = os.path.join(root, ".part-00000.parquet")
+    pq.write_table(table, tmp, coerce_timestamps="us" if unit == "us" else "ms")
+    os.replace(tmp, os.path.join(root, "part-00000.parquet"))
+    with open(os.path.join(root, "_SUCCESS"), "w"):
+        pass
