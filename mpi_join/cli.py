@@ -355,6 +355,33 @@ def _generate_live(workload, out, rate, window, keys, seed, seconds, disorder, l
                f"({sum(gen.late_rows.values()):,} of them meant to be late)")
 
 
+@main.command("bench-door")
+@click.option("--out", default="bench-door", show_default=True, type=click.Path(file_okay=False),
+              help="Work directory: the raw files, the staged input, the results, door.json.")
+@click.option("--impressions", type=click.IntRange(1000, 10**9), default=1_000_000, show_default=True)
+@click.option("--clicks", type=click.IntRange(1000, 10**9), default=200_000, show_default=True)
+@click.option("-n", "--np", "nprocs", type=click.IntRange(2, MAX_RANKS), default=3, show_default=True,
+              help="Ranks of the run.")
+@click.option("--no-spark", is_flag=True, help="Skip timing `stage` and `collect` on Spark.")
+def bench_door_cmd(out, impressions, clicks, nprocs, no_spark):
+    """Raw CSV in, result Parquet with payloads out, against DuckDB on the same files in the same run.
+
+    Generates a click log and its impressions as CSV (ISO-8601 times with offsets, text ids, Zipf
+    users, nulls, a few unreadable times), has DuckDB join them into Parquet, then `pipeline`
+    (staging and collecting in process), checks the two answers are equal pair for pair, and
+    prints the ratio; then times `stage --engine spark` and `collect --engine spark` alone."""
+    import json as _json
+    from .tools.bench_door import bench_door
+    os.makedirs(out, exist_ok=True)
+    fig = bench_door(os.path.abspath(out), nprocs, impressions, clicks, spark=not no_spark,
+                     say=lambda m: click.echo(m, err=True))
+    with open(os.path.join(out, "door.json"), "w") as f:
+        _json.dump(fig, f, indent=2)
+    click.echo(f"pipeline {fig['pipeline_s']:.2f} s, DuckDB {fig['duckdb_s']:.2f} s: {fig['ratio']:.2f}x; "
+               + (f"stage --engine spark {fig['stage_spark_s']:.1f} s, collect --engine spark "
+                  f"{fig['collect_spark_s']:.1f} s" if "stage_spark_s" in fig else "Spark not timed"))
+
+
 @main.command("bench-live")
 @click.option("--out", default="bench-live", show_default=True, type=click.Path(file_okay=False),
               help="Work directory: one folder per trial, and live.json.")
@@ -1238,11 +1265,11 @@ def strategies_cmd():
 
 
 class _BenchChoice(click.Choice):
-    """A strategy, or `live` (the live pipeline: `mpi-join bench-live`)."""
+    """A strategy, `live` (the live pipeline: `mpi-join bench-live`) or `door` (`mpi-join bench-door`)."""
 
     def __init__(self):
         from . import strategies
-        super().__init__(strategies.names() + ["live"])
+        super().__init__(strategies.names() + ["live", "door"])
 
 
 @main.command()
@@ -1287,7 +1314,11 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
       mpi-join bench psp --case fig8a           # response time against ring length, and the model's
       mpi-join bench splitjoin --case cores     # splitjoin, handshake, llhj on 1..4 join cores, and a model
       mpi-join bench live                       # live streams end to end against Spark (= bench-live)
+      mpi-join bench door                       # raw CSV to result Parquet against DuckDB (= bench-door)
     """
+    if strategy == "door":
+        return click.get_current_context().invoke(bench_door_cmd, nprocs=nprocs[0] if nprocs else 3, out="bench-door",
+                                                  impressions=1_000_000, clicks=200_000, no_spark=False)
     if strategy == "live":               # the live pipeline has a command of its own, with its options
         return click.get_current_context().invoke(bench_live_cmd, nprocs=nprocs[0] if nprocs else 3,
                                                   out="bench-live", rates="5000,10000,20000,40000", seconds=20,

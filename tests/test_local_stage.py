@@ -41,7 +41,7 @@ R_FILES = {
     "a.csv": "t,k,v,name\n2026-03-01T09:30:00.123456Z,1,0.5,ab\n2026-03-01T09:30:00.5+05:30,2,1.5,cd\n"
              "2026-03-01 04:00:01-05:00,abc,2.5,ef\n",
     "b.csv": "name,k,t,v\nxy,3,2026-03-01T09:30:00Z,7.25\nzz,4,2026-03-01T09:30:00.000001Z,1e3\n"
-             "q,99999999999,2026-03-01T09:30:02Z,1\n",
+             "q,99999999999,2026-03-01T09:30:02Z,1\nu,11,unknown,1.0\n",
     "c.csv": "k,v,name,t\n5,-0.0,hello,2026-03-01T09:30:00.999Z\n6,xyz,w,2026-03-01T09:30:03Z\n"
              '7,2.5,"",2026-03-01T09:30:04Z\n8,3.5,"a,b",2026-03-01T09:30:05Z\n'
              # nulls: kept in payload columns (unquoted empty, \N), refused in the key and the time
@@ -88,7 +88,7 @@ def test_local_and_spark_stage_the_same_rows_quarantine_and_manifest(spark, tmp_
         assert ma[k] == mb[k], (k, ma[k], mb[k])
     assert ma["staging"]["settings"] == mb["staging"]["settings"]
     assert [[f, n] for f, n, _ in ma["staging"]["inputs"]["R"]] == [[f, n] for f, n, _ in mb["staging"]["inputs"]["R"]]
-    assert sum(ma["quarantined"].values()) == 7 and ma["streams"]["R"]["ts_finer"] > 0 and ma["streams"]["S"]["ts_finer"] > 0
+    assert sum(ma["quarantined"].values()) == 8 and ma["streams"]["R"]["ts_finer"] > 0 and ma["streams"]["S"]["ts_finer"] > 0
     for s in "RS":
         assert _quarantine(a, s) == _quarantine(b, s)
         ta, tb = (pq.read_table(str(d / "staged" / s)).sort_by("seq") for d in (a, b))

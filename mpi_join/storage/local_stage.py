@@ -10,6 +10,7 @@ is left to Spark: `stage_local` then says which file, and returns None."""
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -57,8 +58,10 @@ def stage_local(job, out, progress, allow_empty=False):
             progress(subdir_warning(s, f"file:{d}"))
         progress(f"stage: stream {s.name}: reading {len(files)} file(s) from {s.raw.path}")
         rows, bad, finer = [], [], 0
-        for k, f in enumerate(files):
-            got = read(s, f, header_of(s, f), _declared(s), waiting_dtype(s), job.ts_unit)
+        with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:    # Arrow and numpy let go of the GIL
+            got_all = list(pool.map(lambda f: read(s, f, header_of(s, f), _declared(s), waiting_dtype(s),
+                                                   job.ts_unit), files))
+        for k, (f, got) in enumerate(zip(files, got_all)):
             if got is None:
                 raise NeedsSpark(f"file:{f}: a value this reader does not parse as Spark does")
             r, refused, n_finer = got
@@ -97,19 +100,22 @@ def stage_local(job, out, progress, allow_empty=False):
     man = {"format": FORMAT, "ts_unit": job.ts_unit, "streams": {}, "total": int(len(seq)),
            "quarantined": quarantined, "sources": sources,
            "staging": local_staging(job, files_of)}
-    for s, a, bad, finer in streams:
+    def write(stream):
+        s, a, bad, finer = stream
         _write_quarantine(root, s, bad, quarantined[s.name], reasons[s.name], progress)
-        a = np.sort(a, order=SEQ) if len(a) else a
+        order = np.argsort(a[SEQ], kind="stable")
         rows = np.zeros(len(a), s.rows_dtype)
-        for n in rows.dtype.names:
-            rows[n] = a[n]
+        for n in rows.dtype.names:          # a gather per column: not np.sort(order=), 8x slower
+            rows[n] = a[n][order]
         _write_parts(root, s, rows)
-        man["streams"][s.name] = {"count": int(len(rows)),
-                                  "ts_min": int(rows[TS].min()) if len(rows) else None,
-                                  "ts_max": int(rows[TS].max()) if len(rows) else None,
-                                  "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)},
-                                  "ts_finer": int(finer)}
-        progress(f"stage: stream {s.name}: {len(rows):,} tuples -> {os.path.join(root, s.name)}")
+        return {"count": int(len(rows)), "ts_min": int(rows[TS].min()) if len(rows) else None,
+                "ts_max": int(rows[TS].max()) if len(rows) else None,
+                "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)}, "ts_finer": int(finer)}
+
+    with ThreadPoolExecutor(max(1, min(len(streams), os.cpu_count() or 1))) as pool:     # Parquet lets go of the GIL
+        for (s, *_), entry in zip(streams, pool.map(write, streams)):
+            man["streams"][s.name] = entry
+            progress(f"stage: stream {s.name}: {entry['count']:,} tuples -> {os.path.join(root, s.name)}")
     man["files"] = hash_input(job, root)
     crc = os.path.join(root, f".{MANIFEST}.crc")     # Hadoop's checksum of a manifest Spark wrote: stale now
     if os.path.lexists(crc):
