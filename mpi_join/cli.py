@@ -281,10 +281,12 @@ def tail(out, counts, no_follow, with_payload, job_path, fmt):
               help="The landing files one micro-batch reads, at most this many MB in all.")
 @click.option("--status-every", type=Finite(0.2, 3600), default=5.0, show_default=True,
               help="Seconds between status lines (and OUT/metrics/live.json).")
+@click.option("--spark-start", type=click.Choice(["now", "needed"]), default="now", show_default=True,
+              help="now: the stager starts Spark's JVM at its start, on a thread beside its fast path, so a file that needs Spark (or a restarted stager's) finds it up; needed: at the first such file (no JVM while every file is read in process).")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
               help="Serve the status figures to Prometheus on this port (GET /metrics; gauges named "
               "mpi_join_live_*).")
-def live(job_path, nprocs, no_drain, trigger, batch_mb, status_every, metrics_port):
+def live(job_path, nprocs, no_drain, trigger, batch_mb, status_every, metrics_port, spark_start):
     """Run a live join as one supervised job: the stager (`stage --follow JOB`) and the
     following run (`run -n N --follow JOB`) together.
 
@@ -322,9 +324,13 @@ def live(job_path, nprocs, no_drain, trigger, batch_mb, status_every, metrics_po
     from .live import expected_paths
     for ln in expected_paths(job):
         click.echo(ln, err=True)
+    click.echo("live: Spark's JVM starts " + ("now, on a thread beside the stager's fast path (--spark-start needed: "
+               "at the first file that needs it)" if spark_start == "now" else "at the first file that needs it"),
+               err=True)
     try:
         code = Supervisor(job, nprocs, lambda m: click.echo(m, err=True), drain=not no_drain, trigger=trigger,
-                          batch_mb=batch_mb, status_every=status_every, exporter=exporter).run()
+                          batch_mb=batch_mb, status_every=status_every, exporter=exporter,
+                          spark_start=spark_start).run()
     finally:
         lock.release()
     sys.exit(code)
@@ -418,7 +424,8 @@ def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates):
         _fail(e)
 
 
-def _stage_follow(job, out, master, conf, force, until, trigger, batch_bytes=64 << 20, drain=True):
+def _stage_follow(job, out, master, conf, force, until, trigger, batch_bytes=64 << 20, drain=True,
+                  spark_start="needed"):
     from .storage.spark.follow import follow, landing_dir
     from .storage.spark.session import spark_session
     from .storage.staged_log import hold_staged, refuse_live, until_ts
@@ -435,7 +442,8 @@ def _stage_follow(job, out, master, conf, force, until, trigger, batch_bytes=64 
     try:
         man = follow(lambda: spark_session(master, "mpi-join stage --follow", conf, shield_term=True), job,
                      out or job.staged, until=until, trigger=f"{max(every, 0.05):g} seconds",
-                     say=lambda m: click.echo(m, err=True), force=force, batch_bytes=batch_bytes, drain=drain)
+                     say=lambda m: click.echo(m, err=True), force=force, batch_bytes=batch_bytes, drain=drain,
+                     spark_start=spark_start)
     finally:
         if lock is not None:
             lock.release()
@@ -720,6 +728,9 @@ _CONF = click.option("--conf", multiple=True, metavar="KEY=VALUE", help="Extra S
 @click.option("--batch-mb", type=click.IntRange(1, 1 << 20), default=64, show_default=True, help="With --follow: "
               "the landing files one micro-batch reads, at most this many MB in all (one file at least), so that a "
               "backlog is staged in bounded steps.")
+@click.option("--spark-start", type=click.Choice(["now", "needed"]), default="needed", show_default=True,
+              help="With --follow: when Spark's JVM starts: now (on a thread beside the fast path) or at the first "
+                   "file that needs it.")
 @click.option("--no-drain", is_flag=True, help="With --follow: Ctrl-C or SIGTERM stops at once and leaves the log "
               "open, to be continued by the next `stage --follow` (default: stage every file that has landed, then "
               "end the log).")
@@ -730,7 +741,7 @@ _CONF = click.option("--conf", multiple=True, metavar="KEY=VALUE", help="Extra S
 @_MASTER
 @_CONF
 def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, until, trigger, batch_mb, no_drain,
-          engine):
+          engine, spark_start):
     """Stage the raw input of JOB into the staged layout, in this process or with Spark.
 
     Each stream's `raw = { path, format, time, time_unit }` names its files (CSV, JSON lines or
@@ -749,13 +760,14 @@ def stage(job_path, out, master, conf, overwrite, force, allow_empty, follow, un
     from .storage.spark.session import spark_session
     from .storage.spark.stage import precheck, small_input, stage as do_stage, stageable
     from .storage.staged_log import hold_staged
-    if (until or trigger != "500ms" or batch_mb != 64 or no_drain) and not follow:
-        _fail(JobError("--until, --trigger, --batch-mb and --no-drain go with --follow (live staging)"))
+    if (until or trigger != "500ms" or batch_mb != 64 or no_drain or spark_start != "needed") and not follow:
+        _fail(JobError("--until, --trigger, --batch-mb, --spark-start and --no-drain go with --follow (live staging)"))
     try:
         job = load_job(job_path)
         check_layout(job_dirs(job, stage_out=out))     # before any JVM starts
         if follow:
-            return _stage_follow(job, out, master, conf, force, until, trigger, batch_mb << 20, not no_drain)
+            return _stage_follow(job, out, master, conf, force, until, trigger, batch_mb << 20, not no_drain,
+                                 spark_start)
         stageable(job)
         lock = hold_staged(out or job.staged, force=force, say=lambda m: click.echo(m, err=True))
         try:

@@ -162,8 +162,9 @@ class Supervisor:
     """Starts, watches, restarts and stops the stager and the run of one live job."""
 
     def __init__(self, job, nprocs, say, drain=True, trigger="500ms", batch_mb=64, status_every=STATUS_EVERY_S,
-                 env=None, exporter=None):
+                 env=None, exporter=None, spark_start="now"):
         self.job, self.n, self.say, self.drain = job, nprocs, say, drain
+        self.spark_start = spark_start
         self.trigger, self.batch_mb, self.every, self.env = trigger, batch_mb, status_every, env
         self.ckpt = job.checkpoint.dir if job.checkpoint else os.path.join(job.output, IMPLICIT)
         self.restarts = {"stager": Restarts(job.restart), "run": Restarts(job.restart)}
@@ -182,6 +183,7 @@ class Supervisor:
         what has landed and ends the log (`--until end`), as the SIGTERM it missed would have."""
         if which == "stager":
             return _cmd("stage", "--follow", "--trigger", self.trigger, "--batch-mb", str(self.batch_mb),
+                        "--spark-start", self.spark_start,
                         *([] if self.drain else ["--no-drain"]),
                         *(["--until", "end"] if self.signal is not None and self.drain else []), self.job.path)
         return _cmd("run", "-n", str(self.n), "--follow",

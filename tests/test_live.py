@@ -1108,6 +1108,8 @@ def test_mpi_join_live_recovers_from_a_stager_kill_and_a_rank_kill_and_drains_on
     code, out, err = _finish(live, "live", timeout=300)
     assert code == 0, err[-4000:]
     assert "live: SIGTERM: draining" in err and "live: the log has ended and every result is committed" in err, err[-3000:]
+    # --spark-start now (live's default): each stager started Spark's JVM beside its fast path
+    assert "live: Spark's JVM starts now" in err and err.count("stage --follow: Spark's session is up") >= 1, err[-3000:]
     assert "live: the stager exited with code" in err and "live: the run exited with code" in err, err[-3000:]
     assert any(ln.startswith("live: R +") and "watermark lag" in ln for ln in err.splitlines()), err[-3000:]
     status = json.loads((tmp_path / "out" / "metrics" / "live.json").read_text())
@@ -1163,7 +1165,10 @@ def test_live_no_drain_leaves_the_log_open_and_a_second_live_continues_it_exactl
 
 
 def _live(marker, *extra):
-    return subprocess.Popen(mpi_join_cmd("live", "-n", "3", "--status-every", "1", "--trigger", "200ms", *extra, marker),
+    # --spark-start needed: these CSV files are all read in process (one test starts Spark at once)
+    return subprocess.Popen(mpi_join_cmd("live", "-n", "3", "--status-every", "1", "--trigger", "200ms",
+                                         *(() if "--spark-start" in extra else ("--spark-start", "needed")), *extra,
+                                         marker),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env=_env())
 

@@ -52,7 +52,7 @@ def expected_reader(s):
     if s.raw is None or s.raw.source is not None or s.raw.format != "csv":
         what = "records of a stream source" if s.raw is not None and s.raw.source is not None else \
             f"{s.raw.format if s.raw else '?'} files"
-        return f"{what}: read by Spark (its JVM starts with the first)"
+        return f"{what}: read by Spark"
     times = ("ISO-8601 times (Z, +hh:mm or no zone; up to 6 fraction digits)" if s.raw.time_unit == "timestamp"
              else f"integer times in {s.raw.time_unit}")
     return (f"CSV with {times}: read in the stager's process by Arrow (nulls too); a file with a space or a "

@@ -208,8 +208,30 @@ class Reader:
 
     def __init__(self, spark, job):
         self.job, self._spark, self._types = job, spark, None
+        self._warming, self._warm_error = None, None
+
+    def warm(self, say):
+        """Start the session now, on a thread of its own, so that a file that needs Spark later
+        finds its JVM up, and the fast path's batches go on meanwhile (`--spark-start now`)."""
+        if not callable(self._spark) or self._warming is not None:
+            return
+        start, t0 = self._spark, time.perf_counter()
+
+        def run():
+            try:
+                self._spark = start()
+                say(f"stage --follow: Spark's session is up ({time.perf_counter() - t0:.1f} s), for files the "
+                    f"fast path cannot read")
+            except BaseException as e:  # noqa: BLE001 - raised where the session is needed
+                self._warm_error = e
+        self._warming = threading.Thread(target=run, name="spark-start", daemon=True)
+        self._warming.start()
 
     def spark(self):
+        if self._warming is not None:
+            self._warming.join()
+            if self._warm_error is not None:
+                raise self._warm_error
         if callable(self._spark):
             self._spark = self._spark()
         return self._spark
@@ -462,7 +484,7 @@ BATCH_BYTES = 64 << 20
 
 
 def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, force=False, batch_bytes=BATCH_BYTES,
-           drain=True):
+           drain=True, spark_start="needed"):
     """Stage the landing directories of `job` into the staged log at `out` until `until` ("end":
     the files present now; an event time in the job's unit; None: until Ctrl-C or SIGTERM), then
     write the end marker. Returns the log's manifest. The caller holds `out`'s lock
@@ -479,10 +501,10 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
             raise InputError(f"{out}: the staged log overlaps the landing directory of stream '{s.name}'; "
                              f"stage into a directory of its own")
     os.makedirs(out, exist_ok=True)
-    return _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain)
+    return _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain, spark_start)
 
 
-def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
+def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain, spark_start="needed"):
     from ..staged_log import until_ts
     if force:
         clear(job, out)
@@ -492,7 +514,8 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain):
         say(f"stage --follow: continuing the log in {out} after batch {writer.log['batches'] - 1} "
             f"(seq {writer.man['total']:,}, {sum(len(p) for p in writer.pending):,} rows waiting)")
     if all(landing_dir(s) is not None for s in job.streams):
-        return _follow_dirs(spark, job, out, writer, cap, until, float(trigger.split()[0]), batch_bytes, drain, say)
+        return _follow_dirs(spark, job, out, writer, cap, until, float(trigger.split()[0]), batch_bytes, drain, say,
+                            spark_start)
     spark = spark() if callable(spark) else spark
     lock, state = threading.Lock(), {"stopping": False, "signal": None, "error": None}
 
@@ -622,7 +645,7 @@ def _already_staged(job, landed, take, notes):
     return skip, read
 
 
-def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drain, say):
+def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drain, say, spark_start="needed"):
     """Live staging of landing directories only, with no streaming query: the stager lists the
     directories itself every `every_s` and reads the files it has not read (oldest first, at
     most `batch_bytes` a batch, one file at least); the log records each file read in the same
@@ -631,6 +654,8 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
     from pathlib import Path
     from ..landed import local_path
     reader = Reader(spark, job)
+    if spark_start == "now":
+        reader.warm(say)
     done = set(writer.log.get("consumed") or []) | {Path(local_path(u)).as_uri() for u in writer.log["landed"]
                                                    if local_path(u)}
     state = {"signal": None, "signals": 0}

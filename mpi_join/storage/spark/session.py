@@ -1,4 +1,6 @@
 """A SparkSession set up for the pipeline: local[*] by default, any master by option, quiet."""
+import contextlib
+import signal
 import os
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
@@ -39,15 +41,37 @@ def spark_session(master=None, app="mpi-join", conf=(), small=False, java_extra=
     for kv in conf:
         k, _, v = kv.partition("=")
         b = b.config(k, v)
-    import signal
-    old = signal.signal(signal.SIGTERM, signal.SIG_IGN) if shield_term else None
-    try:
+    with _term_ignored_by_the_jvm(shield_term):
         spark = b.getOrCreate()
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextlib.contextmanager
+def _term_ignored_by_the_jvm(on):
+    """While the session starts, the JVM's process is spawned with SIGTERM ignored (set in the
+    child between fork and exec; the parent's handlers are not touched, so this works on any
+    thread: a stager starts its JVM beside its fast path, Reader.warm)."""
+    if not on:
+        yield
+        return
+    from pyspark import java_gateway
+    popen = java_gateway.Popen
+
+    def spawn(cmd, **kw):
+        first = kw.get("preexec_fn")
+
+        def pre():
+            if first is not None:
+                first()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        kw["preexec_fn"] = pre
+        return popen(cmd, **kw)
+    java_gateway.Popen = spawn
+    try:
+        yield
+    finally:
+        java_gateway.Popen = popen
 
 
 def _python():
