@@ -75,12 +75,14 @@ class Landing:
     def count(self):
         return sum(len(v) for v in self.rows.values())
 
-    def round(self, rows=150, late=0):
+    def round(self, rows=150, late=0, bad=0):
+        """`bad` rows per file have an event time Spark surely refuses (`oops`)."""
         for s in "RS":
             ts = self.t + np.sort(self.rng.integers(0, 400, rows))
             ts = ts + self.rng.integers(-150, 1, rows)                  # out of order, within the lateness
             ts = np.concatenate([ts, np.full(late, 1)])                  # far behind everything: late
             lines = [f"{int(t)},{int(self.rng.integers(0, 12))},{self.rng.random():.4f}" for t in ts]
+            lines[1:1] = [f"oops,{int(self.rng.integers(0, 12))},0.5"] * bad
             self.rows[s] += [int(t) for t in ts]
             p = os.path.join(self.root, "raw", s, f".f{self.n:04d}.tmp")
             with open(p, "w") as f:
@@ -1232,3 +1234,39 @@ def test_a_stray_sigterm_to_the_stager_of_a_no_drain_live_is_noticed_and_the_sta
     assert "live: the stager stopped (exit 0) with the log open, not asked to by live" in err, err[-3000:]
     assert "live: the stager exited with code 0; restarting it" in err, err[-3000:]
     assert not _manifest(tmp_path)["log"]["ended"]
+
+
+def test_one_bad_row_per_file_is_quarantined_by_itself_and_a_kill_9_of_live_leaves_no_java_trace(tmp_path):
+    """Every landing file has one row with an unreadable time: each such row is quarantined by
+    itself and every file is still read in the stager's process (no batch waits on Spark, which
+    is what kept a bad row from stalling the log); live's JVM is up from its start
+    (--spark-start now), and a SIGKILL of live leaves no Java stack trace in its log."""
+    (tmp_path / "job.toml").write_text(JOB.format(window="300ms", predicate=EQUI, strategy="hash", extra=""))
+    marker = str(tmp_path / "job.toml")
+    land = Landing(str(tmp_path), seed=5)
+    land.round(bad=1)
+    err_path = tmp_path / "live.err"
+    with open(err_path, "w") as err:
+        live = subprocess.Popen(mpi_join_cmd("live", "-n", "3", "--status-every", "1", "--trigger", "200ms", marker),
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, env=_env())
+    try:
+        _wait(lambda: "Spark's session is up" in err_path.read_text() and _committed_results(tmp_path) > 0
+              or live.poll() is not None, "the JVM and a first commit", timeout=300, feed=lambda: land.round(bad=1))
+        assert live.poll() is None, err_path.read_text()[-3000:]
+        for _ in range(3):
+            land.round(bad=1)
+        _wait(lambda: len((_manifest(tmp_path) or {"log": {}})["log"].get("landed", {})) >= 2 * land.n
+              or live.poll() is not None, "every file staged", timeout=120)
+    finally:
+        os.kill(live.pid, signal.SIGKILL)
+        live.wait()
+    time.sleep(3)                           # the children end with live (parent_death.py)
+    text = err_path.read_text()
+    assert "Exception" not in text and "\tat " not in text and "Traceback" not in text, text[-3000:]
+    entries = [json.loads(p.read_text()) for p in sorted((tmp_path / "staged" / "_log").glob("batch-*.json"))]
+    files = sum(e.get("files", 0) for e in entries)
+    assert files >= 2 * land.n - 2 and all(e.get("arrow_files") == e.get("files") for e in entries), entries[-1]
+    q = pq.read_table(str(tmp_path / "staged" / "_quarantine")).to_pylist()
+    oops = [r for r in q if "got 'oops'" in r["reason"]]
+    assert len(oops) >= files and len({(r["file"], r["record"]) for r in oops}) == len(oops)
+    assert all(r["record"] == 2 for r in oops)             # each file's second record, by itself
