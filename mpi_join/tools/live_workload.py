@@ -17,7 +17,7 @@ STREAMS = ("R", "S")
 
 
 def job_text(rate, window="1s", lateness="500ms", keys=10_000, strategy=None, commit_every="250ms",
-             trigger_note=""):
+             trigger_note="", iso=False):
     """The job file of a live equi join over landing directories raw/R and raw/S (`strategy`: by
     default the registry's for the equi workload)."""
     if strategy is None:
@@ -25,7 +25,8 @@ def job_text(rate, window="1s", lateness="500ms", keys=10_000, strategy=None, co
         strategy = for_workload("equi")
     streams = "".join(
         f'[streams.{n}]\nschema = {{ k = "int32", v = "float64", landed = "int64" }}\nwindow = "{window}"\n'
-        f'raw = {{ path = "raw/{n}", format = "csv", time = "t", time_unit = "ms" }}\n' for n in STREAMS)
+        f'raw = {{ path = "raw/{n}", format = "csv", time = "t", time_unit = "{"timestamp" if iso else "ms"}" }}\n'
+        for n in STREAMS)
     return (f'# live equi join: {rate:g} tuples/s per stream, {keys:,} uniform keys{trigger_note}\n'
             f'[job]\nname = "live"\nts_unit = "ms"\n[input]\nstaged = "staged"\nallowed_lateness = "{lateness}"\n'
             f'[output]\ndir = "out"\ncommit_every = "{commit_every}"\n{streams}'
@@ -39,7 +40,11 @@ class Generator:
     by up to half the lateness, a `late` share by one to two latenesses (late once the log has
     written past them)."""
 
-    def __init__(self, root, rate, every_s=0.2, disorder=0.05, late=0.001, lateness_ms=500, keys=10_000, seed=1):
+    def __init__(self, root, rate, every_s=0.2, disorder=0.05, late=0.001, lateness_ms=500, keys=10_000, seed=1,
+                 iso=False, bad=0.0):
+        """`iso`: event times as ISO-8601 text with milliseconds (`Z`, `+05:30` and `-05:00` in
+        turn); `bad`: the share of rows whose time is unreadable (`oops`: quarantined)."""
+        self.iso, self.bad = iso, float(bad)
         self.root, self.rate, self.every = root, float(rate), float(every_s)
         self.disorder, self.late, self.lateness, self.keys = disorder, late, int(lateness_ms), int(keys)
         self.rng = np.random.default_rng(seed)
@@ -66,13 +71,27 @@ class Generator:
             self.late_rows[n] += int((u < self.late).sum())
             tmp = os.path.join(self.root, "raw", n, f".f{self.files:06d}.tmp")
             landed = np.full(k, time.time_ns() // 1_000_000, np.int64)
-            pcsv.write_csv(pa.table({"t": ts, "k": self.rng.integers(0, self.keys, k).astype(np.int32),
+            pcsv.write_csv(pa.table({"t": self._times(ts) if self.iso or self.bad else ts, "k": self.rng.integers(0, self.keys, k).astype(np.int32),
                                      "v": np.round(self.rng.random(k), 4), "landed": landed}), tmp)
             os.rename(tmp, os.path.join(self.root, "raw", n, f"f{self.files:06d}.csv"))
             self.rows[n] += k
             total += k
         self.files += 1
         return total
+
+    def _times(self, ts):
+        """Event times as text: ISO-8601 (with `iso`) or ms, a `bad` share unreadable."""
+        if self.iso:
+            zone = self.rng.integers(0, 3, len(ts))
+            out = np.empty(len(ts), object)
+            for z, (suffix, minutes) in enumerate((("Z", 0), ("+05:30", 330), ("-05:00", -300))):
+                sel = zone == z
+                local = (ts[sel] + minutes * 60_000).astype("datetime64[ms]")
+                out[sel] = np.char.add(np.datetime_as_string(local, unit="ms"), suffix)
+        else:
+            out = ts.astype(str).astype(object)
+        out[self.rng.random(len(ts)) < self.bad] = "oops"
+        return pa.array(out.tolist(), pa.string())
 
     def run(self, seconds, stop=lambda: False, say=None):
         """Write for `seconds` (None: until `stop()`), a file per stream every `every_s`."""
