@@ -151,11 +151,12 @@ def _column(col, fd, text, n):
     return pa.array(col)
 
 
-def from_arrow(table, dtype, where, stream=None):
+def from_arrow(table, dtype, where, stream=None, missing_zero=False):
     """Arrow table -> structured array of `dtype`; `where` names the file in errors. A null is
     kept (as 0, with its NULLS or NULL flag where `dtype` has one) in a payload column of
     `stream` that the ranks do not read (`stream.reads`) or that it declares `nullable`; any
-    other null is refused (seq, ts, and every column when no stream is given)."""
+    other null is refused (seq, ts, and every column when no stream is given). `missing_zero`:
+    a payload column of `stream` that the ranks do not read and `table` lacks is 0."""
     out = np.empty(table.num_rows, dtype=dtype)
     pay = payload(dtype)
     if NULLS in dtype.names:
@@ -164,6 +165,9 @@ def from_arrow(table, dtype, where, stream=None):
         out[NULL] = 0
     for name in stored(dtype):
         fd = dtype.fields[name][0]
+        if missing_zero and name in pay and name not in stream.reads and name not in table.column_names:
+            out[name] = 0
+            continue
         col = table.column(name)
         if col.null_count:
             col = _nulls_kept(col, name, out, pay, stream, where)

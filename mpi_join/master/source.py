@@ -59,7 +59,8 @@ class Source:
         self.M = len(job.streams)
         if share[1] > 1:     # a row group at a time: a source reads little past its own parts
             chunk_rows = min(chunk_rows, ROW_GROUP)
-        self.streams = Streams([Prefetched(StreamReader(job.staged, s, chunk_rows, man)) for s in job.streams]
+        self.streams = Streams([Prefetched(StreamReader(job.staged, s, chunk_rows, man, only_read=True))
+                                for s in job.streams]
                                if arrays is None else [ArrayReader(a, chunk_rows) for a in arrays],
                                [s.dtype for s in job.streams])
         self.tail = LogTail(job.staged, man, [s.name for s in job.streams]) if follow else None
