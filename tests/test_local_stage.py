@@ -46,6 +46,8 @@ R_FILES = {
              '7,2.5,"",2026-03-01T09:30:04Z\n8,3.5,"a,b",2026-03-01T09:30:05Z\n'
              # nulls: kept in payload columns (unquoted empty, \N), refused in the key and the time
              "9,,\\N,2026-03-01T09:30:06Z\n,1.0,nk,2026-03-01T09:30:07Z\n10,1.0,x,\n",
+    # a UTF-8 byte order mark and CRLF line ends (a CR inside a quoted value goes to Spark)
+    "d.csv": "\ufeffk,v,name,t\r\n12,1.25,bom,2026-03-01T09:30:08Z\r\n13,2.5,\"c,d\",2026-03-01T09:30:09Z\r\n",
 }
 S_FILES = {
     "a.csv": "t,k,w\n1772357400000000,1,0.5\n1772357400123456,2,1.5\n1772357400500001,oops,2\n1772357400600000,5,\n",
@@ -88,7 +90,7 @@ def test_local_and_spark_stage_the_same_rows_quarantine_and_manifest(spark, tmp_
         assert ma[k] == mb[k], (k, ma[k], mb[k])
     assert ma["staging"]["settings"] == mb["staging"]["settings"]
     assert [[f, n] for f, n, _ in ma["staging"]["inputs"]["R"]] == [[f, n] for f, n, _ in mb["staging"]["inputs"]["R"]]
-    assert sum(ma["quarantined"].values()) == 8 and ma["streams"]["R"]["ts_finer"] > 0 and ma["streams"]["S"]["ts_finer"] > 0
+    assert sum(ma["quarantined"].values()) == 8 and ma["streams"]["R"]["count"] == 10 and ma["streams"]["R"]["ts_finer"] > 0 and ma["streams"]["S"]["ts_finer"] > 0
     for s in "RS":
         assert _quarantine(a, s) == _quarantine(b, s)
         ta, tb = (pq.read_table(str(d / "staged" / s)).sort_by("seq") for d in (a, b))

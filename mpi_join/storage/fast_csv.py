@@ -6,14 +6,15 @@ stages the same files both ways and compares).
 
 A file takes this path when: its name is plain (letters, digits, `._/-`, so its URI is
 `file://` + the path, as Spark names it), it is valid UTF-8 without a byte order mark, its
-header names each declared column once, every row has the header's number of fields, and every
+header names each declared column once (a UTF-8 byte order mark and CRLF line ends are read as
+Spark reads them), every row has the header's number of fields, and every
 value of a declared column is, for its type:
   integers        -?[0-9]{1,18} within the type's range (Spark: try_cast as the SQL integer type)
   floats          a plain decimal or exponent number (Java's and Arrow's parsers both round
                   correctly)
   bool            true or false
-  charN           text of at most N UTF-8 bytes without NUL, not a quoted "\\N" (a quoted "" is
-                  the empty text)
+  charN           text of at most N UTF-8 bytes without NUL or CR, not a quoted "\\N" (a quoted
+                  "" is the empty text)
   a null          an unquoted empty field or \\N, in any column (Spark's nullValue): kept with
                   its NULLS flag, or, in the event time or a compared column not declared
                   `nullable`, its row quarantined by itself (`k: missing (null)`, as Spark writes)
@@ -74,10 +75,7 @@ def read(s, path, header, declared, waiting, job_unit):
     if s.raw.format != "csv" or plain_uri(path) is None or len(set(header)) != len(header) \
             or any(c not in header for c in declared) or any('"' in c for c in header):
         return None
-    with open(path, "rb") as f:
-        if f.read(3) == b"\xef\xbb\xbf":
-            return None
-    try:
+    try:                                 # Arrow skips a UTF-8 byte order mark, as Spark's read does
         t = pcsv.read_csv(
             path,
             read_options=pcsv.ReadOptions(column_names=list(header), skip_rows=1 if s.raw.header else 0),
@@ -248,8 +246,8 @@ def _value(col, s, c, dtype):
     if fd.kind == "S":
         ln = pc.binary_length(col).to_numpy()
         if n and (ln.max() > fd.itemsize or pc.any(pc.match_substring(col, "\0")).as_py()
-                  or pc.any(pc.equal(col, "\\N")).as_py()):
-            return None              # too long, a NUL, or \N (Spark's null)
+                  or pc.any(pc.equal(col, "\\N")).as_py() or pc.any(pc.match_substring(col, "\r")).as_py()):
+            return None              # too long, a NUL, a quoted \N, or a CR (Spark makes a quoted CRLF a LF)
         return fixed_bytes(col, fd.itemsize), np.ones(n, bool)
     return None
 
