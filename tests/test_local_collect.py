@@ -56,3 +56,21 @@ def test_engine_local_refuses_what_needs_spark(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("mpi-join: error:")]
     assert r.returncode == 2 and len(lines) == 1 and "--out is not local" in lines[0], r.stderr
     load_job(path)
+
+
+def test_input_beyond_a_quarter_of_the_memory_goes_to_spark_under_auto_and_is_refused_under_local(tmp_path,
+                                                                                                monkeypatch):
+    """MPI_JOIN_MEMORY_BYTES (or MemAvailable) bounds what stage and collect take in process."""
+    _raw(tmp_path, np.random.default_rng(5), n=50)
+    path = _job(tmp_path, EQUI, "hash")
+    monkeypatch.setenv("MPI_JOIN_MEMORY_BYTES", "1000")
+    r = cli("stage", "--engine", "local", path)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("mpi-join: error:")]
+    assert r.returncode == 2 and len(lines) == 1 and "more than a quarter of this machine's available memory" in \
+        lines[0], r.stderr
+    monkeypatch.delenv("MPI_JOIN_MEMORY_BYTES")
+    assert cli("stage", path).returncode == 0
+    assert run_local(2, "run", path).returncode == 0
+    monkeypatch.setenv("MPI_JOIN_MEMORY_BYTES", "1000")
+    c = cli("collect", str(tmp_path / "out"), "--job", path, "--out", str(tmp_path / "c"), "--engine", "local")
+    assert c.returncode == 2 and "results of" in c.stderr and "use --engine spark" in c.stderr, c.stderr

@@ -35,7 +35,11 @@ def why_spark(engine, master, conf, job, run_dir, out, with_payload):
     for what, p in (("the run", run_dir), ("--out", out)) + ((("the staged input", job.staged),) if with_payload else ()):
         if not paths.local(p):
             return f"{what} is not local"
-    return None
+    from .local_stage import too_big
+    dirs = [os.path.join(paths.real(run_dir), "results")] + \
+        ([os.path.join(paths.real(job.staged), s.name) for s in job.streams] if with_payload else [])
+    return too_big(sum(os.path.getsize(os.path.join(d, n)) for d in dirs if os.path.isdir(d) for n in os.listdir(d)),
+                   "results" + (" and staged input" if with_payload else ""))
 
 
 def collect_local(job, run_dir, out, with_payload=False, progress=print, partial=False, parts=None):

@@ -35,6 +35,35 @@ def why_spark(engine, master, conf, target):
             "--conf given" if conf else "the staged directory is not local" if not paths.local(target) else None)
 
 
+def available_bytes():
+    """This machine's available memory: MPI_JOIN_MEMORY_BYTES where set (a share of a node), else
+    Linux's MemAvailable; None where neither can be read."""
+    if os.environ.get("MPI_JOIN_MEMORY_BYTES", "").isdigit():
+        return int(os.environ["MPI_JOIN_MEMORY_BYTES"])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+# staging holds about 3 times the CSV bytes at once (the parsed rows, their sort, the part being
+# written): input beyond a quarter of the memory available is left to Spark, which spills
+MEMORY_SHARE = 4
+
+
+def too_big(nbytes, what):
+    """Why `nbytes` of input are too many for this process's memory (the text), or None."""
+    avail = available_bytes()
+    if avail is not None and nbytes * MEMORY_SHARE > avail:
+        return (f"{what} of {nbytes / 2**30:.1f} GiB, more than a quarter of this machine's available memory "
+                f"({avail / 2**30:.1f} GiB)")
+    return None
+
+
 def stage_local(job, out, progress, allow_empty=False):
     """Stage `job`'s raw input into the local directory `out`; returns the manifest. Raises
     NeedsSpark (before anything is written) when a file needs Spark's reader."""
@@ -54,6 +83,11 @@ def stage_local(job, out, progress, allow_empty=False):
         if string_columns(s):
             raise NeedsSpark(f"streams.{s.name}: a `string` column (its width is found by Spark's path)")
         sources[s.name], files_of[s.name] = [f"file:{f}" for f in files], files
+    big = too_big(sum(os.path.getsize(f) for fs in files_of.values() for f in fs), "raw input")
+    if big:
+        raise NeedsSpark(big)
+    for s in job.streams:
+        files = files_of[s.name]
         for d in local_subdirs(s):
             progress(subdir_warning(s, f"file:{d}"))
         progress(f"stage: stream {s.name}: reading {len(files)} file(s) from {s.raw.path}")
