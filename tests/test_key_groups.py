@@ -66,10 +66,14 @@ def test_checkpoint_inspect_plans_a_restore_at_other_rank_counts(tmp_path):
     assert len(owner) == 60 and all(owner[g] == r for g, r in held.items())
     out = reassign(owner, [1, 2, 3, 4, 5])
     p = plan(ckpt, 6)
-    assert p["groups"] == 24 and p["rows"] == sum(sizes[g][0] for g in held if out[g] != owner[g]) > 0
+    # 24 from the even layout; a reorganisation during the run (the router measures load, which a
+    # busy machine changes) leaves another layout, whose moves are counted the same way
+    moved = sum(1 for g in held if out[g] != owner[g])
+    assert p["groups"] == moved > 0 and p["rows"] == sum(sizes[g][0] for g in held if out[g] != owner[g]) > 0
     r = cli("checkpoint", "inspect", ckpt, "-n", "6", "-n", "4")
     assert r.returncode == 0, r.stderr
-    assert f"at 6 ranks (5 workers): would move 24 of 60 key groups, {p['rows']:,} of {p['of_rows']:,} rows" in r.stdout
+    assert f"at 6 ranks (5 workers): would move {moved} of 60 key groups, {p['rows']:,} of {p['of_rows']:,} rows" \
+        in r.stdout
     assert "at 4 ranks (3 workers): would move 0 of 60 key groups" in r.stdout
 
 
