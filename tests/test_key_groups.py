@@ -68,7 +68,7 @@ def test_checkpoint_inspect_plans_a_restore_at_other_rank_counts(tmp_path):
     p = plan(ckpt, 6)
     # 24 from the even layout; a reorganisation during the run (the router measures load, which a
     # busy machine changes) leaves another layout, whose moves are counted the same way
-    moved = sum(1 for g in owner if out[g] != owner[g])
+    moved = sum(1 for g in range(len(owner)) if out[g] != owner[g])
     assert p["groups"] == moved > 0 and p["rows"] == sum(sizes[g][0] for g in held if out[g] != owner[g]) > 0
     r = cli("checkpoint", "inspect", ckpt, "-n", "6", "-n", "4")
     assert r.returncode == 0, r.stderr
