@@ -81,6 +81,8 @@ def _stage(job, steps, force, master, conf, say, t0, engine="auto"):
         try:
             man = stage_local(job, job.staged, lambda m: say("    " + m))
             say(f"    {man['total']:,} tuples staged, {sum(man['quarantined'].values()):,} quarantined")
+            from .storage.staged import with_string_widths
+            job = with_string_widths(job, man)          # string columns as wide as the input staged now
             staged = True
         except NeedsSpark as e:
             say(f"    engine spark: {e}")

@@ -114,3 +114,24 @@ def test_a_file_the_reader_cannot_read_goes_to_spark_under_auto_and_is_refused_u
     r = cli("stage", "--engine", "local", "--force", str(a / "job.toml"))
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("mpi-join: error:")]
     assert r.returncode == 2 and len(lines) == 1 and "--engine local: file:" in lines[0] and "d.csv" in lines[0], r.stderr
+
+
+def test_a_string_column_is_staged_in_process_as_wide_as_its_longest_staged_value(spark, tmp_path):
+    """`string` columns (text without a declared width): both engines stage the same UTF-8 text
+    and record the same width, the longest value among the rows staged (a refused row's not)."""
+    text = JOB.replace('name = "char8"', 'name = "string"')
+    for d in (tmp_path / "local", tmp_path / "spark"):
+        _corpus(d, "ms", extra_r={"e.csv": "t,k,v,name\n2026-03-01T09:30:10Z,1,0.5,h\u00e9llo w\n"
+                                           "2026-03-01T09:30:11Z,xx,0.5," + "z" * 40 + "\n"})
+        (d / "job.toml").write_text(text.format(unit="ms"))
+    ra = cli("stage", "--engine", "local", str(tmp_path / "local" / "job.toml"))
+    rb = cli("stage", "--engine", "spark", str(tmp_path / "spark" / "job.toml"))
+    assert ra.returncode == 0 and rb.returncode == 0, ra.stderr[-2000:] + rb.stderr[-2000:]
+    ma, mb = (json.loads((d / "staged" / "_manifest.json").read_text()) for d in (tmp_path / "local", tmp_path / "spark"))
+    assert ma["streams"]["R"]["string_bytes"] == mb["streams"]["R"]["string_bytes"] == {"name": 8}
+    ta, tb = (pq.read_table(str(d / "staged" / "R")).sort_by("seq") for d in (tmp_path / "local", tmp_path / "spark"))
+    assert ta.column("name").to_pylist() == tb.column("name").to_pylist()
+    assert "h\u00e9llo w" in ta.column("name").to_pylist()
+    for x, y in zip(read_staged(load_job(str(tmp_path / "local" / "job.toml"))),
+                    read_staged(load_job(str(tmp_path / "spark" / "job.toml")))):
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes()

@@ -87,6 +87,7 @@ def read(s, path, header, declared, waiting, job_unit):
     except (pa.ArrowInvalid, OSError):
         return None                      # a row with another number of fields, invalid UTF-8, ...
     n = t.num_rows
+    waiting = _widened(waiting, s, t)
     parsed, good, finer, kept = {}, np.ones(n, bool), None, {}
     for c in declared:
         col, null = _without_nulls(t.column(c), s, c, waiting)
@@ -113,6 +114,17 @@ def read(s, path, header, declared, waiting, job_unit):
     if good.all():
         return out, None, finer
     return out[good], _quarantined(t, s, declared, parsed, good, path, job_unit), finer
+
+
+def _widened(dtype, s, t):
+    """`dtype` with each `string` column as wide as this file's longest value (at rest: stage
+    takes the widest of its files, over the rows it stages, as Spark's path does)."""
+    from ..schema import is_string
+    text = [c for c, ty in s.schema.items() if is_string(ty)]
+    if not text:
+        return dtype
+    width = {c: max(1, int(pc.max(pc.binary_length(t.column(c))).as_py() or 0)) for c in text}
+    return np.dtype([(d[0], f"S{width[d[0]]}") if d[0] in width else d for d in dtype.descr])
 
 
 def _without_nulls(col, s, c, dtype):

@@ -5,7 +5,7 @@ writes, field for field: the same rows in the same seq order ((event time, strea
 record)), the same quarantined rows and reasons, and a manifest with the same counts, ranges,
 sources and staging record, so that either engine finds the other's output up to date
 (tests/test_local_stage.py stages one corpus both ways and compares). What this reader cannot
-read as Spark would (a null, a space, another timestamp form, JSON, Parquet, a `string` column)
+read as Spark would (a space, another timestamp form, JSON, Parquet)
 is left to Spark: `stage_local` then says which file, and returns None."""
 import json
 import os
@@ -80,8 +80,6 @@ def stage_local(job, out, progress, allow_empty=False):
             raise NeedsSpark(f"{s.raw.path}: not a local path")
         if s.raw.format != "csv":
             raise NeedsSpark(f"{s.raw.path}: {s.raw.format} files (this reader reads CSV)")
-        if string_columns(s):
-            raise NeedsSpark(f"streams.{s.name}: a `string` column (its width is found by Spark's path)")
         sources[s.name], files_of[s.name] = [f"file:{f}" for f in files], files
     big = too_big(sum(os.path.getsize(f) for fs in files_of.values() for f in fs), "raw input")
     if big:
@@ -104,7 +102,7 @@ def stage_local(job, out, progress, allow_empty=False):
             finer += n_finer
             if refused is not None:
                 bad.append(refused.set_column(0, "file", pa.array([f"file:{f}"] * refused.num_rows, pa.string())))
-        streams.append((s, np.concatenate(rows) if rows else np.zeros(0, waiting_dtype(s)), bad, finer))
+        streams.append((s, _one_width(rows, waiting_dtype(s)), bad, finer))
     # the seq order: (event time, stream, file, record), as Spark's path orders the union
     keys = [(a[TS], np.full(len(a), i), a["_src"], a["_rec"]) for i, (_, a, _, _) in enumerate(streams)]
     ts, sid, src, rec = (np.concatenate([k[j] for k in keys]) for j in range(4))
@@ -138,13 +136,20 @@ def stage_local(job, out, progress, allow_empty=False):
         s, a, bad, finer = stream
         _write_quarantine(root, s, bad, quarantined[s.name], reasons[s.name], progress)
         order = np.argsort(a[SEQ], kind="stable")
-        rows = np.zeros(len(a), s.rows_dtype)
+        text = string_columns(s)
+        # a `string` column as wide as its longest staged value (1 at least), as Spark's path has it
+        widths = {c: max(1, int(np.char.str_len(a[c]).max(initial=0))) for c in text}
+        dt = np.dtype([(d[0], f"S{widths[d[0]]}") if d[0] in widths else d for d in s.rows_dtype.descr])
+        rows = np.zeros(len(a), dt)
         for n in rows.dtype.names:          # a gather per column: not np.sort(order=), 8x slower
             rows[n] = a[n][order]
-        _write_parts(root, s, rows)
-        return {"count": int(len(rows)), "ts_min": int(rows[TS].min()) if len(rows) else None,
-                "ts_max": int(rows[TS].max()) if len(rows) else None,
-                "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)}, "ts_finer": int(finer)}
+        _write_parts(root, s, rows, text)
+        entry = {"count": int(len(rows)), "ts_min": int(rows[TS].min()) if len(rows) else None,
+                 "ts_max": int(rows[TS].max()) if len(rows) else None,
+                 "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)}, "ts_finer": int(finer)}
+        if text:
+            entry["string_bytes"] = widths
+        return entry
 
     with ThreadPoolExecutor(max(1, min(len(streams), os.cpu_count() or 1))) as pool:     # Parquet lets go of the GIL
         for (s, *_), entry in zip(streams, pool.map(write, streams)):
@@ -163,7 +168,23 @@ def stage_local(job, out, progress, allow_empty=False):
     return man
 
 
-def _write_parts(root, s, rows):
+def _one_width(rows, dtype):
+    """The files' rows in one array: each `string` column as wide as the widest file's."""
+    if not rows:
+        return np.zeros(0, dtype)
+    width = {n: max(r.dtype.fields[n][0].itemsize for r in rows) for n in dtype.names if dtype.fields[n][0].kind == "S"}
+    dt = np.dtype([(d[0], f"S{width[d[0]]}") if d[0] in width and not d[0].startswith("_") else d
+                   for d in rows[0].dtype.descr])
+    out = np.zeros(sum(len(r) for r in rows), dt)
+    at = 0
+    for r in rows:
+        for n in dt.names:
+            out[n][at:at + len(r)] = r[n]
+        at += len(r)
+    return out
+
+
+def _write_parts(root, s, rows, text=()):
     """The stream's part files, replacing the part files there (and only those)."""
     d = os.path.join(root, s.name)
     paths.plain_dir(d, f"staged stream folder of '{s.name}'")
@@ -174,7 +195,7 @@ def _write_parts(root, s, rows):
     for k in range(max(1, -(-len(rows) // PART_ROWS))):
         name = f"part-{k:05d}.parquet"
         tmp = os.path.join(d, f".{name}")
-        pq.write_table(to_arrow(rows[k * PART_ROWS:(k + 1) * PART_ROWS]), tmp, row_group_size=ROW_GROUP)
+        pq.write_table(to_arrow(rows[k * PART_ROWS:(k + 1) * PART_ROWS], text), tmp, row_group_size=ROW_GROUP)
         os.replace(tmp, os.path.join(d, name))
 
 

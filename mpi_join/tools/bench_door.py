@@ -23,10 +23,10 @@ staged = "staged"
 [output]
 dir = "out"
 [streams.imp]
-schema = {{ imp_id = "char12", ad_id = "char8", user_id = "char10", country = "char2", device = "char8" }}
+schema = {{ imp_id = "string", ad_id = "string", user_id = "string", country = "char2", device = "char8" }}
 raw = {{ path = "raw/imp", format = "csv", time = "ts", time_unit = "timestamp" }}
 [streams.click]
-schema = {{ click_id = "char12", ad_id = "char8", user_id = "char10", device = "char8" }}
+schema = {{ click_id = "string", ad_id = "string", user_id = "string", device = "char8" }}
 raw = {{ path = "raw/click", format = "csv", time = "ts", time_unit = "timestamp" }}
 [predicate]
 equi = [["imp.ad_id", "click.ad_id"], ["imp.user_id", "click.user_id"]]
