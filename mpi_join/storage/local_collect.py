@@ -47,7 +47,7 @@ def collect_local(job, run_dir, out, with_payload=False, progress=print, partial
     checks; `parts`: the part files it checked). Returns the summary, as spark/collect.collect."""
     from .commits import read_committed
     from .checksums import verify_part
-    from .spark.collect import MARKER, PCTS, _checkpointed_offset, _pcts
+    from .spark.collect import MARKER, PCTS, _pcts, collect_summary
     t0 = time.perf_counter()
     rd = paths.real(run_dir)
     succeeded = os.path.exists(os.path.join(rd, "_SUCCESS"))
@@ -91,21 +91,9 @@ def collect_local(job, run_dir, out, with_payload=False, progress=print, partial
             cols.update(_payload(job, s, res.column(f"{s.name}_seq")))
     _write(out, pa.table(cols), job.ts_unit)
     metrics = os.path.join(rd, "metrics", "summary.json")
-    summary = {
-        "results": int(total), "latency_ms": _pcts(_quantiles(lat, PCTS) if lat is not None else None),
-        "per_rank": {str(k): v for k, v in sorted(per_rank.items())},
-        "run": json.load(open(metrics)) if os.path.exists(metrics) else None,
-        "with_payload": bool(with_payload), "output": _uri(out), "partial": not succeeded, "engine": "local",
-    }
-    if committed is not None:
-        summary.update(partial=False, committed_prefix={k: committed.get(k) for k in (
-            "commits", "results", "input_offset", "final")})
-    elif not succeeded:
-        summary["complete_through_input_offset"] = _checkpointed_offset(job)
-    if summary["run"]:
-        for r in summary["run"].get("ranks", []):
-            summary["per_rank"].setdefault(str(r["rank"]), {}).update(
-                {k: r.get(k) for k in ("role", "tuples_in", "tuples_out", "cpu_s", "idle_s", "comm_s")})
+    run = json.load(open(metrics)) if os.path.exists(metrics) else None
+    summary = collect_summary(job, total, _pcts(_quantiles(lat, PCTS) if lat is not None else None), per_rank, run,
+                              with_payload, _uri(out), succeeded, committed, engine="local")
     root = paths.real(out)
     for name, text in (("_summary.json", json.dumps(summary, indent=2)),
                        (MARKER, json.dumps({"written_by": "mpi-join collect", "run": run_dir}))):

@@ -177,27 +177,33 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
         if prev is not None:
             spark.conf.set("spark.sql.parquet.outputTimestampType", prev)
     metrics = fs.read_text(spark, f"{run_dir}/metrics/summary.json")
+    summary = collect_summary(job, total, _pcts(lat), per_rank, json.loads(metrics) if metrics else None,
+                              with_payload, out, succeeded, committed)
+    fs.write_text(spark, f"{out}/_summary.json", json.dumps(summary, indent=2))
+    fs.write_text(spark, f"{out}/{MARKER}", json.dumps({"written_by": "mpi-join collect", "run": run_dir}))
+    progress(f"collect: {total:,} results" + (" with payloads" if with_payload else "") + f" -> {out} "
+             f"({time.perf_counter() - t1:.1f} s; {time.perf_counter() - t0:.1f} s in all)"
+             + ("" if succeeded else " (PARTIAL: the run did not finish)"))
+    return summary
+
+
+def collect_summary(job, total, latency_ms, per_rank, run, with_payload, out, succeeded, committed, **extra):
+    """A collected dataset's _summary.json (either engine's): counts, latencies, per rank (the
+    run's metrics added), and what of the run it covers (a followed run's committed prefix, or
+    up to which input offset a partial one is complete)."""
     summary = {
-        "results": int(total), "latency_ms": _pcts(lat),
+        "results": int(total), "latency_ms": latency_ms,
         "per_rank": {str(k): v for k, v in sorted(per_rank.items())},
-        "run": json.loads(metrics) if metrics else None,
-        "with_payload": bool(with_payload), "output": out,
-        "partial": not succeeded,
+        "run": run, "with_payload": bool(with_payload), "output": out, "partial": not succeeded, **extra,
     }
     if committed is not None:            # a followed run's committed prefix, exactly
         summary.update(partial=False, committed_prefix={k: committed.get(k) for k in (
             "commits", "results", "input_offset", "final")})
     elif not succeeded:
         summary["complete_through_input_offset"] = _checkpointed_offset(job)
-    if summary["run"]:
-        for r in summary["run"].get("ranks", []):
-            summary["per_rank"].setdefault(str(r["rank"]), {}).update(
-                {k: r.get(k) for k in ("role", "tuples_in", "tuples_out", "cpu_s", "idle_s", "comm_s")})
-    fs.write_text(spark, f"{out}/_summary.json", json.dumps(summary, indent=2))
-    fs.write_text(spark, f"{out}/{MARKER}", json.dumps({"written_by": "mpi-join collect", "run": run_dir}))
-    progress(f"collect: {total:,} results" + (" with payloads" if with_payload else "") + f" -> {out} "
-             f"({time.perf_counter() - t1:.1f} s; {time.perf_counter() - t0:.1f} s in all)"
-             + ("" if succeeded else " (PARTIAL: the run did not finish)"))
+    for r in (run or {}).get("ranks", []):
+        summary["per_rank"].setdefault(str(r["rank"]), {}).update(
+            {k: r.get(k) for k in ("role", "tuples_in", "tuples_out", "cpu_s", "idle_s", "comm_s")})
     return summary
 
 
