@@ -127,13 +127,13 @@ def to_arrow(arr, text=()):
     """Structured array -> Arrow table (fixed-size binary for char and array columns; UTF-8
     strings for the columns named in `text`, the `string` ones); a payload column is null where
     the row's NULLS flag for it is set (rows_dtype)."""
+    import pyarrow.compute as pc
     nulls = arr[NULLS].astype(bool) if NULLS in arr.dtype.names else None
     pay = payload(arr.dtype)
     cols, names = [], []
     for name in stored(arr.dtype):
         a = _column(arr[name], arr.dtype.fields[name][0], name in text, len(arr))
         if nulls is not None and name in pay and nulls[:, pay.index(name)].any():
-            import pyarrow.compute as pc
             a = pc.if_else(pa.array(nulls[:, pay.index(name)]), pa.scalar(None, a.type), a)
         cols.append(a)
         names.append(name)

@@ -5,9 +5,9 @@ Spark as before. This keeps Spark's planning and parsing off the common case of 
 stages the same files both ways and compares).
 
 A file takes this path when: its name is plain (letters, digits, `._/-`, so its URI is
-`file://` + the path, as Spark names it), it is valid UTF-8 without a byte order mark, its
-header names each declared column once (a UTF-8 byte order mark and CRLF line ends are read as
-Spark reads them), every row has the header's number of fields, and every
+`file://` + the path, as Spark names it), it is valid UTF-8 (a byte order mark and CRLF line
+ends are read as Spark reads them), its header names each declared column once, every row has
+the header's number of fields, and every
 value of a declared column is, for its type:
   integers        -?[0-9]{1,18} within the type's range (Spark: try_cast as the SQL integer type)
   floats          a plain decimal or exponent number (Java's and Arrow's parsers both round
@@ -179,20 +179,19 @@ _NUMBER_WORDS = {"nan", "inf", "infinity", "true", "false", "t", "f", "y", "n", 
 _TIME_WORDS = {"epoch", "now", "today", "yesterday", "tomorrow"}
 
 
-def _refusable(col, ok, ints=False, words=_NUMBER_WORDS):
+def _refusable(col, ok, ints=False, spelled_as=_NUMBER_WORDS):
     """`ok`, or None when a value that is not ok may be one Spark's parse reads (then Spark reads
-    the file): a value not ok must be letters only and none of `words` (those a number, or a
-    time, may be spelled as), or, in an integer column, an integer outside the type's range."""
+    the file): a value not ok must be letters only and none of the words in `spelled_as` (those a
+    number, or a time, may be spelled as), or, in an integer column, an integer outside the
+    type's range."""
     if ok.all():
         return ok
-    bad = pa.array(~ok)
-    spelled_as = words
-    words = pc.filter(col, bad)
-    letters = pc.match_substring_regex(words, _SURELY_NOT_A_NUMBER).to_numpy(zero_copy_only=False)
-    spelled = pc.is_in(pc.utf8_lower(words), pa.array(sorted(spelled_as))).to_numpy(zero_copy_only=False)
+    refused = pc.filter(col, pa.array(~ok))
+    letters = pc.match_substring_regex(refused, _SURELY_NOT_A_NUMBER).to_numpy(zero_copy_only=False)
+    spelled = pc.is_in(pc.utf8_lower(refused), pa.array(sorted(spelled_as))).to_numpy(zero_copy_only=False)
     sure = letters & ~spelled
     if ints:
-        sure |= pc.match_substring_regex(words, _INT).to_numpy(zero_copy_only=False)     # out of range
+        sure |= pc.match_substring_regex(refused, _INT).to_numpy(zero_copy_only=False)     # out of range
     return ok if sure.all() else None
 
 
@@ -208,11 +207,11 @@ def _time(col, s, job_unit):
     if s.raw.time_unit == "timestamp":
         ok = pc.match_substring_regex(col, _ISO).to_numpy(zero_copy_only=False)
         if not ok.all():        # a letters-only word that names no time is quarantined by itself
-            ok = _refusable(col, ok, words=_TIME_WORDS)
+            ok = _refusable(col, ok, spelled_as=_TIME_WORDS)
             if ok is None:
                 return None
             col = pc.if_else(pa.array(ok), col, _a_good_one(col, ok))
-        v = iso_times(col, den)
+        v = iso_times(col, den, matched=True)
         return None if v is None else (v[0], ok, v[1] & ok)
     ok = _refusable(col, pc.match_substring_regex(col, _INT).to_numpy(zero_copy_only=False))
     if ok is None:
@@ -301,12 +300,13 @@ _ZONED = r"(Z|[+-](0[0-9]|1[0-7]):[0-5][0-9]|[+-]18:00)$"
 _YEARS = r"^(19[0-9]{2}|2[01][0-9]{2}|2200)-"
 
 
-def _iso_cast(col):
-    """Microseconds since the epoch of ISO text of the module's form, by Arrow's own parser (about
-    40 times the speed of taking the fields apart), where every value has a zone in range, or
-    none has, and every year is in range: Arrow then reads exactly what the rules allow, and
-    refuses (None: take the fields apart) an invalid date or time. None otherwise."""
-    if not pc.all(pc.match_substring_regex(col, _ISO)).as_py() or \
+def _iso_cast(col, matched=False):
+    """Microseconds since the epoch of ISO text of the module's form (`matched`: every value is
+    known to be), by Arrow's own parser (about 40 times the speed of taking the fields apart),
+    where every value has a zone in range, or none has, and every year is in range: Arrow then
+    reads exactly what the rules allow, and refuses (None: take the fields apart) an invalid date
+    or time. None otherwise."""
+    if (not matched and not pc.all(pc.match_substring_regex(col, _ISO)).as_py()) or \
             not pc.all(pc.match_substring_regex(col, _YEARS)).as_py():
         return None
     zoned = pc.match_substring_regex(col, _ZONED)
@@ -322,13 +322,13 @@ def _iso_cast(col):
         return None
 
 
-def iso_times(col, target_ns):
-    """ISO-8601 text (the module's form) as (event times in units of `target_ns` ns, rounded
-    down; which had a part finer than that), or None when some value is not of that form (Spark
-    then reads the file)."""
+def iso_times(col, target_ns, matched=False):
+    """ISO-8601 text (the module's form; `matched`: every value is known to be) as (event times
+    in units of `target_ns` ns, rounded down; which had a part finer than that), or None when
+    some value is not of that form (Spark then reads the file)."""
     if not len(col):
         return np.zeros(0, np.int64), np.zeros(0, bool)
-    us = _iso_cast(col)
+    us = _iso_cast(col, matched)
     if us is not None:
         ns = us * 1000
         return np.floor_divide(ns, target_ns), ns % target_ns != 0

@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 from ..errors import InputError
 from ..schema import SEQ, TS
 from . import paths
-from .checksums import no_success
 
 _RANK = re.compile(r"part-r(\d+)-")
 
@@ -45,19 +44,13 @@ def why_spark(engine, master, conf, job, run_dir, out, with_payload):
 def collect_local(job, run_dir, out, with_payload=False, progress=print, partial=False, parts=None):
     """Collect the local run in `run_dir` into the local dataset `out` (after `collecting`'s
     checks; `parts`: the part files it checked). Returns the summary, as spark/collect.collect."""
-    from .commits import read_committed
-    from .checksums import verify_part
-    from .spark.collect import MARKER, PCTS, _pcts, collect_summary
+    from .spark.collect import MARKER, PCTS, _pcts, collect_summary, run_commit
     t0 = time.perf_counter()
     rd = paths.real(run_dir)
     succeeded = os.path.exists(os.path.join(rd, "_SUCCESS"))
-    committed = None if succeeded else read_committed(rd)
-    if not succeeded and not partial and committed is None:
-        raise no_success(run_dir, job)
-    if committed is not None:            # read once: the files and the summary agree on one commit
-        for name, rec in sorted(committed["files"].items()):
-            verify_part(os.path.join(rd, "results", name), rec)
-        parts = [os.path.join(rd, "results", n) for n in sorted(committed["files"])]
+    committed, committed_parts = run_commit(job, run_dir, succeeded, partial)
+    if committed is not None:
+        parts = committed_parts
     if parts is None:
         parts = sorted(os.path.join(rd, "results", n) for n in os.listdir(os.path.join(rd, "results"))
                        if n.endswith(".parquet"))
@@ -74,7 +67,7 @@ def collect_local(job, run_dir, out, with_payload=False, progress=print, partial
         tables.append(t)
         ranks.append(np.full(t.num_rows, int(m.group(1)) if m else -1, np.int64))
     seq_cols = [f"{s.name}_seq" for s in job.streams]
-    res = pa.concat_tables(tables, promote_options="default") if tables else None
+    res = pa.concat_tables(tables, promote_options="default")
     missing = [c for c in seq_cols if c not in res.column_names]
     if missing:
         raise InputError(f"{run_dir}/results: result column(s) {', '.join(missing)} missing; the job's streams "

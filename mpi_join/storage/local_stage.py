@@ -173,8 +173,7 @@ def _one_width(rows, dtype):
     if not rows:
         return np.zeros(0, dtype)
     width = {n: max(r.dtype.fields[n][0].itemsize for r in rows) for n in dtype.names if dtype.fields[n][0].kind == "S"}
-    dt = np.dtype([(d[0], f"S{width[d[0]]}") if d[0] in width and not d[0].startswith("_") else d
-                   for d in rows[0].dtype.descr])
+    dt = np.dtype([(d[0], f"S{width[d[0]]}") if d[0] in width else d for d in rows[0].dtype.descr])
     out = np.zeros(sum(len(r) for r in rows), dt)
     at = 0
     for r in rows:

@@ -100,6 +100,25 @@ def _recorded_parts_remote(spark, run_dir, success):
     return [present[n] for n in sorted(parts)]
 
 
+def run_commit(job, run_dir, succeeded, partial):
+    """What a run without _SUCCESS (`succeeded` False) offers either engine's collect: a local
+    followed run's committed prefix, read once so that its files and the summary agree on one
+    commit, each part checked against its record: (committed, its part files); (None, None) for a
+    run that succeeded or, with `partial`, one that has no commit. Refuses a run with neither."""
+    from ..commits import read_committed
+    from ..paths import local, real
+    committed = read_committed(real(run_dir)) if not succeeded and local(run_dir) else None
+    if not succeeded and not partial and committed is None:
+        raise no_success(run_dir, job)
+    if committed is None:
+        return None, None
+    from ..checksums import verify_part
+    rdir = os.path.join(real(run_dir), "results")
+    for name, rec in sorted(committed["files"].items()):
+        verify_part(os.path.join(rdir, name), rec)
+    return committed, [os.path.join(rdir, n) for n in sorted(committed["files"])]
+
+
 def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=print, partial=False, overwrite=False,
             parts=None):
     """Collect the results of the run in `run_dir` into the dataset `out`.
@@ -118,17 +137,9 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
             raise InputError(f"--out {out}: overlaps {name} {d}; collect into a directory of its own")
     success = fs.read_text(spark, f"{run_dir}/_SUCCESS")
     succeeded = success is not None
-    from ..commits import read_committed
-    from ..paths import local, real
-    committed = read_committed(real(run_dir)) if not succeeded and local(run_dir) else None
-    if not succeeded and not partial and committed is None:
-        raise no_success(run_dir, job)
-    if committed is not None:            # read once: the files and the summary agree on one commit
-        from ..checksums import verify_part
-        rdir_local = os.path.join(real(run_dir), "results")
-        for name, rec in sorted(committed["files"].items()):
-            verify_part(os.path.join(rdir_local, name), rec)
-        parts = [os.path.join(rdir_local, n) for n in sorted(committed["files"])]
+    committed, committed_parts = run_commit(job, run_dir, succeeded, partial)
+    if committed is not None:
+        parts = committed_parts
     if fs.exists(spark, out) and fs.list_files(spark, out) and not fs.exists(spark, f"{out}/{MARKER}") and not overwrite:
         raise InputError(f"--out {out}: exists, is not empty and was not written by mpi-join collect; "
                          f"choose another directory or pass --overwrite to replace it")

@@ -310,7 +310,7 @@ def _stage(spark, job, out=None, progress=print, overwrite=False, force=False, s
         parsed = tagged.select(*[F.when(bad_row, F.col(c)).alias(c) if c.startswith("_raw_") else F.col(c)
                                  for c in tagged.columns]).persist(StorageLevel.MEMORY_AND_DISK)
         tagged_frames.append(parsed)
-        good, bad = _split(parsed, parsed, s)
+        good, bad = _split(parsed, s)
         frames.append(_as_union_row(good, i, job))
         unparsed.append(parsed.filter(F.col("_reason") != ""))
         quarantine.append(bad)
@@ -608,7 +608,7 @@ def _expected(s, k, job):
     return f"expected text of at most {fd.itemsize} bytes (UTF-8)"
 
 
-def _split(parsed, tagged, s):
+def _split(parsed, s):
     """(parsed rows, quarantined rows with a reason and their raw text) of one stream."""
     from pyspark.sql import functions as F
     good = parsed.filter(F.col("_reason") == "").select(
@@ -617,7 +617,7 @@ def _split(parsed, tagged, s):
     # one task (multiLine), so its rows are numbered in order within the task's ids; a JSON file
     # read in one split likewise (the default split is 128 MB)
     record = (F.col("_row").bitwiseAND(F.lit((1 << 33) - 1)) + 1).cast("long")
-    bad = tagged.filter(F.col("_reason") != "").select(
+    bad = parsed.filter(F.col("_reason") != "").select(
         F.col("_path").alias("file"), record.alias("record"), F.col("_why").alias("reason"),
         *[F.col(f"_raw_{c}").alias(c) for c in _declared(s)])
     return good, bad
