@@ -123,16 +123,18 @@ def type_name(np_dtype):
     return name
 
 
-def to_arrow(arr, text=()):
+def to_arrow(arr, text=(), dtype=None):
     """Structured array -> Arrow table (fixed-size binary for char and array columns; UTF-8
     strings for the columns named in `text`, the `string` ones); a payload column is null where
-    the row's NULLS flag for it is set (rows_dtype)."""
+    the row's NULLS flag for it is set (rows_dtype). `arr` may also be {name: column} of the
+    structured `dtype`'s fields (a `text` column of any width)."""
     import pyarrow.compute as pc
-    nulls = arr[NULLS].astype(bool) if NULLS in arr.dtype.names else None
-    pay = payload(arr.dtype)
+    dtype = arr.dtype if dtype is None else dtype
+    nulls = arr[NULLS].astype(bool) if NULLS in dtype.names else None
+    pay = payload(dtype)
     cols, names = [], []
-    for name in stored(arr.dtype):
-        a = _column(arr[name], arr.dtype.fields[name][0], name in text, len(arr))
+    for name in stored(dtype):
+        a = _column(arr[name], dtype.fields[name][0], name in text, len(arr[name]))
         if nulls is not None and name in pay and nulls[:, pay.index(name)].any():
             a = pc.if_else(pa.array(nulls[:, pay.index(name)]), pa.scalar(None, a.type), a)
         cols.append(a)
@@ -143,12 +145,26 @@ def to_arrow(arr, text=()):
 def _column(col, fd, text, n):
     """One numpy column as Arrow (to_arrow)."""
     if text:
-        return pa.array(col.tolist(), pa.binary()).cast(pa.string())
+        return _text(col, col.dtype.itemsize, n)
     if fd.shape or fd.base.kind == "S":
         width = fd.itemsize
         raw = np.ascontiguousarray(col).view(np.uint8).reshape(n, width) if n else np.zeros((0, width), np.uint8)
         return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(raw.tobytes())])
     return pa.array(col)
+
+
+def _text(col, width, n):
+    """A numpy bytes column as Arrow UTF-8 text (its values without their trailing NULs), built
+    from its buffer, not through Python objects (3x on a million short ids); Arrow's cast checks
+    the UTF-8."""
+    ln = np.char.str_len(col).astype(np.int64) if n else np.zeros(0, np.int64)
+    if int(ln.sum()) >= 2 ** 31:
+        return pa.array(col.tolist(), pa.binary()).cast(pa.string())
+    raw = np.ascontiguousarray(col).view(np.uint8).reshape(n, width) if n else np.zeros((0, width), np.uint8)
+    offs = np.zeros(n + 1, np.int32)
+    np.cumsum(ln, out=offs[1:])
+    data = raw[np.arange(width) < ln[:, None]]
+    return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(data)]).cast(pa.string())
 
 
 def from_arrow(table, dtype, where, stream=None, missing_zero=False):
@@ -208,10 +224,31 @@ def _variable_bytes(col, fd, name, where):
         k = int(bad[0])
         need = f"exactly {width}" if fd.shape else f"at most {width}"
         raise InputError(f"{where}: column '{name}' row {k} has {lens[k]} bytes, {type_name(fd)} needs {need}")
-    vals = np.array(col.to_pylist(), dtype=f"S{width}")
+    vals = padded_bytes(col, width)
     if fd.shape:
         return vals.view(fd.base).reshape((len(vals),) + fd.shape)
     return vals
+
+
+def padded_bytes(col, width, refuse=b""):
+    """A binary or text column without nulls, no value longer than `width`, as numpy bytes of
+    `width`, zero-padded: gathered from Arrow's buffers, not through Python objects (40x on
+    25,000 short ids); None where a value holds one of the bytes in `refuse`."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    col = col.cast(pa.large_binary())
+    n = len(col)
+    if not n:
+        return np.zeros(0, f"S{width}")
+    _, offs, data = col.buffers()
+    off = np.frombuffer(offs, np.int64, n + 1, col.offset * 8)
+    raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(1, np.uint8)
+    text = raw[off[0]:off[-1]]
+    if any((text == b).any() for b in refuse):
+        return None
+    out = np.zeros((n, width), np.uint8)
+    # the values lie end to end in Arrow's buffer, in the order of the row-major bytes they fill
+    out[np.arange(width) < np.diff(off)[:, None]] = text
+    return out.view(f"S{width}").reshape(n)
 
 
 def _nulls_kept(col, name, out, pay, stream, where):

@@ -24,6 +24,13 @@ FORMAT = "mpi-join-staged/1"
 ROW_GROUP = 8192
 
 
+def write_part(table, path):
+    """One staged part file. Without dictionaries: seq, ts and ids are mostly distinct, where a
+    dictionary is built, overflows and is dropped again (writing 1 M rows of the door's
+    workload, bench door: 0.35 s with, 0.19 s without; 9% larger)."""
+    pq.write_table(table, path, row_group_size=ROW_GROUP, use_dictionary=False)
+
+
 def write_staged(path, streams, arrays, ts_unit, rows_per_file=1_000_000, extra=None):
     """Write one Parquet dataset per stream plus the manifest. `streams` are config.Stream."""
     os.makedirs(path, exist_ok=True)
@@ -41,7 +48,7 @@ def write_staged(path, streams, arrays, ts_unit, rows_per_file=1_000_000, extra=
         for k in range(max(1, -(-len(arr) // rows_per_file))):
             chunk = arr[k * rows_per_file:(k + 1) * rows_per_file]
             names.append(f"part-{k:05d}.parquet")
-            pq.write_table(to_arrow(chunk, text), os.path.join(d, names[-1]), row_group_size=ROW_GROUP)
+            write_part(to_arrow(chunk, text), os.path.join(d, names[-1]))
         man["files"][s.name] = file_records(d, names)
         man["streams"][s.name] = {
             "count": int(len(arr)),
