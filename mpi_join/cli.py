@@ -1403,5 +1403,9 @@ def demo(nprocs, tuples, workdir, master):
         _fail(e)
 
 
+from .services.commands import dev_services  # noqa: E402 (a group of its own module)
+
+main.add_command(dev_services)
+
 if __name__ == "__main__":
     main()
