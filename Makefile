@@ -18,7 +18,7 @@ SUITE_JOBS ?= 3
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test fast setup warm clean flink flink-test
+.PHONY: demo test fast setup warm clean flink flink-test services-test
 
 setup: $(STAMP)
 
@@ -53,12 +53,18 @@ flink-test: $(STAMP) flink
 demo: $(STAMP)
 	$(BIN)/mpi-join demo -n 4
 
-# the full suite in two phases (every test but the Flink tier and the `serial` ones on
-# SUITE_JOBS workers, then the `serial` ones alone), then the Flink tier on its own
+# the full suite in two phases (every test but the Flink and services tiers and the `serial`
+# ones on SUITE_JOBS workers, then the `serial` ones alone), then the Flink tier and the
+# services tier, each on its own
 test: $(STAMP) warm flink
-	$(BIN)/python -m pytest -q -m "not serial and not flink" -n $(SUITE_JOBS) --dist loadgroup --durations=20
-	$(BIN)/python -m pytest -q -m "serial and not flink" --durations=10
+	$(BIN)/python -m pytest -q -m "not serial and not flink and not services" -n $(SUITE_JOBS) --dist loadgroup --durations=20
+	$(BIN)/python -m pytest -q -m "serial and not flink and not services" --durations=10
 	$(BIN)/python -m pytest -q -m flink -n $(TEST_JOBS) --dist loadgroup
+	$(BIN)/python -m pytest -q -m services --durations=10
+
+# the services tier alone: real HDFS, YARN and Kafka started by `mpi-join dev-services` (make test runs it too)
+services-test: $(STAMP)
+	$(BIN)/python -m pytest -q -m services --durations=10
 
 fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_JOBS) --dist loadgroup

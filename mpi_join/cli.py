@@ -41,7 +41,22 @@ class _StrategyChoice(click.Choice):
         super().__init__(strategies.names())
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Main(click.Group):
+    """The command group: an error Spark or Hadoop raised in the JVM is one line, exit 1."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except Exception as e:
+            from .storage.spark.java_errors import java_error_line
+            line = java_error_line(e)
+            if line is None:
+                raise
+            click.echo(f"mpi-join: error: {line}", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="mpi-join")
 def main():
     """Exact sliding-window stream joins across MPI ranks.

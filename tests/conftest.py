@@ -42,6 +42,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "xdist_group(name): run on one pytest-xdist worker with the rest of its group")
     config.addinivalue_line("markers", "flink: compares with Apache Flink (the Flink tier, also slow; `make flink` "
                                        "builds its environment)")
+    config.addinivalue_line("markers", "services: against real HDFS, YARN and Kafka daemons that the tests start "
+                                       "(`mpi-join dev-services`; the services tier, also slow)")
     config.addinivalue_line("markers", "serial: runs alone, in make test's second phase (it shares the whole machine, "
                                        "or its timing does not hold beside another run)")
 
@@ -142,7 +144,7 @@ def pytest_runtest_logreport(report):
 # make test's two phases of the full suite (-m): the first on SUITE_JOBS workers, the second
 # alone; the second prints the budgets of both (the first leaves its figures in pytest's cache).
 # The Flink tier (-m flink) runs after them, on its own.
-PHASES = ("not serial and not flink", "serial and not flink")
+PHASES = ("not serial and not flink and not services", "serial and not flink and not services")
 _SPENT_KEY = "mpi-join/spent-first-phase"
 
 

@@ -199,20 +199,21 @@ class DevServices:
         """Stop the daemons of `services` (all when None) this folder's starts recorded: SIGTERM,
         then SIGKILL after 20 s; returns their names."""
         names = list(DAEMONS) if services is None else daemons_of(services)
-        stopped = []
         with self._lock():
             st = self._state()
-            for name in reversed(names):
-                pid = self.running(name)
-                if pid is not None:
-                    os.killpg(pid, signal.SIGTERM)
-                    if not self._reap(name, pid, 20):
-                        os.killpg(pid, signal.SIGKILL)
-                        self._reap(name, pid, 10)
-                    stopped.append(name)
+            pids = {n: self.running(n) for n in reversed(names)}
+            pids = {n: pid for n, pid in pids.items() if pid is not None}
+            for pid in pids.values():          # all at once: each JVM takes its seconds to shut down
+                os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            for name, pid in pids.items():
+                if not self._reap(name, pid, max(0.0, deadline - time.monotonic())):
+                    os.killpg(pid, signal.SIGKILL)
+                    self._reap(name, pid, 10)
+            for name in names:
                 st.pop(name, None)
             self._save(st)
-        return stopped
+        return list(pids)
 
     def _reap(self, name, pid, seconds):
         """Wait until `pid` is gone (reaping it where this process started it); False on time-out."""

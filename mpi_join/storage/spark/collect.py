@@ -155,7 +155,7 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
         raise InputError(f"{rdir}: no result part files (is this a run's output directory?)")
     t0 = time.perf_counter()
     progress(f"collect: reading {len(parts)} part file(s) from {rdir}")
-    res = spark.read.parquet(*parts).withColumn(
+    res = spark.read.parquet(*[fs.uri(p) for p in parts]).withColumn(
         "rank", F.regexp_extract(F.input_file_name(), r"part-r(\d+)-", 1).cast("int"))
     seq_cols = [f"{s.name}_seq" for s in job.streams]
     missing = [c for c in seq_cols if c not in res.columns]
@@ -174,7 +174,7 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     order = seq_cols + ["emit_ns", "latency_ns"]
     if with_payload:
         for s in job.streams:
-            staged = spark.read.parquet(f"{fs.qualify(job.staged)}/{s.name}")
+            staged = spark.read.parquet(fs.uri(f"{fs.qualify(job.staged)}/{s.name}"))
             cols = [F.col("seq").alias(f"{s.name}_seq"), _event_time(F, F.col("ts"), job.ts_unit).alias(f"{s.name}_ts")]
             cols += [_typed(F, F.col(c), t).alias(f"{s.name}_{c}") for c, t in s.schema.items()]
             data = data.join(staged.select(*cols), on=f"{s.name}_seq", how="left")
@@ -183,7 +183,7 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     spark.conf.set("spark.sql.parquet.outputTimestampType",
                    "TIMESTAMP_MICROS" if job.ts_unit == "us" else "TIMESTAMP_MILLIS")
     try:
-        data.select(*order).coalesce(max(1, files)).write.mode("overwrite").parquet(out)
+        data.select(*order).coalesce(max(1, files)).write.mode("overwrite").parquet(fs.uri(out))
     finally:
         if prev is not None:
             spark.conf.set("spark.sql.parquet.outputTimestampType", prev)

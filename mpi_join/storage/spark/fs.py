@@ -2,9 +2,9 @@
 import os
 
 
-def _jvm_path(spark, uri):
+def _jvm_path(spark, path):
     jvm = spark.sparkContext._jvm
-    p = jvm.org.apache.hadoop.fs.Path(uri)
+    p = jvm.org.apache.hadoop.fs.Path(uri(path))
     fs = p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     return jvm, fs, p
 
@@ -12,6 +12,14 @@ def _jvm_path(spark, uri):
 def qualify(uri):
     """Local paths become absolute (Spark resolves relative paths against its own cwd)."""
     return uri if "://" in uri else os.path.abspath(uri)
+
+
+def uri(path):
+    """What Spark and Hadoop are given for `path`: a local path as a file: URI, since a bare path
+    is resolved against fs.defaultFS, which HADOOP_CONF_DIR makes HDFS (a job's own paths are
+    local: the ranks read them)."""
+    path = str(path)
+    return path if "://" in path or path.startswith("file:") else "file://" + os.path.abspath(path)
 
 
 def list_files(spark, uri, subdirs=None):

@@ -362,7 +362,7 @@ def _stage(spark, job, out=None, progress=print, overwrite=False, force=False, s
         qpath = f"{out}/_quarantine/{s.name}"
         fs.delete(spark, qpath)
         if quarantined[s.name]:
-            quarantine[i].write.mode("overwrite").parquet(qpath)
+            quarantine[i].write.mode("overwrite").parquet(fs.uri(qpath))
             progress(f"stage: stream {s.name}: {quarantined[s.name]:,} row(s) quarantined to {qpath} "
                      f"({_by_reason(reasons[i], 5)})")
     for t in tagged_frames:
@@ -389,7 +389,7 @@ def _stage(spark, job, out=None, progress=print, overwrite=False, force=False, s
         # own parts (master/source.py). Parquet sizes them in encoded bytes, about half a row's
         # width here (a 64-byte equi row: 8,191-row groups at half of ROW_GROUP x 64)
         part.sortWithinPartitions("seq").write.mode("overwrite").option(
-            "parquet.block.size", str(ROW_GROUP * s.dtype.itemsize // 2)).parquet(f"{out}/{s.name}")
+            "parquet.block.size", str(ROW_GROUP * s.dtype.itemsize // 2)).parquet(fs.uri(f"{out}/{s.name}"))
         mine = [r for r in stats if r["_stream"] == i]
         n = sum(r["n"] for r in mine)
         man["streams"][s.name] = {"count": int(n), "ts_min": min((r["lo"] for r in mine), default=None),
