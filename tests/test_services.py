@@ -236,3 +236,57 @@ def test_datanode_killed_during_a_collect(services, tmp_path):
     _ok(run_cli("collect", str(tmp_path / "out"), "--job", path, "--with-payload", "--out", f"{root}/joined",
                 env=env))
     assert _pairs(services, f"{root}/joined", tmp_path)[0] == want
+
+
+def test_slurm_script_stages_on_yarn_and_collects_to_hdfs(services, tmp_path):
+    """`mpi-join slurm` with HDFS raw input, `--spark-master yarn` and an HDFS `--collect-out`,
+    submitted to a real single-node Slurm: the batch job stages on YARN, runs under mpiexec
+    inside the allocation, verifies, and collects into HDFS."""
+    import slurm_cluster
+    slurm_cluster.ensure_installed()
+    cluster = slurm_cluster.Cluster(str(tmp_path / "slurm")).start()
+    try:
+        path, want, root = _door(tmp_path, services, "slurm")
+        r = run_cli("slurm", path, "--ntasks", "3", "--overcommit", "--launcher", "mpiexec", "--verify",
+                    "--spark-master", "yarn", "--collect-out", f"{root}/joined", "--with-payload")
+        assert r.returncode == 0, r.stderr
+        script = r.stdout.split("submit with: sbatch ")[1].strip()
+        assert f"--out {root}/joined --master yarn" in open(script).read()
+        env = dict(cluster.env, HADOOP_CONF_DIR=services.conf)
+        p = subprocess.run(["sbatch", "--parsable", script], capture_output=True, text=True, env=env, timeout=60)
+        assert p.returncode == 0, p.stderr
+        job = p.stdout.strip().split(";")[0]
+        state = cluster.wait([job], timeout=900)[job]
+        logs = tmp_path / "slurm-logs"
+        log = "".join((logs / f).read_text() for f in os.listdir(logs))
+        assert state == "COMPLETED", state + log[-3000:] + cluster.log_tail()
+        assert "OK: results equal the oracle" in log, log[-3000:]
+        assert _pairs(services, f"{root}/joined", tmp_path)[0] == want
+    finally:
+        cluster.stop()
+
+
+def test_raw_file_removed_between_listing_and_reading(services, tmp_path):
+    """A raw file on HDFS deleted once `stage` has listed it: one line naming what is gone and
+    nothing staged, or (when the read was quicker than the delete) every row staged."""
+    path, _, root = _door(tmp_path, services, "gone")
+    gone = f"{root}/raw/imp/part-001.csv"
+    p = subprocess.Popen(mpi_join_cmd("stage", path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=_env(services))
+    err = []
+    for line in p.stderr:
+        err.append(line)
+        if "stage: stream imp: reading" in line:
+            services.hadoop("dfs", "-rm", gone)
+            break
+    err += p.stderr.readlines()
+    out = p.stdout.read()
+    p.wait(300)
+    p = subprocess.CompletedProcess([], p.returncode, out, "".join(err))
+    print(p.stderr[-600:])
+    if p.returncode == 0:
+        assert "staged 7,497 tuples" in p.stdout, p.stdout
+    else:
+        line = _one_line(p)
+        assert "part-001.csv" in line and ("gone" in line or "not exist" in line), line
+        assert not (tmp_path / "staged" / "_manifest.json").exists()

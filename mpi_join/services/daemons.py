@@ -85,25 +85,8 @@ class DevServices:
 
     def ports(self):
         """The ports of every daemon: chosen free at the first start, then kept."""
-        p = self._path("ports.json")
-        try:
-            with open(p) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            pass
-        names = [n for d in DAEMONS for n in site.PORTS[d]]
-        socks = []
-        for _ in names:
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        ports = {n: s.getsockname()[1] for n, s in zip(names, socks)}
-        for s in socks:
-            s.close()
         os.makedirs(self.root, exist_ok=True)
-        with open(p, "w") as f:
-            json.dump(ports, f, indent=1)
-        return ports
+        return _kept_ports(self._path("ports.json"))
 
     def running(self, name):
         """The pid of daemon `name` when the process its start recorded is still that process."""
@@ -179,14 +162,7 @@ class DevServices:
         raise JobError(f"dev-services: {name} did not answer within {READY_S} s: {self._why(name)}")
 
     def _why(self, name):
-        log = self._path("logs", f"{name}.log")
-        try:
-            with open(log, errors="replace") as f:
-                lines = f.read().splitlines()[-400:]
-        except OSError:
-            lines = []
-        bad = [ln.strip() for ln in lines if "Exception" in ln or " ERROR " in ln or "FATAL" in ln]
-        return f"{bad[-1][:300] if bad else 'no error in its log'} (log: {log})"
+        return _last_error(self._path("logs", f"{name}.log"))
 
     def kill(self, name, sig=signal.SIGKILL):
         """Signal one daemon (a fault test's kill -9); it stays recorded, so `start` starts it again."""
@@ -256,6 +232,38 @@ class DevServices:
             err = [ln for ln in r.stderr.splitlines() if ln.strip() and "WARN" not in ln and "SLF4J" not in ln]
             raise JobError(f"hdfs {tool} {' '.join(args)}: {err[-1] if err else 'exit ' + str(r.returncode)}")
         return r
+
+
+def _kept_ports(path):
+    """The ports recorded in `path`, or free ones chosen now (all bound at once, so distinct) and recorded."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        pass
+    names = [n for d in DAEMONS for n in site.PORTS[d]]
+    socks = []
+    for _ in names:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = {n: s.getsockname()[1] for n, s in zip(names, socks)}
+    for s in socks:
+        s.close()
+    with open(path, "w") as f:
+        json.dump(ports, f, indent=1)
+    return ports
+
+
+def _last_error(log):
+    """The last error line of a daemon's log, and where the log is."""
+    try:
+        with open(log, errors="replace") as f:
+            lines = f.read().splitlines()[-400:]
+    except OSError:
+        lines = []
+    bad = [ln.strip() for ln in lines if "Exception" in ln or " ERROR " in ln or "FATAL" in ln]
+    return f"{bad[-1][:300] if bad else 'no error in its log'} (log: {log})"
 
 
 def _get(url):
