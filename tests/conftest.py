@@ -281,6 +281,20 @@ def spark():
     yield spark_session("local[2]", "mpi-join-tests", small=True)
 
 
+@pytest.fixture(scope="session")
+def services(tmp_path_factory):
+    """HDFS, YARN and Kafka for the services tier (tests/test_services.py, test_kafka.py), started
+    once by the project's own DevServices and stopped after the last test; its tests run in one
+    process (make test's `-m services` step), so every one of them shares these daemons."""
+    from mpi_join.services.daemons import DevServices
+    ds = DevServices(str(tmp_path_factory.mktemp("services")), progress=print)
+    t0 = time.monotonic()
+    ds.start(["hdfs", "yarn", "kafka"])
+    print(f"services started in {time.monotonic() - t0:.1f} s: {ds.endpoints()}")
+    yield ds
+    ds.stop()
+
+
 def cli(*args):
     """`mpi-join ARGS` run in this process by click's test runner: the same command and the same
     one-line errors as `run_cli`, without the new interpreter (about 0.8 s of imports each). For

@@ -20,22 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import mpi_join_cmd, run_cli, run_mpi
-from mpi_join.services.daemons import DevServices
 from mpi_join.tools.bench_door import duckdb_door, generate
 
 SLOW = True
 pytestmark = [pytest.mark.services, pytest.mark.xdist_group("services")]
-
-
-@pytest.fixture(scope="module")
-def services(tmp_path_factory):
-    """HDFS, YARN and Kafka for this module, started and stopped by DevServices."""
-    ds = DevServices(str(tmp_path_factory.mktemp("services")), progress=print)
-    t0 = time.monotonic()
-    ds.start(["hdfs", "yarn", "kafka"])
-    print(f"services started in {time.monotonic() - t0:.1f} s: {ds.endpoints()}")
-    yield ds
-    ds.stop()
 
 
 def _env(ds, **extra):

@@ -131,7 +131,9 @@ class DevServices:
         if name == "namenode" and not os.path.exists(self._path("hdfs", "name", "current", "VERSION")):
             self._once(self._cmd("namenode", "-format", "-nonInteractive", heap=256), "format the NameNode", log)
         if name == "kafka" and not os.path.exists(self._path("kafka", "data", "meta.properties")):
-            cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster = "-"
+            while cluster[0] in "-_":      # the tool's parser takes a leading "-" for an option
+                cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             self._once(self._cmd(("kafka", "kafka.tools.StorageTool", 256), "format", "--standalone", "-t", cluster,
                                  "-c", self._path("kafka", "server.properties")), "format Kafka's storage", log)
         args = [self._path("kafka", "server.properties")] if name == "kafka" else []

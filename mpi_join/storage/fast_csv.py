@@ -50,6 +50,8 @@ _FLOAT = r"^-?([0-9]{1,40}(\.[0-9]{0,40})?|\.[0-9]{1,40})([eE][-+]?[0-9]{1,2})?$
 
 def expected_reader(s):
     """Which path stream `s`'s landing files are expected to take, in words (live says it)."""
+    if s.raw is not None and s.raw.source == "kafka":
+        return f"Kafka records ({s.raw.format}): read in the stager's process (confluent-kafka), parsed as a CSV file is"
     if s.raw is None or s.raw.source is not None or s.raw.format != "csv":
         what = "records of a stream source" if s.raw is not None and s.raw.source is not None else \
             f"{s.raw.format if s.raw else '?'} files"
@@ -71,21 +73,32 @@ def read(s, path, header, declared, waiting, job_unit):
     refuse, quarantined by themselves as Spark writes them, or None; how many staged event times
     had a part finer than the job's unit), or None when Spark must read the file (see the
     module's rules)."""
-    import pyarrow.csv as pcsv
     if s.raw.format != "csv" or plain_uri(path) is None or len(set(header)) != len(header) \
             or any(c not in header for c in declared) or any('"' in c for c in header):
         return None
     try:                                 # Arrow skips a UTF-8 byte order mark, as Spark's read does
-        t = pcsv.read_csv(
-            path,
-            read_options=pcsv.ReadOptions(column_names=list(header), skip_rows=1 if s.raw.header else 0),
-            parse_options=pcsv.ParseOptions(delimiter=s.raw.delimiter, quote_char='"', double_quote=True,
-                                            escape_char=False, newlines_in_values=True),
-            # an unquoted empty field or \N is a null (Spark's nullValue), a quoted "" an empty string
-            convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in header}, null_values=["", "\\N"],
-                                                strings_can_be_null=True, quoted_strings_can_be_null=False))
+        t = read_text(s, path, header, skip=1 if s.raw.header else 0)
     except (pa.ArrowInvalid, OSError):
         return None                      # a row with another number of fields, invalid UTF-8, ...
+    return parse(t, s, declared, waiting, job_unit, plain_uri(path))
+
+
+def read_text(s, source, names, skip=0):
+    """CSV (a path or a file object) as text columns `names`, quoted and nulled as Spark reads it."""
+    import pyarrow.csv as pcsv
+    return pcsv.read_csv(
+        source,
+        read_options=pcsv.ReadOptions(column_names=list(names), skip_rows=skip),
+        parse_options=pcsv.ParseOptions(delimiter=s.raw.delimiter, quote_char='"', double_quote=True,
+                                        escape_char=False, newlines_in_values=True),
+        # an unquoted empty field or \N is a null (Spark's nullValue), a quoted "" an empty string
+        convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in names}, null_values=["", "\\N"],
+                                            strings_can_be_null=True, quoted_strings_can_be_null=False))
+
+
+def parse(t, s, declared, waiting, job_unit, uri):
+    """The text columns `t` of records of `uri` parsed as read() parses a file's (its result), or
+    None where a value may be one Spark reads otherwise."""
     n = t.num_rows
     waiting = _widened(waiting, s, t)
     parsed, good, finer, kept = {}, np.ones(n, bool), None, {}
@@ -113,7 +126,7 @@ def read(s, path, header, declared, waiting, job_unit):
     out[SEQ] = 0
     if good.all():
         return out, None, finer
-    return out[good], _quarantined(t, s, declared, parsed, good, path, job_unit), finer
+    return out[good], _quarantined(t, s, declared, parsed, good, uri, job_unit), finer
 
 
 def _widened(dtype, s, t):
@@ -147,7 +160,7 @@ def _a_good_one(col, ok):
     return col[int(i[0])].as_py() if len(i) else "1970-01-01 00:00:00"
 
 
-def _quarantined(t, s, declared, parsed, good, path, job_unit):
+def _quarantined(t, s, declared, parsed, good, uri, job_unit):
     """The rows of `t` with a value Spark would refuse, as Spark's path writes them (file, record,
     reason: each refused value as `column: expected ..., got '...'`, joined by "; "; the raw text
     of every declared column)."""
@@ -164,7 +177,7 @@ def _quarantined(t, s, declared, parsed, good, path, job_unit):
         for i in np.flatnonzero(~ok):
             why[i].append(f"{label}: missing (null)" if raw[i] is None else
                           f"{label}: {_expected(s, '_ts' if c == s.raw.time else c, job)}, got '{raw[i][:60]}'")
-    return pa.table({"file": pa.array([plain_uri(path)] * len(bad), pa.string()),
+    return pa.table({"file": pa.array([uri] * len(bad), pa.string()),
                      "record": pa.array(bad + 1, pa.int64()), "reason": pa.array(["; ".join(w) for w in why]),
                      **{c: t.column(c).take(rows).combine_chunks().cast(pa.string()) for c in declared}})
 

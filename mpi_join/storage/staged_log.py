@@ -262,7 +262,7 @@ class LogWriter:
 
     # -- committing ----------------------------------------------------------------------
     def commit(self, spark_batch, arrivals, paths, bad=None, flush=False, until=None, end=None, timing=None,
-               seen_ns=None, consumed=None, known=None):
+               seen_ns=None, consumed=None, known=None, offsets=None):
         """Commit one micro-batch. `arrivals`: per stream, staged-dtype rows with `_src` as indices
         into `paths` (this batch's source files) and `_rec` their records; `bad`: per stream an
         Arrow table of unparseable rows (or None); `seen_ns`: when the stager first saw this
@@ -270,7 +270,8 @@ class LogWriter:
         holds this micro-batch. `consumed`: the URIs of the landing files this batch read, kept
         with the log (the stager's own listing reads each once, also across restarts). `known`:
         {local path: record} of landing files already looked at before they were read (not hashed
-        again)."""
+        again). `offsets`: {kafka source: next offset} this batch read up to (kafka_source.py),
+        kept with the log, where a restart goes on."""
         if spark_batch is not None and spark_batch <= self.log["spark_batch"]:
             return None
         srcs = self.log["sources"]
@@ -287,10 +288,10 @@ class LogWriter:
                 a["_rec"] += offset[a["_src"]]
                 a["_src"] = remap[a["_src"]]
             arr.append(a)
-        if bad and any(p in base or _streamed(p) for p in paths):
+        if bad and any(p in base or _counted(p) for p in paths):
             bad = [_shift_records(t, base) for t in bad]
         for i, p in enumerate(paths):
-            if _streamed(p):
+            if _counted(p):
                 n = [int(a["_rec"][a["_src"] == remap[i]].max()) for a in arr if (a["_src"] == remap[i]).any()]
                 n += [int(pa.compute.max(t.column("record")).as_py()) for t in (bad or []) if t is not None
                       and t.num_rows and p in t.column("file").to_pylist()]
@@ -354,6 +355,8 @@ class LogWriter:
             self.log["spark_batch"] = spark_batch
         if consumed:
             self.log.setdefault("consumed", []).extend(consumed)
+        if offsets:
+            self.log.setdefault("kafka_offsets", {}).update(offsets)
         if end is not None:
             self.log["ended"] = dict(end, beyond_until=waiting, seq_end=self.man["total"])
         self.files.json(os.path.join(self.out, LOG), f"batch-{b:06d}.json", entry)
@@ -412,12 +415,18 @@ def _streamed(path):
     return "://" in path and not path.startswith("file:")
 
 
+def _counted(path):
+    """A stream source whose records the log numbers across batches (a socket): not a Kafka
+    partition, whose records are numbered by their offsets."""
+    return _streamed(path) and not path.startswith("kafka://")
+
+
 def _shift_records(t, base):
     """Quarantined rows of a streamed source: records continue from the last batch's."""
     if t is None or not t.num_rows:
         return t
     files = t.column("file").to_pylist()
-    rec = t.column("record").to_numpy() + np.array([base.get(f, 0) if _streamed(f) else 0 for f in files], np.int64)
+    rec = t.column("record").to_numpy() + np.array([base.get(f, 0) if _counted(f) else 0 for f in files], np.int64)
     return t.set_column(t.schema.get_field_index("record"), "record", pa.array(rec))
 
 

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from ...errors import InputError, JobError
 from ...schema import SEQ, from_arrow
+from ..kafka_source import KafkaInputs, check as kafka_check, is_kafka
 from ..staged_log import LOG, LogWriter, waiting_dtype
 from .. import paths
 from .stage import _declared, _settings, _tag, _union, _utf8, csv_options
@@ -509,11 +510,13 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain, spa
     if force:
         clear(job, out)
     cap = None if until in (None, "end") else until_ts(until, job)
+    if any(is_kafka(s) for s in job.streams):
+        kafka_check(job)               # an unreachable broker or a missing topic: before a log is started
     writer = LogWriter(job, out, job.allowed_lateness, settings(job), say)
     if writer.log["batches"]:
         say(f"stage --follow: continuing the log in {out} after batch {writer.log['batches'] - 1} "
             f"(seq {writer.man['total']:,}, {sum(len(p) for p in writer.pending):,} rows waiting)")
-    if all(landing_dir(s) is not None for s in job.streams):
+    if all(landing_dir(s) is not None or is_kafka(s) for s in job.streams):
         return _follow_dirs(spark, job, out, writer, cap, until, float(trigger.split()[0]), batch_bytes, drain, say,
                             spark_start)
     spark = spark() if callable(spark) else spark
@@ -581,6 +584,8 @@ def landed_files(job, done, only=None, notes=None):
     from pathlib import Path
     out = []
     for i, s in enumerate(job.streams):
+        if landing_dir(s) is None:          # a Kafka topic: kafka_source.py
+            continue
         with os.scandir(landing_dir(s)) as it:
             for e in it:
                 if e.name.startswith((".", "_")):
@@ -646,16 +651,27 @@ def _already_staged(job, landed, take, notes):
 
 
 def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drain, say, spark_start="needed"):
-    """Live staging of landing directories only, with no streaming query: the stager lists the
+    """Live staging of landing directories and Kafka topics, with no streaming query: the stager lists the
     directories itself every `every_s` and reads the files it has not read (oldest first, at
     most `batch_bytes` a batch, one file at least); the log records each file read in the same
     commit as its rows (log["consumed"]), so that a restart reads each exactly once. Spark
-    starts only when a file needs it (Reader)."""
-    from pathlib import Path
-    from ..landed import local_path
+    starts only when a file needs it (Reader). Kafka topics are polled in the same rounds, their
+    offsets committed with the rows they gave (kafka_source.py)."""
     reader = Reader(spark, job)
     if spark_start == "now":
         reader.warm(say)
+    kafka = KafkaInputs(job, writer.log.get("kafka_offsets"), say) if any(is_kafka(s) for s in job.streams) else None
+    try:
+        return _follow_loop(job, out, writer, cap, until, every_s, batch_bytes, drain, say, reader, kafka)
+    finally:
+        if kafka is not None:
+            kafka.close()
+
+
+def _follow_loop(job, out, writer, cap, until, every_s, batch_bytes, drain, say, reader, kafka):
+    """_follow_dirs' loop: each round the new landing files and the Kafka records, one commit."""
+    from pathlib import Path
+    from ..landed import local_path
     done = set(writer.log.get("consumed") or []) | {Path(local_path(u)).as_uri() for u in writer.log["landed"]
                                                    if local_path(u)}
     state = {"signal": None, "signals": 0}
@@ -663,8 +679,10 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
     say(_watching(job, out, until, cap, drain))
     only, look, stopped, notes = None, 0.0, False, Notes(say)
     try:
+        ends = None                   # the Kafka offsets `--until end` and a drain stage up to
         if until == "end":
             only = {Path(f[3]).as_uri() for f in landed_files(job, done)}
+            ends = kafka.ends() if kafka else None
         while True:
             t0 = time.monotonic()
             if state["signal"] is not None and only is None:
@@ -673,6 +691,7 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
                     break
                 say(_draining(state["signal"]))
                 only = {Path(f[3]).as_uri() for f in landed_files(job, done)}
+                ends = kafka.ends() if kafka else None
             if state["signals"] > 1:
                 stopped = True
                 break
@@ -688,15 +707,20 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
                 done.update(skip)
                 take = [f for f in take if Path(f[3]).as_uri() not in skip]
                 new = [f for f in new if Path(f[3]).as_uri() not in skip]
-            if take:
-                seen, r0 = time.time_ns(), time.perf_counter()
+            seen, r0 = time.time_ns(), time.perf_counter()
+            got = kafka.read(stop=ends) if kafka is not None else None
+            if take or (got and got[3]):
                 arrivals, paths, bad, arrow = reader.read(
-                    [[f[3] for f in take if f[2] == i] for i in range(len(job.streams))], say)
+                    [[f[3] for f in take if f[2] == i] for i in range(len(job.streams))], say) if take else \
+                    ([np.zeros(0, waiting_dtype(s)) for s in job.streams], [], None, 0)
+                if got and got[3]:
+                    arrivals, paths, bad = _merged((arrivals, paths, bad), got[:3])
                 uris = [Path(f[3]).as_uri() for f in take]
                 timing = {"read_ms": round((time.perf_counter() - r0) * 1e3, 1), "files": len(take), "bytes": size,
-                          "arrow_files": arrow}
+                          "arrow_files": arrow, **({"kafka_records": sum(len(a) for a in got[0]) if got else 0}
+                                                   if kafka else {})}
                 e = writer.commit(None, arrivals, paths, bad, until=cap, seen_ns=seen, consumed=uris, known=looked,
-                                  timing=timing)
+                                  timing=timing, offsets=got[3] if got else None)
                 done.update(uris)
                 _report(say, e, writer)
             if time.monotonic() >= look:
@@ -705,9 +729,10 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
             wm = writer.log.get("watermark")
             if cap is not None and wm is not None and wm >= cap:
                 break
-            if only is not None and len(take) == len(new):       # every file of the set is staged
+            behind = kafka is not None and ends is not None and any(kafka.next.get(u, 0) < o for u, o in ends.items())
+            if only is not None and len(take) == len(new) and not behind:      # every file and record of the set
                 break
-            if len(take) < len(new):                              # a backlog: the next batch at once
+            if len(take) < len(new) or (got and got[3]):           # a backlog: the next batch at once
                 continue
             while time.monotonic() - t0 < every_s and state["signals"] == (0 if only is None else 1):
                 time.sleep(0.02)
@@ -717,6 +742,22 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
     if stopped:
         return _left_open(writer, say, state["signal"])
     return _end(writer, say, state["signal"], until, cap)
+
+
+def _merged(a, b):
+    """Two reads' (per stream rows, sources, per stream bad rows or None) as one."""
+    (ra, pa_, ba), (rb, pb, bb) = a, b
+    rows = []
+    for x, y in zip(ra, rb):
+        y = y.copy()
+        y["_src"] += len(pa_)
+        rows.append(np.concatenate([x, y]) if len(x) else y)
+    if ba is None or bb is None:
+        bad = ba if bb is None else bb
+    else:
+        bad = [x if y is None else y if x is None else pa.concat_tables([x, y], promote_options="permissive")
+               for x, y in zip(ba, bb)]
+    return rows, pa_ + pb, bad
 
 
 def _catch(state):
@@ -731,8 +772,15 @@ def _catch(state):
 
 
 def _watching(job, out, until, cap, drain):
-    return (f"stage --follow: watching {', '.join(landing_dir(s) or s.raw.path for s in job.streams)} -> {out}"
-            + (" (until the files present are staged)" if until == "end" else
+    def where(s):
+        if is_kafka(s):
+            o = dict(s.raw.options)
+            return f"Kafka topic {o.get('subscribe') or o.get('topic')!r} at {o.get('kafka.bootstrap.servers') or o.get('bootstrap.servers')}"
+        return landing_dir(s) or s.raw.path
+    kafka = any(is_kafka(s) for s in job.streams)
+    return (f"stage --follow: watching {', '.join(where(s) for s in job.streams)} -> {out}"
+            + ((" (until the files and records present are staged)" if kafka else " (until the files present are staged)")
+               if until == "end" else
                f" (until event time {cap})" if cap is not None else
                " (Ctrl-C or SIGTERM stages what has landed and ends the log)" if drain else
                " (Ctrl-C or SIGTERM stops, the log stays open)"))

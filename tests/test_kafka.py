@@ -1,0 +1,233 @@
+"""Kafka in, for real (storage/kafka_source.py): streams read from topics of the broker the
+services tier starts (conftest `services`), staged by `stage --follow` into the staged log with
+each batch's partition offsets. A stager SIGKILLed mid-stream and restarted stages every record
+once (the staged rows are the produced ones, row for row; each bad record quarantined by its
+partition and offset); partitions added and the broker restarted during a run lose and double
+nothing; an unreachable broker, a missing topic and a topic deleted mid-run are one line each."""
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import mpi_join_cmd, run_cli, run_mpi
+
+SLOW = True
+pytestmark = [pytest.mark.services, pytest.mark.xdist_group("services")]
+
+JOB = """\
+[job]
+name = "{name}"
+ts_unit = "ms"
+[input]
+staged = "staged"
+allowed_lateness = "30s"
+[output]
+dir = "out"
+[streams.R]
+schema = {{ k = "int32", v = "float32" }}
+window = "1s"
+raw = {{ source = "kafka", format = "json", time = "t", time_unit = "ms", options = {{ "kafka.bootstrap.servers" = "{servers}", subscribe = "{r}" }} }}
+[streams.S]
+schema = {{ k = "int64", w = "float64" }}
+window = "1s"
+raw = {{ source = "kafka", format = "csv", time = "t", time_unit = "ms", options = {{ "kafka.bootstrap.servers" = "{servers}", subscribe = "{s}" }} }}
+[predicate]
+equi = [["R.k", "S.k"]]
+[strategy]
+name = "hash"
+"""
+
+
+def _topics(servers, *names, parts=2):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    a = AdminClient({"bootstrap.servers": servers})
+    for f in a.create_topics([NewTopic(n, parts, 1) for n in names]).values():
+        f.result(30)
+    return a
+
+
+class Producer:
+    """Records of R (JSON) and S (CSV lines) in event-time order over the partitions, a few of
+    them bad; what was delivered where (partition, offset), from the delivery reports."""
+
+    def __init__(self, servers, r, s):
+        self.servers = servers
+        self.renew()
+        self.topics = {"R": r, "S": s}
+        self.rows = {"R": [], "S": []}          # (t, k, v) of the good records delivered
+        self.bad = set()                        # (stream, partition, offset) of the bad ones
+        self.i, self.rng = 0, np.random.default_rng(7)
+        self.failed = []
+
+    def renew(self):
+        """A new producer (one that knows a topic's new partitions at once)."""
+        from confluent_kafka import Producer as P
+        if getattr(self, "p", None) is not None:
+            self.p.flush(60)
+        self.p = P({"bootstrap.servers": self.servers, "linger.ms": 5, "enable.idempotence": True})
+
+    def _sent(self, stream, row):
+        def cb(err, msg):
+            if err is not None:
+                self.failed.append(err)
+            elif row is None:
+                self.bad.add((stream, msg.partition(), msg.offset()))
+            else:
+                self.rows[stream].append(row)
+        return cb
+
+    def send(self, n, parts=2, bad_every=997):
+        for _ in range(n):
+            i = self.i
+            self.i += 1
+            t, k = 1_000_000 + 2 * i, int(self.rng.integers(0, 30))
+            v = float(np.float32(self.rng.random()))
+            w = float(self.rng.random())
+            bad = i % bad_every == 5
+            rv = b'{"t": "oops", "k": 1}' if bad and i % 2 else b"not json" if bad else \
+                json.dumps({"t": t, "k": k, "v": v}).encode()
+            sv = b"1,2" if bad else f"{t + 1},{k},{w!r}".encode()
+            self.p.produce(self.topics["R"], rv, partition=i % parts, on_delivery=self._sent("R", None if bad else (t, k, v)))
+            self.p.produce(self.topics["S"], sv, partition=i % parts, on_delivery=self._sent("S", None if bad else (t + 1, k, w)))
+            self.p.poll(0)
+        self.p.flush(60)
+        assert not self.failed, self.failed[:3]
+
+
+def _job(tmp, services, name):
+    servers = services.endpoints()["kafka"]
+    r, s = f"{name}-R", f"{name}-S"
+    (tmp / "job.toml").write_text(JOB.format(name=name, servers=servers, r=r, s=s))
+    return str(tmp / "job.toml"), servers, r, s
+
+
+def _staged(tmp):
+    """Per stream the staged (ts, k, payload) rows and the quarantined (stream, partition, offset)."""
+    out = {}
+    for st, pay in (("R", "v"), ("S", "w")):
+        t = pq.read_table(str(tmp / "staged" / st), columns=["seq", "ts", "k", pay]).sort_by("seq")
+        out[st] = sorted(zip(t.column("ts").to_pylist(), t.column("k").to_pylist(), t.column(pay).to_pylist()))
+    bad = set()
+    q = tmp / "staged" / "_quarantine"
+    for st in ("R", "S"):
+        for f in sorted(os.listdir(q / st)) if (q / st).exists() else []:
+            for row in pq.read_table(str(q / st / f)).to_pylist():
+                assert row["file"].startswith("kafka://"), row
+                bad.add((st, int(row["file"].rsplit("/", 1)[1]), row["record"]))
+    return out, bad
+
+
+def _committed(tmp):
+    try:
+        return json.loads((tmp / "staged" / "_manifest.json").read_text())["total"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def _check(tmp, prod, path):
+    got, bad = _staged(tmp)
+    for st in ("R", "S"):
+        assert got[st] == sorted(prod.rows[st]), (st, len(got[st]), len(prod.rows[st]))
+    assert bad == prod.bad and bad, (sorted(bad - prod.bad)[:5], sorted(prod.bad - bad)[:5])
+    assert run_mpi(3, "run", path).returncode == 0
+    v = run_cli("verify", str(tmp / "out"), "--job", path)
+    assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
+
+
+def test_kafka_staged_once_through_a_sigkilled_stager(services, tmp_path):
+    path, servers, r, s = _job(tmp_path, services, "kill")
+    _topics(servers, r, s)
+    prod = Producer(servers, r, s)
+    prod.send(3000)
+    feed = threading.Thread(target=lambda: [prod.send(1000) or time.sleep(0.3) for _ in range(8)])
+    feed.start()
+    p = subprocess.Popen(mpi_join_cmd("stage", "--follow", path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while _committed(tmp_path) < 2000 and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.1)
+    assert p.poll() is None, p.stderr.read()
+    os.killpg(p.pid, signal.SIGKILL)          # mid-stream: records polled after the last commit are read again
+    p.wait(30)
+    killed_at = _committed(tmp_path)
+    feed.join(120)
+    r2 = run_cli("stage", "--follow", "--until", "end", path, timeout=300)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert "continuing the log" in r2.stderr and killed_at < sum(len(v) for v in prod.rows.values())
+    _check(tmp_path, prod, path)
+
+
+def test_kafka_new_partitions_and_a_broker_restart(services, tmp_path):
+    from confluent_kafka.admin import NewPartitions
+    path, servers, r, s = _job(tmp_path, services, "grow")
+    admin = _topics(servers, r, s)
+    prod = Producer(servers, r, s)
+    prod.send(2000)
+    p = subprocess.Popen(mpi_join_cmd("stage", "--follow", path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while _committed(tmp_path) < 1000 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for f in admin.create_partitions([NewPartitions(r, 3), NewPartitions(s, 3)]).values():
+            f.result(30)
+        time.sleep(3)                            # the stager's metadata refresh (every 2 s)
+        prod.renew()
+        prod.send(1500, parts=3)
+        services.kill("kafka")
+        time.sleep(2)
+        services.start(["kafka"])
+        prod.send(1500, parts=3)
+        deadline = time.monotonic() + 120
+        total = lambda: sum(len(v) for v in prod.rows.values())      # noqa: E731
+        while _committed(tmp_path) < total() - 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.killpg(p.pid, signal.SIGTERM)         # drains: what the partitions hold now, then the log ends
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 0, err[-3000:]
+    assert "new partition(s) 2" in err, err[-3000:]
+    _check(tmp_path, prod, path)
+
+
+def test_kafka_unreachable_missing_and_deleted_topics(services, tmp_path):
+    from confluent_kafka.admin import AdminClient
+    import socket
+    with socket.socket() as sk:                  # a port nothing listens on
+        sk.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{sk.getsockname()[1]}"
+    path, servers, r, s = _job(tmp_path, services, "gone")
+    text = (tmp_path / "job.toml").read_text()
+    (tmp_path / "dead.toml").write_text(text.replace(servers, dead))
+    t0 = time.monotonic()
+    p = run_cli("stage", "--follow", "--until", "end", str(tmp_path / "dead.toml"), timeout=120)
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("mpi-join: error:")]
+    assert p.returncode != 0 and len(lines) == 1 and "cannot reach Kafka at " + dead in lines[0], p.stderr
+    assert time.monotonic() - t0 < 60
+    p = run_cli("stage", "--follow", "--until", "end", path, timeout=120)        # the topics do not exist
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("mpi-join: error:")]
+    assert p.returncode != 0 and len(lines) == 1 and f"Kafka topic '{r}'" in lines[0], p.stderr
+    _topics(servers, r, s)
+    prod = Producer(servers, r, s)
+    prod.send(500)
+    f = subprocess.Popen(mpi_join_cmd("stage", "--follow", path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while _committed(tmp_path) < 500 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    AdminClient({"bootstrap.servers": servers}).delete_topics([s])[s].result(30)
+    try:
+        out, err = f.communicate(timeout=60)
+    finally:
+        if f.poll() is None:
+            os.killpg(f.pid, signal.SIGKILL)
+    lines = [ln for ln in err.splitlines() if ln.startswith("mpi-join: error:")]
+    assert f.returncode != 0 and len(lines) == 1 and f"Kafka topic '{s}'" in lines[0], err[-3000:]
