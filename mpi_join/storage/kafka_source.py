@@ -56,8 +56,8 @@ def check(job):
         if not is_kafka(s):
             continue
         servers, topic, _ = _options(s)
-        try:
-            md = AdminClient({"bootstrap.servers": servers, "log_level": 0}).list_topics(topic, timeout=CONNECT_S)
+        try:                 # every topic's metadata: asking for one by name may create it on the broker
+            md = AdminClient({"bootstrap.servers": servers, "log_level": 0}).list_topics(timeout=CONNECT_S)
         except KafkaException as e:
             raise JobError(f"streams.{s.name}: cannot reach Kafka at {servers} within {CONNECT_S} s "
                            f"({e.args[0].str() if e.args else e})") from None
@@ -102,7 +102,7 @@ class KafkaInputs:
         for i, s, servers, topic, start in self.streams:
             c = self.consumers[i]
             try:
-                md = c.list_topics(topic, timeout=CONNECT_S if first else 5)
+                md = c.list_topics(timeout=CONNECT_S if first else 5)     # not by name: see check()
             except KafkaException as e:
                 if first:
                     raise JobError(f"streams.{s.name}: cannot reach Kafka at {servers} within {CONNECT_S} s "
@@ -229,17 +229,35 @@ def _table(s, values):
 
 def parse_records(s, values, offsets, uri, job_unit):
     """Records of one partition as (waiting rows, their _rec the offsets; quarantined rows or None)."""
+    t, broken = _table(s, values)
+    if broken.any():                  # the records with no row: quarantined; the rest parsed together
+        keep = np.flatnonzero(~broken)
+        rows, refused = _together(s, t.take(pa.array(keep)), offsets[keep], uri, job_unit)
+        gone = [_record(s, uri, offsets[k], _FIELDS if s.raw.format == "csv" else "not a JSON object", values[k])
+                for k in np.flatnonzero(broken)]
+        return rows, pa.concat_tables(([refused] if refused is not None else []) + gone, promote_options="permissive")
+    return _together(s, t, offsets, uri, job_unit)
+
+
+def _together(s, t, offsets, uri, job_unit):
     from .fast_csv import parse
     from .spark.stage import _declared
     from .staged_log import waiting_dtype
-    want, dtype = _declared(s), waiting_dtype(s)
-    t, broken = _table(s, values)
-    got = parse(t, s, want, dtype, job_unit, uri) if not broken.any() else None
+    got = parse(t, s, _declared(s), waiting_dtype(s), job_unit, uri) if t.num_rows else None
     if got is None:                   # record by record: what one cannot be read as is quarantined alone
-        return _one_by_one(s, t, broken, values, offsets, uri, job_unit)
+        return _one_by_one(s, t, offsets, uri, job_unit)
     rows, refused, _ = got
     rows["_rec"] = offsets[rows["_rec"] - 1]
     return rows, _offsets(refused, offsets)
+
+
+def _record(s, uri, offset, why, value):
+    """One quarantined record that has no row: its value's text in the event-time column."""
+    from .spark.stage import _declared
+    want = _declared(s)
+    text = value.decode("utf-8", "replace")[:1000]
+    return pa.table({"file": [uri], "record": pa.array([offset], pa.int64()), "reason": [why],
+                     **{c: pa.array([text if c == want[0] else None], pa.string()) for c in want}})
 
 
 def _offsets(refused, offsets):
@@ -249,22 +267,19 @@ def _offsets(refused, offsets):
     return refused.set_column(refused.schema.get_field_index("record"), "record", pa.array(rec, pa.int64()))
 
 
-def _one_by_one(s, t, broken, values, offsets, uri, job_unit):
+def _one_by_one(s, t, offsets, uri, job_unit):
     from .fast_csv import parse
     from .spark.stage import _declared
     from .staged_log import waiting_dtype
     want, dtype = _declared(s), waiting_dtype(s)
     rows, bad = [], []
-    for k in range(len(values)):
+    for k in range(t.num_rows):
         one = t.slice(k, 1)
-        got = None if broken[k] else parse(one, s, want, dtype, job_unit, uri)
+        got = parse(one, s, want, dtype, job_unit, uri)
         if got is None:
-            why = (_FIELDS if s.raw.format == "csv" else "not a JSON object") if broken[k] else \
-                "a value this reader does not parse"
-            bad.append(pa.table({"file": [uri], "record": pa.array([offsets[k]], pa.int64()), "reason": [why],
-                                 **{c: pa.array([values[k].decode("utf-8", "replace")[:1000] if c == want[0] and
-                                                 broken[k] else one.column(c)[0].as_py()], pa.string())
-                                    for c in want}}))
+            bad.append(pa.table({"file": [uri], "record": pa.array([offsets[k]], pa.int64()),
+                                 "reason": ["a value this reader does not parse"],
+                                 **{c: pa.array([one.column(c)[0].as_py()], pa.string()) for c in want}}))
             continue
         r, refused, _ = got
         r["_rec"] = offsets[k]

@@ -263,15 +263,13 @@ class LogWriter:
     # -- committing ----------------------------------------------------------------------
     def commit(self, spark_batch, arrivals, paths, bad=None, flush=False, until=None, end=None, timing=None,
                seen_ns=None, consumed=None, known=None, offsets=None):
-        """Commit one micro-batch. `arrivals`: per stream, staged-dtype rows with `_src` as indices
-        into `paths` (this batch's source files) and `_rec` their records; `bad`: per stream an
-        Arrow table of unparseable rows (or None); `seen_ns`: when the stager first saw this
-        batch's new sources (default: now). Returns the log entry, or None when the log already
-        holds this micro-batch. `consumed`: the URIs of the landing files this batch read, kept
-        with the log (the stager's own listing reads each once, also across restarts). `known`:
-        {local path: record} of landing files already looked at before they were read (not hashed
-        again). `offsets`: {kafka source: next offset} this batch read up to (kafka_source.py),
-        kept with the log, where a restart goes on."""
+        """Commit one micro-batch. `arrivals`: per stream, staged-dtype rows with `_src` indexing
+        `paths` (this batch's sources) and `_rec` their records; `bad`: per stream an Arrow table
+        of unparseable rows (or None); `seen_ns`: when the stager first saw this batch's new
+        sources (default: now). Returns the log entry, or None when the log holds this batch.
+        Kept with the log, read again by a restart: `consumed`, the URIs of the landing files
+        read; `offsets`, {Kafka source: next offset} read up to (kafka_source.py). `known`:
+        {local path: record} of landing files looked at before they were read (not hashed again)."""
         if spark_batch is not None and spark_batch <= self.log["spark_batch"]:
             return None
         srcs = self.log["sources"]
