@@ -392,10 +392,9 @@ class LogWriter:
                            flush=True, until=until, end={"reason": reason, "ended_ns": time.time_ns()})
 
     def consume(self, records):
-        """Landing files read that hold nothing to stage (empty, or the bytes of a file staged
-        before: follow._already_staged), {URI: record}: kept in log["landed"] (a change to one is
-        then quarantined as any landed file's) and log["consumed"] (no restart reads them again).
-        The manifest is the commit point, as for a batch."""
+        """Landing files read that hold nothing to stage (empty, or a staged file's bytes:
+        follow._already_staged), {URI: record}, kept in log["landed"] (a change to one is then
+        quarantined) and log["consumed"] (no restart reads them); committed by the manifest."""
         self.log["landed"].update(records)
         self.log.setdefault("consumed", []).extend(records)
         self.files.manifest(self.man)
