@@ -209,6 +209,40 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
 
 
 @main.command()
+@click.argument("job_path", metavar="JOB", type=click.Path(dir_okay=False))
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="The run's output directory (default: the job's output.dir).")
+@click.option("--no-follow", is_flag=True, help="Produce what is committed now and stop.")
+def publish(job_path, out, no_follow):
+    """Produce the run's committed results to the Kafka topic of [output] kafka, exactly once.
+
+    Each results commit of the run (a followed run commits at every checkpoint; a finished
+    batch run is one commit) is produced in one Kafka transaction, with the payload columns
+    `collect --with-payload` gives, as JSON objects or CSV lines (output.kafka.format). The
+    transaction also records how many commits the topic holds, so a restarted publish goes on
+    after the last one, and a `read_committed` consumer sees each result once. Runs until the
+    run's final commit; Ctrl-C stops (what is not committed to Kafka is produced again next time).
+
+    \b
+      [output]
+      dir = "out"
+      kafka = { servers = "broker:9092", topic = "joined", format = "json" }
+
+      mpi-join run --follow -n 4 job.toml &   mpi-join publish job.toml"""
+    from .config import load_job
+    from .storage.kafka_sink import publish as do_publish
+    try:
+        job = load_job(job_path)
+        n, rows = do_publish(job, out, once=no_follow, say=lambda m: click.echo(m, err=True))
+    except JobError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        click.echo("publish: stopped; the next publish goes on after the last commit on the topic", err=True)
+        sys.exit(130)
+    click.echo(f"published {n} commit(s), {rows:,} result(s)")
+
+
+@main.command()
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--counts", is_flag=True, help="One line per commit (results so far, input covered) instead of "
               "the result rows.")

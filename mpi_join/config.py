@@ -73,6 +73,14 @@ class Stream:
 
 
 @dataclass(frozen=True)
+class KafkaOut:
+    """[output] kafka: the topic a run's committed results are produced to (storage/kafka_sink.py)."""
+    servers: str
+    topic: str
+    format: str = "json"      # json | csv
+
+
+@dataclass(frozen=True)
 class Restart:
     """`mpi-join live`'s restart strategy for its stager and its run (live.py): at most
     `attempts` restarts in all, or, with `interval_ns`, within any such interval (Flink's
@@ -131,6 +139,7 @@ class Job:
     commit_rows: int = 1_000_000           # ... and after this many results
     idle_timeout_ns: int | None = None     # a live stream silent this long stops holding the watermark back
     restart: Restart = Restart()           # `mpi-join live`'s restart strategy ([live])
+    kafka_out: KafkaOut | None = None      # [output] kafka: results produced to a topic, exactly once
 
     @property
     def stream_names(self):
@@ -147,7 +156,7 @@ JOB_KEYS = {
     "": ("job", "input", "output", "streams", "predicate", "strategy", "run", "checkpoint", "live"),
     "job": ("name", "ts_unit"),
     "input": ("staged", "allowed_lateness", "idle_timeout"),
-    "output": ("dir", "commit_every", "commit_rows"),
+    "output": ("dir", "commit_every", "commit_rows", "kafka"),
     "streams.*": ("schema", "window", "raw", "nullable"),
     "streams.*.raw": ("path", "format", "time", "time_unit", "delimiter", "header", "source", "options"),
     "predicate": ("equi", "band", "theta", "interval", "outer", "sql"),
@@ -219,6 +228,7 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     output = overrides.get("output") or _str(out, "dir", "output.", path)
     commit_every = _duration(out.get("commit_every", "1s"), "output.commit_every", path, lo_ns=10_000_000)
     commit_rows = _int_in(out.get("commit_rows", 1_000_000), 1, 1 << 40, "output.commit_rows", path)
+    kafka_out = _kafka_out(out.get("kafka"), path)
     check_text(staged, f"{path}: input.staged")
     check_text(output, f"{path}: output.dir")
     staged, output = (p if "://" in p else os.path.join(base, p) for p in (staged, output))
@@ -231,7 +241,7 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     run = _run(raw, path)
     ckpt = _checkpoint(raw, path, base, overrides)
     job = _staged_widths(Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, ckpt, raw,
-                             lateness, commit_every, commit_rows, idle, _restart(raw, path)))
+                             lateness, commit_every, commit_rows, idle, _restart(raw, path), kafka_out))
     from .strategies import check_strategy
     job = check_strategy(job)
     try:
@@ -710,6 +720,23 @@ def _table(raw, key, path, required=True):
     if not isinstance(v, dict):
         raise ConfigError(f"{path}: {key}: expected a table")
     return v
+
+
+def _kafka_out(t, path):
+    """[output] kafka = { servers = "HOST:PORT", topic = "...", format = "json" | "csv" }, or None."""
+    if t is None:
+        return None
+    if not isinstance(t, dict):
+        raise ConfigError(f"{path}: output.kafka: expected a table {{ servers, topic, format }}")
+    _no_unknown(t, ("servers", "topic", "format"), "output.kafka.", path)
+    for k in ("servers", "topic"):
+        if not isinstance(t.get(k), str) or not t[k] or (k == "topic" and not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", t[k])):
+            raise ConfigError(f"{path}: output.kafka.{k}: required, " + ("HOST:PORT[,HOST:PORT...]" if k == "servers"
+                                                                         else "a topic name (letters, digits, . _ -)"))
+    fmt = t.get("format", "json")
+    if fmt not in ("json", "csv"):
+        raise ConfigError(f"{path}: output.kafka.format: json or csv, got {fmt!r}")
+    return KafkaOut(t["servers"], t["topic"], fmt)
 
 
 def _str(t, key, prefix, path):

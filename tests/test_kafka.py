@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import mpi_join_cmd, run_cli, run_mpi
+from conftest import MPIEXEC, mpi_join_cmd, run_cli, run_mpi
 
 SLOW = True
 pytestmark = [pytest.mark.services, pytest.mark.xdist_group("services")]
@@ -241,3 +241,67 @@ def test_kafka_unreachable_missing_and_deleted_topics(services, tmp_path):
             os.killpg(f.pid, signal.SIGKILL)
     lines = [ln for ln in err.splitlines() if ln.startswith("mpi-join: error:")]
     assert f.returncode != 0 and len(lines) == 1 and f"Kafka topic '{s}'" in lines[0], err[-3000:]
+
+
+def _consume_all(servers, topic, idle_s=4.0):
+    """Every record a read_committed consumer sees on `topic`, until it is idle for `idle_s`."""
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": servers, "group.id": f"check-{time.monotonic_ns()}",
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.subscribe([topic])
+    out, last = [], time.monotonic()
+    while time.monotonic() - last < idle_s:
+        for m in c.consume(10000, 0.5):
+            if m.error() is None:
+                out.append(json.loads(m.value()))
+                last = time.monotonic()
+    c.close()
+    return out
+
+
+def test_results_to_kafka_exactly_once_through_a_sigkilled_publisher(services, tmp_path):
+    path, servers, r, s = _job(tmp_path, services, "sink")
+    text = (tmp_path / "job.toml").read_text().replace(
+        'dir = "out"', f'dir = "out"\ncommit_every = "200ms"\nkafka = {{ servers = "{servers}", topic = "sink-out" }}')
+    (tmp_path / "job.toml").write_text(text)
+    _topics(servers, r, s)
+    _topics(servers, "sink-out", parts=1)
+    prod = Producer(servers, r, s)
+    prod.send(2000)
+    stager = subprocess.Popen(mpi_join_cmd("stage", "--follow", path), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while _committed(tmp_path) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    runner = subprocess.Popen([MPIEXEC, "-n", "3", *mpi_join_cmd("run", "--follow", path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              env=dict(os.environ, MPI_JOIN_QUIET="1"))
+    for _ in range(6):                       # the log grows while the run follows it: a commit each 200 ms
+        prod.send(1000)
+        time.sleep(0.5)
+    os.killpg(stager.pid, signal.SIGTERM)    # drains, then ends the log; the run ends with it
+    assert stager.wait(120) == 0, stager.stderr.read()[-3000:]
+    out, err = runner.communicate(timeout=300)
+    assert runner.returncode == 0, err[-3000:]
+    commits = json.loads((tmp_path / "out" / "_COMMITTED").read_text())["commits"]
+    assert commits >= 3, commits
+    # the publisher killed once it has produced its first commit: the rest comes from the next one
+    pub = subprocess.Popen(mpi_join_cmd("publish", path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    for line in pub.stderr:
+        if line.startswith("publish: commit 1:"):
+            os.killpg(pub.pid, signal.SIGKILL)
+            break
+    pub.wait(60)
+    assert pub.returncode == -signal.SIGKILL
+    again = run_cli("publish", path, timeout=300)
+    assert again.returncode == 0 and "commit(s) published before" in again.stderr, again.stderr[-2000:]
+    assert "1 commit(s) published before" in again.stderr or "2 commit(s) published before" in again.stderr
+    got = _consume_all(servers, "sink-out")
+    res = pq.read_table(str(tmp_path / "out" / "results"))
+    want = sorted(zip(res.column("R_seq").to_pylist(), res.column("S_seq").to_pylist()))
+    assert sorted((g["R_seq"], g["S_seq"]) for g in got) == want and len(want) > 1000
+    assert all("R_k" in g and "S_w" in g and g["R_k"] == g["S_k"] for g in got[:100])
+    # nothing more to produce: a third publish produces no commit
+    third = run_cli("publish", path, "--no-follow", timeout=120)
+    assert third.returncode == 0 and "published 0 commit(s)" in third.stdout, third.stdout + third.stderr
