@@ -122,6 +122,9 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
       [output]    dir = "dir"
                   commit_every = "1s"      results are committed (made durable and visible) at
                   commit_rows = 1000000    least this often and after this many rows at most
+                  kafka = { servers = "host:9092", topic = "t", format = "json" | "csv" }
+                                           `mpi-join publish` produces the committed results
+                                           there, exactly once (README "Results to Kafka")
       [streams.R] schema = { x = "int32", name = "string", z = "char20", pix = "uint8[5000,3]" }
                   (names: identifiers; string: UTF-8 text; charN: at most N bytes; text up to
                   1 MB, rows up to 64 MB)

@@ -113,3 +113,17 @@ def test_udf_modules_next_to_two_jobs_never_mix(tmp_path):
     r = np.zeros(1, [("k", "i4")])
     r["k"] = 2
     assert [bool(f.py_func(r[0], r[0])) for f in got] == [False, True]
+
+
+@pytest.mark.parametrize("table, msg", [
+    ('{ servers = "h:9092", topic = "t", format = "avro" }', "output.kafka.format: json or csv"),
+    ('{ topic = "t" }', "output.kafka.servers: required"),
+    ('{ servers = "h:9092", topic = "a b" }', "output.kafka.topic: required, a topic name"),
+    ('{ servers = "h:9092", topic = "t", acks = 1 }', "output.kafka.acks"),
+])
+def test_kafka_output_is_checked(table, msg):
+    text = equi_job_text(('"1s"', '"1s"')).replace('dir = "out"', f'dir = "out"\nkafka = {table}')
+    with pytest.raises(ConfigError, match=msg.replace(".", r"\.")):
+        _job(text)
+    ok = _job(equi_job_text(('"1s"', '"1s"')).replace('dir = "out"', 'dir = "out"\nkafka = { servers = "h:9092", topic = "j.1" }'))
+    assert (ok.kafka_out.servers, ok.kafka_out.topic, ok.kafka_out.format) == ("h:9092", "j.1", "json")
