@@ -159,7 +159,8 @@ class Exporter:
 
 
 class Supervisor:
-    """Starts, watches, restarts and stops the stager and the run of one live job."""
+    """Starts, watches, restarts and stops the stager and the run of one live job, and its
+    publisher (`mpi-join publish`) when the job has [output] kafka."""
 
     def __init__(self, job, nprocs, say, drain=True, trigger="500ms", batch_mb=64, status_every=STATUS_EVERY_S,
                  env=None, exporter=None, spark_start="now"):
@@ -167,7 +168,8 @@ class Supervisor:
         self.spark_start = spark_start
         self.trigger, self.batch_mb, self.every, self.env = trigger, batch_mb, status_every, env
         self.ckpt = job.checkpoint.dir if job.checkpoint else os.path.join(job.output, IMPLICIT)
-        self.restarts = {"stager": Restarts(job.restart), "run": Restarts(job.restart)}
+        self.roles = ("stager", "run") + (("publisher",) if job.kafka_out is not None else ())
+        self.restarts = {r: Restarts(job.restart) for r in self.roles}
         self.children, self.signal, self.status, self.ended = {}, None, Status(job), set()
         self.exporter = exporter
 
@@ -186,6 +188,8 @@ class Supervisor:
                         "--spark-start", self.spark_start,
                         *([] if self.drain else ["--no-drain"]),
                         *(["--until", "end"] if self.signal is not None and self.drain else []), self.job.path)
+        if which == "publisher":              # exactly once across its restarts (storage/kafka_sink.py)
+            return _cmd("publish", self.job.path)
         return _cmd("run", "-n", str(self.n), "--follow",
                     *(["--resume", self.ckpt] if self._resumable() else []), self.job.path)
 
@@ -213,7 +217,7 @@ class Supervisor:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-            for which in ("stager", "run"):
+            for which in self.roles:
                 self._stop(which, signal.SIGKILL)
                 if which in self.children:
                     self.children[which].wait()
@@ -224,8 +228,8 @@ class Supervisor:
         self.signal = signum
 
     def _loop(self):
-        self._start("stager")
-        self._start("run")
+        for which in self.roles:
+            self._start(which)
         next_status, asked = time.monotonic() + self.every, None
         code = None
         while True:
@@ -236,7 +240,8 @@ class Supervisor:
                 self._stop("stager", signal.SIGTERM)  # the stager drains and ends the log, or leaves it open
                 if not self.drain:
                     self._stop("run", signal.SIGTERM)
-            for which in ("stager", "run"):
+                    self._stop("publisher", signal.SIGTERM)
+            for which in self.roles:
                 p = self.children[which]
                 rc = p.poll()
                 if rc is None or p in self.ended:         # (the object, not its id: a freed one's id is reused)
@@ -244,6 +249,8 @@ class Supervisor:
                 self.ended.add(p)
                 if which == "run" and rc == 0:
                     code = 0
+                elif which == "publisher" and rc == 0:
+                    pass                              # the run's final commit is on the topic
                 elif which == "stager" and rc == 0:
                     if self.signal is None and not self._log_ended():
                         # stopped by a signal that was not live's (--no-drain: the log stays open)
@@ -274,7 +281,8 @@ class Supervisor:
             if code is not None and all(c.poll() is not None for c in self.children.values()):
                 self._write_status()
                 if code == 0:
-                    self.say("live: the log has ended and every result is committed")
+                    self.say("live: the log has ended and every result is committed"
+                             + (f" and on Kafka topic {self.job.kafka_out.topic!r}" if self.job.kafka_out else ""))
                 else:
                     self.say("live: stopped; the log stays open and the committed results stand; `mpi-join live` "
                              "continues both")
@@ -298,7 +306,8 @@ class Supervisor:
         delay = self.job.restart.delay_ns / 1e9
         self.say(f"live: the {which} exited with code {rc}; restarting it in {delay:g} s (restart "
                  f"{self.restarts[which].count} of {self.job.restart.attempts})"
-                 + (" from its newest checkpoint" if which == "run" else ", continuing the log"))
+                 + (" from its newest checkpoint" if which == "run" else
+                    ", going on after the last commit on the topic" if which == "publisher" else ", continuing the log"))
         end = time.monotonic() + delay
         while time.monotonic() < end and (self.signal is None or self.drain):
             time.sleep(0.05)
@@ -313,6 +322,7 @@ class Supervisor:
         if p is not None and p.poll() is None:
             p.send_signal(signal.SIGUSR1)             # the stager alone: not to its JVM
         self._stop("run", signal.SIGTERM)
+        self._stop("publisher", signal.SIGTERM)
         self._wait_all()
         self._write_status()
         self.say("live: the log stays open and the committed results stand; `mpi-join live` continues both")

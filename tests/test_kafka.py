@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import MPIEXEC, mpi_join_cmd, run_cli, run_mpi
+from conftest import MPIEXEC, mpi_join_cmd, mpi_join_pids, run_cli, run_mpi
 
 SLOW = True
 pytestmark = [pytest.mark.services, pytest.mark.xdist_group("services")]
@@ -305,3 +305,72 @@ def test_results_to_kafka_exactly_once_through_a_sigkilled_publisher(services, t
     # nothing more to produce: a third publish produces no commit
     third = run_cli("publish", path, "--no-follow", timeout=120)
     assert third.returncode == 0 and "published 0 commit(s)" in third.stdout, third.stdout + third.stderr
+
+
+def _pids_of(*words):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read().split(b"\0")
+            except OSError:
+                continue
+            if all(any(w.encode() == c or w.encode() in c for c in cmd) for w in words):
+                out.append(int(d))
+    return out
+
+
+def test_live_from_kafka_to_kafka_through_sigkills(services, tmp_path):
+    """`live` with Kafka topics in and [output] kafka out starts the publisher beside the stager
+    and the run; the publisher, the stager and a rank, each SIGKILLed mid-run, are restarted by
+    live (the run from its newest checkpoint), and after a drain the topic holds every result of
+    the run once, and the run's results equal the oracle's over the final log."""
+    path, servers, r, s = _job(tmp_path, services, "live")
+    text = (tmp_path / "job.toml").read_text().replace(
+        'dir = "out"', f'dir = "out"\ncommit_every = "200ms"\nkafka = {{ servers = "{servers}", topic = "live-out" }}')
+    (tmp_path / "job.toml").write_text(text + '\n[live]\nrestart_attempts = 3\nrestart_delay = "200ms"\n')
+    _topics(servers, r, s)
+    _topics(servers, "live-out", parts=1)
+    prod = Producer(servers, r, s)
+    prod.send(2000)
+    live = subprocess.Popen(mpi_join_cmd("live", "-n", "3", path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env=dict(os.environ, MPI_JOIN_QUIET="1"))
+    try:
+        deadline = time.monotonic() + 90
+        while not (tmp_path / "out" / "_COMMITTED").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        prod.send(1000)
+        pubs = _pids_of("mpi_join", "publish", path)
+        assert pubs, "no publisher"
+        for pid in pubs:
+            os.kill(pid, signal.SIGKILL)
+        prod.send(1000)
+        time.sleep(1.5)
+        stagers = _pids_of("mpi_join", "stage", "--follow", path)    # the stager, then a rank: live restarts both
+        assert stagers, "no stager"
+        for pid in stagers:
+            os.kill(pid, signal.SIGKILL)
+        prod.send(1000)
+        time.sleep(1.5)
+        ranks = mpi_join_pids([int(d) for d in os.listdir("/proc") if d.isdigit()], rank=1, marker=("run", path))
+        assert ranks, "no rank 1"
+        os.kill(ranks[0], signal.SIGKILL)
+        for _ in range(3):
+            prod.send(1000)
+            time.sleep(0.4)
+        time.sleep(2)
+        os.killpg(live.pid, signal.SIGTERM)          # drain: the log ends, the run and the publisher finish
+        out, err = live.communicate(timeout=300)
+    finally:
+        if live.poll() is None:
+            os.killpg(live.pid, signal.SIGKILL)
+    assert live.returncode == 0, err[-3000:]
+    assert all(f"the {w} exited" in err for w in ("publisher", "stager", "run")), err[-3000:]
+    assert "on Kafka topic 'live-out'" in err, err[-3000:]
+    got = _consume_all(servers, "live-out")
+    res = pq.read_table(str(tmp_path / "out" / "results"))
+    want = sorted(zip(res.column("R_seq").to_pylist(), res.column("S_seq").to_pylist()))
+    assert sorted((g["R_seq"], g["S_seq"]) for g in got) == want and len(want) > 1000
+    v = run_cli("verify", str(tmp_path / "out"), "--job", path)
+    assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
