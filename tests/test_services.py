@@ -278,3 +278,19 @@ def test_raw_file_removed_between_listing_and_reading(services, tmp_path):
         line = _one_line(p)
         assert "part-001.csv" in line and ("gone" in line or "not exist" in line), line
         assert not (tmp_path / "staged" / "_manifest.json").exists()
+
+
+def test_a_failed_start_leaves_no_daemon_behind(tmp_path):
+    """A daemon that cannot start (here Kafka, its port taken) fails `start` in one line, and the
+    daemons that start launched are stopped with it."""
+    from mpi_join.services.daemons import DevServices
+    root = tmp_path / "svc"
+    ports = DevServices(str(root)).ports()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports["kafka"]))
+        taken.listen()
+        p = run_cli("dev-services", "start", "--dir", str(root), "--only", "hdfs,kafka", timeout=300)
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("mpi-join: error:")]
+    assert p.returncode == 2 and len(lines) == 1 and "kafka" in lines[0], p.stderr[-2000:]
+    assert not any(pid for _, pid, _, _ in DevServices(str(root)).status())
+    assert "not running" in run_cli("dev-services", "status", "--dir", str(root)).stdout

@@ -106,10 +106,14 @@ class DevServices:
             site.write_kafka(self._path("kafka", "server.properties"), self.root, p)
             t0 = time.monotonic()
             todo = [d for d in daemons_of(services) if self.running(d) is None]
-            for d in todo:
-                self._launch(d, p)
-            for d in daemons_of(services):
-                self._wait_ready(d, p)
+            try:
+                for d in todo:
+                    self._launch(d, p)
+                for d in daemons_of(services):
+                    self._wait_ready(d, p)
+            except BaseException:          # what this start launched goes with it: no orphan daemons
+                self._end(todo)
+                raise
             if todo:
                 self.progress(f"dev-services: started {', '.join(todo)} in {time.monotonic() - t0:.1f} s")
         return self.endpoints()
@@ -178,19 +182,23 @@ class DevServices:
         then SIGKILL after 20 s; returns their names."""
         names = list(DAEMONS) if services is None else daemons_of(services)
         with self._lock():
-            st = self._state()
-            pids = {n: self.running(n) for n in reversed(names)}
-            pids = {n: pid for n, pid in pids.items() if pid is not None}
-            for pid in pids.values():          # all at once: each JVM takes its seconds to shut down
-                os.killpg(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 20
-            for name, pid in pids.items():
-                if not self._reap(name, pid, max(0.0, deadline - time.monotonic())):
-                    os.killpg(pid, signal.SIGKILL)
-                    self._reap(name, pid, 10)
-            for name in names:
-                st.pop(name, None)
-            self._save(st)
+            return self._end(names)
+
+    def _end(self, names):
+        """Stop the daemons `names` (the lock held); returns those that were running."""
+        st = self._state()
+        pids = {n: self.running(n) for n in reversed(names)}
+        pids = {n: pid for n, pid in pids.items() if pid is not None}
+        for pid in pids.values():          # all at once: each JVM takes its seconds to shut down
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for name, pid in pids.items():
+            if not self._reap(name, pid, max(0.0, deadline - time.monotonic())):
+                os.killpg(pid, signal.SIGKILL)
+                self._reap(name, pid, 10)
+        for name in names:
+            st.pop(name, None)
+        self._save(st)
         return list(pids)
 
     def _reap(self, name, pid, seconds):
