@@ -30,7 +30,7 @@ def is_kafka(s):
     return s.raw is not None and s.raw.source == "kafka"
 
 
-def _options(s):
+def options(s):
     """(bootstrap servers, topic, starting offsets) from the stream's options, in Spark's names
     or Kafka's own."""
     o = dict(s.raw.options)
@@ -50,21 +50,30 @@ def _options(s):
 def check(job):
     """Refuse, in one line and before a log is started, a Kafka stream whose broker cannot be
     reached or whose topic does not exist."""
-    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
     for s in job.streams:
-        if not is_kafka(s):
-            continue
-        servers, topic, _ = _options(s)
-        try:                 # every topic's metadata: asking for one by name may create it on the broker
-            md = AdminClient({"bootstrap.servers": servers, "log_level": 0}).list_topics(timeout=CONNECT_S)
-        except KafkaException as e:
-            raise JobError(f"streams.{s.name}: cannot reach Kafka at {servers} within {CONNECT_S} s "
-                           f"({e.args[0].str() if e.args else e})") from None
-        t = md.topics.get(topic)
-        if t is None or t.error is not None:
-            why = t.error.str() if t is not None and t.error is not None else "not found"
-            raise InputError(f"streams.{s.name}: Kafka topic {topic!r} at {servers}: {why}")
+        if is_kafka(s):
+            servers, topic, _ = options(s)
+            _topic(AdminClient({"bootstrap.servers": servers, "log_level": 0}), s, servers, topic, CONNECT_S)
+
+
+def _topic(client, s, servers, topic, timeout, reachable=True):
+    """The metadata of `topic` through `client` (a consumer or an admin client); an unreachable
+    broker is one line (or, unless `reachable`, None: tried again later), and so is a topic that
+    is not there. Every topic is listed: asking for one by name may create it on the broker."""
+    from confluent_kafka import KafkaException
+    try:
+        md = client.list_topics(timeout=timeout)
+    except KafkaException as e:
+        if not reachable:
+            return None
+        raise JobError(f"streams.{s.name}: cannot reach Kafka at {servers} within {timeout} s "
+                       f"({e.args[0].str() if e.args else e})") from None
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        why = t.error.str() if t is not None and t.error is not None else "not found"
+        raise InputError(f"streams.{s.name}: Kafka topic {topic!r} at {servers}: {why}")
+    return t
 
 
 def source_uri(topic, partition):
@@ -79,7 +88,7 @@ class KafkaInputs:
         from confluent_kafka import Consumer
         self.job, self.say = job, say
         self.next = dict(offsets or {})
-        self.streams = [(i, s, *_options(s)) for i, s in enumerate(job.streams) if is_kafka(s)]
+        self.streams = [(i, s, *options(s)) for i, s in enumerate(job.streams) if is_kafka(s)]
         self.consumers, self.parts, self.refreshed, self.down = {}, {}, 0.0, None
         for i, s, servers, topic, _ in self.streams:
             self.consumers[i] = Consumer({"bootstrap.servers": servers, "group.id": f"mpi-join-{job.name}-{s.name}",
@@ -98,20 +107,12 @@ class KafkaInputs:
     def refresh(self, first=False):
         """Assign every partition of each topic (new ones from their first offset, or `latest`
         at a first start); a topic gone is fatal, in one line."""
-        from confluent_kafka import KafkaException, TopicPartition, OFFSET_BEGINNING, OFFSET_END
+        from confluent_kafka import TopicPartition, OFFSET_BEGINNING, OFFSET_END
         for i, s, servers, topic, start in self.streams:
             c = self.consumers[i]
-            try:
-                md = c.list_topics(timeout=CONNECT_S if first else 5)     # not by name: see check()
-            except KafkaException as e:
-                if first:
-                    raise JobError(f"streams.{s.name}: cannot reach Kafka at {servers} within {CONNECT_S} s "
-                                   f"({e.args[0].str() if e.args else e})") from None
-                return
-            t = md.topics.get(topic)
-            if t is None or t.error is not None:
-                why = t.error.str() if t is not None and t.error is not None else "not found"
-                raise InputError(f"streams.{s.name}: Kafka topic {topic!r} at {servers}: {why}")
+            t = _topic(c, s, servers, topic, CONNECT_S if first else 5, reachable=first)
+            if t is None:
+                return                         # the broker is away: the next refresh tries again
             new = sorted(set(t.partitions) - self.parts[i])
             if new:
                 tps = []

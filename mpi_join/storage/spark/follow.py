@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from ...errors import InputError, JobError
 from ...schema import SEQ, from_arrow
-from ..kafka_source import KafkaInputs, check as kafka_check, is_kafka
+from ..kafka_source import KafkaInputs, options as kafka_options, check as kafka_check, is_kafka
 from ..staged_log import LOG, LogWriter, waiting_dtype
 from .. import paths
 from .stage import _declared, _settings, _tag, _union, _utf8, csv_options
@@ -494,6 +494,9 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
         raise JobError(f"{out}: a staged log is written on a local or mounted filesystem (its commits are atomic "
                        f"renames)")
     out = paths.real(out[len("file://"):] if out.startswith("file://") else out)
+    # the stager handles SIGINT and SIGTERM itself (a drain): Arrow must not cancel a read it is
+    # in the middle of on the same signal (ArrowCancelled ended the stager instead of draining)
+    pa.enable_signal_handlers(False)
     for s in job.streams:
         if s.raw is None:
             raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
@@ -774,8 +777,8 @@ def _catch(state):
 def _watching(job, out, until, cap, drain):
     def where(s):
         if is_kafka(s):
-            o = dict(s.raw.options)
-            return f"Kafka topic {o.get('subscribe') or o.get('topic')!r} at {o.get('kafka.bootstrap.servers') or o.get('bootstrap.servers')}"
+            servers, topic, _ = kafka_options(s)
+            return f"Kafka topic {topic!r} at {servers}"
         return landing_dir(s) or s.raw.path
     kafka = any(is_kafka(s) for s in job.streams)
     return (f"stage --follow: watching {', '.join(where(s) for s in job.streams)} -> {out}"
