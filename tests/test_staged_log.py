@@ -71,6 +71,28 @@ def test_advance_holds_rows_until_every_streams_watermark_passes_them(tmp_path):
     assert sorted(np.concatenate([rel[0]["ts"], rel[1]["ts"]]).tolist()) == [30, 40, 90] and not any(map(len, keep))
 
 
+def test_a_hold_caps_a_streams_watermark_until_its_slow_partition_catches_up(tmp_path):
+    """A Kafka stream whose partition 0 is read behind partition 1 (kafka_source.hold): the
+    stream counts as seen up to partition 0's largest event time, so partition 0's next rows
+    are not late; NOTHING (a behind partition with no row yet) releases nothing."""
+    from mpi_join.storage.staged_log import NOTHING
+    job = _job(tmp_path)
+    empty = [np.zeros(0, waiting_dtype(s)) for s in job.streams]
+    rel, late, keep, seen, front, bound = advance(empty, [_rows(job, 0, [100, 200, 300]), _rows(job, 1, [400])],
+                                                  [None, None], None, 10, hold=[NOTHING, None])
+    assert bound is None and not any(map(len, rel)) and seen == [300, 400]
+    rel, late, keep, seen, front, bound = advance(keep, [_rows(job, 0, [50]), empty[1]], seen, front, 10,
+                                                  hold=[50, None])
+    assert bound == 40 and not any(map(len, rel)) and not any(map(len, late))
+    rel, late, keep, seen, front, bound = advance(keep, [_rows(job, 0, [60]), empty[1]], seen, front, 10,
+                                                  hold=[None, None])          # caught up: min(300, 400) - 10
+    assert bound == 290 and sorted(rel[0]["ts"]) == [50, 60, 100, 200] and not any(map(len, late))
+    # an idle stream's hold does not count
+    rel, late, keep, seen, front, bound = advance(keep, [empty[0], _rows(job, 1, [500])], seen, front, 10,
+                                                  hold=[NOTHING, None], idle=[True, False])
+    assert bound == 490 and rel[0]["ts"].tolist() == [300] and rel[1]["ts"].tolist() == [400]
+
+
 def test_order_numbers_by_event_time_stream_file_record(tmp_path):
     job = _job(tmp_path)
     r = _rows(job, 0, [5, 5, 3])

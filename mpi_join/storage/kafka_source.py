@@ -10,7 +10,12 @@ as a socket source's) or a JSON object naming them. The consumer is assigned eve
 the topic (new partitions join within seconds, read from their first offset) and commits
 nothing to Kafka: the staged log records, in the same commit as a batch's rows, the next offset
 of each partition it covers (log["kafka_offsets"]), and a restarted stager seeks there, so each
-record is staged or quarantined exactly once whatever the consumer group says. A record's source
+record is staged or quarantined exactly once whatever the consumer group says. The watermark is
+held per partition, as Flink's Kafka source holds it: a partition with records still unread (or
+an open transaction's) holds its stream's watermark at the largest event time it has given
+(log["kafka_max_seen"]), so a partition read behind the others costs waiting, not late rows.
+Records of a transactional producer are read committed; the consumer's position passes the
+transactions' markers, so `--until end` and a drain end. A record's source
 is `kafka://TOPIC/PARTITION` and its record number its offset: a quarantined record is named by
 topic, partition and offset."""
 import io
@@ -21,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError, JobError
+from ..schema import TS
 
 CONNECT_S = 15
 _FIELDS = "a row with more or fewer fields than the header"
@@ -84,16 +90,18 @@ class KafkaInputs:
     """The Kafka streams of a job: poll them, parse their records, and say how far each has been
     read. `offsets`: the log's {source uri: next offset} (where a restart goes on)."""
 
-    def __init__(self, job, offsets, say):
+    def __init__(self, job, log, say):
         from confluent_kafka import Consumer
         self.job, self.say = job, say
-        self.next = dict(offsets or {})
+        self.next = dict(log.get("kafka_offsets") or {})
+        self.tops = dict(log.get("kafka_max_seen") or {})    # {source uri: largest event time given}
         self.streams = [(i, s, *options(s)) for i, s in enumerate(job.streams) if is_kafka(s)]
         self.consumers, self.parts, self.refreshed, self.down = {}, {}, 0.0, None
         for i, s, servers, topic, _ in self.streams:
             self.consumers[i] = Consumer({"bootstrap.servers": servers, "group.id": f"mpi-join-{job.name}-{s.name}",
                                          "enable.auto.commit": False, "enable.partition.eof": False,
                                          "auto.offset.reset": "earliest", "log_level": 0,
+                                         "isolation.level": "read_committed",
                                          "error_cb": self._error})
             self.parts[i] = set()
         self.refresh(first=True)
@@ -107,7 +115,7 @@ class KafkaInputs:
     def refresh(self, first=False):
         """Assign every partition of each topic (new ones from their first offset, or `latest`
         at a first start); a topic gone is fatal, in one line."""
-        from confluent_kafka import TopicPartition, OFFSET_BEGINNING, OFFSET_END
+        from confluent_kafka import TopicPartition, OFFSET_BEGINNING
         for i, s, servers, topic, start in self.streams:
             c = self.consumers[i]
             t = _topic(c, s, servers, topic, CONNECT_S if first else 5, reachable=first)
@@ -118,8 +126,9 @@ class KafkaInputs:
                 tps = []
                 for p in new:
                     u = source_uri(topic, p)
-                    at = self.next.get(u, OFFSET_END if start == "latest" and first else OFFSET_BEGINNING)
-                    tps.append(TopicPartition(topic, p, at))
+                    if u not in self.next and start == "latest" and first:   # the end now, as an offset
+                        self.next[u] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=CONNECT_S)[1]
+                    tps.append(TopicPartition(topic, p, self.next.get(u, OFFSET_BEGINNING)))
                 c.incremental_assign(tps)
                 self.parts[i].update(new)
                 if not first:
@@ -137,6 +146,49 @@ class KafkaInputs:
                 lo, hi = self.consumers[i].get_watermark_offsets(TopicPartition(topic, p), timeout=CONNECT_S)
                 out[source_uri(topic, p)] = hi
         return out
+
+    def _positions(self, i, topic):
+        """{partition: (the next offset to read, the offset after its last record or -1 when not
+        known yet)} of stream i's partitions, from the consumer's own counts (no request)."""
+        from confluent_kafka import TopicPartition
+        parts = sorted(self.parts[i])
+        pos = {tp.partition: tp.offset for tp in self.consumers[i].position([TopicPartition(topic, p) for p in parts])}
+        out = {}
+        for p in parts:
+            lo, hi = self.consumers[i].get_watermark_offsets(TopicPartition(topic, p), cached=True)
+            out[p] = (max(pos.get(p, -1), self.next.get(source_uri(topic, p), -1), lo), hi)
+        return out
+
+    def hold(self):
+        """Per job stream: None (every partition read to its end), or the smallest largest event
+        time among the partitions with records still to read, or NOTHING when one of those has
+        given no row yet. Partition by partition the watermark waits for what is still there."""
+        from .staged_log import NOTHING
+        out = [None] * len(self.job.streams)
+        for i, s, servers, topic, _ in self.streams:
+            for p, (at, hi) in self._positions(i, topic).items():
+                if 0 <= hi <= at:
+                    continue                    # read to its end (or empty)
+                top = self.tops.get(source_uri(topic, p))
+                if top is None:
+                    out[i] = NOTHING
+                    break
+                out[i] = top if out[i] is None else min(out[i], top)
+        return out
+
+    def behind(self, ends):
+        """Whether a partition is still short of its offset in `ends` (the consumer's position
+        passes a transaction's commit marker, which no record of ours holds)."""
+        for i, s, servers, topic, _ in self.streams:
+            for p, (at, _) in self._positions(i, topic).items():
+                if at < ends.get(source_uri(topic, p), 0):
+                    return True
+        return False
+
+    def state(self, hold):
+        """What a commit keeps of these topics: where each partition goes on and the largest
+        event time each has given; and the watermark's holds now (`hold()`)."""
+        return {"offsets": dict(self.next), "max_seen": dict(self.tops), "hold": hold}
 
     def read(self, max_records=50_000, timeout=0.05, stop=None):
         """Poll every stream once: (per stream waiting rows, their sources, per stream bad rows or
@@ -170,6 +222,9 @@ class KafkaInputs:
                 if b is not None:
                     refused.append(b)
                 covered[u] = ms[-1].offset() + 1
+                if len(r):
+                    top = int(r[TS].max())
+                    self.tops[u] = max(self.tops.get(u, top), top)
             if rows:
                 arrivals[i] = np.concatenate(rows)
             if refused:

@@ -47,7 +47,7 @@ def waiting_dtype(stream):
     return np.dtype(list(stream.rows_dtype.descr) + EXTRA)
 
 
-def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=None, idle=None):
+def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=None, idle=None, hold=None):
     """One step of the watermark (no I/O, so it is tested as it is).
 
     `pending`, `arrivals`: per stream, rows (waiting_dtype) waiting and just arrived. `max_seen`:
@@ -58,6 +58,8 @@ def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=
     caps the release at that event time. `idle`: per stream, whether it has been silent longer
     than [input] idle_timeout; an idle stream does not hold the bound back (when every stream is
     idle, nothing is released), and its rows, when it wakes, are late if behind the frontier.
+    `hold`: per stream, None, or an event time its max_seen counts as at most (a Kafka partition
+    with records still unread has given no more: kafka_source.py), or NOTHING (nothing released).
 
     Returns (released, late, pending, max_seen, frontier, bound): per stream, the rows released
     (unordered across streams; `order` orders them), the late rows (older than `frontier`), the
@@ -73,7 +75,7 @@ def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=
             max_seen[k] = top if max_seen[k] is None else max(max_seen[k], top)
         pool = np.concatenate([pending[k], a[~bad]]) if len(pending[k]) else a[~bad]
         keep.append(pool)
-    held = [m for k, m in enumerate(max_seen) if not (idle and idle[k])]
+    held = _held(max_seen, idle, hold)
     if flush:
         bound = until                    # None: release everything
     elif not held or any(m is None for m in held):
@@ -96,6 +98,18 @@ def advance(pending, arrivals, max_seen, frontier, lateness, flush=False, until=
             frontier = top if frontier is None else max(frontier, top)
     bound = None if bound is NOTHING else bound
     return released, late, keep, max_seen, frontier, bound
+
+
+def _held(max_seen, idle, hold):
+    """The max_seen of the streams that hold the watermark back (the idle ones do not), each at
+    most its hold; a None among them (not heard from, or held at NOTHING) releases nothing."""
+    out = []
+    for k, m in enumerate(max_seen):
+        if idle and idle[k]:
+            continue
+        h = hold[k] if hold else None
+        out.append(None if h is NOTHING else m if h is None or m is None else min(m, h))
+    return out
 
 
 def order(released, sources, next_seq, origin=False):
@@ -262,14 +276,13 @@ class LogWriter:
 
     # -- committing ----------------------------------------------------------------------
     def commit(self, spark_batch, arrivals, paths, bad=None, flush=False, until=None, end=None, timing=None,
-               seen_ns=None, consumed=None, known=None, offsets=None):
-        """Commit one micro-batch. `arrivals`: per stream, staged-dtype rows with `_src` indexing
-        `paths` (this batch's sources) and `_rec` their records; `bad`: per stream an Arrow table
-        of unparseable rows (or None); `seen_ns`: when the stager first saw this batch's new
-        sources (default: now). Returns the log entry, or None when the log holds this batch.
-        Kept with the log, read again by a restart: `consumed`, the URIs of the landing files
-        read; `offsets`, {Kafka source: next offset} read up to (kafka_source.py). `known`:
-        {local path: record} of landing files looked at before they were read (not hashed again)."""
+               seen_ns=None, consumed=None, known=None, kafka=None):
+        """Commit one micro-batch (returns its log entry, or None when the log holds it).
+        `arrivals`: per stream, staged-dtype rows, `_src` indexing `paths` (this batch's sources),
+        `_rec` their records; `bad`: per stream unparseable rows (Arrow) or None; `seen_ns`: when
+        the stager saw the new sources. Kept for a restart: `consumed`, landing files read;
+        `kafka`, KafkaInputs.state() (offsets, each partition's largest event time, the holds);
+        `known`, {local path: record} of files looked at before they were read."""
         if spark_batch is not None and spark_batch <= self.log["spark_batch"]:
             return None
         srcs = self.log["sources"]
@@ -298,7 +311,8 @@ class LogWriter:
         max_seen = [self.log["max_seen"][n] for n in self.names]
         idle = self._idle(arr, bad)
         released, late, keep, max_seen, frontier, bound = advance(
-            self.pending, arr, max_seen, self.log["frontier"], self.lateness, flush=flush, until=until, idle=idle)
+            self.pending, arr, max_seen, self.log["frontier"], self.lateness, flush=flush, until=until, idle=idle,
+            hold=kafka["hold"] if kafka else None)
         # when the stager first saw each source: a row's landing time (column LANDED of its part)
         seen = self.log.setdefault("seen_ns", [])
         seen.extend([int(seen_ns or time.time_ns())] * (len(srcs) - len(seen)))
@@ -311,8 +325,7 @@ class LogWriter:
         entry = {"batch": b, "spark_batch": spark_batch, "committed_ns": t_begin,
                  "seq": [self.man["total"], self.man["total"] + sum(len(r) for r in rows)],
                  "watermark": bound, "frontier": frontier, "streams": {}, **(timing or {})}
-        if any(idle):
-            entry["idle"] = self.log["idle"]
+        entry.update({"idle": self.log["idle"]} if any(idle) else {})
         for k, s in enumerate(self.job.streams):
             n = s.name
             st = self.man["streams"][n]
@@ -353,8 +366,8 @@ class LogWriter:
             self.log["spark_batch"] = spark_batch
         if consumed:
             self.log.setdefault("consumed", []).extend(consumed)
-        if offsets:
-            self.log.setdefault("kafka_offsets", {}).update(offsets)
+        if kafka:                   # KafkaInputs.state(): every partition's, so replaced whole
+            self.log.update(kafka_offsets=kafka["offsets"], kafka_max_seen=kafka["max_seen"])
         if end is not None:
             self.log["ended"] = dict(end, beyond_until=waiting, seq_end=self.man["total"])
         self.files.json(os.path.join(self.out, LOG), f"batch-{b:06d}.json", entry)

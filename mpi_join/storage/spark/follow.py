@@ -663,7 +663,7 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
     reader = Reader(spark, job)
     if spark_start == "now":
         reader.warm(say)
-    kafka = KafkaInputs(job, writer.log.get("kafka_offsets"), say) if any(is_kafka(s) for s in job.streams) else None
+    kafka = KafkaInputs(job, writer.log, say) if any(is_kafka(s) for s in job.streams) else None
     try:
         return _follow_loop(job, out, writer, cap, until, every_s, batch_bytes, drain, say, reader, kafka)
     finally:
@@ -680,7 +680,7 @@ def _follow_loop(job, out, writer, cap, until, every_s, batch_bytes, drain, say,
     state = {"signal": None, "signals": 0}
     old = _catch(state)
     say(_watching(job, out, until, cap, drain))
-    only, look, stopped, notes = None, 0.0, False, Notes(say)
+    only, look, stopped, notes, last_hold = None, 0.0, False, Notes(say), None
     try:
         ends = None                   # the Kafka offsets `--until end` and a drain stage up to
         if until == "end":
@@ -712,7 +712,8 @@ def _follow_loop(job, out, writer, cap, until, every_s, batch_bytes, drain, say,
                 new = [f for f in new if Path(f[3]).as_uri() not in skip]
             seen, r0 = time.time_ns(), time.perf_counter()
             got = kafka.read(stop=ends) if kafka is not None else None
-            if take or (got and got[3]):
+            held = kafka.hold() if kafka is not None else None
+            if take or (got and got[3]) or (held != last_hold and any(len(p) for p in writer.pending)):
                 arrivals, paths, bad, arrow = reader.read(
                     [[f[3] for f in take if f[2] == i] for i in range(len(job.streams))], say) if take else \
                     ([np.zeros(0, waiting_dtype(s)) for s in job.streams], [], None, 0)
@@ -723,7 +724,8 @@ def _follow_loop(job, out, writer, cap, until, every_s, batch_bytes, drain, say,
                           "arrow_files": arrow, **({"kafka_records": sum(len(a) for a in got[0]) if got else 0}
                                                    if kafka else {})}
                 e = writer.commit(None, arrivals, paths, bad, until=cap, seen_ns=seen, consumed=uris, known=looked,
-                                  timing=timing, offsets=got[3] if got else None)
+                                  timing=timing, kafka=kafka.state(held) if kafka is not None else None)
+                last_hold = held
                 done.update(uris)
                 _report(say, e, writer)
             if time.monotonic() >= look:
@@ -732,7 +734,7 @@ def _follow_loop(job, out, writer, cap, until, every_s, batch_bytes, drain, say,
             wm = writer.log.get("watermark")
             if cap is not None and wm is not None and wm >= cap:
                 break
-            behind = kafka is not None and ends is not None and any(kafka.next.get(u, 0) < o for u, o in ends.items())
+            behind = kafka is not None and ends is not None and kafka.behind(ends)
             if only is not None and len(take) == len(new) and not behind:      # every file and record of the set
                 break
             if len(take) < len(new) or (got and got[3]):           # a backlog: the next batch at once
