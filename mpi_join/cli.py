@@ -376,9 +376,11 @@ def live(job_path, nprocs, no_drain, trigger, batch_mb, status_every, metrics_po
     from .live import expected_paths
     for ln in expected_paths(job):
         click.echo(ln, err=True)
-    click.echo("live: Spark's JVM starts " + ("now, on a thread beside the stager's fast path (--spark-start needed: "
-               "at the first file that needs it)" if spark_start == "now" else "at the first file that needs it"),
-               err=True)
+    from .storage.kafka_source import is_kafka
+    click.echo("live: no Spark: every stream is a Kafka topic, read in the stager's process" if all(
+        is_kafka(s) for s in job.streams) else "live: Spark's JVM starts " + (
+        "now, on a thread beside the stager's fast path (--spark-start needed: at the first file that needs it)"
+        if spark_start == "now" else "at the first file that needs it"), err=True)
     try:
         code = Supervisor(job, nprocs, lambda m: click.echo(m, err=True), drain=not no_drain, trigger=trigger,
                           batch_mb=batch_mb, status_every=status_every, exporter=exporter,
@@ -451,7 +453,15 @@ def bench_door_cmd(out, impressions, clicks, nprocs, no_spark):
 @click.option("--spark-rates", default="1000,2000,4000,8000,16000", show_default=True,
               help="The rates to try for Spark's own stream-stream join, ascending.")
 @click.option("--no-spark", is_flag=True, help="Skip Spark Structured Streaming's own stream-stream join.")
-def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates):
+@click.option("--kafka", "kafka", is_flag=True,
+              help="Kafka topics in and out instead of landing files, against Flink SQL's interval join (Flink's "
+                   "Kafka connector fetched with Maven; `make flink` for Flink itself).")
+@click.option("--kafka-servers", metavar="HOST:PORT",
+              help="--kafka: the broker to use (default: one of its own, started as dev-services starts it).")
+@click.option("--flink-rates", default="5000,10000,20000,40000", show_default=True,
+              help="--kafka: the rates to try for Flink, ascending.")
+@click.option("--no-flink", is_flag=True, help="--kafka: skip Flink.")
+def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates, kafka, kafka_servers, flink_rates, no_flink):
     """Live streams end to end: generator, `stage --follow` and `run --follow` together.
 
     Reports for each rate the end-to-end latency (a row's file landing to its result's commit)
@@ -459,10 +469,17 @@ def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates):
     (staging, replay, join, commit) at 80% of that rate; the stager's CPU per row and the cores
     the generator, the stager and the run used; `mpi-join live`'s time from its start to its log
     and to its first committed result; and Spark Structured Streaming's own stream-stream join
-    on the same input and cores, measured the same way."""
+    on the same input and cores, measured the same way.
+
+    With --kafka: R and S are Kafka topics and the results go to a third, exactly once, for
+    `mpi-join live` and for Flink SQL's interval join with its exactly-once Kafka sink; the
+    latency runs from a record's produce time to its result's arrival at a read_committed
+    consumer (tools/bench_kafka.py); OUT/kafka.json.
+
+      mpi-join bench-live --kafka --seconds 20 --rates 10000,20000,40000"""
     from .tools.bench_live import bench_live
     ladders = {}
-    for opt, text in (("--rates", rates), ("--spark-rates", spark_rates)):
+    for opt, text in (("--rates", rates), ("--spark-rates", spark_rates), ("--flink-rates", flink_rates)):
         try:
             ladders[opt] = [float(x) for x in text.split(",") if x.strip()]
         except ValueError:
@@ -470,6 +487,11 @@ def bench_live_cmd(out, rates, seconds, nprocs, no_spark, spark_rates):
         if not ladders[opt] or any(r <= 0 for r in ladders[opt]) or ladders[opt] != sorted(ladders[opt]):
             _fail(JobError(f"{opt}: expected positive rates in ascending order, got {text!r}"))
     try:
+        if kafka:
+            from .tools.bench_kafka import bench_kafka
+            bench_kafka(out, ladders["--rates"], seconds, nprocs, flink=not no_flink, say=lambda m: click.echo(m, err=True),
+                        flink_rates=ladders["--flink-rates"], servers=kafka_servers)
+            return
         bench_live(out, ladders["--rates"], seconds, nprocs, spark=not no_spark, say=lambda m: click.echo(m, err=True),
                    spark_rates=ladders["--spark-rates"])
     except JobError as e:

@@ -437,3 +437,30 @@ def test_the_line_ladder_hashes_every_prefix_across_chunks(tmp_path):
     (tmp_path / "s").write_bytes(small)
     want = sum((x + 1) * pow(landed._P, j, 1 << 64) for j, x in enumerate(small)) % (1 << 64)
     assert int(landed._hashes(str(tmp_path / "s"))[1]) == want
+
+
+def test_payloads_read_each_new_part_once_and_an_old_tuple_again(tmp_path):
+    """tail.Payloads (publish, tail --with-payload) against the whole log read at once: after
+    each commit, results naming the newest and the oldest tuples give the staged rows' values;
+    with `keep` small, a tuple no longer held is read again by seek."""
+    from mpi_join.storage.staged import read_staged
+    from mpi_join.storage.tail import Payloads
+    job = _job(tmp_path)
+    w = LogWriter(job, job.staged, job.allowed_lateness, {"x": 1})
+    pay, rng = Payloads(job, keep=25), np.random.default_rng(5)
+    for b in range(5):
+        _commit(w, job, b, (b * 40 + rng.integers(0, 40, 30)).tolist(), (b * 40 + rng.integers(0, 40, 20)).tolist())
+        R, S = read_staged(job)
+        if not len(R) or not len(S):
+            continue
+        seqs = np.array([[R["seq"][-1], S["seq"][0]], [R["seq"][0], -1], [R["seq"][len(R) // 2], S["seq"][-1]]])
+        got = pay.values(seqs)
+        for row, (r, s) in zip(got, seqs):
+            rr = R[R["seq"] == r][0]
+            assert row[:3] == (int(rr["ts"]), int(rr["k"]), float(rr["v"]))
+            if s < 0:
+                assert row[3:] == (None,) * 3
+            else:
+                ss = S[S["seq"] == s][0]
+                assert row[3:] == (int(ss["ts"]), int(ss["k"]), float(ss["v"]))
+        assert all(len(a) <= 25 for a in pay.rows)

@@ -19,6 +19,8 @@ BUNDLES = {
                "org.bouncycastle:bcprov-jdk18on:1.82", "org.bouncycastle:bcpkix-jdk18on:1.82",
                "org.slf4j:slf4j-simple:1.7.36"),
     "kafka": ("org.apache.kafka:kafka_2.13:4.4.0", "org.slf4j:slf4j-simple:1.7.36"),
+    # the peer's: Flink SQL's Kafka connector (one shaded jar) for `bench kafka`'s Flink side
+    "flink-kafka": ("org.apache.flink:flink-sql-connector-kafka:5.0.0-2.2",),
 }
 COMPLETE = ".complete.json"
 

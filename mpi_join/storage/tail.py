@@ -1,6 +1,8 @@
 """`mpi-join tail`: follow a run's committed results (commits.py), each result once."""
 import os
 
+import numpy as np
+
 from .commits import read_committed
 
 
@@ -33,35 +35,73 @@ def follow(out, interval=0.2, once=False, stopped=lambda: False):
 
 
 class Payloads:
-    """The staged columns of each result's tuples (`tail --with-payload`): each stream's staged
-    rows by seq, read again when a result names a tuple beyond what was read (a followed log
-    grows; what a result names is committed before it)."""
+    """The staged columns of each result's tuples (`tail --with-payload`, `publish`). Each
+    stream's rows are read once, as the followed log grows: a StreamReader per stream is given
+    each newly committed part (checked against the manifest) and read on from where it was, so
+    a commit costs what it added, never the whole log again. The newest `keep` rows of a stream
+    are held; a result naming an older tuple (a long window's) has it read again by seek."""
 
-    def __init__(self, job):
-        self.job, self.rows, self.top = job, None, -1
+    def __init__(self, job, keep=2_000_000):
+        self.job, self.keep, self.readers, self.top = job, keep, None, -1
+        self.files = [set() for _ in job.streams]
+        self.rows = [np.zeros(0, s.dtype) for s in job.streams]
 
     def names(self):
         return [f"{s.name}_{c}" for s in self.job.streams for c in ["ts", *s.schema]]
 
+    def _grow(self):
+        """Read what the log committed since the last call."""
+        from .staged import StreamReader, staged_manifest, stream_files
+        man = staged_manifest(self.job)
+        for k, s in enumerate(self.job.streams):
+            files = stream_files(self.job.staged, s.name, man)
+            if self.readers is None or len(self.readers) <= k:
+                self.readers = (self.readers or []) + [StreamReader(self.job.staged, s, man=man)]
+            else:
+                self.readers[k].add([f for f in files if f not in self.files[k]], (man.get("files") or {}).get(s.name))
+            self.files[k].update(files)
+            chunks = [self.rows[k]]
+            while (c := self.readers[k].next_chunk()) is not None:
+                chunks.append(c)
+            self.rows[k] = np.concatenate(chunks)[-self.keep:]
+        self.top = max([int(a["seq"][-1]) for a in self.rows if len(a)] + [-1])
+
+    def _older(self, k, q):
+        """Stream k's rows of seqs `q` (sorted, unique) below what is held: read again."""
+        from .staged import StreamReader, staged_manifest
+        r = StreamReader(self.job.staged, self.job.streams[k], man=staged_manifest(self.job))
+        r.seek(int(q[0]))
+        got = []
+        while (c := r.next_chunk()) is not None:
+            got.append(c[np.isin(c["seq"], q)])
+            if c["seq"][-1] >= q[-1]:
+                break
+        return np.concatenate(got) if got else np.zeros(0, self.rows[k].dtype)
+
     def values(self, seqs):
         """Per result (rows of `seqs`: one column per stream, -1 for an outer join's missing
         side), its payload values in the order of names()."""
-        import numpy as np
-        from .staged import read_staged
-        need = int(seqs.max()) if seqs.size else -1
-        if self.rows is None or need > self.top:
-            self.rows = read_staged(self.job)
-            self.top = max([int(a["seq"][-1]) for a in self.rows if len(a)] + [-1])
+        if seqs.size and int(seqs.max()) > self.top:
+            self._grow()
         cols = []
         for k, s in enumerate(self.job.streams):
             a, q = self.rows[k], seqs[:, k]
-            at = np.searchsorted(a["seq"], q)
-            ok = (q >= 0) & (at < len(a))
+            if len(a) and ((q >= 0) & (q < a["seq"][0])).any():
+                a = np.concatenate([self._older(k, np.unique(q[(q >= 0) & (q < a["seq"][0])])), a])
+            at = np.minimum(np.searchsorted(a["seq"], q), max(len(a) - 1, 0))
+            ok = (q >= 0) & (len(a) > 0)
             ok[ok] = a["seq"][at[ok]] == q[ok]
             for c in ["ts", *s.schema]:
-                col = a[c]
-                cols.append([_plain(col[i], col.dtype) if good else None for i, good in zip(at, ok)])
+                vals = _plain_column(a[c][at] if len(a) else np.zeros(len(q), a.dtype[c]))
+                cols.append(vals if ok.all() else [v if good else None for v, good in zip(vals, ok)])
         return list(zip(*cols)) if cols else [() for _ in range(len(seqs))]
+
+
+def _plain_column(col):
+    """A column of staged values as Python values (_plain, a whole column at once for numbers)."""
+    if col.dtype.shape or col.dtype.kind == "S":
+        return [_plain(v, col.dtype) for v in col]
+    return col.tolist()
 
 
 def _plain(v, dt):

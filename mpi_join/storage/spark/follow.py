@@ -661,8 +661,8 @@ def _follow_dirs(spark, job, out, writer, cap, until, every_s, batch_bytes, drai
     starts only when a file needs it (Reader). Kafka topics are polled in the same rounds, their
     offsets committed with the rows they gave (kafka_source.py)."""
     reader = Reader(spark, job)
-    if spark_start == "now":
-        reader.warm(say)
+    if spark_start == "now" and any(landing_dir(s) is not None for s in job.streams):
+        reader.warm(say)                # (Kafka records are parsed here, never by Spark)
     kafka = KafkaInputs(job, writer.log, say) if any(is_kafka(s) for s in job.streams) else None
     try:
         return _follow_loop(job, out, writer, cap, until, every_s, batch_bytes, drain, say, reader, kafka)
