@@ -517,3 +517,31 @@ def test_two_sources_take_the_checkpoints_asked_for_and_inspect_and_the_summary_
     assert plan(job.checkpoint.dir, 6)["workers"] == 4 and plan(job.checkpoint.dir, 6, sources=1)["workers"] == 5
     share = [ln for ln in p.stdout.splitlines() + p.stderr.splitlines() if ln.startswith("share of tuples per slave")]
     assert share and "5:" not in share[0], share
+
+
+def test_packed_arrays_read_back_by_name_and_a_changed_one_is_refused(tmp_path):
+    """write_rank packs the 1-d arrays of one dtype into one dataset: each comes back by name
+    (with `keep`, only those kept), a 2-d one stays a dataset of its own, entries() lists them
+    all without reading, and a row edited inside the packed dataset fails that array's checksum."""
+    import h5py
+    root = str(tmp_path)
+    rows = np.dtype([("seq", "<i8"), ("v", "<f8")])
+    arrays = {f"module/g{i}": np.array([(i, 0.5), (i + 10, 1.5)], rows)[: i % 3] for i in range(7)}
+    arrays.update({"module/n": np.arange(5), "module/grid": np.ones((2, 3))})
+    ck.write_rank(root, 0, 1, arrays, {"c": 0}, "cut")
+    got, attrs = ck.read_rank(root, 0, 1)
+    assert attrs == {"c": 0} and sorted(got) == sorted(arrays)
+    assert all(got[k].dtype == a.dtype and np.array_equal(got[k], a) for k, a in arrays.items())
+    some, _ = ck.read_rank(root, 0, 1, keep=lambda n: n.endswith("g4"))
+    assert list(some) == ["module/g4"] and np.array_equal(some["module/g4"], arrays["module/g4"])
+    with h5py.File(ck.rank_file(root, 0, 1), "r") as f:
+        assert {n: r for n, _, r in ck.entries(f)} == {k: len(a) for k, a in arrays.items()}
+        assert np.array_equal(ck.one_array(f, "module/g2"), arrays["module/g2"])
+        assert len(f["packed"]) == 2                    # one dataset per dtype, the 2-d array apart
+    with h5py.File(ck.rank_file(root, 0, 1), "r+") as f:
+        d = next(f["packed"][k] for k in f["packed"] if f["packed"][k].dtype.names)
+        row = d[0]
+        row["seq"] += 1
+        d[0] = row
+    with pytest.raises(InputError, match=r"array 'module/g1' fails its checksum"):
+        ck.read_rank(root, 0, 1)

@@ -464,3 +464,22 @@ def test_payloads_read_each_new_part_once_and_an_old_tuple_again(tmp_path):
                 ss = S[S["seq"] == s][0]
                 assert row[3:] == (int(ss["ts"]), int(ss["k"]), float(ss["v"]))
         assert all(len(a) <= 25 for a in pay.rows)
+
+
+def test_result_values_are_json_and_csv_as_the_standard_writers_give_them():
+    """kafka_sink._lines formats a column at a time: each line is what json.dumps of the row's
+    object and csv.writer of the row give (nulls, booleans, NaN, quotes, commas, line breaks)."""
+    import csv
+    import io
+    from mpi_join.storage.kafka_sink import _lines
+    names = ["R_seq", "ok", "name", "x"]
+    cols = [[1, None, 3, 2 ** 62], [True, False, None, True], ['a"b', "é,z", None, "l1\nl2"],
+            [0.1, float("nan"), 1e300, float("-inf")]]
+    rows = [[c[i] for c in cols] for i in range(4)]
+    assert _lines(names, cols, "json") == [json.dumps(dict(zip(names, r)), separators=(",", ":")).encode() for r in rows]
+    want = []
+    for r in rows:
+        b = io.StringIO()
+        csv.writer(b, lineterminator="\r\n").writerow(["" if v is None else v for v in r])
+        want.append(b.getvalue()[:-2].encode())
+    assert _lines(names, cols, "csv") == want

@@ -12,7 +12,7 @@ import glob
 import os
 
 from . import key_groups
-from ..storage.checkpoint import ckpt_path, list_checkpoints
+from ..storage.checkpoint import ckpt_path, entries, list_checkpoints, one_array
 
 _OWNER = "router/partitions/owner"          # the router's map of groups to owners (hash)
 
@@ -26,24 +26,20 @@ def layout(root, cid):
     for path in sorted(glob.glob(os.path.join(ckpt_path(root, cid), "rank-*.h5"))):
         rank = int(os.path.basename(path)[5:9])
         with h5py.File(path, "r") as f:
-            def visit(name, obj):
-                nonlocal owner, other
-                if not isinstance(obj, h5py.Dataset):
-                    return
-                nbytes = obj.size * obj.dtype.itemsize
+            for name, dtype, n in entries(f):
+                nbytes = (1 if n is None else n) * dtype.itemsize
                 if name == _OWNER:
-                    owner = obj[()].astype(int)
-                    return
+                    owner = one_array(f, name).astype(int)
+                    continue
                 g = key_groups.group_of(name) if name.startswith("module/") else None
                 if g is None:
                     if name.startswith("module/") and rank > 0:
                         other[1] += nbytes
-                        other[0] += int(obj.shape[0]) if obj.dtype.names and "seq" in obj.dtype.names else 0
-                    return
+                        other[0] += (n or 0) if dtype.names and "seq" in dtype.names else 0
+                    continue
                 rows, b = sizes.get(g, (0, 0))
-                sizes[g] = (rows + (int(obj.shape[0]) if obj.shape else 0), b + nbytes)
+                sizes[g] = (rows + (n or 0), b + nbytes)
                 held[g] = rank
-            f["arrays"].visititems(visit)
     return sizes, held, owner, tuple(other)
 
 
@@ -84,8 +80,8 @@ def owners_after(root, cid, workers):
     import h5py
     from ..storage.checkpoint import rank_file
     with h5py.File(rank_file(root, cid, 0), "r") as f:
-        name = "arrays/" + _OWNER
-        if name not in f:
+        owner = one_array(f, _OWNER)
+        if owner is None:
             raise ValueError(f"{rank_file(root, cid, 0)}: no map of key groups ({_OWNER}) to restore from")
-        owner = f[name][()].astype(int)
+        owner = owner.astype(int)
     return key_groups.reassign(owner, workers)

@@ -29,30 +29,64 @@ def publisher_id(job):
     return f"mpi-join-publish-{job.name}-{digest}"
 
 
-def _line(names, values, fmt):
+def _json_texts(col):
+    """A column's values as JSON texts (what json.dumps gives each), a column at a time."""
+    import math
+    out = []
+    for v in col:
+        if v is None:
+            out.append("null")
+        elif isinstance(v, bool):
+            out.append("true" if v else "false")
+        elif isinstance(v, int):
+            out.append(str(v))
+        elif isinstance(v, float):
+            out.append(repr(v) if math.isfinite(v) else json.dumps(v))
+        else:
+            out.append(json.dumps(v if isinstance(v, str) else str(v)))
+    return out
+
+
+def _csv_texts(col):
+    """A column's values as CSV fields, as csv.writer writes them (None empty; a text with a
+    comma, a quote or a line break quoted)."""
+    out = []
+    for v in col:
+        if v is None:
+            out.append("")
+        elif isinstance(v, str):
+            out.append('"' + v.replace('"', '""') + '"' if any(c in v for c in ',"\r\n') else v)
+        else:
+            out.append(str(v))
+    return out
+
+
+def _lines(names, cols, fmt):
+    """Rows of `cols` (one list per column of `names`) as Kafka values: JSON objects or CSV
+    lines, formatted a column at a time (json.dumps of each row's dict cost the publisher 60%
+    of its time at 35,000 results/s)."""
     if fmt == "json":
-        return json.dumps(dict(zip(names, values)), separators=(",", ":"), default=str).encode()
-    import csv
-    import io
-    b = io.StringIO()
-    csv.writer(b, lineterminator="").writerow(["" if v is None else v for v in values])
-    return b.getvalue().encode()
+        texts = [_json_texts(c) for c in cols]
+        row = "{" + ",".join(f"{json.dumps(n)}:%s" for n in names) + "}"
+    else:
+        texts = [_csv_texts(c) for c in cols]
+        row = ",".join("%s" for _ in names)
+    return [(row % t).encode() for t in zip(*texts)]
 
 
 def _records(job, paths, payloads, fmt):
     """The result rows of part files `paths` as Kafka values: seqs, emit_ns, latency_ns, payload."""
     import pyarrow.parquet as pq
     seq_cols = [f"{s.name}_seq" for s in job.streams]
+    names = seq_cols + ["emit_ns", "latency_ns"] + payloads.names()
     out = []
     for p in paths:
         t = pq.read_table(p)
-        seqs = np.stack([t.column(c).fill_null(-1).to_numpy() for c in seq_cols], axis=1) if t.num_rows else \
-            np.zeros((0, len(seq_cols)), np.int64)
-        base = [t.column(c).to_pylist() for c in seq_cols + ["emit_ns", "latency_ns"]]
-        pay = payloads.values(seqs)
-        names = seq_cols + ["emit_ns", "latency_ns"] + payloads.names()
-        for i in range(t.num_rows):
-            out.append(_line(names, [col[i] for col in base] + list(pay[i]), fmt))
+        if not t.num_rows:
+            continue
+        seqs = np.stack([t.column(c).fill_null(-1).to_numpy() for c in seq_cols], axis=1)
+        cols = [t.column(c).to_pylist() for c in seq_cols + ["emit_ns", "latency_ns"]] + payloads.columns(seqs)
+        out += _lines(names, cols, fmt)
     return out
 
 

@@ -201,27 +201,28 @@ class KafkaInputs:
         bad, paths, covered = [None] * len(self.job.streams), [], {}
         for i, s, servers, topic, _ in self.streams:
             msgs = self.consumers[i].consume(max_records, timeout)
-            by_part = {}
-            for m in msgs:
-                if m.error() is not None:
-                    continue                  # a transport error, reported by error_cb; retried
-                if stop is not None and m.offset() >= stop.get(source_uri(topic, m.partition()), 0):
-                    continue
-                by_part.setdefault(m.partition(), []).append(m)
             if msgs and self.down is not None:
                 self.say(f"stage --follow: the Kafka broker is back after {time.monotonic() - self.down:.1f} s")
                 self.down = None
+            msgs = [m for m in msgs if m.error() is None]   # a transport error: reported by error_cb, retried
+            # a column at a time (a loop over the records with a dict per partition was half the
+            # stager's time at 60,000 records/s per topic)
+            part = np.fromiter((m.partition() for m in msgs), np.int64, len(msgs))
+            offs = np.fromiter((m.offset() for m in msgs), np.int64, len(msgs))
+            values = [m.value() or b"" for m in msgs]
             rows, refused = [], []
-            for p, ms in sorted(by_part.items()):
+            for p in np.unique(part).tolist():
                 u = source_uri(topic, p)
-                r, b = parse_records(s, [m.value() or b"" for m in ms], np.array([m.offset() for m in ms], np.int64),
-                                     u, self.job.ts_unit)
+                at = np.flatnonzero((part == p) & (offs < (stop.get(u, 0) if stop is not None else 2 ** 62)))
+                if not len(at):
+                    continue
+                r, b = parse_records(s, [values[k] for k in at.tolist()], offs[at], u, self.job.ts_unit)
                 r["_src"] = len(paths)
                 paths.append(u)
                 rows.append(r)
                 if b is not None:
                     refused.append(b)
-                covered[u] = ms[-1].offset() + 1
+                covered[u] = int(offs[at[-1]]) + 1
                 if len(r):
                     top = int(r[TS].max())
                     self.tops[u] = max(self.tops.get(u, top), top)
@@ -265,8 +266,11 @@ def _table(s, values):
             for c in want:
                 cols[c].append(_json_text(obj.get(c)))
         return pa.table({c: pa.array(v, pa.string()) for c, v in cols.items()}), broken
+    text = b"\n".join(values) + b"\n"
+    if text.count(b"\n") != len(values) or b"\r" in text:     # a record with its own line end(s)
+        text = b"\n".join(v.rstrip(b"\r\n") for v in values) + b"\n"
     try:                              # one CSV line per record, as many rows as records
-        t = read_text(s, io.BytesIO(b"\n".join(v.rstrip(b"\r\n") for v in values) + b"\n"), want)
+        t = read_text(s, io.BytesIO(text), want)
         if t.num_rows == len(values):
             return t, np.zeros(len(values), bool)
     except pa.ArrowInvalid:

@@ -81,6 +81,11 @@ class Payloads:
     def values(self, seqs):
         """Per result (rows of `seqs`: one column per stream, -1 for an outer join's missing
         side), its payload values in the order of names()."""
+        cols = self.columns(seqs)
+        return list(zip(*cols)) if cols else [() for _ in range(len(seqs))]
+
+    def columns(self, seqs):
+        """values(), a list per payload column (None where a result has no such tuple)."""
         if seqs.size and int(seqs.max()) > self.top:
             self._grow()
         cols = []
@@ -94,7 +99,7 @@ class Payloads:
             for c in ["ts", *s.schema]:
                 vals = _plain_column(a[c][at] if len(a) else np.zeros(len(q), a.dtype[c]))
                 cols.append(vals if ok.all() else [v if good else None for v, good in zip(vals, ok)])
-        return list(zip(*cols)) if cols else [() for _ in range(len(seqs))]
+        return cols
 
 
 def _plain_column(col):

@@ -108,7 +108,7 @@ def _system(kind, work, servers, topics, ranks):
     spec = os.path.join(work, "flink.json")
     with open(spec, "w") as f:
         json.dump({"servers": servers, **topics, "jar": classpath("flink-kafka")[0], "parallelism": 2,
-                   "checkpoint_ms": COMMIT_MS, "window_ms": WINDOW_MS, "lateness_ms": LATENESS_MS,
+                   "checkpoint_ms": COMMIT_MS, "checkpoints": os.path.join(os.path.realpath(work), "flink-checkpoints"), "window_ms": WINDOW_MS, "lateness_ms": LATENESS_MS,
                    "group": f"flink-{os.path.basename(work)}"}, f)
     p, lines = _spawn([flink_python(), os.path.join(os.path.dirname(os.path.abspath(__file__)), "flink_kafka.py"),
                        spec])
@@ -173,6 +173,8 @@ def trial(kind, work, servers, rate, seconds, ranks, keys=200_000, say=print, ti
         for p in (producer, system):
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
+        with open(os.path.join(work, f"{kind}.log"), "w") as f:       # what the system said, to look at
+            f.write("\n".join(slines) + "\n")
     at, lt = np.array(got_at), np.array(later_t, np.float64)
     m = (lt >= t_go) & (lt <= t_end)
     if not m.any():
