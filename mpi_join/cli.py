@@ -6,7 +6,7 @@ import time
 
 import click
 
-from .errors import JobError
+from .errors import JobError, fail as _fail
 
 MAX_RANKS = 1 << 16
 
@@ -22,11 +22,6 @@ class Finite(click.FloatRange):
         if v is not None and not math.isfinite(v):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return v
-
-
-def _fail(e):
-    click.echo(f"mpi-join: error: {e}", err=True)
-    sys.exit(getattr(e, "exit_code", 2))
 
 
 def _under_mpi():

@@ -13,3 +13,11 @@ class ConfigError(JobError):
 
 class InputError(JobError):
     """The staged input (or a results dataset) is missing or malformed; the message names the file."""
+
+
+def fail(e):
+    """End a command on a user-facing error: its one line on stderr, its exit code."""
+    import sys
+    import click
+    click.echo(f"mpi-join: error: {e}", err=True)
+    sys.exit(getattr(e, "exit_code", 2))

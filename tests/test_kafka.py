@@ -413,3 +413,69 @@ def test_live_from_kafka_to_kafka_through_sigkills(services, tmp_path):
     assert sorted((g["R_seq"], g["S_seq"]) for g in got) == want and len(want) > 1000
     v = run_cli("verify", str(tmp_path / "out"), "--job", path)
     assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
+
+
+def test_bench_live_kafka_runs_both_systems_to_every_result(services, tmp_path):
+    """`bench-live --kafka` on the services' broker, one short rate for mpi-join's `live` and for
+    Flink SQL (its Kafka connector fetched with Maven): each trial delivers every result of its
+    records to the read_committed consumer, and the report says so."""
+    servers = services.endpoints()["kafka"]
+    r = run_cli("bench-live", "--kafka", "--kafka-servers", servers, "--out", str(tmp_path / "b"), "--seconds", "5",
+                "--rates", "2000", "--flink-rates", "2000", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads((tmp_path / "b" / "kafka.json").read_text())
+    for kind in ("mpi_join", "flink"):
+        (t,) = rep[kind]
+        assert t["complete"] and t["results"] == t["expected"] > 100, (kind, t)
+        assert t["p50_ms"] > 0 and t["produced_per_s"] > 1500, (kind, t)
+    assert "highest sustained rate per topic" in r.stderr or not all(t["sustained"] for t in rep["mpi_join"] + rep["flink"])
+
+
+def test_live_to_kafka_through_a_stop_and_a_rescaled_restart(services, tmp_path):
+    """`live --no-drain -n 3` from Kafka to Kafka, stopped once results are on the topic (the
+    log stays open), then `live -n 5`: the run resumes at 5 ranks from its checkpoint (a
+    rescaled restore) and the publisher from its mark on the topic; after the drain the topic
+    holds every result of the run once, pair for pair the Parquet results."""
+    path, servers, r, s = _job(tmp_path, services, "rescale")
+    text = (tmp_path / "job.toml").read_text().replace(
+        'dir = "out"', f'dir = "out"\ncommit_every = "200ms"\nkafka = {{ servers = "{servers}", topic = "rescale-out" }}')
+    (tmp_path / "job.toml").write_text(text)
+    _topics(servers, r, s)
+    _topics(servers, "rescale-out", parts=1)
+    prod = Producer(servers, r, s)
+    prod.send(2000)
+
+    def start(ranks, *extra):
+        return subprocess.Popen(mpi_join_cmd("live", "-n", str(ranks), *extra, path), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                env=dict(os.environ, MPI_JOIN_QUIET="1"))
+    live = start(3, "--no-drain")
+    try:
+        deadline = time.monotonic() + 120
+        while len(_consume_all(servers, "rescale-out", idle_s=0.5)) == 0 and time.monotonic() < deadline:
+            prod.send(300)
+        os.killpg(live.pid, signal.SIGTERM)
+        out, err = live.communicate(timeout=120)
+        assert live.returncode == 143 and "the log stays open" in err, err[-3000:]
+        first = len(_consume_all(servers, "rescale-out", idle_s=1.0))
+        assert first > 0
+        prod.send(1500)
+        live = start(5)
+        deadline = time.monotonic() + 120
+        while _committed(tmp_path) < sum(len(v) for v in prod.rows.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)
+        os.killpg(live.pid, signal.SIGTERM)
+        out, err = live.communicate(timeout=300)
+    finally:
+        if live.poll() is None:
+            os.killpg(live.pid, signal.SIGKILL)
+    assert live.returncode == 0 and "resuming from checkpoint" in err, err[-3000:]
+    ranks = json.loads((tmp_path / "out" / "metrics" / "summary.json").read_text())["ranks"]
+    assert len(ranks) == 5, ranks
+    got = _consume_all(servers, "rescale-out")
+    res = pq.read_table(str(tmp_path / "out" / "results"))
+    want = sorted(zip(res.column("R_seq").to_pylist(), res.column("S_seq").to_pylist()))
+    assert sorted((g["R_seq"], g["S_seq"]) for g in got) == want and len(want) > first
+    v = run_cli("verify", str(tmp_path / "out"), "--job", path)
+    assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr

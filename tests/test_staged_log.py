@@ -483,3 +483,15 @@ def test_result_values_are_json_and_csv_as_the_standard_writers_give_them():
         csv.writer(b, lineterminator="\r\n").writerow(["" if v is None else v for v in r])
         want.append(b.getvalue()[:-2].encode())
     assert _lines(names, cols, "csv") == want
+
+
+def test_bench_kafkas_expected_count_is_the_pairs_of_its_records():
+    """bench_kafka.expected_results (what a Kafka trial must deliver) against a count pair by
+    pair: equal k, |R.t - S.t| < the window."""
+    from mpi_join.tools.bench_kafka import WINDOW_MS, expected_results
+    rng = np.random.default_rng(3)
+    n = 600
+    rec = np.stack([rng.integers(0, 2, n), 1_796_000_000_000 + rng.integers(0, 5000, n), rng.integers(0, 7, n)], axis=1)
+    r, s = rec[rec[:, 0] == 0], rec[rec[:, 0] == 1]
+    want = sum(int(((s[:, 2] == k) & (np.abs(s[:, 1] - t) < WINDOW_MS)).sum()) for _, t, k in r)
+    assert expected_results(rec) == want and want > 100

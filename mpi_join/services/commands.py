@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from ..errors import JobError
+from ..errors import JobError, fail as _fail
 
 _DIR = click.option("--dir", "root", default=None, type=click.Path(file_okay=False),
                     help="The services' folder: data, configuration, logs, pids and ports "
@@ -12,11 +12,6 @@ _DIR = click.option("--dir", "root", default=None, type=click.Path(file_okay=Fal
 _ONLY = click.option("--only", default="hdfs,yarn,kafka", show_default=True,
                      help="Comma-separated services: hdfs, yarn (starts hdfs too: Spark keeps its staging "
                           "files there), kafka.")
-
-
-def _fail(e):
-    click.echo(f"mpi-join: error: {e}", err=True)
-    sys.exit(getattr(e, "exit_code", 2))
 
 
 def _services(only):

@@ -32,6 +32,11 @@ def publisher_id(job):
 def _json_texts(col):
     """A column's values as JSON texts (what json.dumps gives each), a column at a time."""
     import math
+    kinds = set(map(type, col))
+    if kinds == {int}:
+        return list(map(str, col))
+    if kinds == {float} and all(map(math.isfinite, col)):
+        return list(map(repr, col))
     out = []
     for v in col:
         if v is None:

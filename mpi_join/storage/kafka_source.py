@@ -66,10 +66,13 @@ def check(job):
 def _topic(client, s, servers, topic, timeout, reachable=True):
     """The metadata of `topic` through `client` (a consumer or an admin client); an unreachable
     broker is one line (or, unless `reachable`, None: tried again later), and so is a topic that
-    is not there. Every topic is listed: asking for one by name may create it on the broker."""
-    from confluent_kafka import KafkaException
+    is not there. An admin client lists every topic (asking it for one by name may create it on
+    the broker); a consumer asks for the one (a consumer never creates a topic: librdkafka's
+    allow.auto.create.topics is false), so a broker of many topics costs no more."""
+    from confluent_kafka import Consumer, KafkaException
     try:
-        md = client.list_topics(timeout=timeout)
+        md = client.list_topics(topic, timeout=timeout) if isinstance(client, Consumer) else \
+            client.list_topics(timeout=timeout)
     except KafkaException as e:
         if not reachable:
             return None
@@ -101,7 +104,7 @@ class KafkaInputs:
             self.consumers[i] = Consumer({"bootstrap.servers": servers, "group.id": f"mpi-join-{job.name}-{s.name}",
                                          "enable.auto.commit": False, "enable.partition.eof": False,
                                          "auto.offset.reset": "earliest", "log_level": 0,
-                                         "isolation.level": "read_committed",
+                                         "isolation.level": "read_committed", "allow.auto.create.topics": False,
                                          "error_cb": self._error})
             self.parts[i] = set()
         self.refresh(first=True)
