@@ -298,15 +298,22 @@ def _consume_all(servers, topic, idle_s=4.0):
     return out
 
 
-def test_results_to_kafka_exactly_once_through_a_sigkilled_publisher(services, tmp_path):
-    path, servers, r, s = _job(tmp_path, services, "sink")
-    text = (tmp_path / "job.toml").read_text().replace(
-        'dir = "out"', f'dir = "out"\ncommit_every = "200ms"\nkafka = {{ servers = "{servers}", topic = "sink-out" }}')
-    (tmp_path / "job.toml").write_text(text)
+def _sink_job(tmp, services, name, extra=""):
+    """A Kafka-in job with [output] kafka to the topic `<name>-out` (one partition), its topics
+    made and 2000 records produced: (job path, servers, producer, result topic)."""
+    path, servers, r, s = _job(tmp, services, name)
+    text = (tmp / "job.toml").read_text().replace(
+        'dir = "out"', f'dir = "out"\ncommit_every = "200ms"\nkafka = {{ servers = "{servers}", topic = "{name}-out" }}')
+    (tmp / "job.toml").write_text(text + extra)
     _topics(servers, r, s)
-    _topics(servers, "sink-out", parts=1)
+    _topics(servers, f"{name}-out", parts=1)
     prod = Producer(servers, r, s)
     prod.send(2000)
+    return path, servers, prod, f"{name}-out"
+
+
+def test_results_to_kafka_exactly_once_through_a_sigkilled_publisher(services, tmp_path):
+    path, servers, prod, _ = _sink_job(tmp_path, services, "sink")
     stager = subprocess.Popen(mpi_join_cmd("stage", "--follow", path), stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
@@ -365,14 +372,8 @@ def test_live_from_kafka_to_kafka_through_sigkills(services, tmp_path):
     and the run; the publisher, the stager and a rank, each SIGKILLed mid-run, are restarted by
     live (the run from its newest checkpoint), and after a drain the topic holds every result of
     the run once, and the run's results equal the oracle's over the final log."""
-    path, servers, r, s = _job(tmp_path, services, "live")
-    text = (tmp_path / "job.toml").read_text().replace(
-        'dir = "out"', f'dir = "out"\ncommit_every = "200ms"\nkafka = {{ servers = "{servers}", topic = "live-out" }}')
-    (tmp_path / "job.toml").write_text(text + '\n[live]\nrestart_attempts = 3\nrestart_delay = "200ms"\n')
-    _topics(servers, r, s)
-    _topics(servers, "live-out", parts=1)
-    prod = Producer(servers, r, s)
-    prod.send(2000)
+    path, servers, prod, _ = _sink_job(tmp_path, services, "live",
+                                       '\n[live]\nrestart_attempts = 3\nrestart_delay = "200ms"\n')
     live = subprocess.Popen(mpi_join_cmd("live", "-n", "3", path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True, env=dict(os.environ, MPI_JOIN_QUIET="1"))
     try:
@@ -436,14 +437,7 @@ def test_live_to_kafka_through_a_stop_and_a_rescaled_restart(services, tmp_path)
     log stays open), then `live -n 5`: the run resumes at 5 ranks from its checkpoint (a
     rescaled restore) and the publisher from its mark on the topic; after the drain the topic
     holds every result of the run once, pair for pair the Parquet results."""
-    path, servers, r, s = _job(tmp_path, services, "rescale")
-    text = (tmp_path / "job.toml").read_text().replace(
-        'dir = "out"', f'dir = "out"\ncommit_every = "200ms"\nkafka = {{ servers = "{servers}", topic = "rescale-out" }}')
-    (tmp_path / "job.toml").write_text(text)
-    _topics(servers, r, s)
-    _topics(servers, "rescale-out", parts=1)
-    prod = Producer(servers, r, s)
-    prod.send(2000)
+    path, servers, prod, _ = _sink_job(tmp_path, services, "rescale")
 
     def start(ranks, *extra):
         return subprocess.Popen(mpi_join_cmd("live", "-n", str(ranks), *extra, path), stdout=subprocess.PIPE,

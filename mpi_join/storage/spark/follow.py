@@ -526,7 +526,6 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain, spa
     lock, state = threading.Lock(), {"stopping": False, "signal": None, "error": None}
 
     def on_batch(df, batch_id):
-        from pyspark.sql import functions as F
         with lock:
             if state["stopping"]:
                 raise RuntimeError("the stager is stopping")
