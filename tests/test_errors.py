@@ -186,13 +186,14 @@ def test_verify_reports_missing_extra_and_duplicated(good):
 
 @pytest.fixture
 def full_disk(tmp_path):
-    """A real filesystem of 600 kB, nearly full (a tmpfs mounted for the test; root only)."""
+    """A real filesystem of 600 kB with 100 kB free (a tmpfs mounted for the test; root only): less
+    than the run's results and checkpoints need."""
     import subprocess
     d = tmp_path / "full"
     d.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(d)], capture_output=True).returncode:
         pytest.skip("mounting a tmpfs needs root")
-    (d / "filler").write_bytes(b"\0" * 300_000)
+    (d / "filler").write_bytes(b"\0" * 500_000)
     yield d
     subprocess.run(["umount", "-l", str(d)], capture_output=True)
 

@@ -8,6 +8,7 @@ DataNode killed before and during a collect (one line, nothing marked complete, 
 completes it). The services tier: `make test` runs it on its own (`-m services`)."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -294,3 +295,91 @@ def test_a_failed_start_leaves_no_daemon_behind(tmp_path):
     assert p.returncode == 2 and len(lines) == 1 and "kafka" in lines[0], p.stderr[-2000:]
     assert not any(pid for _, pid, _, _ in DevServices(str(root)).status())
     assert "not running" in run_cli("dev-services", "status", "--dir", str(root)).stdout
+
+
+LIVE_HDFS = """\
+[job]
+name = "hdfs-live"
+ts_unit = "ms"
+[input]
+staged = "staged"
+allowed_lateness = "1s"
+[output]
+dir = "out"
+[streams.R]
+schema = {{ k = "int64", v = "float64" }}
+window = "200ms"
+raw = {{ path = "{root}/R", format = "csv", time = "t", time_unit = "ms" }}
+[streams.S]
+schema = {{ k = "int64", w = "float64" }}
+window = "200ms"
+raw = {{ path = "{root}/S", format = "csv", time = "t", time_unit = "ms" }}
+[predicate]
+equi = [["R.k", "S.k"]]
+[strategy]
+name = "hash"
+"""
+
+
+def test_a_live_landing_directory_on_hdfs_stages_each_row_once_through_a_sigkill(services, tmp_path):
+    """`stage --follow` of landing directories on HDFS (Spark's file source watches them; its
+    checkpoint is in the log): the files put while it runs are staged, a SIGKILL and a restart
+    with `--until end` stage each row once, a bad row is quarantined by itself with its file's
+    hdfs:// URI, and the run over the log equals the oracle."""
+    import numpy as np
+    hd = services.endpoints()["hdfs"]
+    root = f"{hd}/live-land"
+    (tmp_path / "job.toml").write_text(LIVE_HDFS.format(root=root))
+    path, env = str(tmp_path / "job.toml"), _env(services)
+    services.hadoop("dfs", "-mkdir", "-p", f"{root}/R", f"{root}/S")
+    rng, rows, t0 = np.random.default_rng(9), {"R": [], "S": []}, 1_000_000
+
+    def land(n, files):
+        """`files` files a stream, put beside the landing directories and renamed into them
+        (the producer contract), in three Hadoop commands."""
+        d = tmp_path / f"files-{n}"
+        for st, col in (("R", "v"), ("S", "w")):
+            (d / st).mkdir(parents=True)
+            for j in range(files):
+                lines = [f"k,t,{col}"]              # the time column not first
+                for i in range(200):
+                    t, k, x = t0 + 1000 * (n * files + j) + 5 * i, int(rng.integers(0, 40)), round(float(rng.random()), 6)
+                    bad = n == 1 and j == 0 and i == 7 and st == "R"
+                    lines.append(f"{k},{'later' if bad else t},{x}")
+                    if not bad:
+                        rows[st].append((t, k, x))
+                (d / st / f"{st}-{n}-{j}.csv").write_text("\n".join(lines) + "\n")
+        services.hadoop("dfs", "-mkdir", "-p", f"{hd}/incoming-{n}")
+        services.hadoop("dfs", "-put", str(d / "R"), str(d / "S"), f"{hd}/incoming-{n}/")
+        for st in ("R", "S"):
+            services.hadoop("dfs", "-mv", f"{hd}/incoming-{n}/{st}/*", f"{root}/{st}/")
+
+    land(0, 2)
+    p = subprocess.Popen(mpi_join_cmd("stage", "--follow", "--trigger", "500ms", path), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    try:
+        man = tmp_path / "staged" / "_manifest.json"
+        deadline = time.monotonic() + 180
+        while (not man.exists() or json.loads(man.read_text())["total"] < 400) and time.monotonic() < deadline \
+                and p.poll() is None:
+            time.sleep(0.2)
+        assert p.poll() is None and json.loads(man.read_text())["total"] >= 400, \
+            p.stderr.read() if p.poll() is not None else "no commit"
+        land(1, 2)                               # while it runs
+        time.sleep(1.0)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(30)
+    land(2, 1)
+    r = run_cli("stage", "--follow", "--until", "end", path, env=env, timeout=300)
+    _ok(r)
+    assert "continuing the log" in r.stderr, r.stderr[-2000:]
+    for st, col in (("R", "v"), ("S", "w")):
+        t = pq.read_table(str(tmp_path / "staged" / st), columns=["ts", "k", col])
+        got = sorted(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), t.column(2).to_pylist()))
+        assert got == sorted(rows[st]), (st, len(got), len(rows[st]))
+    q = pq.read_table(str(tmp_path / "staged" / "_quarantine" / "R")).to_pylist()
+    assert len(q) == 1 and q[0]["file"] == f"{root}/R/R-1-0.csv" and q[0]["record"] == 8, q
+    _ok(run_mpi(3, "run", path))
+    v = run_cli("verify", str(tmp_path / "out"), "--job", path)
+    assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr

@@ -56,6 +56,8 @@ def expected_reader(s):
         what = "records of a stream source" if s.raw is not None and s.raw.source is not None else \
             f"{s.raw.format if s.raw else '?'} files"
         return f"{what}: read by Spark"
+    if "://" in s.raw.path and not s.raw.path.startswith("file:"):
+        return f"CSV files on {s.raw.path.split('://')[0]}://: read by Spark (the in-process path reads local files)"
     times = ("ISO-8601 times (Z, +hh:mm or no zone; up to 6 fraction digits)" if s.raw.time_unit == "timestamp"
              else f"integer times in {s.raw.time_unit}")
     return (f"CSV with {times}: read in the stager's process by Arrow (nulls too); a file with a space or a "

@@ -25,6 +25,7 @@ from ..kafka_source import KafkaInputs, options as kafka_options, check as kafka
 from ..staged_log import LOG, LogWriter, waiting_dtype
 from .. import paths
 from .stage import _declared, _settings, _tag, _union, _utf8, csv_options
+from . import fs
 
 SPARK_DIR = "_spark"
 SOCKET = "socket://"
@@ -49,14 +50,13 @@ def socket_address(s):
 
 
 def landing_dir(s):
-    """Stream `s`'s landing directory (its raw path), which must be a local directory; a socket
-    source has none (None)."""
+    """Stream `s`'s landing directory (its raw path): a local directory, or a Hadoop URI
+    (hdfs://...), which Spark's file source watches (remote()); a socket source has none (None)."""
     if socket_address(s) is not None or s.raw.source is not None:
         return None
     p = s.raw.path[len("file://"):] if s.raw.path.startswith("file://") else s.raw.path
     if "://" in p:
-        raise JobError(f"streams.{s.name}.raw.path: {s.raw.path}: live staging reads a local landing directory here "
-                       f"(a URI scheme is passed to Spark only by `stage` at rest)")
+        return p.rstrip("/")
     if os.path.exists(p) and not os.path.isdir(p):
         raise InputError(f"{p}: the landing directory of stream '{s.name}' is a file, not a directory (live staging "
                          f"reads the files that arrive in a directory; point streams.{s.name}.raw.path at one)")
@@ -64,6 +64,11 @@ def landing_dir(s):
         raise InputError(f"{p}: the landing directory of stream '{s.name}' does not exist (live staging reads the "
                          f"files that arrive in a directory; create it, or point streams.{s.name}.raw.path at one)")
     return os.path.abspath(p)
+
+
+def remote(path):
+    """Is a landing directory or file a Hadoop URI (read through Spark, never opened here)?"""
+    return path is not None and "://" in path and not path.startswith("file:")
 
 
 def _records_source(spark, s):
@@ -117,12 +122,15 @@ def _listing(spark, s, batch_bytes):
     return r.load(landing_dir(s)).select(F.col("path").alias("_listed"), F.col("length").alias("_bytes"))
 
 
-def header_of(s, path):
+def header_of(s, path, spark=None):
     """A landing CSV file's column names, from its first line (the declared order when the job
-    says its files have no header line)."""
+    says its files have no header line); a remote file's through `spark`'s Hadoop client."""
     if not s.raw.header:
         return tuple(_declared(s))
     import csv
+    if remote(path):
+        line = (fs.first_line(spark, path) or "").rstrip("\r\n")
+        return tuple(c.strip() for c in next(csv.reader([line], delimiter=s.raw.delimiter), []))
     with open(path, encoding="ISO-8859-1", newline="") as f:
         line = f.readline().rstrip("\r\n")
     line = line[3:] if line.startswith("\xef\xbb\xbf") else line       # a UTF-8 byte order mark
@@ -137,13 +145,13 @@ def read_landed(spark, s, files, say=print):
     from pyspark.sql.types import StringType, StructField, StructType
     want, groups, frames = _declared(s), {}, []
     for f in files:
-        groups.setdefault(header_of(s, f) if s.raw.format == "csv" else None, []).append(f)
+        groups.setdefault(header_of(s, f, spark) if s.raw.format == "csv" else None, []).append(f)
     for header, group in groups.items():
-        uris = [f"file://{f}" for f in group]
+        uris = [f if remote(f) else f"file://{f}" for f in group]
         if s.raw.format == "csv":
             missing = [c for c in want if c not in header]
             if missing:
-                say(f"stage --follow: warning: file://{group[0]}"
+                say(f"stage --follow: warning: {uris[0]}"
                     f"{f' and {len(group) - 1} more' if len(group) > 1 else ''}: column '{missing[0]}' of stream "
                     f"'{s.name}' is missing (file has: {', '.join(header) or 'no columns'}); its rows are quarantined")
             # each header column read by position; a repeated name after its first is not used
@@ -256,13 +264,13 @@ class Reader:
         for i, s in enumerate(self.job.streams):
             mine = []
             for f in per_stream[i]:
-                header = header_of(s, f) if s.raw.format == "csv" else None
+                header = header_of(s, f, self.spark() if remote(f) else None) if s.raw.format == "csv" else None
                 why = unreadable(s, f, header)
                 if why is not None:
-                    whole[i].append(whole_file(s, f, why, say))
+                    whole[i].append(whole_file(s, f, why, say, self.spark() if remote(f) else None))
                     continue
                 got = fast_csv.read(s, f, header, _declared(s), waiting_dtype(s), self.job.ts_unit) \
-                    if header is not None else None
+                    if header is not None and not remote(f) else None
                 if got is None:
                     mine.append(f)
                 else:
@@ -298,8 +306,8 @@ class Reader:
 
     def _spark_read(self, per_stream, say):
         from pyspark.sql import functions as F
-        tagged = [_tag(read_landed(self.spark(), s, fs, say), s, self.job) if fs else None
-                  for s, fs in zip(self.job.streams, per_stream)]
+        tagged = [_tag(read_landed(self.spark(), s, files, say), s, self.job) if files else None
+                  for s, files in zip(self.job.streams, per_stream)]
         packed, _ = _pack(tagged, self.types())
         return packed.withColumn("_mid", F.monotonically_increasing_id()).toArrow()
 
@@ -317,7 +325,8 @@ class Reader:
                 except Exception as e:  # noqa: BLE001 - this file is the one
                     if not _spark_error(e):
                         raise
-                    whole[i].append(whole_file(self.job.streams[i], f, f"unreadable: {_first_line(e)[:200]}", say))
+                    whole[i].append(whole_file(self.job.streams[i], f, f"unreadable: {_first_line(e)[:200]}", say,
+                                               self.spark()))
             keep.append(ok)
         return keep
 
@@ -337,7 +346,7 @@ def unreadable(s, path, header=None):
     its column names), or None when it can be read: a Parquet file whose footer cannot be read, a
     CSV file whose header names none of the declared columns (Spark refuses to read such a file:
     its query would see only corrupt records)."""
-    if s.raw.format == "parquet":
+    if s.raw.format == "parquet" and not remote(path):    # a remote one: Spark says (_readable_alone)
         import pyarrow.parquet as pq
         try:
             pq.read_metadata(path)
@@ -351,20 +360,23 @@ def unreadable(s, path, header=None):
     return None
 
 
-def whole_file(s, path, why, say):
+def whole_file(s, path, why, say, spark=None):
     """A landing file quarantined whole: one record per line (a CSV header left out; a binary
     file: one record of its first bytes), the reason on each, in the shape of the quarantined
     rows (file, record, reason, the declared columns, here null) plus the line's `text`."""
     from pathlib import Path
-    with open(path, "rb") as f:
-        data = f.read(64 << 20)
+    if remote(path):
+        data = (fs.read_text(spark, path) or "").encode()
+    else:
+        with open(path, "rb") as f:
+            data = f.read(64 << 20)
     text = data.decode("utf-8", "replace")
     if s.raw.format == "parquet" or "\x00" in text:
         lines = [data[:200].hex()]
     else:
         lines = [ln for ln in text.splitlines() if ln.strip()]
         lines = lines[1:] if s.raw.format == "csv" and s.raw.header else lines
-    n, uri = len(lines), Path(path).as_uri()
+    n, uri = len(lines), (path if remote(path) else Path(path).as_uri())
     say(f"stage --follow: warning: {path}: {why}; its {n:,} record(s) are quarantined")
     return pa.table({"file": pa.array([uri] * n, pa.string()), "record": pa.array(range(1, n + 1), pa.int64()),
                      "reason": pa.array([why] * n, pa.string()),
@@ -408,7 +420,8 @@ class Packed:
             rec = df.where(F.col("_listed").isNull()).select("_rows.*").withColumn(
                 "_mid", F.monotonically_increasing_id()).toArrow()
         streams, names = listed.column("_stream").to_pylist(), listed.column("_listed").to_pylist()
-        per = [sorted(landed.local_path(p) for p, k in zip(names, streams) if k == i) for i in range(len(self.job.streams))]
+        per = [sorted(landed.local_path(p) or p for p, k in zip(names, streams) if k == i)
+               for i in range(len(self.job.streams))]
         arrivals, paths, bad, arrow = self.reader.read(per, say, rec)
         stats = {"files": len(names), "bytes": int(sum(x or 0 for x in listed.column("_bytes").to_pylist())),
                  "arrow_files": arrow}
@@ -501,7 +514,7 @@ def follow(spark, job, out, until=None, trigger="500 milliseconds", say=print, f
         if s.raw is None:
             raise JobError(f"{job.path}: streams.{s.name}.raw: required to stage (path, format, time, time_unit)")
         d = landing_dir(s)
-        if d and (paths.contains(out, d) or paths.contains(d, out)):
+        if d and not remote(d) and (paths.contains(out, d) or paths.contains(d, out)):
             raise InputError(f"{out}: the staged log overlaps the landing directory of stream '{s.name}'; "
                              f"stage into a directory of its own")
     os.makedirs(out, exist_ok=True)
@@ -513,13 +526,17 @@ def _follow(spark, job, out, until, trigger, say, force, batch_bytes, drain, spa
     if force:
         clear(job, out)
     cap = None if until in (None, "end") else until_ts(until, job)
+    dirs = [landing_dir(s) for s in job.streams]
+    if any(remote(d) for d in dirs) and any(is_kafka(s) for s in job.streams):
+        raise JobError(f"{job.path}: a landing directory on {next(d for d in dirs if remote(d))} and a Kafka topic "
+                       f"in one live job: not supported (stage them as two jobs)")
     if any(is_kafka(s) for s in job.streams):
         kafka_check(job)               # an unreachable broker or a missing topic: before a log is started
     writer = LogWriter(job, out, job.allowed_lateness, settings(job), say)
     if writer.log["batches"]:
         say(f"stage --follow: continuing the log in {out} after batch {writer.log['batches'] - 1} "
             f"(seq {writer.man['total']:,}, {sum(len(p) for p in writer.pending):,} rows waiting)")
-    if all(landing_dir(s) is not None or is_kafka(s) for s in job.streams):
+    if all((d is not None and not remote(d)) or is_kafka(s) for d, s in zip(dirs, job.streams)):
         return _follow_dirs(spark, job, out, writer, cap, until, float(trigger.split()[0]), batch_bytes, drain, say,
                             spark_start)
     spark = spark() if callable(spark) else spark
