@@ -473,3 +473,41 @@ def test_live_to_kafka_through_a_stop_and_a_rescaled_restart(services, tmp_path)
     assert sorted((g["R_seq"], g["S_seq"]) for g in got) == want and len(want) > first
     v = run_cli("verify", str(tmp_path / "out"), "--job", path)
     assert v.returncode == 0 and "OK" in v.stdout, v.stdout + v.stderr
+
+
+def test_kafka_starting_offsets_latest_only_at_a_logs_first_start(services, tmp_path):
+    """startingOffsets = "latest": a log's first start skips what the topics held, stages what
+    comes after; a restart after a SIGKILL goes on from the log's offsets (the records produced
+    while it was down are staged), not from the end again."""
+    path, servers, r, s = _job(tmp_path, services, "latest")
+    text = (tmp_path / "job.toml").read_text().replace('subscribe = "', 'startingOffsets = "latest", subscribe = "')
+    (tmp_path / "job.toml").write_text(text)
+    _topics(servers, r, s)
+    prod = Producer(servers, r, s)
+    prod.send(500)
+    before = {k: list(v) for k, v in prod.rows.items()}
+    p = subprocess.Popen(mpi_join_cmd("stage", "--follow", path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        lines = []
+        threading.Thread(target=lambda: [lines.append(x) for x in p.stderr], daemon=True).start()
+        deadline = time.monotonic() + 90
+        while not any("watching" in x for x in lines) and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.1)
+        assert any("watching" in x for x in lines), "".join(lines)[-2000:]
+        prod.send(3000)                            # 12 s of event time: the watermark (5 s behind) passes some
+        deadline = time.monotonic() + 90
+        while _committed(tmp_path) < 500 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _committed(tmp_path) >= 500, "".join(lines)[-2000:]
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(30)
+    prod.send(300)                                 # while no stager runs
+    r2 = run_cli("stage", "--follow", "--until", "end", path, timeout=300)
+    assert r2.returncode == 0 and "continuing the log" in r2.stderr, r2.stderr[-3000:]
+    got, late, bad = _staged(tmp_path)
+    for st in ("R", "S"):
+        after = sorted(set(prod.rows[st]) - set(before[st]))
+        assert sorted(got[st] + late[st]) == after and not late[st], (st, len(got[st]), len(after))
+    assert bad and all(b in prod.bad for b in bad)
