@@ -20,7 +20,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import mpi_join_cmd, run_cli, run_mpi
+from conftest import job_toml, mpi_join_cmd, run_cli, run_mpi, stream_toml
 from mpi_join.tools.bench_door import duckdb_door, generate
 
 SLOW = True
@@ -297,30 +297,6 @@ def test_a_failed_start_leaves_no_daemon_behind(tmp_path):
     assert "not running" in run_cli("dev-services", "status", "--dir", str(root)).stdout
 
 
-LIVE_HDFS = """\
-[job]
-name = "hdfs-live"
-ts_unit = "ms"
-[input]
-staged = "staged"
-allowed_lateness = "1s"
-[output]
-dir = "out"
-[streams.R]
-schema = {{ k = "int64", v = "float64" }}
-window = "200ms"
-raw = {{ path = "{root}/R", format = "csv", time = "t", time_unit = "ms" }}
-[streams.S]
-schema = {{ k = "int64", w = "float64" }}
-window = "200ms"
-raw = {{ path = "{root}/S", format = "csv", time = "t", time_unit = "ms" }}
-[predicate]
-equi = [["R.k", "S.k"]]
-[strategy]
-name = "hash"
-"""
-
-
 def test_a_live_landing_directory_on_hdfs_stages_each_row_once_through_a_sigkill(services, tmp_path):
     """`stage --follow` of landing directories on HDFS (Spark's file source watches them; its
     checkpoint is in the log): the files put while it runs are staged, a SIGKILL and a restart
@@ -329,7 +305,11 @@ def test_a_live_landing_directory_on_hdfs_stages_each_row_once_through_a_sigkill
     import numpy as np
     hd = services.endpoints()["hdfs"]
     root = f"{hd}/live-land"
-    (tmp_path / "job.toml").write_text(LIVE_HDFS.format(root=root))
+    raw = '{{ path = "{}/{}", format = "csv", time = "t", time_unit = "ms" }}'
+    (tmp_path / "job.toml").write_text(job_toml(
+        stream_toml("R", 'k = "int64", v = "float64"', '"200ms"', raw.format(root, "R"))
+        + stream_toml("S", 'k = "int64", w = "float64"', '"200ms"', raw.format(root, "S")),
+        'equi = [["R.k", "S.k"]]', inp='staged = "staged"\nallowed_lateness = "1s"', name="hdfs-live"))
     path, env = str(tmp_path / "job.toml"), _env(services)
     services.hadoop("dfs", "-mkdir", "-p", f"{root}/R", f"{root}/S")
     rng, rows, t0 = np.random.default_rng(9), {"R": [], "S": []}, 1_000_000
