@@ -312,18 +312,19 @@ def test_a_live_landing_directory_on_hdfs_stages_each_row_once_through_a_sigkill
         'equi = [["R.k", "S.k"]]', inp='staged = "staged"\nallowed_lateness = "1s"', name="hdfs-live"))
     path, env = str(tmp_path / "job.toml"), _env(services)
     services.hadoop("dfs", "-mkdir", "-p", f"{root}/R", f"{root}/S")
-    rng, rows, t0 = np.random.default_rng(9), {"R": [], "S": []}, 1_000_000
+    rng, rows, t0, made = np.random.default_rng(9), {"R": [], "S": []}, 1_000_000, [0]
 
     def land(n, files):
         """`files` files a stream, put beside the landing directories and renamed into them
         (the producer contract), in three Hadoop commands."""
-        d = tmp_path / f"files-{n}"
+        d, first = tmp_path / f"files-{n}", made[0]
+        made[0] += files                            # each file a second of event time after the last
         for st, col in (("R", "v"), ("S", "w")):
             (d / st).mkdir(parents=True)
             for j in range(files):
                 lines = [f"k,t,{col}"]              # the time column not first
                 for i in range(200):
-                    t, k, x = t0 + 1000 * (n * files + j) + 5 * i, int(rng.integers(0, 40)), round(float(rng.random()), 6)
+                    t, k, x = t0 + 1000 * (first + j) + 5 * i, int(rng.integers(0, 40)), round(float(rng.random()), 6)
                     bad = n == 1 and j == 0 and i == 7 and st == "R"
                     lines.append(f"{k},{'later' if bad else t},{x}")
                     if not bad:
