@@ -91,13 +91,15 @@ def source_uri(topic, partition):
 
 class KafkaInputs:
     """The Kafka streams of a job: poll them, parse their records, and say how far each has been
-    read. `offsets`: the log's {source uri: next offset} (where a restart goes on)."""
+    read. `log`: the staged log's record (its kafka_offsets, where a restart goes on, and
+    kafka_max_seen, each partition's largest event time: the holds go on from them)."""
 
     def __init__(self, job, log, say):
         from confluent_kafka import Consumer
         self.job, self.say = job, say
         self.next = dict(log.get("kafka_offsets") or {})
         self.tops = dict(log.get("kafka_max_seen") or {})    # {source uri: largest event time given}
+        self.fresh = not log.get("batches")          # the log's first start: `latest` applies
         self.streams = [(i, s, *options(s)) for i, s in enumerate(job.streams) if is_kafka(s)]
         self.consumers, self.parts, self.refreshed, self.down = {}, {}, 0.0, None
         for i, s, servers, topic, _ in self.streams:
@@ -116,8 +118,9 @@ class KafkaInputs:
             self.say(f"stage --follow: lost the Kafka broker ({err.str()}); retrying")
 
     def refresh(self, first=False):
-        """Assign every partition of each topic (new ones from their first offset, or `latest`
-        at a first start); a topic gone is fatal, in one line."""
+        """Assign every partition of each topic (new ones from their first offset, or with
+        `latest` at the log's first start from the end then, as an offset); a topic gone is
+        fatal, in one line."""
         from confluent_kafka import TopicPartition, OFFSET_BEGINNING
         for i, s, servers, topic, start in self.streams:
             c = self.consumers[i]
@@ -129,7 +132,7 @@ class KafkaInputs:
                 tps = []
                 for p in new:
                     u = source_uri(topic, p)
-                    if u not in self.next and start == "latest" and first:   # the end now, as an offset
+                    if u not in self.next and start == "latest" and first and self.fresh:   # the end now
                         self.next[u] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=CONNECT_S)[1]
                     tps.append(TopicPartition(topic, p, self.next.get(u, OFFSET_BEGINNING)))
                 c.incremental_assign(tps)
