@@ -122,6 +122,11 @@ def write_rank(root, cid, rank, arrays, attrs, cut=""):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _packed(f):
+    """The packed arrays' index of an open rank file: [name, dataset, first row, end row]."""
+    return json.loads(f.attrs.get("packed", "[]"))
+
+
 def entries(f):
     """(name, dtype, rows or None for a scalar) of every array an open rank file holds, packed
     or not, without reading them (restore plans, `checkpoint inspect`)."""
@@ -132,7 +137,7 @@ def entries(f):
         if isinstance(obj, h5py.Dataset):
             out.append((name, obj.dtype, int(obj.shape[0]) if obj.shape else None))
     f["arrays"].visititems(visit)
-    for name, i, lo, hi in json.loads(f.attrs.get("packed", "[]")):
+    for name, i, lo, hi in _packed(f):
         out.append((name, f[f"packed/{i}"].dtype, hi - lo))
     return out
 
@@ -141,7 +146,7 @@ def one_array(f, name):
     """Array `name` of an open rank file (unchecked: read_rank checks), or None."""
     if name in f["arrays"]:
         return f["arrays"][name][()]
-    for n, i, lo, hi in json.loads(f.attrs.get("packed", "[]")):
+    for n, i, lo, hi in _packed(f):
         if n == name:
             return f[f"packed/{i}"][lo:hi]
     return None
@@ -184,7 +189,7 @@ def read_rank(root, cid, rank, expected=None, manifest=None, keep=None):
                         arrays[name] = obj[()]
             f["arrays"].visititems(visit)
             whole = {}
-            for name, i, lo, hi in json.loads(f.attrs.get("packed", "[]")):
+            for name, i, lo, hi in _packed(f):
                 names.append(name)
                 if keep is None or keep(name):
                     if i not in whole:

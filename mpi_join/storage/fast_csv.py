@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 
 from ..schema import NULLS, SEQ, padded_bytes, payload
 from ..units import ts_unit_ns
+from . import paths
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9._/-]+")
 _INT = r"^-?[0-9]{1,18}$"
@@ -56,7 +57,7 @@ def expected_reader(s):
         what = "records of a stream source" if s.raw is not None and s.raw.source is not None else \
             f"{s.raw.format if s.raw else '?'} files"
         return f"{what}: read by Spark"
-    if "://" in s.raw.path and not s.raw.path.startswith("file:"):
+    if not paths.local(s.raw.path):
         return f"CSV files on {s.raw.path.split('://')[0]}://: read by Spark (the in-process path reads local files)"
     times = ("ISO-8601 times (Z, +hh:mm or no zone; up to 6 fraction digits)" if s.raw.time_unit == "timestamp"
              else f"integer times in {s.raw.time_unit}")

@@ -42,8 +42,8 @@ class Payloads:
     are held; a result naming an older tuple (a long window's) has it read again by seek."""
 
     def __init__(self, job, keep=2_000_000):
-        self.job, self.keep, self.readers, self.top = job, keep, None, -1
-        self.files = [set() for _ in job.streams]
+        self.job, self.keep, self.top = job, keep, -1
+        self.readers = [None] * len(job.streams)
         self.rows = [np.zeros(0, s.dtype) for s in job.streams]
 
     def names(self):
@@ -54,12 +54,13 @@ class Payloads:
         from .staged import StreamReader, staged_manifest, stream_files
         man = staged_manifest(self.job)
         for k, s in enumerate(self.job.streams):
-            files = stream_files(self.job.staged, s.name, man)
-            if self.readers is None or len(self.readers) <= k:
-                self.readers = (self.readers or []) + [StreamReader(self.job.staged, s, man=man)]
-            else:
-                self.readers[k].add([f for f in files if f not in self.files[k]], (man.get("files") or {}).get(s.name))
-            self.files[k].update(files)
+            r = self.readers[k]
+            if r is None:
+                self.readers[k] = StreamReader(self.job.staged, s, man=man)
+            else:                                  # the parts committed since: those it has not
+                had = {p[0] for p in r.parts}
+                r.add([f for f in stream_files(self.job.staged, s.name, man) if f not in had],
+                      (man.get("files") or {}).get(s.name))
             chunks = [self.rows[k]]
             while (c := self.readers[k].next_chunk()) is not None:
                 chunks.append(c)

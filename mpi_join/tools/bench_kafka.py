@@ -138,12 +138,15 @@ def trial(kind, work, servers, rate, seconds, ranks, keys=200_000, say=print, ti
     got_at, later_t = [], []
     try:
         deadline, t_go, expected, last_new = time.monotonic() + timeout, None, None, time.monotonic()
+        n_got, t_end = 0, None          # results of the timed records (t_end: known once they are produced)
         while True:
             msgs = [m for m in consumer.consume(20_000, 0.2) if m.error() is None]
             now = time.time_ns() / 1e6
             if msgs:                           # one parse for the batch: this process shares the cores
                 got_at += [now] * len(msgs)
-                later_t += map(later, json.loads(b"[" + b",".join(m.value() for m in msgs) + b"]"))
+                new = list(map(later, json.loads(b"[" + b",".join(m.value() for m in msgs) + b"]")))
+                later_t += new
+                n_got += sum(t <= t_end for t in new) if expected is not None else 0
             last_new = time.monotonic() if msgs else last_new
             if system.poll() is not None:
                 raise JobError(f"bench kafka: {kind} ended early (exit {system.returncode}): " + " | ".join(slines[-3:]))
@@ -160,12 +163,11 @@ def trial(kind, work, servers, rate, seconds, ranks, keys=200_000, say=print, ti
             if expected is None and os.path.exists(os.path.join(work, "produced.npy")):
                 timed = np.load(os.path.join(work, "produced.npy"))
                 expected, t_end, t_done = expected_results(timed), float(timed[:, 1].max()), time.monotonic()
+                n_got = sum(t <= t_end for t in later_t)         # then counted as they come
                 n_in = int((timed[:, 1] >= t_go).sum())      # the timed records, both topics
                 cpu1 = tree_cpu_s(system.pid)
-            if expected is not None:
-                n_got = int((np.array(later_t) <= t_end).sum())
-                if n_got >= expected or time.monotonic() - last_new > QUIET_S:
-                    break
+            if expected is not None and (n_got >= expected or time.monotonic() - last_new > QUIET_S):
+                break
     finally:
         open(os.path.join(work, "stop"), "w").close()
         consumer.close()

@@ -68,7 +68,7 @@ def landing_dir(s):
 
 def remote(path):
     """Is a landing directory or file a Hadoop URI (read through Spark, never opened here)?"""
-    return path is not None and "://" in path and not path.startswith("file:")
+    return path is not None and not paths.local(path)
 
 
 def _records_source(spark, s):
@@ -129,11 +129,11 @@ def header_of(s, path, spark=None):
         return tuple(_declared(s))
     import csv
     if remote(path):
-        line = (fs.first_line(spark, path) or "").rstrip("\r\n")
-        return tuple(c.strip() for c in next(csv.reader([line], delimiter=s.raw.delimiter), []))
-    with open(path, encoding="ISO-8859-1", newline="") as f:
-        line = f.readline().rstrip("\r\n")
-    line = line[3:] if line.startswith("\xef\xbb\xbf") else line       # a UTF-8 byte order mark
+        line = (fs.first_line(spark, path) or "").rstrip("\r\n")      # (first_line drops a BOM)
+    else:
+        with open(path, encoding="ISO-8859-1", newline="") as f:
+            line = f.readline().rstrip("\r\n")
+        line = line[3:] if line.startswith("\xef\xbb\xbf") else line   # a UTF-8 byte order mark
     return tuple(c.strip() for c in next(csv.reader([line], delimiter=s.raw.delimiter), []))
 
 
