@@ -821,6 +821,28 @@ def _quarantined(staged, s):
                    for x in rows))
 
 
+def _staged_both_ways(tmp_path, text):
+    """Stage `text`'s landing files at rest by Spark and live (`stage --follow --until end`):
+    (the live log's batch entries, [(at rest, live) staged rows], {stream: (at rest, live)
+    quarantined rows})."""
+    (tmp_path / "job.toml").write_text(text)
+    (tmp_path / "live.toml").write_text(text.replace('staged = "staged"', 'staged = "live"'))
+    r = cli("stage", "--engine", "spark", str(tmp_path / "job.toml"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = cli("stage", "--follow", "--until", "end", str(tmp_path / "live.toml"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    entries = [json.loads(p.read_text()) for p in sorted((tmp_path / "live" / "_log").glob("batch-*.json"))]
+    rest, live = load_job(str(tmp_path / "job.toml")), load_job(str(tmp_path / "live.toml"))
+    rows = list(zip(read_staged(rest), read_staged(live)))
+    for a, b in rows:
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()     # NaN too, bit for bit
+    return entries, rows, {s: (_quarantined(tmp_path / "staged", s), _quarantined(tmp_path / "live", s)) for s in "RS"}
+
+
+def _lenient(text):
+    return text.replace('allowed_lateness = "300ms"', 'allowed_lateness = "1d"')
+
+
 def test_live_staging_parses_as_stage_does(spark, tmp_path):
     """The same landing files, hostile values and every column order among them, staged at rest
     (`stage`) and live (`stage --follow --until end`): the staged rows and the quarantined rows
@@ -838,25 +860,13 @@ def test_live_staging_parses_as_stage_does(spark, tmp_path):
         for i, header in enumerate(ORDERS):
             _ordered_file(str(tmp_path / "raw" / s / f"o{i}.csv"), header,
                           [{"t": str(100 + i * 10 + j), "k": str(j), "v": f"{j}.5"} for j in range(5)])
-    text = JOB.format(window="200ms", predicate=EQUI, strategy="hash", extra="").replace(
-        'allowed_lateness = "300ms"', 'allowed_lateness = "1d"')
-    (tmp_path / "job.toml").write_text(text)
-    (tmp_path / "live.toml").write_text(text.replace('staged = "staged"', 'staged = "live"'))
-    r = cli("stage", "--engine", "spark", str(tmp_path / "job.toml"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = cli("stage", "--follow", "--until", "end", str(tmp_path / "live.toml"))
-    assert r.returncode == 0, r.stderr[-3000:]
+    entries, rows, quarantined = _staged_both_ways(tmp_path, _lenient(JOB.format(
+        window="200ms", predicate=EQUI, strategy="hash", extra="")))
     # the clean files were read by Arrow in the stager's process, the hostile ones by Spark
-    entries = [json.loads(p.read_text()) for p in sorted((tmp_path / "live" / "_log").glob("batch-*.json"))]
     assert sum(e.get("arrow_files", 0) for e in entries) == 2 * (len(ORDERS) + 1), entries
     assert sum(e.get("files", 0) for e in entries) == 2 * (len(ORDERS) + len(HOSTILE) + 1), entries
-    rest, live = load_job(str(tmp_path / "job.toml")), load_job(str(tmp_path / "live.toml"))
-    for a, b in zip(read_staged(rest), read_staged(live)):
-        assert len(a) > 30 and a.dtype == b.dtype and a.tobytes() == b.tobytes()     # NaN too, bit for bit
-    for s in "RS":
-        def q(d):
-            return _quarantined(tmp_path / d, s)
-        at_rest, staged_live = q("staged"), q("live")
+    assert all(len(a) > 30 for a, _ in rows)
+    for at_rest, staged_live in quarantined.values():
         assert len(at_rest) >= 8 and at_rest == staged_live
 
 
@@ -880,24 +890,13 @@ def test_iso_times_take_the_fast_path_and_stage_as_spark_stages_them(spark, tmp_
             (tmp_path / "raw" / s / f"c{i}.csv").write_text(f"k,t,v\n{i},{v},0.5\n{i + 1},{ISO_CLEAN[0]},1.5\n")
         for i, v in enumerate(ISO_SPARK):
             (tmp_path / "raw" / s / f"x{i}.csv").write_text(f"k,t,v\n{i},{v},0.5\n{i + 1},{ISO_CLEAN[1]},2.5\n")
-    text = (JOB.format(window="200ms", predicate=EQUI, strategy="hash", extra="")
-            .replace('time_unit = "ms"', 'time_unit = "timestamp"').replace('ts_unit = "ms"', f'ts_unit = "{unit}"')
-            .replace('allowed_lateness = "300ms"', 'allowed_lateness = "1d"'))
-    (tmp_path / "job.toml").write_text(text)
-    (tmp_path / "live.toml").write_text(text.replace('staged = "staged"', 'staged = "live"'))
-    r = cli("stage", "--engine", "spark", str(tmp_path / "job.toml"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = cli("stage", "--follow", "--until", "end", str(tmp_path / "live.toml"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    entries = [json.loads(p.read_text()) for p in sorted((tmp_path / "live" / "_log").glob("batch-*.json"))]
+    entries, rows, quarantined = _staged_both_ways(tmp_path, _lenient(
+        JOB.format(window="200ms", predicate=EQUI, strategy="hash", extra="")
+        .replace('time_unit = "ms"', 'time_unit = "timestamp"').replace('ts_unit = "ms"', f'ts_unit = "{unit}"')))
     assert sum(e.get("arrow_files", 0) for e in entries) == 2 * len(ISO_CLEAN), entries
-    rest, live = load_job(str(tmp_path / "job.toml")), load_job(str(tmp_path / "live.toml"))
-    for a, b in zip(read_staged(rest), read_staged(live)):
-        assert len(a) >= 2 * len(ISO_CLEAN) and a.dtype == b.dtype and a.tobytes() == b.tobytes()
-    for s in "RS":
-        def q(d):
-            return _quarantined(tmp_path / d, s)
-        assert q("staged") == q("live") and len(q("staged")) >= 3
+    assert all(len(a) >= 2 * len(ISO_CLEAN) for a, _ in rows)
+    for at_rest, staged_live in quarantined.values():
+        assert at_rest == staged_live and len(at_rest) >= 3
 
 
 BAD_ONE = [  # (header, rows): one or two refused values among good rows
@@ -920,23 +919,36 @@ def test_a_bad_value_is_quarantined_by_itself_and_the_rest_of_its_file_stays_on_
         os.makedirs(tmp_path / "raw" / s)
         for i, (header, body) in enumerate(BAD_ONE):
             (tmp_path / "raw" / s / f"b{i}.csv").write_text(header + "\n" + body)
-    text = JOB.format(window="200ms", predicate=EQUI, strategy="hash", extra="").replace(
-        'allowed_lateness = "300ms"', 'allowed_lateness = "1d"')
-    (tmp_path / "job.toml").write_text(text)
-    (tmp_path / "live.toml").write_text(text.replace('staged = "staged"', 'staged = "live"'))
-    r = cli("stage", "--engine", "spark", str(tmp_path / "job.toml"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = cli("stage", "--follow", "--until", "end", str(tmp_path / "live.toml"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    entries = [json.loads(p.read_text()) for p in sorted((tmp_path / "live" / "_log").glob("batch-*.json"))]
+    entries, rows, quarantined = _staged_both_ways(tmp_path, _lenient(JOB.format(
+        window="200ms", predicate=EQUI, strategy="hash", extra="")))
     assert sum(e.get("arrow_files", 0) for e in entries) == 2 * (len(BAD_ONE) - 1), entries
-    rest, live = load_job(str(tmp_path / "job.toml")), load_job(str(tmp_path / "live.toml"))
-    for a, b in zip(read_staged(rest), read_staged(live)):
-        assert len(a) >= 10 and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    assert all(len(a) >= 10 for a, _ in rows)
+    for at_rest, staged_live in quarantined.values():
+        assert at_rest == staged_live and len(at_rest) == 6, (at_rest, staged_live)
+
+
+def test_json_lines_take_the_fast_path_and_a_bad_value_is_quarantined_by_itself(spark, tmp_path):
+    """JSON-lines landing files are read in the stager's process (fast_json.py), a bad value
+    quarantined by itself and the rest of its file staged; a file Python's JSON parser and Spark's
+    may read differently (single quotes) goes to Spark. Staged at rest by Spark and live: the
+    staged rows and the quarantine are equal field for field."""
     for s in "RS":
-        def q(d):
-            return _quarantined(tmp_path / d, s)
-        assert q("staged") == q("live") and len(q("staged")) == 6, (q("staged"), q("live"))
+        os.makedirs(tmp_path / "raw" / s)
+        for i in range(4):
+            rows = [{"t": str(100 + 10 * i + j), "k": str(j), "v": j + 0.5} for j in range(5)]
+            rows[i] = dict(rows[i], **({"k": "abc"} if i % 2 else {"t": "oops"}))
+            rows[-1]["v"] = None if i == 3 else rows[-1]["v"]
+            lines = [json.dumps({c: r[c] for c in (("t", "k", "v") if j % 2 else ("v", "k", "t"))})
+                     for j, r in enumerate(rows)]
+            (tmp_path / "raw" / s / f"j{i}.json").write_text("\n".join(lines[:2] + [""] + lines[2:]) + "\n")
+        (tmp_path / "raw" / s / "quotes.json").write_text("{'t': '200', 'k': '1', 'v': 0.5}\n")
+    entries, rows, quarantined = _staged_both_ways(tmp_path, _lenient(JOB.format(
+        window="200ms", predicate=EQUI, strategy="hash", extra="")).replace('format = "csv"', 'format = "json"'))
+    assert sum(e.get("arrow_files", 0) for e in entries) == 2 * 4, entries
+    assert sum(e.get("files", 0) for e in entries) == 2 * 5, entries
+    assert all(len(a) == 4 * 4 + 1 for a, _ in rows)
+    for at_rest, staged_live in quarantined.values():
+        assert at_rest == staged_live and len(at_rest) == 4, (at_rest, staged_live)
 
 
 def test_resume_before_the_first_commit_offsets_across_resumes_and_verify_on_an_open_log(tmp_path):

@@ -135,3 +135,80 @@ def test_a_string_column_is_staged_in_process_as_wide_as_its_longest_staged_valu
     for x, y in zip(read_staged(load_job(str(tmp_path / "local" / "job.toml"))),
                     read_staged(load_job(str(tmp_path / "spark" / "job.toml")))):
         assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
+# JSON lines (fast_json.py): text and numbers as written, nulls and absent keys, bad values that
+# are quarantined by themselves, blank lines (no record number), a BOM and CRLF, nested values in
+# a column not declared; each column's values agree in kind across files (Spark checks the
+# inferred types file by file)
+R_JSON = {
+    "a.json": '{"t": "2026-03-01T09:30:00.123456Z", "k": "1", "v": 0.5, "name": "ab"}\n'
+              '{"name": "cd", "v": 1.5, "k": "2", "t": "2026-03-01T09:30:00.5+05:30"}\n'
+              '\n  \t\n'
+              '{"t": "2026-03-01 04:00:01-05:00", "k": "abc", "v": 2.5, "name": "\\u00e9f"}\n'
+              '{"t": "unknown", "k": "4", "v": 1e3, "name": null}\n'
+              '{"t": "2026-03-01T09:30:01Z", "k": "5", "v": -0.0, "extra": [1, {"x": 2}]}\n'
+              '{"t": "2026-03-01T09:30:02Z", "k": null, "v": 7, "name": "nk"}\n'
+              '{"t": null, "k": "6", "v": 1, "name": "x"}\n'
+              '{"t": "2026-03-01T09:30:02.5Z", "k": "7", "v": "nope", "name": "x"}\n',
+    "b.json": '\ufeff{"k": "9", "t": "2026-03-01T09:30:03Z", "v": 2.25, "name": "a,b"}\r\n'
+              '{"k": "10", "t": "2026-03-01T09:30:04Z", "v": 1.25e-2, "name": ""}\r\n'
+              '{"k": "99999999999", "t": "2026-03-01T09:30:05Z", "v": 1, "name": "big"}\r\n'
+              '{"k": "11", "t": "2026-03-01T09:30:06Z", "v": "xyz", "name": "q"}\r\n',
+}
+S_JSON = {
+    "a.json": '{"t": 1772357400000000, "k": 1, "w": 0.5}\n{"t": 1772357400123456, "k": 2, "w": 1.5}\n'
+              '{"t": 1772357400500001, "k": 3, "w": null}\n{"t": 1772357400600000, "k": 5, "w": 2}\n',
+    "b.json": '{"w": 2.5, "k": 3, "t": 1772357400999999}\n{"w": 3.5, "k": 4, "t": null}\n'
+              '{"w": 4.5, "k": -9000000000, "t": 1772357401000000}\n{"w": 1e-3, "k": 6, "t": 1772357401000001}\n',
+}
+
+
+def _json_corpus(root, s_extra=None):
+    for s, files in (("R", R_JSON), ("S", dict(S_JSON, **(s_extra or {})))):
+        os.makedirs(root / "raw" / s, exist_ok=True)
+        for name, text in files.items():
+            (root / "raw" / s / name).write_bytes(text.encode())
+    (root / "job.toml").write_text(JOB.format(unit="ms").replace('format = "csv"', 'format = "json"'))
+
+
+def test_json_lines_are_staged_in_process_as_spark_stages_them(spark, tmp_path):
+    """JSON-lines files (fast_json.py) staged in process and by Spark: the same rows in the same
+    seq order, the same nulls, the same quarantined rows (file, record, reason, raw text: a number
+    as written) and the same manifest; a bad value quarantines its row only."""
+    a, b = tmp_path / "local", tmp_path / "spark"
+    for d in (a, b):
+        _json_corpus(d)
+    ra = cli("stage", "--engine", "local", str(a / "job.toml"))
+    rb = cli("stage", "--engine", "spark", str(b / "job.toml"))
+    assert ra.returncode == 0 and rb.returncode == 0, ra.stderr[-2000:] + rb.stderr[-2000:]
+    assert ra.stderr.startswith("stage: engine local"), ra.stderr
+    for x, y in zip(read_staged(load_job(str(a / "job.toml"))), read_staged(load_job(str(b / "job.toml")))):
+        assert len(x) >= 5 and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+    ma, mb = (json.loads((d / "staged" / "_manifest.json").read_text().replace(str(d), "ROOT")) for d in (a, b))
+    for k in ("format", "ts_unit", "streams", "total", "quarantined", "sources"):
+        assert ma[k] == mb[k], (k, ma[k], mb[k])
+    assert ma["quarantined"] == {"R": 7, "S": 1}, ma["quarantined"]
+    for s in "RS":
+        assert _quarantine(a, s) == _quarantine(b, s)
+        ta, tb = (pq.read_table(str(d / "staged" / s)).sort_by("seq") for d in (a, b))
+        assert [ta.column(c).is_null().to_pylist() for c in ta.column_names] == \
+               [tb.column(c).is_null().to_pylist() for c in tb.column_names]
+    q = _quarantine(a, "R")
+    # records count the non-blank lines; a number's text is kept as written
+    assert any("'record', '3'" in r and "k: expected an integer" in r for r in q), q
+    assert any("'v', '1e3'" in r for r in q) and any("'v', 'nope'" in r for r in q), q
+
+
+def test_json_files_whose_types_disagree_go_to_spark_which_refuses_them(spark, tmp_path):
+    """Spark's path infers each JSON file's column types and refuses files that disagree; the
+    in-process reader does not guess: such a file goes to Spark under `auto` (one line), whose
+    refusal names both files, and `--engine local` refuses it in one line."""
+    _json_corpus(tmp_path, s_extra={"c.json": '{"t": 1772357402000000, "k": "12", "w": 0.5}\n'})
+    r = cli("stage", str(tmp_path / "job.toml"))
+    assert "stage: engine spark: file:" in r.stderr and "c.json" in r.stderr, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("mpi-join: error:")]
+    assert r.returncode == 2 and len(lines) == 1 and "column 'k' has type string" in lines[0], r.stderr[-2000:]
+    r = cli("stage", "--engine", "local", str(tmp_path / "job.toml"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("mpi-join: error:")]
+    assert r.returncode == 2 and len(lines) == 1 and "c.json" in lines[0], r.stderr

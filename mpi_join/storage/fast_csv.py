@@ -1,4 +1,5 @@
-"""Landing CSV files read in the stager's own process with Arrow, when every value in a file is
+"""Landing CSV files read in the stager's own process with Arrow (and JSON-lines files, whose
+text fast_json.py takes out, parsed by the same rules), when every value in a file is
 one that `stage`'s Spark parse (spark/stage.py) reads the same way; any other file is read by
 Spark as before. This keeps Spark's planning and parsing off the common case of live staging
 (well-formed numbers), and the result equal field for field to `stage`'s (tests/test_live.py
@@ -53,15 +54,17 @@ def expected_reader(s):
     """Which path stream `s`'s landing files are expected to take, in words (live says it)."""
     if s.raw is not None and s.raw.source == "kafka":
         return f"Kafka records ({s.raw.format}): read in the stager's process (confluent-kafka), parsed as a CSV file is"
-    if s.raw is None or s.raw.source is not None or s.raw.format != "csv":
+    if s.raw is None or s.raw.source is not None or s.raw.format not in ("csv", "json"):
         what = "records of a stream source" if s.raw is not None and s.raw.source is not None else \
             f"{s.raw.format if s.raw else '?'} files"
         return f"{what}: read by Spark"
     if not paths.local(s.raw.path):
-        return f"CSV files on {s.raw.path.split('://')[0]}://: read by Spark (the in-process path reads local files)"
+        return (f"{s.raw.format.upper()} files on {s.raw.path.split('://')[0]}://: read by Spark (the in-process "
+                f"path reads local files)")
     times = ("ISO-8601 times (Z, +hh:mm or no zone; up to 6 fraction digits)" if s.raw.time_unit == "timestamp"
              else f"integer times in {s.raw.time_unit}")
-    return (f"CSV with {times}: read in the stager's process by Arrow (nulls too); a file with a space or a "
+    what = "CSV" if s.raw.format == "csv" else "JSON lines"
+    return (f"{what} with {times}: read in the stager's process (nulls too); a file with a space or a "
             f"value of another form goes to Spark (a row with a letters-only number is quarantined by itself)")
 
 
@@ -70,13 +73,29 @@ def plain_uri(path):
     return f"file://{path}" if _PLAIN_PATH.fullmatch(path) else None
 
 
-def read(s, path, header, declared, waiting, job_unit):
-    """Stream `s`'s landing CSV file `path` (whose column names are `header`) as (rows of dtype
+def read(s, path, header, declared, waiting, job_unit, types=None):
+    """Stream `s`'s landing CSV file `path` (whose column names are `header`), or JSON-lines file
+    (fast_json.py; `types`, a dict, then takes the columns' inferred types), as (rows of dtype
     `waiting`: the staged row with _src 0 and _rec its record; the rows Spark's parse would
     refuse, quarantined by themselves as Spark writes them, or None; how many staged event times
     had a part finer than the job's unit), or None when Spark must read the file (see the
     module's rules)."""
-    if s.raw.format != "csv" or plain_uri(path) is None or len(set(header)) != len(header) \
+    if plain_uri(path) is None:
+        return None
+    if s.raw.format == "json":
+        from .fast_json import text_columns
+        try:
+            with open(path, "rb") as f:
+                got = text_columns(f.read(), declared)
+        except OSError:
+            return None
+        if got is None:
+            return None
+        t, file_types = got
+        if types is not None:
+            types.update(file_types)
+        return parse(t, s, declared, waiting, job_unit, plain_uri(path))
+    if s.raw.format != "csv" or len(set(header)) != len(header) \
             or any(c not in header for c in declared) or any('"' in c for c in header):
         return None
     try:                                 # Arrow skips a UTF-8 byte order mark, as Spark's read does

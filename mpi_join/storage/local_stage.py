@@ -78,8 +78,8 @@ def stage_local(job, out, progress, allow_empty=False):
         files = _local_files(s)
         if files is None:
             raise NeedsSpark(f"{s.raw.path}: not a local path")
-        if s.raw.format != "csv":
-            raise NeedsSpark(f"{s.raw.path}: {s.raw.format} files (this reader reads CSV)")
+        if s.raw.format not in ("csv", "json"):
+            raise NeedsSpark(f"{s.raw.path}: {s.raw.format} files (this reader reads CSV and JSON lines)")
         sources[s.name], files_of[s.name] = [f"file:{f}" for f in files], files
     big = too_big(sum(os.path.getsize(f) for fs in files_of.values() for f in fs), "raw input")
     if big:
@@ -90,12 +90,18 @@ def stage_local(job, out, progress, allow_empty=False):
             progress(subdir_warning(s, f"file:{d}"))
         progress(f"stage: stream {s.name}: reading {len(files)} file(s) from {s.raw.path}")
         rows, bad, finer = [], [], 0
+        types = [{} for _ in files]       # JSON lines: each file's inferred column types
         with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:    # Arrow and numpy let go of the GIL
-            got_all = list(pool.map(lambda f: read(s, f, header_of(s, f), _declared(s), waiting_dtype(s),
-                                                   job.ts_unit), files))
+            got_all = list(pool.map(lambda k: read(s, files[k], header_of(s, files[k]) if s.raw.format == "csv"
+                                                   else None, _declared(s), waiting_dtype(s), job.ts_unit,
+                                                   types[k]), range(len(files))))
         for k, (f, got) in enumerate(zip(files, got_all)):
             if got is None:
                 raise NeedsSpark(f"file:{f}: a value this reader does not parse as Spark does")
+            if types[k] and (None in types[k].values() or types[k] != types[0]):
+                # Spark's inference of this file's types is not repeated here, or it differs
+                # from the first file's (which Spark's path refuses, naming both): Spark says
+                raise NeedsSpark(f"file:{f}: the JSON types of its columns (Spark infers and checks them)")
             r, refused, n_finer = got
             r["_src"] = k
             rows.append(r)

@@ -270,7 +270,7 @@ class Reader:
                     whole[i].append(whole_file(s, f, why, say, self.spark() if remote(f) else None))
                     continue
                 got = fast_csv.read(s, f, header, _declared(s), waiting_dtype(s), self.job.ts_unit) \
-                    if header is not None and not remote(f) else None
+                    if (header is not None or s.raw.format == "json") and not remote(f) else None
                 if got is None:
                     mine.append(f)
                 else:
