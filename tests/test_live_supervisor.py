@@ -292,7 +292,10 @@ def test_live_says_at_its_start_which_reader_each_streams_files_take(tmp_path):
     nothing of it at live's start."""
     from mpi_join.live import expected_paths
     text = JOB.replace('format = "csv", time = "t", time_unit = "ms" }', 'format = "csv", time = "t", time_unit = "timestamp" }', 1)
+    (tmp_path / "job.toml").write_text(text.replace('raw/S", format = "csv"', 'raw/S", format = "parquet"'))
+    lines = expected_paths(load_job(str(tmp_path / "job.toml")))
+    assert len(lines) == 2 and "ISO-8601 times" in lines[0] and "in the stager's process" in lines[0], lines
+    assert "parquet files: read by Spark" in lines[1], lines
     (tmp_path / "job.toml").write_text(text.replace('raw/S", format = "csv"', 'raw/S", format = "json"'))
     lines = expected_paths(load_job(str(tmp_path / "job.toml")))
-    assert len(lines) == 2 and "ISO-8601 times" in lines[0] and "by Arrow" in lines[0], lines
-    assert "json files: read by Spark" in lines[1], lines
+    assert "JSON lines with integer times in ms: read in the stager's process" in lines[1], lines
