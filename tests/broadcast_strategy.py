@@ -16,26 +16,42 @@ def build(size, params, partitioner="broadcast"):
                  [Edge(DRIVER, c, partitioner=partitioner) for c in cores] + [Edge(c, sink, RESULTS) for c in cores])
 
 
-class Core(Operator):
+class Store(Operator):
+    """A core that stores the rows `mine` picks of what it gets and joins each new tuple with what
+    it stores, its results to the sink."""
+
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         v = graph.vertex(rank)
         self.i, self.k, (self.sink,) = v.index, v.count, graph.downstream(rank)
-        self.join, self.seen = BinaryJoin(job.predicate, dtypes), [0, 0]
-        self.declare(join=Rows(self, expire=True), counts=Fields(self, "seen"))    # checkpointed, warmed up, expired
+        self.join = BinaryJoin(job.predicate, dtypes)
+        self.declare(join=Rows(self, expire=True))        # checkpointed, warmed up, expired
 
     def mine(self, b, s):
-        return b[(self.seen[s] + np.arange(len(b))) % self.k == self.i]
+        return b
 
     def on_data(self, src, header, batches):
         out = Output()
         for s, b in enumerate(batches):
             self.join.append(self.join.derive(self.mine(b, s), s), s)
-            self.seen[s] += len(b)
         for s, b in enumerate(batches):
             a, c, tin = self.join.probe_newer(b, s)
             out.send_results(self.sink, result_rows(self.job.stream_names, (a, c), tin))
         return out
+
+
+class Core(Store):
+    """broadcast-store's core: the tuples whose count in their stream is i mod k."""
+
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        self.seen = [0, 0]
+        self.declare(counts=Fields(self, "seen"))
+
+    def mine(self, b, s):
+        kept = b[(self.seen[s] + np.arange(len(b))) % self.k == self.i]
+        self.seen[s] += len(b)
+        return kept
 
 
 if "broadcast-store" not in REGISTRY:
@@ -45,12 +61,9 @@ if "broadcast-store" not in REGISTRY:
 
 
 # The other partitioners of rank 0's edges (runtime/routing.py), on the same shape: each core gets
-# a share of the rows by key and stores all it gets.
-class Keyed(Core):
-    def mine(self, b, s):
-        return b
-
-
+# a share of the rows by key and stores all it gets (Store). They resume at another rank count
+# with no restore code: the partitioner says where each stored row lives (routing.home), and the
+# sink's results in flight at the cut are written by the new sink.
 def by_key_mod(batch, stream, n):
     """A strategy's own partitioner: equi key k modulo the edges."""
     return batch["k"].astype("int64") % n
@@ -60,8 +73,8 @@ for _name, _part in (("hash-store", "hash"), ("mod-store", "broadcast_strategy:b
     if _name not in REGISTRY:
         register(StrategyInfo(name=_name, summary=f"test: rank 0's edges route by {_part}, each core stores what it "
                               "gets", predicates=frozenset({"equi"}), requires=frozenset({"equi"}), min_ranks=3,
-                              testing=True, graph=f"broadcast_strategy:build_{_name.split('-')[0]}",
-                              roles={"core": "broadcast_strategy:Keyed"}))
+                              testing=True, graph=f"broadcast_strategy:build_{_name.split('-')[0]}", rescale=True,
+                              roles={"core": "broadcast_strategy:Store"}))
 
 
 def build_hash(size, params):

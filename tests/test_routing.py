@@ -81,7 +81,7 @@ def test_a_strategy_without_a_rank0_operator_equals_the_oracle(strategy):
     arrays = random_streams(np.random.default_rng(9), 400, key_range=6)
     held = []           # rows the cores' declared joins hold after each epoch (stats(), by default)
     rows, mods, router = simulate_strategy(strategy, job, arrays, 4, on_epoch=lambda e, mods, r: held.append(
-        sum(m.stats()["window_tuples"] for m in mods.values() if hasattr(m, "seen"))))
+        sum(m.stats()["window_tuples"] for m in mods.values() if hasattr(m, "sink"))))
     assert isinstance(router, EdgeRouter)
     assert len(rows) == len(as_set(rows)) and as_set(rows) == as_set(run_oracle(job, arrays))
     # the cores store 800 rows between them; Rows(expire=True) expires them by the batches' bounds

@@ -12,7 +12,7 @@ the worker that takes the old snapshots writes)."""
 from collections import deque
 
 from ..runtime.graph import DRIVER
-from ..runtime.operator import Output, carried
+from ..runtime.operator import Output, carried, old_graph
 from ..strategies import get as strategy
 
 
@@ -22,12 +22,6 @@ class _Header:
 
     def __init__(self, bounds, body, order):
         self.bounds, self.body, self.order, self.msg_no = tuple(bounds), body, order, -1
-
-
-def old_graph(op, old, sources=1):
-    """The checkpoint's graph: its workers `old`, rank 0 and its extra sources."""
-    info = strategy(op.job.strategy.name)
-    return info.build_graph(len(old) + sources, op.job.strategy.params, sources)
 
 
 def reader(mods):

@@ -72,6 +72,12 @@ def carried(job, module, kind):
     return module.link_dtypes(kind)
 
 
+def old_graph(op, old, sources=1):
+    """The graph of a checkpoint whose workers were `old`: rank 0, `old`, and its extra sources."""
+    from ..strategies import get
+    return get(op.job.strategy.name).build_graph(len(old) + sources, op.job.strategy.params, sources)
+
+
 @dataclass
 class Output:
     """What handling one message produced."""
@@ -128,8 +134,11 @@ class Fields:
     file's JSON attributes. `codecs[name]` = (encode, decode) for a value JSON would not give back
     as it was (a dict with int keys: INT_KEYS)."""
 
-    def __init__(self, owner, *names, **codecs):
-        self.owner, self.names, self.codecs = owner, names + tuple(codecs), codecs
+    def __init__(self, owner, *names, rescale=None, **codecs):
+        if rescale not in (None, "first", "sum"):
+            raise TypeError(f"Fields(rescale={rescale!r}): 'first' (every vertex of the group holds the same values: "
+                            f"the first's are taken) or 'sum' (each holds a share: they are added)")
+        self.owner, self.names, self.codecs, self.rescale = owner, names + tuple(codecs), codecs, rescale
 
     def snapshot(self):
         """Copies: the cut is written once every upstream marker is in, and the operator goes on
@@ -144,6 +153,25 @@ class Fields:
 
     def state_dtype(self, name):
         return None
+
+    def restore_homed(self, files, home):
+        """At another rank count, from the old vertices' attributes ([(arrays, attrs)], in index
+        order) as `rescale` says; a part that says nothing cannot be dealt again."""
+        if self.rescale is None:
+            return False
+        attrs = [a for _, a in files]
+        if self.rescale == "first" or not attrs:
+            self.restore({}, attrs[0]) if attrs else None
+        else:
+            self.restore({}, {n: _added([a[n] for a in attrs]) for n in self.names})
+        return True
+
+
+def _added(values):
+    """Values of one field from every old vertex, added (numbers, and lists of numbers item by item)."""
+    if isinstance(values[0], list):
+        return [sum(v) for v in zip(*values)]
+    return sum(values)
 
 
 def _int_keys(decode):
@@ -163,12 +191,12 @@ class Rows:
     count its rows in `stats()`; with `expire=True` the worker also expires it by each batch's
     bounds after `on_data` (DataHeader.bounds: what no tuple still to come can see)."""
 
-    def __init__(self, owner, name="join", expire=False):
+    def __init__(self, owner, name="join", expire=False, home=None):
         if not hasattr(owner, name) or not hasattr(getattr(owner, name), "snapshot"):
             raise TypeError(f"Rows(owner, name={name!r}): the owner (the operator, `Rows(self)`) holds its join as "
                             f"its attribute {name!r}, set before declare(); got {type(owner).__name__}, which "
                             + ("has no such attribute" if not hasattr(owner, name) else "holds no join there"))
-        self.owner, self.name, self.expires = owner, name, bool(expire)
+        self.owner, self.name, self.expires, self.home = owner, name, bool(expire), home
 
     def warm_up(self):
         if hasattr(self.join, "warm_up"):
@@ -199,6 +227,22 @@ class Rows:
 
     def footprint(self):
         return self.join.footprint()
+
+    def restore_homed(self, files, home):
+        """At another rank count: the rows of every old vertex's windows ([(arrays, attrs)])
+        that live here, `home(rows, stream)` (this part's own `home`, or the one rank 0's edge
+        into this vertex declares: routing.home), each stream's in seq order."""
+        if home is None:
+            return False
+        arrays = {}
+        for s in (0, 1):
+            dt = self.join.state_dtype(f"w/{s}", "w")
+            rows = [a[f"w/{s}"] for a, _ in files if f"w/{s}" in a]
+            rows = np.concatenate(rows) if rows else np.zeros(0, dt)
+            rows = rows[np.asarray(home(rows, s), bool)]
+            arrays[f"w/{s}"] = rows[np.argsort(rows["seq"], kind="stable")]
+        self.join.restore(arrays, "w")
+        return True
 
 
 class Arrays:
@@ -334,16 +378,28 @@ class Operator(Checkpointed):
         accepts; `read(rank, keep, channel=dtypes)` also its channel state, [(src, header,
         batches)], which is refused without; `state=` checks arrays of another operator's kind by
         its `state_dtype`). Returns None, or an Output of results made in restoring (slaves/cuts.py
-        writes them). By default state in key groups: the groups the plan gives this rank
-        (restore_plan.owners_after, which rank 0's `rescale` follows too) out of every file; an
-        operator that declares no state has nothing to take."""
+        writes them). By default: result rows in flight on a result edge into the old vertices
+        of this one's role are handed to the first new one (`on_data`: a sink writes them); then
+        state in key groups, the groups the plan gives this rank (restore_plan.owners_after, which
+        rank 0's `rescale` follows too) out of every file, or else each declared part dealt by
+        where its rows live (restore_homed: a Rows part by its `home` or the partitioner of
+        rank 0's edge into this vertex, a Fields part as its `rescale` says)."""
         from ..partitioning.key_groups import group_of
         from ..partitioning.restore_plan import owners_after
-        if not self.__dict__.get("_parts"):
-            return None
-        owner = owners_after(root, cid, self.graph.workers)
-        mine = {g for g, o in enumerate(owner) if int(o) == self.rank}
-        self.restore_groups([read(r, lambda n: group_of(n) in mine) for r in old], mine)
+        graph = old_graph(self, old)
+        me = self.graph.vertex(self.rank)
+        mine = [r for r in old if graph.vertex(r).role == me.role]
+        out = _results_in_flight(self, read, graph, mine) if me.index == 0 else None
+        parts = self.__dict__.get("_parts")
+        if not parts:
+            return out
+        if all(hasattr(p, "restore_groups") for p in parts.values()):
+            owner = owners_after(root, cid, self.graph.workers)
+            groups = {g for g, o in enumerate(owner) if int(o) == self.rank}
+            self.restore_groups([read(r, lambda n: group_of(n) in groups) for r in old], groups)
+            return out
+        _restore_homed(self, [read(r, lambda n: True) for r in sorted(mine, key=lambda r: graph.vertex(r).index)])
+        return out
 
     def restore_groups(self, files, groups):
         """This operator's state from the old workers' files, [(arrays, attrs)], keeping key
@@ -420,3 +476,41 @@ class Operator(Checkpointed):
         """Lines for the end-of-run summary on what the strategy did (workers: their metrics)."""
         return []
 
+
+def _restore_homed(op, files):
+    """Each declared part from the old files of this vertex's role, dealt by where its rows
+    live; a part that cannot say is refused in one line."""
+    from .placement import home
+    placed = home(op.job, op.graph, op.rank)
+    for name, part in op.__dict__.get("_parts", {}).items():
+        pre = name + "/"
+        mine = [({k[len(pre):]: v for k, v in a.items() if k.startswith(pre)}, attrs[name]) for a, attrs in files]
+        own = getattr(part, "home", None)
+        where = ((lambda rows, s: own(rows, s, op.graph.vertex(op.rank).index,
+                                      op.graph.vertex(op.rank).count)) if own is not None else
+                 (lambda rows, s: placed[0](rows, s, placed[1], placed[2])) if placed is not None else None)
+        if not hasattr(part, "restore_homed") or not part.restore_homed(mine, where):
+            raise InputError(f"rank {op.rank}: the state part {name!r} of its {type(op).__name__} does not say "
+                             f"where its rows live at another rank count (Rows(home=...) or a partitioned edge "
+                             f"from rank 0; Fields(rescale=...)); resume with the checkpoint's rank count")
+
+
+def _results_in_flight(op, read, graph, mine):
+    """An Output of this operator's `on_data` of every result message in flight into the
+    old vertices `mine` at the cut (their channel state on result edges), or None; rows in
+    flight on any other kind of link cannot be dealt again here, and are refused in one line."""
+    def dtypes(src, r):
+        kind = graph.carries(src, r)
+        if kind != RESULTS:
+            raise InputError(f"rank {op.rank}: the checkpoint holds {kind!r} rows in flight from rank {src} to "
+                             f"rank {r}, which its {type(op).__name__} cannot deal at another rank count; resume "
+                             f"with the checkpoint's rank count")
+        return carried(op.job, op, RESULTS)
+    if not any(graph.carries(src, r) == RESULTS for r in mine for src in graph.upstream(r)):
+        return None
+    out = Output()
+    for r in mine:
+        _, _, pending = read(r, lambda n: False, channel=lambda src, r=r: dtypes(src, r))
+        for src, header, batches in pending:
+            out.extend(op.on_data(src, header, batches))
+    return out

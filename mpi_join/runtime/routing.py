@@ -10,6 +10,10 @@ edge's partitioner says:
 - `"module:function"`, a strategy's own: `function(batch, stream, n)` -> each row's edge, 0..n-1,
   among the edges with that partitioner (rank order); every such edge gets a message each batch.
 An `own` edge is routed by the strategy's own rank-0 operator: this one refuses it at load.
+
+The partitioner is the one declaration of where a row lives (placement.py): it routes here, and a
+restore at another rank count deals the stored rows by it (Operator.restore_rescaled), so routing
+and rescale cannot disagree.
 """
 import numpy as np
 
@@ -17,6 +21,7 @@ from ..errors import ConfigError
 from ..partitioning.hashing import group_rows
 from .graph import DRIVER
 from .operator import Fields, Operator, Output
+from .placement import labeller
 
 
 class EdgeRouter(Operator):
@@ -33,20 +38,14 @@ class EdgeRouter(Operator):
                                   f"rank-0 operator (partitioner 'own'), and it names none (its 'driver' role)")
             else:
                 self.split.setdefault(e.partitioner, []).append(e.dst)
-        self.label = {p: self._labeller(p) for p in self.split}
+        self.label = {p: labeller(job, p, len(dsts)) for p, dsts in self.split.items()}
         self.turn = 0
         self.declare(turns=Fields(self, "turn"))
 
-    def _labeller(self, partitioner):
-        if partitioner == "hash":
-            from ..partitioning.hashing import Partitioner
-            if not self.job.predicate.equi:
-                raise ConfigError(f"strategy {self.job.strategy.name!r}: its edges from rank 0 route by the hash of "
-                                  f"the equi key, and the job's predicate has no equi condition")
-            part = Partitioner(self.job, len(self.split[partitioner]))
-            return lambda batch, s, n: part.partitions(part.hashes(part.keys(batch, s)))
-        from ..strategies import _load
-        return _load(partitioner)
+    def rescale(self, root, cid):
+        """At another rank count it routes along this run's edges, as every worker's restore
+        dealt its rows by them (home): only the round-robin turn starts again."""
+        self.turn = 0
 
     def on_data(self, src, header, batches):
         out = Output()
