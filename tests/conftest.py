@@ -15,7 +15,7 @@ from mpi_join.storage.staged import write_staged
 HERE = os.path.dirname(os.path.abspath(__file__))
 # test-only strategies (tests/relay_strategy.py) are registered through the plugin variable, on
 # this process and on every rank it launches; tests/ is importable there too (UDF fixtures)
-os.environ["MPI_JOIN_STRATEGIES"] = "relay_strategy,graph_strategies,broadcast_strategy"
+os.environ["MPI_JOIN_STRATEGIES"] = "relay_strategy,graph_strategies,broadcast_strategy,stripe_strategy"
 os.environ["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 # Every rank and CLI run a test launches imports the package anew: with PYTHONDONTWRITEBYTECODE

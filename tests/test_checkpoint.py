@@ -401,6 +401,34 @@ def test_a_checkpoint_resumes_at_other_rank_counts_exactly_once(tmp_path, strate
     assert_same_rows(read_results(job.output, job.stream_names), expect)
 
 
+def _test_strategies_that_rescale():
+    """The registry's test strategies that resume at another rank count, each on a predicate it
+    takes (a band for one that requires it)."""
+    return [pytest.param(n, 'band = [{left = "R.v", right = "S.w", eps = 0.3}]' if "band" in strategies.get(n).requires
+                         else None, id=n) for n in strategies.names()
+            if strategies.get(n).testing and strategies.get(n).rescale]
+
+
+@pytest.mark.parametrize("strategy,predicate", _test_strategies_that_rescale())
+def test_a_test_strategy_with_no_restore_code_resumes_at_other_rank_counts(tmp_path, strategy, predicate):
+    """A strategy whose rank 0 routes by its edges' placement and whose cores end in the runtime's
+    sink (tests/broadcast_strategy.py, tests/stripe_strategy.py), with no restore code: SIGKILLed
+    after checkpoints on 4 ranks (its sink), resumed at 6 and killed again (a core), resumed at 3 to
+    the end: the oracle's result, each pair once."""
+    path, job, arrays = paced_checkpointed_job(tmp_path, strategy, predicate, windows=('"60ms"', '"40ms"'),
+                                               total=12000)
+    root = job.checkpoint.dir
+    for n, (ranks, victim) in enumerate(((4, 3), (6, 2))):
+        p = kill_after_checkpoints(path, root, ranks, victim, 1 if n else 2, 12000, ("--resume", root) if n else ())
+        assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+        assert [m for _, m in ck.list_checkpoints(root) if m][-1]["ranks"] == ranks
+    r = run_mpi(3, "run", unpaced(path), "--resume", root)
+    assert r.returncode == 0 and "resuming from checkpoint" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    expect = run_oracle(job, arrays)
+    assert len(expect) > 500
+    assert_same_rows(read_results(job.output, job.stream_names), expect)
+
+
 def test_a_checkpoint_resumes_at_other_run_sources_exactly_once(tmp_path):
     """hash, count windows, a band: run.sources = 2 on 5 ranks, the extra source SIGKILLed after
     two checkpoints; resumed with 3 sources on 6 ranks (the old graph carried to rest first,

@@ -159,7 +159,8 @@ def _cases():
             continue
         for pred in PREDICATES:
             kinds = set(pred.split("+"))
-            if kinds <= info.predicates and info.requires <= kinds and (pred == "equi" or not info.testing):
+            if kinds <= info.predicates and info.requires <= kinds and (pred == "equi" or not info.testing
+                                                                         or info.requires):
                 kind = ("time", "count")[turn % 2]
                 turn += 1
                 out.append(pytest.param(name, kind, pred, "", id=f"{name}-{kind}-{pred}"))

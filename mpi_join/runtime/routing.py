@@ -8,7 +8,9 @@ edge's partitioner says:
   hash's partitioning reads them), so equal keys meet on one rank; every such edge gets a
   message each batch, empty or not, so that its expiry bounds move on;
 - `"module:function"`, a strategy's own: `function(batch, stream, n)` -> each row's edge, 0..n-1,
-  among the edges with that partitioner (rank order); every such edge gets a message each batch.
+  among the edges with that partitioner (rank order); every such edge gets a message each batch;
+- `"module:Class"`, a strategy's own placement (placement.py): each row to every edge its
+  `reach` (else `home`) gives, so a row may be copied; every such edge gets a message each batch.
 An `own` edge is routed by the strategy's own rank-0 operator: this one refuses it at load.
 
 The partitioner is the one declaration of where a row lives (placement.py): it routes here, and a
@@ -21,7 +23,7 @@ from ..errors import ConfigError
 from ..partitioning.hashing import group_rows
 from .graph import DRIVER
 from .operator import Fields, Operator, Output
-from .placement import labeller
+from .placement import declared, labeller, reach
 
 
 class EdgeRouter(Operator):
@@ -56,6 +58,10 @@ class EdgeRouter(Operator):
             self.turn += 1
         for p, dsts in self.split.items():
             n = len(dsts)
+            if declared(self.label[p]):          # a row to every edge it reaches (placement.py)
+                for i, dst in enumerate(dsts):
+                    out.send(dst, [b[reach(self.label[p], b, s, i, n)] for s, b in enumerate(batches)], header.bounds)
+                continue
             parts = [[] for _ in dsts]
             for s, b in enumerate(batches):
                 labels = np.asarray(self.label[p](b, s, n), np.int64)
