@@ -8,6 +8,7 @@ time, to a worker picked at random among the links that hold one (`Worker.delive
 for rank 0 is there."""
 from collections import deque
 from dataclasses import replace
+import time
 
 import numpy as np
 
@@ -77,10 +78,13 @@ class MemTransport:
     def send(self, dest, tag, buf):
         self.net.send(self.rank, dest, int(tag), buf)
 
-    def poll(self):
+    hosts = ["sim"]
+    cpu = staticmethod(time.thread_time)
+
+    def poll(self, source=None, tag=None):
         return self.net.for_rank0() if self.rank == 0 else None
 
-    def recv(self, tag=None, timeout=None):
+    def recv(self, source=None, tag=None, timeout=None):
         assert self.rank == 0, "workers are handed their messages (Worker.deliver)"
         while (msg := self.net.for_rank0(None if tag is None else int(tag))) is None:
             if not self.net.step():
@@ -99,7 +103,16 @@ class MemTransport:
     def flush(self):
         pass
 
-    unwatch = stop_beating = watch = lambda self, *a: None
+    def close(self):
+        pass
+
+    def host(self, rank):
+        return "sim"
+
+    def enable_liveness(self, timeout_s):
+        pass
+
+    unwatch = stop_beating = watch = lambda self, peer: None
 
 
 class MemWriter:

@@ -1,5 +1,6 @@
 """The transport of a run in one process (`mpi-join run JOB --local`): every rank is a thread,
-and a message is handed from one thread's send to another's receive through memory.
+and a message is handed from one thread's send to another's receive through memory (the
+interface of transport_api.Transport, as the MPI transport).
 
 It keeps what the ranks' code relies on from MPI: messages on one link (sender, receiver) are
 received in the order sent; a receive takes the earliest waiting message that matches its

@@ -1,5 +1,5 @@
 """The MPI transport: numpy buffers over mpi4py's uppercase calls, tagged by message kind (the
-in-process runtime has its own, local.py, with the same calls).
+in-process runtime has its own, local.py; both implement transport_api.Transport).
 
 Waiting never spins a core: receives poll with Improbe and back off (sleeping up to 2 ms), so
 ranks can outnumber cores. Sends are nonblocking and their buffers are kept until complete.
