@@ -349,8 +349,8 @@ REGISTRY = {
         name="matrix", suite_budget_s=70, shape="matrix", rescale=True,
         summary="join-matrix (the baseline of BiStream): a grid of cells, each R tuple stored along a row and each "
                 "S tuple down a column, so every pair meets in one cell",
-        graph="mpi_join.runtime.graph:star",
-        roles={"driver": "mpi_join.biclique.matrix:MatrixRouter", "worker": "mpi_join.biclique.cell:Cell"},
+        graph="mpi_join.biclique.matrix:build",
+        roles={"worker": "mpi_join.biclique.cell:Cell"},
         workload="equi",
         check="mpi_join.biclique.checks:check_matrix",
         params={

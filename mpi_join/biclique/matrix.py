@@ -5,11 +5,12 @@ routes it the same way). Every pair meets in exactly one cell, (row of r, column
 both are stored: each R tuple is held `cols` times and each S tuple `rows` times, the memory the
 join-biclique saves.
 
-This module is the router (rank 0, and every extra source): it imports no join code (and no
-numba), so a rank that routes starts without loading a kernel. The cells: cell.py."""
+This module is the grid's placement, which rank 0's edge router (and every extra source's) sends
+by: it imports no join code (and no numba), so a rank that routes starts without loading a
+kernel. The cells: cell.py."""
 import math
 
-from ..runtime.operator import Operator, Output
+from ..runtime.graph import star
 from .routing import spread
 
 
@@ -22,19 +23,21 @@ def grid(workers, rows=0):
     return r, workers // r
 
 
-class MatrixRouter(Operator):
-    def __init__(self, job, rank, graph, dtypes):
-        super().__init__(job, rank, graph, dtypes)
-        self.rows, self.cols = grid(len(graph.workers), job.strategy.params["rows"])
+class Grid:
+    """The grid as the placement of rank 0's edges to the cells (runtime/placement.py): the
+    index-th cell of `count`, at (index // cols, index % cols), holds the R tuples spread to its
+    row and the S tuples spread to its column. The runtime's edge router sends each tuple to
+    every cell of its row or column by it, and a restore onto another grid deals the stored
+    tuples by it."""
 
-    def on_data(self, src, header, batches):
-        r, s = batches
-        row, col = spread(r, self.rows), spread(s, self.cols)
-        out = Output()
-        for i in range(self.rows):
-            mine_r = r[row == i]
-            for j in range(self.cols):
-                mine_s = s[col == j]
-                if len(mine_r) or len(mine_s):
-                    out.send(1 + i * self.cols + j, [mine_r, mine_s], header.bounds)
-        return out
+    def __init__(self, job):
+        self.rows = job.strategy.params["rows"]
+
+    def home(self, batch, stream, index, count):
+        rows, cols = grid(count, self.rows)
+        return spread(batch, rows) == index // cols if stream == 0 else spread(batch, cols) == index % cols
+
+
+def build(size, params):
+    """Rank 0 feeds every cell along an edge placed by the grid."""
+    return star(size, params, partitioner="mpi_join.biclique.matrix:Grid")

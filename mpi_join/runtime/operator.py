@@ -135,9 +135,10 @@ class Fields:
     as it was (a dict with int keys: INT_KEYS)."""
 
     def __init__(self, owner, *names, rescale=None, **codecs):
-        if rescale not in (None, "first", "sum"):
+        if rescale not in (None, "first", "sum", "fresh"):
             raise TypeError(f"Fields(rescale={rescale!r}): 'first' (every vertex of the group holds the same values: "
-                            f"the first's are taken) or 'sum' (each holds a share: they are added)")
+                            f"the first's are taken), 'sum' (each holds a share: they are added) or 'fresh' "
+                            f"(values of this vertex alone, such as a peak: they start again)")
         self.owner, self.names, self.codecs, self.rescale = owner, names + tuple(codecs), codecs, rescale
 
     def snapshot(self):
@@ -159,6 +160,8 @@ class Fields:
         order) as `rescale` says; a part that says nothing cannot be dealt again."""
         if self.rescale is None:
             return False
+        if self.rescale == "fresh":
+            return True
         attrs = [a for _, a in files]
         if self.rescale == "first" or not attrs:
             self.restore({}, attrs[0]) if attrs else None
@@ -231,7 +234,7 @@ class Rows:
     def restore_homed(self, files, home):
         """At another rank count: the rows of every old vertex's windows ([(arrays, attrs)])
         that live here, `home(rows, stream)` (this part's own `home`, or the one rank 0's edge
-        into this vertex declares: routing.home), each stream's in seq order."""
+        into this vertex declares: placement.home), each stream's in seq order, each row once."""
         if home is None:
             return False
         arrays = {}
@@ -240,7 +243,8 @@ class Rows:
             rows = [a[f"w/{s}"] for a, _ in files if f"w/{s}" in a]
             rows = np.concatenate(rows) if rows else np.zeros(0, dt)
             rows = rows[np.asarray(home(rows, s), bool)]
-            arrays[f"w/{s}"] = rows[np.argsort(rows["seq"], kind="stable")]
+            # in seq order, each row once: a row stored in several places (a grid's row) comes from each
+            arrays[f"w/{s}"] = rows[np.unique(rows["seq"], return_index=True)[1]]
         self.join.restore(arrays, "w")
         return True
 
