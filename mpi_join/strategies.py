@@ -369,7 +369,7 @@ REGISTRY = {
         min_ranks=3,
         graph="mpi_join.splitjoin.graph:build", hops="mpi_join.splitjoin.graph:hops",
         roles={**_roles("mpi_join.splitjoin.roles", core="JoinCore", distributor="DistributorCore"),
-               **_roles("mpi_join.splitjoin.root", driver="SplitRouter", combiner="Combiner")},
+               **_roles("mpi_join.splitjoin.root", combiner="Combiner")},
         workload="band",
         check="mpi_join.splitjoin.checks:check_job",
         cases={"cores": ("mpi_join.splitjoin.bench_cores:run_case",

@@ -1,6 +1,6 @@
-"""SplitJoin's roots, the roles that join nothing: the driver's router (the root of the
-distribution tree) and the `combiner` (the root of the merge tree, which also writes), with the
-Gather every merging node uses. No join code (and no numba) is imported here, so these ranks
+"""SplitJoin's root of the merge tree, the `combiner` (it joins nothing, and writes), with the
+Gather every merging node uses. The root of the distribution tree, rank 0, is the runtime's edge
+router: its edges to the tree's first level broadcast every batch, whole (graph.py). No join code (and no numba) is imported here, so these ranks
 start without loading a kernel; the join cores: roles.py."""
 from collections import deque
 
@@ -10,13 +10,6 @@ from ..storage.results import result_dtype
 from ..runtime.operator import Fields, Operator, Output
 from . import rap, rescale
 from .graph import FLOWS
-
-
-class SplitRouter(Operator):
-    """The driver: the root of the distribution tree; every batch goes to its children, whole."""
-
-    def on_data(self, src, header, batches):
-        return Output.sending(self.graph.entries(), batches, header.bounds)
 
 
 class Gather:
