@@ -149,31 +149,51 @@ def _rank0(cls, job, graph, dtypes):
     return op
 
 
+def _covering(info):
+    """Worker counts (from the default, max(3, fewest)) at which every role class the strategy's
+    graphs give from its fewest ranks to 8 appears: a chain's `solo` needs one worker, say."""
+    params = {k: p.default for k, p in info.params.items()}
+    first = max(3, info.min_ranks - 1)
+    counts, seen = [], set()
+    for w in [first] + [w for w in range(info.min_ranks - 1 or 1, 8) if w != first]:
+        try:
+            graph = info.build_graph(w + 1, params)
+        except Exception:  # noqa: BLE001 - a count its graph does not take
+            continue
+        classes = {info.role_code(graph.role(r)) for r in graph.workers}
+        if classes - seen:
+            counts.append(w)
+            seen |= classes
+    return counts
+
+
 def _cases():
     """Every strategy of the registry (hyphenated test strategies too) on each predicate kind it
-    supports, the window kinds in turn; biclique also with its online aggregate."""
+    supports, the window kinds in turn, at worker counts where each of its role classes appears;
+    biclique also with its online aggregate."""
     out, turn = [], 0
     for name in strategies.names():
         info = strategies.get(name)
         if info.streams[0] > 2:
             continue
+        counts = _covering(info)
         for pred in PREDICATES:
             kinds = set(pred.split("+"))
             if kinds <= info.predicates and info.requires <= kinds and (pred == "equi" or not info.testing
                                                                          or info.requires):
-                kind = ("time", "count")[turn % 2]
-                turn += 1
-                out.append(pytest.param(name, kind, pred, "", id=f"{name}-{kind}-{pred}"))
-    return out + [pytest.param("biclique", "time", "equi", "aggregate", id="biclique-time-equi-aggregate")]
+                for w in counts if pred == "equi" or "equi" not in info.predicates else counts[:1]:
+                    kind = ("time", "count")[turn % 2]
+                    turn += 1
+                    out.append(pytest.param(name, kind, pred, "", w, id=f"{name}-{kind}-{pred}-{w}"))
+    return out + [pytest.param("biclique", "time", "equi", "aggregate", 4, id="biclique-time-equi-aggregate")]
 
 
-@pytest.mark.parametrize("strategy,kind,pred,variant", _cases())
-def test_every_operator_round_trips_its_state(tmp_path, strategy, kind, pred, variant):
+@pytest.mark.parametrize("strategy,kind,pred,variant,workers", _cases())
+def test_every_operator_round_trips_its_state(tmp_path, strategy, kind, pred, variant, workers):
     name = "-".join(x for x in (strategy, variant) if x)
     params = {"aggregate": "count(*), sum(R.c9) by S.k", "update_ms": 0.0} if variant == "aggregate" else {}
     job = _job(strategy, kind, pred)
     info = strategies.get(strategy)
-    workers = max(3, info.min_ranks - 1) + (1 if variant else 0)
     arrays = _streams(job, np.random.default_rng(7))
     trace = []
     simulate_strategy(strategy, job, arrays, workers, seed=3, trace=trace, snapshots=[], **params)
