@@ -86,3 +86,21 @@ def test_a_strategy_without_a_rank0_operator_equals_the_oracle(strategy):
     assert len(rows) == len(as_set(rows)) and as_set(rows) == as_set(run_oracle(job, arrays))
     # the cores store 800 rows between them; Rows(expire=True) expires them by the batches' bounds
     assert 0 < max(held) < sum(len(a) for a in arrays) // 4, held
+
+
+def test_fields_say_how_they_are_dealt_at_another_rank_count():
+    """A Fields part at a restore at another rank count: `first` takes the first old vertex's
+    values, `sum` adds them (lists item by item), `fresh` keeps the new vertex's own, and a part
+    that says nothing cannot be dealt (the restore refuses it in one line)."""
+    from mpi_join.runtime.operator import Fields
+
+    class Op:
+        n, seen = 7, [0, 0]
+    files = [({}, {"n": 2, "seen": [1, 2]}), ({}, {"n": 3, "seen": [3, 4]})]
+    for policy, want in (("sum", (5, [4, 6])), ("first", (2, [1, 2])), ("fresh", (7, [0, 0]))):
+        op = Op()
+        assert Fields(op, "n", "seen", rescale=policy).restore_homed(files, None)
+        assert (op.n, op.seen) == want, policy
+    assert not Fields(Op(), "n").restore_homed(files, None)
+    with pytest.raises(TypeError, match="'first'"):
+        Fields(Op(), "n", rescale="max")

@@ -163,9 +163,9 @@ class Fields:
         if self.rescale == "fresh":
             return True
         attrs = [a for _, a in files]
-        if self.rescale == "first" or not attrs:
-            self.restore({}, attrs[0]) if attrs else None
-        else:
+        if attrs and self.rescale == "first":
+            self.restore({}, attrs[0])
+        elif attrs:
             self.restore({}, {n: _added([a[n] for a in attrs]) for n in self.names})
         return True
 
