@@ -20,7 +20,7 @@ import numpy as np
 
 from ..join import aggregate
 from ..runtime.drain import old_graph
-from ..runtime.operator import Output
+from ..runtime.operator import Output, keeps_rows, stored_rows
 from . import routing
 from .graph import SIDES, merger_of
 
@@ -46,10 +46,10 @@ def restore_unit(unit, read, old):
     def mine(rows):
         return rows[table.store_units(rows, side) == me] if len(rows) else rows
     for r in old_graph(unit, old).ranks(SIDES[side]):
-        arrays, attrs, pending = read(r, lambda n: n == f"windows/w/{side}", channel=list(unit.dtypes))
+        arrays, attrs, pending = read(r, keeps_rows(unit, side), channel=list(unit.dtypes))
         held = unit.join.emptied()
-        stored = arrays.get(f"windows/w/{side}")
-        if stored is not None and len(stored):
+        stored = stored_rows(unit, arrays, side)
+        if len(stored):
             held.append(mine(stored))
         for _, header, batches in sorted(pending, key=lambda p: p[1].order):
             held.append(mine(batches[side]))

@@ -481,6 +481,29 @@ class Operator(Checkpointed):
         return []
 
 
+def _rows_part(op):
+    """The name of `op`'s one declared Rows part."""
+    names = [n for n, p in op.__dict__.get("_parts", {}).items() if isinstance(p, Rows)]
+    if len(names) != 1:
+        raise TypeError(f"{type(op).__name__} declares {len(names)} Rows parts; name the one meant")
+    return names[0]
+
+
+def keeps_rows(op, stream=None):
+    """A `keep` for Operator.restore_rescaled's `read`: the arrays of `op`'s declared Rows part
+    (one stream's, or both), so that a strategy's own dealer never spells the rank file's names."""
+    pre = f"{_rows_part(op)}/w/"
+    return lambda n: n.startswith(pre) and (stream is None or n == f"{pre}{stream}")
+
+
+def stored_rows(op, arrays, stream):
+    """Stream `stream`'s rows of `op`'s declared Rows part in an old rank file's module arrays (as
+    `read` gives them; none: an empty array of the part's dtype)."""
+    part = _rows_part(op)
+    rows = arrays.get(f"{part}/w/{stream}")
+    return rows if rows is not None else np.zeros(0, op.__dict__["_parts"][part].state_dtype(f"w/{stream}"))
+
+
 def _restore_homed(op, files):
     """Each declared part from the old files of this vertex's role, dealt by where its rows
     live; a part that cannot say is refused in one line."""

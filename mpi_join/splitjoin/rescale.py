@@ -17,7 +17,7 @@ slaves/cuts.restore_rescaled calls the roles' `restore_rescaled`).
 import numpy as np
 
 from ..runtime.drain import old_graph
-from ..runtime.operator import Output
+from ..runtime.operator import Output, keeps_rows, stored_rows
 from .graph import FLOWS
 
 
@@ -27,11 +27,11 @@ def restore_core(core, read, old):
     cores = [r for r in old if graph.vertex(r).group == "cores"]
     kept = [[], []]
     for r in cores:
-        arrays, attrs, _ = read(r, lambda n: n.startswith("join/"), channel=core.link_dtypes(FLOWS))
+        arrays, attrs, _ = read(r, keeps_rows(core), channel=core.link_dtypes(FLOWS))
         p, k = graph.vertex(r).index, len(cores)
         core.seen = [int(x) for x in attrs["counts"]["seen"]]
         for s, base in enumerate(attrs["join"]["base"]):
-            rows = arrays.get(f"join/w/{s}", np.zeros(0, core.join.state_dtypes[s]))
+            rows = stored_rows(core, arrays, s)
             count = p + k * (int(base) + np.arange(len(rows), dtype=np.int64))
             mine = count % core.k == core.pos
             kept[s].append((count[mine], rows[mine]))
