@@ -158,6 +158,36 @@ class Exporter:
             self.restarts.labels(k).set(v)
 
 
+def decide(which, rc, sig, drain, log_ended):
+    """What live does when its child `which` ends with `rc` (`sig`: the signal live was given, or
+    None; `drain`: whether it drains; `log_ended`: a stager that exited 0 with no signal ended
+    the log). Returns (lines to say, action, the exit code live now ends with or None), the
+    action one of "none", "restart" (live gives up with 1 when the restart policy refuses),
+    "give up" (both children stopped, the log left open) and "stop now" (the other child too,
+    without a drain). A pure function: tests/test_live_supervisor.py gives it the events."""
+    if rc == 0 and which in ("run", "publisher"):
+        return [], "none", 0 if which == "run" else None  # the publisher's end: the run's final commit is out
+    if rc == 0:                                           # the stager
+        if sig is None and not log_ended:                 # stopped by a signal not live's (--no-drain)
+            return (["live: the stager stopped (exit 0) with the log open, not asked to by live (a signal to it "
+                     "alone?)"], "restart", None)
+        if sig is None:
+            return (["live: the stager ended the log, not asked to by live (a signal to it alone?); the run joins "
+                     "to its end"], "none", None)
+        return [], "none", None
+    if sig is not None and not drain:                     # (a drain restarts a child that died: the log
+        return [], "none", 128 + sig if which == "run" else None   # must end and the run commit the rest)
+    if sig is not None and rc == 2:
+        # a signal to every process of the job at once (a cgroup stop) also reached the stager's
+        # JVM or the run's ranks: what is committed stands, the log stays open
+        return ([f"live: the {which} stopped too (exit {rc}, above) while live was stopping; the other is stopped "
+                 f"at once"], "stop now", 128 + sig)
+    if rc == 2:                                           # a one-line refusal: it would only come again
+        return [f"live: error: the {which} stopped with a one-line error (exit 2, above); it is not restarted"], \
+            "give up", 2
+    return [], "restart", None
+
+
 class Supervisor:
     """Starts, watches, restarts and stops the stager and the run of one live job, and its
     publisher (`mpi-join publish`) when the job has [output] kafka."""
@@ -247,37 +277,17 @@ class Supervisor:
                 if rc is None or p in self.ended:         # (the object, not its id: a freed one's id is reused)
                     continue
                 self.ended.add(p)
-                if which == "run" and rc == 0:
-                    code = 0
-                elif which == "publisher" and rc == 0:
-                    pass                              # the run's final commit is on the topic
-                elif which == "stager" and rc == 0:
-                    if self.signal is None and not self._log_ended():
-                        # stopped by a signal that was not live's (--no-drain: the log stays open)
-                        self.say("live: the stager stopped (exit 0) with the log open, not asked to by live (a "
-                                 "signal to it alone?)")
-                        if not self._restart(which, rc):
-                            return self._give_up(1)
-                    elif self.signal is None:
-                        self.say("live: the stager ended the log, not asked to by live (a signal to it alone?); "
-                                 "the run joins to its end")
-                elif self.signal is not None and not self.drain:
-                    if which == "run":                # (a drain restarts a child that died: the log must end
-                        code = 128 + self.signal      # and the run commit the rest)
-                elif self.signal is not None and rc == 2:
-                    # a signal to every process of the job at once (a cgroup stop) also reached the
-                    # stager's JVM or the run's ranks: what is committed stands, the log stays open
-                    self.say(f"live: the {which} stopped too (exit {rc}, above) while live was stopping; the "
-                             f"other is stopped at once")
-                    self.drain = False
-                    asked = None
-                    code = 128 + self.signal
-                elif rc == 2:                         # a one-line refusal: it would only come again
-                    self.say(f"live: error: the {which} stopped with a one-line error (exit 2, above); it is not "
-                             f"restarted")
-                    return self._give_up(2)
-                elif not self._restart(which, rc):
+                ended_log = which == "stager" and rc == 0 and self.signal is None and self._log_ended()
+                lines, action, now = decide(which, rc, self.signal, self.drain, ended_log)
+                for ln in lines:
+                    self.say(ln)
+                code = now if now is not None else code
+                if action == "restart" and not self._restart(which, rc):
                     return self._give_up(1)
+                if action == "give up":
+                    return self._give_up(now)
+                if action == "stop now":
+                    self.drain, asked = False, None
             if code is not None and all(c.poll() is not None for c in self.children.values()):
                 self._write_status()
                 if code == 0:

@@ -299,3 +299,25 @@ def test_live_says_at_its_start_which_reader_each_streams_files_take(tmp_path):
     (tmp_path / "job.toml").write_text(text.replace('raw/S", format = "csv"', 'raw/S", format = "json"'))
     lines = expected_paths(load_job(str(tmp_path / "job.toml")))
     assert "JSON lines with integer times in ms: read in the stager's process" in lines[1], lines
+
+
+def test_live_decides_from_each_childs_end_alone():
+    """The Supervisor's decision on a child's end is a pure function of the event (live.decide):
+    each case of the exit table, with no process."""
+    from signal import SIGTERM
+    from mpi_join.live import decide
+    assert decide("run", 0, None, True, False) == ([], "none", 0)                     # done
+    assert decide("publisher", 0, None, True, False) == ([], "none", None)
+    lines, action, code = decide("stager", 0, None, True, False)                    # a signal to it alone
+    assert action == "restart" and code is None and "with the log open" in lines[0]
+    lines, action, code = decide("stager", 0, None, True, True)
+    assert action == "none" and "ended the log" in lines[0]
+    assert decide("stager", 0, SIGTERM, True, False) == ([], "none", None)           # live's own drain
+    assert decide("run", 143, SIGTERM, False, False) == ([], "none", 128 + SIGTERM)  # stopping at once
+    assert decide("stager", 1, SIGTERM, False, False) == ([], "none", None)
+    lines, action, code = decide("run", 2, SIGTERM, True, False)                     # a cgroup stop
+    assert action == "stop now" and code == 128 + SIGTERM and "stopped too" in lines[0]
+    lines, action, code = decide("stager", 2, None, True, False)                     # a one-line refusal
+    assert (action, code) == ("give up", 2) and "not restarted" in lines[0]
+    assert decide("run", 1, None, True, False) == ([], "restart", None)              # a crash
+    assert decide("run", 137, SIGTERM, True, False) == ([], "restart", None)         # a drain needs the run
