@@ -212,3 +212,14 @@ def test_json_files_whose_types_disagree_go_to_spark_which_refuses_them(spark, t
     r = cli("stage", "--engine", "local", str(tmp_path / "job.toml"))
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("mpi-join: error:")]
     assert r.returncode == 2 and len(lines) == 1 and "c.json" in lines[0], r.stderr
+
+
+def test_a_json_key_twice_is_refused_in_one_line_naming_the_file(spark, tmp_path):
+    """A JSON object with a key twice (or keys that differ only in case): Spark's schema inference
+    refuses the file; the in-process reader leaves it to Spark, and stage says which file and key
+    in one line (an AnalysisException with neither before)."""
+    _json_corpus(tmp_path, s_extra={"c.json": '{"t": 1772357402000000, "k": 12, "w": 0.5, "W": 1.5}\n'})
+    r = cli("stage", str(tmp_path / "job.toml"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("mpi-join: error:")]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert "c.json: key 'w' is in it twice" in lines[0] or "c.json: key 'W' is in it twice" in lines[0], lines

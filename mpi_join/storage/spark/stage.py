@@ -444,7 +444,6 @@ def _read_stream(spark, s, files):
     (the columns in the header's order): a plan and a generated parse per header, not per file
     (40 files of one header: 6.6 s of planning and 40 compiled parses before). Each file is one
     partition of its scan (stage sets openCostInBytes), so `_row`'s ids number its records."""
-    from pyspark.sql import functions as F
     want = _declared(s)
     if s.raw.format == "csv":
         groups = {}
@@ -488,7 +487,14 @@ def _read_each(spark, s, files, want):
     from pyspark.sql.types import StringType, StructField, StructType
     first_types, frames = None, []
     for k, f in enumerate(files):
-        df = spark.read.json(f) if s.raw.format == "json" else spark.read.parquet(f)
+        try:
+            df = spark.read.json(f) if s.raw.format == "json" else spark.read.parquet(f)
+        except Exception as e:  # noqa: BLE001 - Spark's AnalysisException, named by its condition
+            if "COLUMN_ALREADY_EXISTS" not in str(e):
+                raise
+            col = str(e).split("`")[1] if "`" in str(e) else "?"
+            raise InputError(f"{f}: key '{col}' is in it twice (in one object, or as two keys that differ only in "
+                             f"case: Spark's schema inference takes names case-insensitively)") from None
         types = {fld.name: fld.dataType for fld in df.schema.fields}
         for c in want:
             if c not in types:
