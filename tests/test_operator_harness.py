@@ -258,3 +258,48 @@ def test_rows_names_its_owner_not_the_join():
     assert Rows(op).join is op.join
     with pytest.raises(TypeError, match=r"Rows\(self\)"):
         Rows(op.join)
+
+
+def _homed():
+    """(strategy, predicate) of every registered strategy whose workers' stored rows have a
+    declared home (a Rows part's own, or the placement of rank 0's edge into the worker)."""
+    from mpi_join.runtime.placement import home
+    out = []
+    for name in strategies.names():
+        info = strategies.get(name)
+        if info.streams[0] > 2:
+            continue
+        pred = "equi" if "equi" in info.predicates and not info.requires - {"equi"} else "band"
+        job = strategies.check_strategy(_job(name, "time", pred))
+        graph = info.build_graph(5, job.strategy.params)
+        if any(home(job, graph, r) is not None for r in graph.workers):
+            out.append(pytest.param(name, pred, id=name))
+    return out
+
+
+@pytest.mark.parametrize("strategy,pred", _homed())
+def test_every_stored_row_sits_at_its_home(strategy, pred):
+    """The one declaration of where a row lives (runtime/placement.py) routes it, deals it again
+    at another rank count, and is checked here: after every epoch of a run, every row a worker's
+    windows hold is one its home gives it."""
+    from mpi_join.runtime.operator import Rows
+    from mpi_join.runtime.placement import home
+    job = _job(strategy, "time", pred)
+    arrays = _streams(job, np.random.default_rng(11), 300)
+    held = []
+
+    def check(epoch, mods, router):
+        graph = router.graph
+        for rank, op in mods.items():
+            placed, v = home(op.job, graph, rank), graph.vertex(rank)
+            for part in op.__dict__.get("_parts", {}).values():
+                if not isinstance(part, Rows) or (part.home is None and placed is None):
+                    continue
+                for s, rows in enumerate(part.join.snapshot("w").values()):
+                    where = part.home(rows, s, v.index, v.count) if part.home else \
+                        placed[0](rows, s, placed[1], placed[2])
+                    assert np.asarray(where, bool).all(), (strategy, rank, s)
+                    held.append(len(rows))
+    for workers in (3, 4):
+        simulate_strategy(strategy, job, arrays, workers, seed=workers, on_epoch=check)
+    assert sum(held) > 0
