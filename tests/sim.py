@@ -1,14 +1,12 @@
 """The runtime in one process: the real Driver, Workers, routers and join modules of a strategy,
-over an in-memory network whose seeded scheduler delivers messages between links in a random
-order (each link stays FIFO, as MPI's are). Nothing of the delivery rules is written here: the
+over the runtime's in-memory network (runtime/memory.py) whose seeded scheduler delivers
+messages between links in a random order (each link stays FIFO, as MPI's are). Nothing of the delivery rules is written here: the
 workers' inbox, ordered merge, credits, markers and end of stream are the production code.
 
 Rank 0 drives: whenever it waits for a message, the network delivers others' messages, one at a
 time, to a worker picked at random among the links that hold one (`Worker.deliver`), until one
 for rank 0 is there."""
-from collections import deque
 from dataclasses import replace
-import time
 
 import numpy as np
 
@@ -16,8 +14,8 @@ from mpi_join import strategies
 from mpi_join.config import parse_job
 from mpi_join.master.driver import Driver
 from mpi_join.master.progress import Progress
+from mpi_join.runtime.memory import MemTransport, Network
 from mpi_join.runtime.metrics import RankMetrics
-from mpi_join.runtime.protocol import Tag
 from mpi_join.slaves.worker import Worker
 from mpi_join.strategies import check_strategy
 from mpi_join.join.window import runtime_dtype
@@ -37,82 +35,6 @@ def sim_job(strategy, pred, kind):
     from conftest import equi_job_text
     return parse_job(tomllib.loads(equi_job_text(SIM_WINDOWS[kind], strategy=strategy, predicate=SIM_PRED[pred])),
                      "t.toml")
-
-
-class Network:
-    def __init__(self, size, seed):
-        self.size, self.rng = size, np.random.default_rng(seed)
-        self.links = {}                  # (src, dst) -> deque of (tag, buf)
-        self.workers = {}
-
-    def send(self, src, dst, tag, buf):
-        self.links.setdefault((src, dst), deque()).append((tag, buf))       # senders never reuse a buffer
-
-    def for_rank0(self, tag=None):
-        ready = [k for k, q in self.links.items() if k[1] == 0 and q and (tag is None or q[0][0] == tag)]
-        if not ready:
-            return None
-        src = ready[self.rng.integers(len(ready))][0]
-        t, buf = self.links[(src, 0)].popleft()
-        return src, t, buf
-
-    def step(self):
-        """Deliver one message to a worker; False if none is waiting."""
-        ready = [k for k, q in self.links.items() if k[1] != 0 and q]
-        if not ready:
-            return False
-        src, dst = ready[self.rng.integers(len(ready))]
-        tag, buf = self.links[(src, dst)].popleft()
-        self.workers[dst].deliver(src, Tag(tag), buf)
-        return True
-
-
-class MemTransport:
-    """The Transport calls the runtime makes, in memory (no liveness: one process)."""
-    idle_s = comm_s = 0.0
-    bytes_in = bytes_out = 0
-
-    def __init__(self, net, rank):
-        self.net, self.rank, self.size = net, rank, net.size
-
-    def send(self, dest, tag, buf):
-        self.net.send(self.rank, dest, int(tag), buf)
-
-    hosts = ["sim"]
-    cpu = staticmethod(time.thread_time)
-
-    def poll(self, source=None, tag=None):
-        return self.net.for_rank0() if self.rank == 0 else None
-
-    def recv(self, source=None, tag=None, timeout=None):
-        assert self.rank == 0, "workers are handed their messages (Worker.deliver)"
-        while (msg := self.net.for_rank0(None if tag is None else int(tag))) is None:
-            if not self.net.step():
-                raise RuntimeError("simulation: rank 0 waits for a message and nothing is in flight")
-        return msg[0], Tag(msg[1]), msg[2]
-
-    def pause(self, seconds):
-        """The others move on while rank 0 waits: every message in flight among the workers is
-        delivered (in the network's random order), instead of a sleep that would change nothing."""
-        while self.net.step():
-            pass
-
-    def idle_for(self, peers):
-        return None
-
-    def flush(self):
-        pass
-
-    def close(self):
-        pass
-
-    def host(self, rank):
-        return "sim"
-
-    def enable_liveness(self, timeout_s):
-        pass
-
-    unwatch = stop_beating = watch = lambda self, peer: None
 
 
 class MemWriter:

@@ -432,7 +432,7 @@ def test_a_test_strategy_with_no_restore_code_resumes_at_other_rank_counts(tmp_p
 def test_a_checkpoint_resumes_at_other_run_sources_exactly_once(tmp_path):
     """hash, count windows, a band: run.sources = 2 on 5 ranks, the extra source SIGKILLed after
     two checkpoints; resumed with 3 sources on 6 ranks (the old graph carried to rest first,
-    runtime/drain.py), a worker SIGKILLed after a checkpoint of its own; then finished with one
+    slaves/drain.py), a worker SIGKILLed after a checkpoint of its own; then finished with one
     source on 4 ranks: the oracle's result, each pair once."""
     windows = ("50", "70")
     path, job, arrays = paced_checkpointed_job(tmp_path, "hash", BAND, windows=windows, total=20000,

@@ -221,7 +221,7 @@ def test_a_run_resumes_in_process_at_other_run_sources(tmp_path, strategy, worke
     """A checkpoint of run.sources = 2 resumed with 1 source on as many ranks (one more worker:
     the extra source's rank joins), then that run's own newest checkpoint with 3 sources: the
     other sources' input a worker had recorded as channel state is carried to rest first
-    (runtime/drain.py; biclique's two dispatchers' batches reach each unit in order there), the
+    (slaves/drain.py; biclique's two dispatchers' batches reach each unit in order there), the
     sources start at the checkpoint's offset (the part holding it first), and each result is once."""
     import os
     import shutil

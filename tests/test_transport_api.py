@@ -1,4 +1,5 @@
-"""The three transports (MPI, in memory for `run --local`, the tests' seeded network) implement
+"""The three transports (MPI, threads in one process for `run --local`, the stepped in-memory
+network of the drain and the simulations) implement
 the one interface the runtime calls (runtime/transport_api.py): every member, every parameter."""
 import inspect
 
@@ -11,8 +12,8 @@ def _instances():
     from mpi4py import MPI
     from mpi_join.runtime.local import Hub
     from mpi_join.runtime.transport import Transport as MPITransport
-    from sim import MemTransport, Network
-    return {"mpi": MPITransport(MPI.COMM_SELF), "local": Hub(2).transport(1), "sim": MemTransport(Network(2, 0), 0)}
+    from mpi_join.runtime.memory import MemTransport, Network
+    return {"mpi": MPITransport(MPI.COMM_SELF), "local": Hub(2).transport(1), "memory": MemTransport(Network(2, 0), 0)}
 
 
 def _members():
@@ -20,7 +21,7 @@ def _members():
     return names, list(Transport.__annotations__)
 
 
-@pytest.mark.parametrize("kind", ["mpi", "local", "sim"])
+@pytest.mark.parametrize("kind", ["mpi", "local", "memory"])
 def test_every_transport_implements_the_interface(kind):
     tx = _instances()[kind]
     try:

@@ -19,8 +19,7 @@ another -n; slaves/cuts.restore_rescaled calls the roles' `restore_rescaled`).
 import numpy as np
 
 from ..join import aggregate
-from ..runtime.drain import old_graph
-from ..runtime.operator import Output, keeps_rows, stored_rows
+from ..runtime.operator import Output, keeps_rows, old_graph, stored_rows
 from . import routing
 from .graph import SIDES, merger_of
 

@@ -3,7 +3,7 @@
 
 At a cut, batches are on their way between neighbours and acknowledgements with them; a
 forwarded batch is in its sender's window, marked sent, until acknowledged. So the old chain is
-first carried to rest (runtime/drain.py: every worker restored in this process, its channel
+first carried to rest (slaves/drain.py: every worker restored in this process, its channel
 state handed over until no message is left, with no more input); then nothing is marked sent,
 and an R tuple at old segment i and an S tuple at segment j have met exactly when i >= j (R
 flows right, S left: they crossed, or met where both are). The new chain of k segments takes
@@ -15,7 +15,8 @@ once). The drain's results are the old run's after the cut; the new left end wri
 Tuples then move on by age as always, from wherever they are. llhj: restore_home."""
 import numpy as np
 
-from ..runtime.drain import drained
+from ..slaves.drain import drained
+from ..slaves.worker import Worker
 from ..runtime.operator import Output
 from ..slaves.local_join import BinaryJoin
 
@@ -23,7 +24,7 @@ from ..slaves.local_join import BinaryJoin
 def _laid(mod, read, old):
     """The drained old chain's workers that fall on `mod`'s place in the new one (in chain
     order), an Output holding the drain's results if `mod` is the new left end, and all of them."""
-    graph, mods, made = drained(mod, read, old)
+    graph, mods, made = drained(mod, read, old, Worker)
     chain, k = graph.workers, len(mod.graph.workers)
     me = mod.graph.workers.index(mod.rank) + 1
     mine = [mods[r] for i, r in enumerate(chain, 1) if -(-i * k // len(chain)) == me]

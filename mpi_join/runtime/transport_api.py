@@ -1,6 +1,6 @@
 """The one interface a transport gives the runtime: MPI (transport.Transport, a process per rank),
-in memory (local.LocalTransport, `run --local`: a thread per rank) and the tests' seeded network
-(tests/sim.MemTransport) each implement it, and tests/test_transport_api.py checks every member
+in memory (local.LocalTransport, `run --local`: a thread per rank) and the stepped in-memory
+network (memory.MemTransport: the drain, and the tests' simulations) each implement it, and tests/test_transport_api.py checks every member
 of each against it. The driver, the workers and liveness call nothing else."""
 from typing import Protocol, runtime_checkable
 

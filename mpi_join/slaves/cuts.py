@@ -165,12 +165,12 @@ def restore_rescaled(w, root, cid, man):
                     [arrays.get(f"channel/{k}/{s}", np.zeros(0, dt)) for s, dt in enumerate(link(src))])
                    for k, src in enumerate(attrs.get("channel", []))]
         return module, attrs["module"], pending
-    from ..runtime.drain import drained, reader
+    from .drain import drained, reader
     k = int(man.get("sources", 1))
     old = list(range(1, int(man["ranks"]) - (k - 1)))     # the extra sources (the last ranks) write no file
     made = None
     if k > 1:      # the input of other sources recorded as channel state: carried to rest first
-        _, mods, made = drained(w.module, read, old, sources=k)
+        _, mods, made = drained(w.module, read, old, type(w), sources=k)
         read = reader(mods)
     out = w.module.restore_rescaled(read, old, root, cid)
     if made is not None:         # the drain's results by the first worker, its snapshots by the last

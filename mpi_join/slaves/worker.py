@@ -110,6 +110,11 @@ class Worker:
         it receives; the in-process simulation, which owns the network, too). Returns True once
         the rank has ended: its DONE sent."""
         self._absorb(src, tag, buf)
+        return self.work()
+
+    def work(self):
+        """Handle everything that can be handled now (what `deliver` does after taking its
+        message in; the drain calls it after replaying channel state into the inbox)."""
         while not self.finished:
             self._pump()
             item = self.inbox.next(self._take_driver, self.module.next_order, self.eos_from)

@@ -16,8 +16,7 @@ slaves/cuts.restore_rescaled calls the roles' `restore_rescaled`).
 - The driver only broadcasts: it routes the new tree as it is."""
 import numpy as np
 
-from ..runtime.drain import old_graph
-from ..runtime.operator import Output, keeps_rows, stored_rows
+from ..runtime.operator import Output, keeps_rows, old_graph, stored_rows
 from .graph import FLOWS
 
 

@@ -9,19 +9,11 @@ have reached had the input paused at the cut. Every worker of the new run comput
 (the schedule is fixed), so each can take its part of it; the results the drain makes are the
 old run's results after the cut, which one worker writes (and an aggregate's snapshots, which
 the worker that takes the old snapshots writes)."""
-from collections import deque
+import numpy as np
 
 from ..runtime.graph import DRIVER
 from ..runtime.operator import Output, carried, old_graph
 from ..strategies import get as strategy
-
-
-class _Header:
-    """What an operator reads of a DATA message's header."""
-    __slots__ = ("bounds", "body", "order", "msg_no")
-
-    def __init__(self, bounds, body, order):
-        self.bounds, self.body, self.order, self.msg_no = tuple(bounds), body, order, -1
 
 
 def reader(mods):
@@ -34,41 +26,60 @@ def reader(mods):
     return read
 
 
-def drained(op, read, old, sources=1):
+def drained(op, read, old, worker, sources=1):
     """(the old graph, {old rank: its operator, drained}, Output of the results the drain
     made). `op`: the new run's operator (job and dtypes); `read`: as Operator.restore_rescaled's;
-    each old file is read with its own role's dtypes and links'; the input of several
-    sources goes in as the driver's, in the order it was recorded (the part order the inbox
-    merged it in)."""
+    each old file is read with its own role's dtypes and links'. The old workers are real
+    Workers (`worker`, slaves/worker.Worker, given: it imports the restore that calls this; its
+    inboxes, ordered merges and credits) over the in-memory
+    network with its fixed schedule (memory.py), each one's channel state replayed into its
+    inbox as a restore replays it (the input of several sources as the driver's, in the order
+    it was recorded), then stepped until no message is left."""
+    from ..runtime.memory import MemTransport, Network
+    from ..runtime.metrics import RankMetrics
     graph = old_graph(op, old, sources)
     info = strategy(op.job.strategy.name)
-    mods, links = {}, {}
+    net, made = Network(graph.size), _Made()
     for r in old:
         m = info.load_role(graph.vertex(r).role)(op.job, r, graph, op.dtypes)
         arrays, attrs, pending = read(r, lambda n: True, state=m.state_dtype, channel=lambda src, m=m, r=r: carried(
             op.job, m, graph.carries(DRIVER if src in graph.sources else src, r)))
         m.restore(arrays, attrs)
-        mods[r] = m
-        for src, header, batches in pending:
-            src = DRIVER if src in graph.sources else src
-            links.setdefault((src, r), deque()).append((_Header(header.bounds, header.body, header.order), batches))
-    out = Output()
-    while any(links.values()):
-        # each link first in, first out; among links, the message of the lowest order first (a
-        # merged edge's receiver takes its links in order, and a message makes none of lower order)
-        _, src, dst = min((q[0][0].order, s, d) for (s, d), q in links.items() if q)
-        header, batches = links[(src, dst)].popleft()
-        made = mods[dst].on_data(src, header, batches)
-        mods[dst].after_data(header)
-        if made is None:
-            continue
-        if made.control:
-            raise RuntimeError(f"rank {dst}: a drained operator made control records")
-        out.results += made.results
-        out.snapshots += made.snapshots
-        for dests, bats, bounds, body, order in made.forward:
-            for d in dests:
-                if d == DRIVER or d not in mods:
-                    raise RuntimeError(f"rank {dst}: a drained operator sent to rank {d}, not an old worker")
-                links.setdefault((dst, d), deque()).append((_Header(bounds, body, order), bats))
-    return graph, mods, out
+        w = worker(op.job, MemTransport(net, r), graph, m, RankMetrics(r, graph.role(r)), made)
+        for src, header, batches in pending:       # unacknowledged: the senders counted them already
+            w.inbox.data(DRIVER if src in graph.sources else src, header, batches, ack=False)
+        net.workers[r] = w
+    for w in net.workers.values():
+        w.work()
+    while net.step():
+        pass
+    if any(q for (_, dst), q in net.links.items() if dst not in net.workers and dst != DRIVER):
+        raise RuntimeError(f"rank {op.rank}: a drained worker sent to a rank that is not an old worker")
+    return graph, {r: w.module for r, w in net.workers.items()}, made.out
+
+
+class _Made:
+    """The drained workers' writer: the results and aggregate snapshots they make, as an Output
+    (each result's arrival time as it carried it)."""
+
+    def __init__(self):
+        self.out = Output()
+
+    def add(self, seqs, t_ns, lat):
+        if len(seqs[0]):
+            self.out.results.append((tuple(seqs), np.asarray(t_ns, np.int64) - np.asarray(lat, np.int64)))
+
+    def write_snapshot(self, *snap):
+        self.out.snapshots.append(snap)
+
+    def flush(self, wait=False):
+        pass
+
+    def close(self):
+        return []
+
+    def file_records(self):
+        return []
+
+    def snapshot_records(self):
+        return []
