@@ -53,8 +53,8 @@ def drained(op, read, old, worker, sources=1):
         w.work()
     while net.step():
         pass
-    if any(q for (_, dst), q in net.links.items() if dst not in net.workers and dst != DRIVER):
-        raise RuntimeError(f"rank {op.rank}: a drained worker sent to a rank that is not an old worker")
+    if any(q for (_, dst), q in net.links.items() if dst not in net.workers):
+        raise RuntimeError(f"rank {op.rank}: a drained worker sent to rank 0 or to a rank that is not an old worker")
     return graph, {r: w.module for r, w in net.workers.items()}, made.out
 
 
