@@ -14,7 +14,7 @@ from mpi_join import strategies
 from mpi_join.config import parse_job
 from mpi_join.master.driver import Driver
 from mpi_join.master.progress import Progress
-from mpi_join.runtime.memory import MemTransport, Network
+from mpi_join.runtime.memory import MemTransport, MemWriter, Network
 from mpi_join.runtime.metrics import RankMetrics
 from mpi_join.slaves.worker import Worker
 from mpi_join.strategies import check_strategy
@@ -37,34 +37,6 @@ def sim_job(strategy, pred, kind):
                      "t.toml")
 
 
-class MemWriter:
-    """Results kept in memory: each stream's seqs, per result, and the arrival time it carried
-    (its emission time less its delay)."""
-
-    def __init__(self):
-        self.rows, self.tins = [], []
-
-    def add(self, seqs, t_ns, lat):
-        if len(seqs[0]):
-            self.rows.append(np.stack(seqs, axis=1))
-            self.tins.append(np.asarray(t_ns, np.int64) - np.asarray(lat, np.int64))
-
-    def write_snapshot(self, *snap):
-        self.snapshots.append(snap)
-
-    def flush(self, wait=False):
-        pass
-
-    def close(self):
-        return []
-
-    def file_records(self):
-        return []
-
-    def snapshot_records(self):
-        return []
-
-
 def simulate(job, arrays, workers, seed=0, snapshots=None, wrap=None, arrivals=None):
     """Run `job` (strategy and parameters checked) over `arrays` on `workers` workers in process;
     returns (results as an (r, M) seq array, the modules by rank, the router). Aggregate snapshots
@@ -81,8 +53,7 @@ def simulate(job, arrays, workers, seed=0, snapshots=None, wrap=None, arrivals=N
         module = info.load_role(graph.role(r))(job, r, graph, dtypes)
         if wrap:
             wrap(r, module)
-        writers[r] = MemWriter()
-        writers[r].snapshots = snapshots if snapshots is not None else _no_snapshots()
+        writers[r] = MemWriter(snapshots if snapshots is not None else _no_snapshots())
         net.workers[r] = Worker(job, tx, graph, module, RankMetrics(r, graph.role(r)), writers[r])
     driver = Driver(job, MemTransport(net, 0), graph, info.load_role("driver"), RankMetrics(0, "driver"),
                     Progress(0, enabled=False), arrays=arrays)
@@ -92,9 +63,9 @@ def simulate(job, arrays, workers, seed=0, snapshots=None, wrap=None, arrivals=N
     if wrap:
         wrap(0, driver.router)
     driver.run(freeze=False)
-    rows = [x for w in writers.values() for x in w.rows]
+    rows = [np.stack(seqs, axis=1) for w in writers.values() for seqs, _ in w.results]
     if arrivals is not None:
-        arrivals.extend(int(t) for w in writers.values() for x in w.tins for t in x)
+        arrivals.extend(int(t) for w in writers.values() for _, tin in w.results for t in tin)
     M = len(arrays)
     return (np.concatenate(rows) if rows else np.zeros((0, M), np.int64),
             {r: w.module for r, w in net.workers.items()}, driver.router)

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import deque
 
+from .memory import InProcess
 from .protocol import Tag
 from .wire import PeerFailed
 
@@ -38,7 +39,7 @@ class Hub:
             self.cond.notify_all()
 
 
-class LocalTransport:
+class LocalTransport(InProcess):
     """The calls of transport.Transport, for one rank (a thread) of a Hub."""
     live = None
 
@@ -92,17 +93,3 @@ class LocalTransport:
 
     def pause(self, seconds):
         time.sleep(seconds)
-
-    def idle_for(self, peers):
-        return None
-
-    def flush(self):
-        pass
-
-    def close(self):
-        pass
-
-    def enable_liveness(self, timeout_s):
-        pass
-
-    watch = unwatch = stop_beating = lambda self, peer: None

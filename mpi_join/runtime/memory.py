@@ -45,7 +45,53 @@ class Network:
         return True
 
 
-class MemTransport:
+class InProcess:
+    """What a transport of ranks in one process does not do: liveness (a failing rank says so
+    itself) and sends to complete (a send is done when it returns)."""
+
+    def idle_for(self, peers):
+        return None
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+    def enable_liveness(self, timeout_s):
+        pass
+
+    watch = unwatch = stop_beating = lambda self, peer: None
+
+
+class MemWriter:
+    """A worker's writer in memory: each result's seqs and the arrival time it carried (its
+    emission time less its delay), and the aggregate snapshots (into the list `snapshots`)."""
+
+    def __init__(self, snapshots=None):
+        self.results, self.snapshots = [], [] if snapshots is None else snapshots
+
+    def add(self, seqs, t_ns, lat):
+        if len(seqs[0]):
+            self.results.append((tuple(seqs), np.asarray(t_ns, np.int64) - np.asarray(lat, np.int64)))
+
+    def write_snapshot(self, *snap):
+        self.snapshots.append(snap)
+
+    def flush(self, wait=False):
+        pass
+
+    def close(self):
+        return []
+
+    def file_records(self):
+        return []
+
+    def snapshot_records(self):
+        return []
+
+
+class MemTransport(InProcess):
     """The transport calls the runtime makes, in memory (no liveness: one process). Rank 0 takes
     its messages itself (recv steps the others meanwhile); workers are handed theirs."""
     idle_s = comm_s = 0.0
@@ -75,19 +121,5 @@ class MemTransport:
         while self.net.step():
             pass
 
-    def idle_for(self, peers):
-        return None
-
-    def flush(self):
-        pass
-
-    def close(self):
-        pass
-
     def host(self, rank):
         return "memory"
-
-    def enable_liveness(self, timeout_s):
-        pass
-
-    unwatch = stop_beating = watch = lambda self, peer: None

@@ -9,8 +9,6 @@ have reached had the input paused at the cut. Every worker of the new run comput
 (the schedule is fixed), so each can take its part of it; the results the drain makes are the
 old run's results after the cut, which one worker writes (and an aggregate's snapshots, which
 the worker that takes the old snapshots writes)."""
-import numpy as np
-
 from ..runtime.graph import DRIVER
 from ..runtime.operator import Output, carried, old_graph
 from ..strategies import get as strategy
@@ -35,11 +33,11 @@ def drained(op, read, old, worker, sources=1):
     network with its fixed schedule (memory.py), each one's channel state replayed into its
     inbox as a restore replays it (the input of several sources as the driver's, in the order
     it was recorded), then stepped until no message is left."""
-    from ..runtime.memory import MemTransport, Network
+    from ..runtime.memory import MemTransport, MemWriter, Network
     from ..runtime.metrics import RankMetrics
     graph = old_graph(op, old, sources)
     info = strategy(op.job.strategy.name)
-    net, made = Network(graph.size), _Made()
+    net, made = Network(graph.size), MemWriter()
     for r in old:
         m = info.load_role(graph.vertex(r).role)(op.job, r, graph, op.dtypes)
         arrays, attrs, pending = read(r, lambda n: True, state=m.state_dtype, channel=lambda src, m=m, r=r: carried(
@@ -55,31 +53,4 @@ def drained(op, read, old, worker, sources=1):
         pass
     if any(q for (_, dst), q in net.links.items() if dst not in net.workers):
         raise RuntimeError(f"rank {op.rank}: a drained worker sent to rank 0 or to a rank that is not an old worker")
-    return graph, {r: w.module for r, w in net.workers.items()}, made.out
-
-
-class _Made:
-    """The drained workers' writer: the results and aggregate snapshots they make, as an Output
-    (each result's arrival time as it carried it)."""
-
-    def __init__(self):
-        self.out = Output()
-
-    def add(self, seqs, t_ns, lat):
-        if len(seqs[0]):
-            self.out.results.append((tuple(seqs), np.asarray(t_ns, np.int64) - np.asarray(lat, np.int64)))
-
-    def write_snapshot(self, *snap):
-        self.out.snapshots.append(snap)
-
-    def flush(self, wait=False):
-        pass
-
-    def close(self):
-        return []
-
-    def file_records(self):
-        return []
-
-    def snapshot_records(self):
-        return []
+    return graph, {r: w.module for r, w in net.workers.items()}, Output(results=made.results, snapshots=made.snapshots)
