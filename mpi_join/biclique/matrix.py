@@ -31,11 +31,20 @@ class Grid:
     tuples by it."""
 
     def __init__(self, job):
-        self.rows = job.strategy.params["rows"]
+        self.rows, self._last = job.strategy.params["rows"], {}
 
     def home(self, batch, stream, index, count):
         rows, cols = grid(count, self.rows)
-        return spread(batch, rows) == index // cols if stream == 0 else spread(batch, cols) == index % cols
+        at = self._spread(batch, stream, rows if stream == 0 else cols)
+        return at == (index // cols if stream == 0 else index % cols)
+
+    def _spread(self, batch, stream, n):
+        """`spread(batch, n)`, once per stream's batch: the router asks for every cell in turn
+        (the batch itself is kept and compared, so a new array is never taken for it)."""
+        last = self._last.get(stream)
+        if last is None or last[0] is not batch or last[1] != n:
+            self._last[stream] = last = (batch, n, spread(batch, n))
+        return last[2]
 
 
 def build(size, params):

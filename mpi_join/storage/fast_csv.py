@@ -80,7 +80,8 @@ def read(s, path, header, declared, waiting, job_unit, types=None):
     refuse, quarantined by themselves as Spark writes them, or None; how many staged event times
     had a part finer than the job's unit), or None when Spark must read the file (see the
     module's rules)."""
-    if plain_uri(path) is None:
+    uri = plain_uri(path)
+    if uri is None:
         return None
     if s.raw.format == "json":
         from .fast_json import text_columns
@@ -94,7 +95,7 @@ def read(s, path, header, declared, waiting, job_unit, types=None):
         t, file_types = got
         if types is not None:
             types.update(file_types)
-        return parse(t, s, declared, waiting, job_unit, plain_uri(path))
+        return parse(t, s, declared, waiting, job_unit, uri)
     if s.raw.format != "csv" or len(set(header)) != len(header) \
             or any(c not in header for c in declared) or any('"' in c for c in header):
         return None
@@ -102,7 +103,7 @@ def read(s, path, header, declared, waiting, job_unit, types=None):
         t = read_text(s, path, header, skip=1 if s.raw.header else 0)
     except (pa.ArrowInvalid, OSError):
         return None                      # a row with another number of fields, invalid UTF-8, ...
-    return parse(t, s, declared, waiting, job_unit, plain_uri(path))
+    return parse(t, s, declared, waiting, job_unit, uri)
 
 
 def read_text(s, source, names, skip=0):

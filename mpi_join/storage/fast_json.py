@@ -84,7 +84,7 @@ def text_columns(data, names):
             cols[c] = pa.array(values, pa.string())
         except (UnicodeEncodeError, pa.ArrowException):     # a lone surrogate (\ud800)
             return None
-    return pa.table(cols) if cols else pa.table({}), types
+    return pa.table(cols), types
 
 
 def _fits_long(v):
