@@ -98,7 +98,12 @@ def main():
               "without mpiexec: one start instead of one per rank, for small jobs, first tries and notebooks. "
               "Results, checkpoints and output are those of an mpiexec run of the same -n, and each resumes the "
               "other's checkpoints. One core runs the join.")
-def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_empty, local):
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None,
+              help="With --local: run every rank in this one thread, each message delivered in an order this seed "
+                   "picks (each link stays first in, first out, as MPI's), instead of as threads happen to run. The "
+                   "same seed gives the same interleaving, so a run that failed under one can be replayed under "
+                   "it; other seeds try other interleavings (README \"Replaying an interleaving\").")
+def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_empty, local, seed):
     """Run JOB (a TOML job file) on the MPI ranks of this launch.
 
     Rank 0 drives: it reads the staged input, replays the merged stream in seq order and sends it
@@ -185,9 +190,14 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
             sys.stderr.write(f"mpi-join: no mpiexec here (pip install mpich, or put one on PATH): running the "
                              f"{nprocs} ranks in this process, as --local does\n")
             local = True
+    if seed is not None and not local:
+        _fail(JobError("--seed: replays an interleaving of the ranks of one process; add --local"))
     if local:
         if _under_mpi():
             _fail(JobError("--local runs every rank in this one process; start it without mpiexec or srun"))
+        if seed is not None:
+            from .stepped import run_stepped
+            sys.exit(run_stepped(job, dict(overrides, **flags), nprocs or 3, seed))
         from .ranks import run_local
         from .tools.scaling_model import auto_sources
         sys.exit(run_local(job, dict(overrides, **flags), nprocs or 3, auto_sources))

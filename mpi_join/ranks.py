@@ -537,15 +537,24 @@ def _verify_parts(out, kept, workers, counted):
 
 
 def _worker(job_path, overrides, tx, ctx):
+    _, _, buf = tx.recv(source=0, tag=Tag.START)
+    part = worker_part(decode_control(buf), job_path, overrides, tx)
+    if part is None:
+        return 2
+    part.run()
+    return 0
+
+
+def worker_part(start, job_path, overrides, tx):
+    """What a rank other than 0 runs once rank 0's Start is in: an extra source (master/feeder.py)
+    or a worker with its join module (slaves/worker.py); None when rank 0 refused the job."""
     from . import strategies
     from .master.progress import Progress
     from .storage.results import ResultWriter
     from .slaves.worker import Worker
     from .join.window import runtime_dtype
-    _, _, buf = tx.recv(source=0, tag=Tag.START)
-    start = decode_control(buf)
     if start.error:
-        return 2
+        return None
     job = load_job(job_path, overrides)
     if overrides.get("follow"):
         job = _live_job(job)                 # as rank 0 runs it: its checkpoints are the commits
@@ -559,16 +568,14 @@ def _worker(job_path, overrides, tx, ctx):
     metrics = RankMetrics(tx.rank, graph.role(tx.rank), tx.cpu)
     if tx.rank in graph.sources:                  # an extra source: reads and routes its share
         from .master.feeder import Feeder
-        Feeder(job, tx, graph, info.load_role("driver"), metrics, Progress(0, enabled=False),
-               (start.resume_dir, start.resume_id) if start.resume_dir else None, bool(overrides.get("follow"))).run()
-        return 0
+        return Feeder(job, tx, graph, info.load_role("driver"), metrics, Progress(0, enabled=False),
+                      (start.resume_dir, start.resume_id) if start.resume_dir else None, bool(overrides.get("follow")))
     writer = ResultWriter(os.path.join(job.output, "results"), tx.rank, job.stream_names,
                           snapshot_dir=os.path.join(job.output, "aggregate"))
     dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
     module = info.load_role(graph.role(tx.rank))(job, tx.rank, graph, dtypes)
     resume = (start.resume_dir, start.resume_id, start.part) if start.resume_dir else None
-    Worker(job, tx, graph, module, metrics, writer, resume).run()
-    return 0
+    return Worker(job, tx, graph, module, metrics, writer, resume)
 
 
 def _start_part(driver):
