@@ -80,8 +80,10 @@ class StrategyInfo:
 
 
 # the runtime's code for a role a strategy gives none: rank 0 routes by its edges' partitioners;
-# a `sink` writes the result rows its result edges bring
-ROLE_DEFAULTS = {"driver": "mpi_join.runtime.routing:EdgeRouter", "sink": "mpi_join.slaves.sink:ResultSink"}
+# a `distributor` passes what it gets on by its edges' partitioners; a `sink` writes the result
+# rows its result edges bring
+ROLE_DEFAULTS = {"driver": "mpi_join.runtime.routing:EdgeRouter", "distributor": "mpi_join.runtime.routing:Distributor",
+                 "sink": "mpi_join.slaves.sink:ResultSink"}
 
 
 def _load(spec):

@@ -83,3 +83,23 @@ def build_hash(size, params):
 
 def build_mod(size, params):
     return build(size, params, "broadcast_strategy:by_key_mod")
+
+
+# `hash-tree`: rows split twice on their way, by two workers' edges. Rank 0's edges go to one or
+# two distributors (the runtime's `distributor` role: no code here) by the key's hash; each
+# distributor's edges go to its cores by the key modulo its cores; a core stores what it gets.
+# A core's home is both splits (placement.home), which deals its rows again at another rank count.
+def build_tree(size, params):
+    sink = size - 1
+    d = 1 if size < 6 else 2
+    cores = range(d + 1, sink)
+    return Graph("tree", vertices(size, lambda r: "sink" if r == sink else "distributor" if r <= d else "core"),
+                 [Edge(DRIVER, r, partitioner="hash") for r in range(1, d + 1)]
+                 + [Edge(1 + (c - d - 1) % d, c, partitioner="broadcast_strategy:by_key_mod") for c in cores]
+                 + [Edge(c, sink, RESULTS) for c in cores])
+
+
+if "hash-tree" not in REGISTRY:
+    register(StrategyInfo(name="hash-tree", summary="test: rows split by rank 0's edges, then by a distributor's",
+                          predicates=frozenset({"equi"}), requires=frozenset({"equi"}), min_ranks=4, testing=True,
+                          graph="broadcast_strategy:build_tree", rescale=True, roles={"core": "broadcast_strategy:Store"}))

@@ -31,10 +31,10 @@ class Stripes:
 class Core(Store):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
-        self.where, self.i, self.k = home(job, graph, rank)
+        self.where = home(job, graph, rank)
 
     def mine(self, b, s):
-        return b[self.where(b, s, self.i, self.k)]
+        return b[self.where(b, s)]
 
 
 if "stripes" not in REGISTRY:

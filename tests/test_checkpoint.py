@@ -411,18 +411,18 @@ def _test_strategies_that_rescale():
 
 @pytest.mark.parametrize("strategy,predicate", _test_strategies_that_rescale())
 def test_a_test_strategy_with_no_restore_code_resumes_at_other_rank_counts(tmp_path, strategy, predicate):
-    """A strategy whose rank 0 routes by its edges' placement and whose cores end in the runtime's
-    sink (tests/broadcast_strategy.py, tests/stripe_strategy.py), with no restore code: SIGKILLed
-    after checkpoints on 4 ranks (its sink), resumed at 6 and killed again (a core), resumed at 3 to
-    the end: the oracle's result, each pair once."""
+    """A strategy whose edges route by their placement and whose cores end in the runtime's sink
+    (tests/broadcast_strategy.py, tests/stripe_strategy.py), with no restore code: SIGKILLed after
+    checkpoints on P + 1 ranks (P its fewest; the victim its sink), resumed at P + 3 and killed
+    again (rank 2), resumed at P to the end: the oracle's result, each pair once."""
     path, job, arrays = paced_checkpointed_job(tmp_path, strategy, predicate, windows=('"60ms"', '"40ms"'),
                                                total=12000)
-    root = job.checkpoint.dir
-    for n, (ranks, victim) in enumerate(((4, 3), (6, 2))):
+    root, fewest = job.checkpoint.dir, strategies.get(strategy).min_ranks
+    for n, (ranks, victim) in enumerate(((fewest + 1, fewest), (fewest + 3, 2))):
         p = kill_after_checkpoints(path, root, ranks, victim, 1 if n else 2, 12000, ("--resume", root) if n else ())
         assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
         assert [m for _, m in ck.list_checkpoints(root) if m][-1]["ranks"] == ranks
-    r = run_mpi(3, "run", unpaced(path), "--resume", root)
+    r = run_mpi(fewest, "run", unpaced(path), "--resume", root)
     assert r.returncode == 0 and "resuming from checkpoint" in r.stderr and "Traceback" not in r.stderr, r.stderr
     expect = run_oracle(job, arrays)
     assert len(expect) > 500

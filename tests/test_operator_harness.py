@@ -296,8 +296,7 @@ def test_every_stored_row_sits_at_its_home(strategy, pred):
                 if not isinstance(part, Rows) or (part.home is None and placed is None):
                     continue
                 for s, rows in enumerate(part.join.snapshot("w").values()):
-                    where = part.home(rows, s, v.index, v.count) if part.home else \
-                        placed[0](rows, s, placed[1], placed[2])
+                    where = part.home(rows, s, v.index, v.count) if part.home else placed(rows, s)
                     assert np.asarray(where, bool).all(), (strategy, rank, s)
                     held.append(len(rows))
     for workers in (3, 4):

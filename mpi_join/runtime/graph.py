@@ -123,6 +123,10 @@ class Graph:
         """The edges leaving `rank`, in the order the builder gave them."""
         return list(self._out.get(rank, ()))
 
+    def in_edges(self, rank):
+        """The edges into `rank`, in the order the builder gave them."""
+        return list(self._in.get(rank, ()))
+
     def upstream(self, rank, carries=None):
         return [e.src for e in self._in.get(rank, ()) if carries is None or e.carries == carries]
 
@@ -145,7 +149,11 @@ class Graph:
 
     def first(self, rank, src):
         """Where `rank` passes a batch from `src` on before it joins it (Edge.first)."""
-        return [e.dst for e in self._out.get(rank, ()) if e.first and (e.feeds is None or src in e.feeds)]
+        return [e.dst for e in self.first_edges(rank, src)]
+
+    def first_edges(self, rank, src):
+        """The edges of `first`: the worker routes along them by their partitioners (routing.Routes)."""
+        return [e for e in self._out.get(rank, ()) if e.first and (e.feeds is None or src in e.feeds)]
 
     def move_targets(self, rank):
         """Ranks `rank` may move a unit of state to (coordinator.move): the other vertices of its group,

@@ -514,8 +514,7 @@ def _restore_homed(op, files):
         mine = [({k[len(pre):]: v for k, v in a.items() if k.startswith(pre)}, attrs[name]) for a, attrs in files]
         own = getattr(part, "home", None)
         where = ((lambda rows, s: own(rows, s, op.graph.vertex(op.rank).index,
-                                      op.graph.vertex(op.rank).count)) if own is not None else
-                 (lambda rows, s: placed[0](rows, s, placed[1], placed[2])) if placed is not None else None)
+                                      op.graph.vertex(op.rank).count)) if own is not None else placed)
         if not hasattr(part, "restore_homed") or not part.restore_homed(mine, where):
             raise InputError(f"rank {op.rank}: the state part {name!r} of its {type(op).__name__} does not say "
                              f"where its rows live at another rank count (Rows(home=...) or a partitioned edge "

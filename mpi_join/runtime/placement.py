@@ -1,6 +1,7 @@
-"""Where a row lives, by the partitioner of rank 0's edge into a vertex (graph.Edge.partitioner):
-the one rule that routes a row (routing.EdgeRouter) and deals it again when a checkpoint resumes
-at another rank count (Operator.restore_rescaled, by `home`).
+"""Where a row lives, by the partitioners of the edges on a vertex's path from rank 0
+(graph.Edge.partitioner): the one rule that routes a row (routing.Routes, at rank 0 and at any
+worker that passes rows on) and deals it again when a checkpoint resumes at another rank count
+(Operator.restore_rescaled, by `home`).
 
 A partitioner is `hash` (the equi key's hash), a strategy's "module:function" (`function(batch,
 stream, n)` -> each row's edge 0..n-1: one edge a row), or a strategy's "module:Class" whose
@@ -12,7 +13,7 @@ so that a row may be copied along several edges (a band's key stripes, a grid's 
 import numpy as np
 
 from ..errors import ConfigError
-from .graph import DRIVER
+from .graph import INPUT
 
 
 # partitioners that do not say where a row lives (every row may be anywhere, or everywhere)
@@ -46,18 +47,33 @@ def reach(label, rows, stream, index, count):
 
 
 def home(job, graph, rank):
-    """(`home(rows, stream, index, count)` -> which rows live at the `index`-th of `count`
-    vertices that rank 0's edges of the partitioner into `rank` feed; (index, count) of `rank`
-    in `graph`), or None where that edge does not place rows (PLACELESS, or no edge from rank 0)."""
-    into = [e for e in graph.out_edges(DRIVER) if e.dst == rank]
-    if not into or into[0].partitioner in PLACELESS:
-        return None
-    p = into[0].partitioner
-    dsts = [e.dst for e in graph.out_edges(DRIVER) if e.partitioner == p]
-    label = labeller(job, p, len(dsts))
-    if declared(label):
-        return label.home, dsts.index(rank), len(dsts)
+    """`mask(rows, stream)` -> which rows live at `rank`, by the partitioned edges on its path from
+    rank 0 (each vertex on it fed by one input edge): a row lives where every such edge sends it,
+    so a vertex below a distributor that splits again is placed by both. None where the path does
+    not place rows: no partitioned edge on it (every row may be anywhere, or everywhere), or an
+    edge that picks rows by no rule a row carries (round-robin, a strategy's own routing)."""
+    mask = _path(job, graph, rank)
+    return None if mask is _ALL else mask
 
-    def where(rows, stream, index, count):
-        return np.asarray(label(rows, stream, count), np.int64) == index
-    return where, dsts.index(rank), len(dsts)
+
+_ALL = object()        # every row of the input reaches this vertex
+
+
+def _path(job, graph, rank):
+    if rank in graph.sources:
+        return _ALL
+    into = [e for e in graph.in_edges(rank) if e.carries == INPUT]
+    if len(into) != 1 or into[0].partitioner in ("round-robin", "own"):
+        return None
+    e = into[0]
+    above = _path(job, graph, e.src)
+    if above is None or e.partitioner in ("forward", "broadcast"):
+        return above
+    dsts = [d.dst for d in graph.out_edges(e.src) if d.partitioner == e.partitioner and d.carries == INPUT]
+    label, i, n = labeller(job, e.partitioner, len(dsts)), dsts.index(rank), len(dsts)
+
+    def mine(rows, stream):
+        here = (np.asarray(label.home(rows, stream, i, n), bool) if declared(label) else
+                np.asarray(label(rows, stream, n), np.int64) == i)
+        return here if above is _ALL else here & np.asarray(above(rows, stream), bool)
+    return mine

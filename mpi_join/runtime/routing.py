@@ -11,7 +11,9 @@ edge's partitioner says:
   among the edges with that partitioner (rank order); every such edge gets a message each batch;
 - `"module:Class"`, a strategy's own placement (placement.py): each row to every edge its
   `reach` (else `home`) gives, so a row may be copied; every such edge gets a message each batch.
-An `own` edge is routed by the strategy's own rank-0 operator: this one refuses it at load.
+An `own` edge is routed by the strategy's own code: Routes refuses it at load. A worker's edges
+route the same way (Routes): what it passes on before it joins (graph.Edge.first), and what its
+operator hands to `Operator.route`.
 
 The partitioner is the one declaration of where a row lives (placement.py): it routes here, and a
 restore at another rank count deals the stored rows by it (Operator.restore_rescaled), so routing
@@ -21,46 +23,45 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..partitioning.hashing import group_rows
-from .graph import DRIVER
+from .graph import DRIVER, INPUT
 from .operator import Fields, Operator, Output
 from .placement import declared, labeller, reach
 
 
-class EdgeRouter(Operator):
-    def __init__(self, job, rank, graph, dtypes):
-        super().__init__(job, rank, graph, dtypes)
+class Routes:
+    """Edges of one vertex, executed: each batch along them as their partitioners say (the list
+    above). Rank 0's EdgeRouter routes the source's batches by its edges so; a worker routes what
+    it passes on along its `first` edges so (slaves/worker.py), and an operator what it hands to
+    `Operator.route`. `turn` is the round-robin's next edge."""
+
+    def __init__(self, job, edges):
         self.whole, self.turns, self.split = [], [], {}        # split: partitioner -> [dst]
-        for e in graph.out_edges(DRIVER):
+        for e in edges:
             if e.partitioner in ("forward", "broadcast"):
                 self.whole.append(e.dst)
             elif e.partitioner == "round-robin":
                 self.turns.append(e.dst)
             elif e.partitioner == "own":
-                raise ConfigError(f"strategy {job.strategy.name!r}: edge 0 -> {e.dst} is routed by the strategy's own "
-                                  f"rank-0 operator (partitioner 'own'), and it names none (its 'driver' role)")
+                raise ConfigError(f"strategy {job.strategy.name!r}: edge {e.src} -> {e.dst} is routed by the "
+                                  f"strategy's own code (partitioner 'own'), not by the runtime")
             else:
                 self.split.setdefault(e.partitioner, []).append(e.dst)
         self.label = {p: labeller(job, p, len(dsts)) for p, dsts in self.split.items()}
         self.turn = 0
-        self.declare(turns=Fields(self, "turn"))
 
-    def rescale(self, root, cid):
-        """At another rank count it routes along this run's edges, as every worker's restore
-        dealt its rows by them (home): only the round-robin turn starts again."""
-        self.turn = 0
-
-    def on_data(self, src, header, batches):
-        out = Output()
+    def route(self, out, batches, bounds, body=None, order=-1):
+        """Add to Output `out` the messages of `batches` along these edges; returns `out`."""
         if self.whole:
-            out.send_many(self.whole, batches, header.bounds)
+            out.send_many(self.whole, batches, bounds, body, order)
         if self.turns:
-            out.send(self.turns[self.turn % len(self.turns)], batches, header.bounds)
+            out.send(self.turns[self.turn % len(self.turns)], batches, bounds, body, order)
             self.turn += 1
         for p, dsts in self.split.items():
             n = len(dsts)
             if declared(self.label[p]):          # a row to every edge it reaches (placement.py)
                 for i, dst in enumerate(dsts):
-                    out.send(dst, [b[reach(self.label[p], b, s, i, n)] for s, b in enumerate(batches)], header.bounds)
+                    out.send(dst, [b[reach(self.label[p], b, s, i, n)] for s, b in enumerate(batches)], bounds,
+                             body, order)
                 continue
             parts = [[] for _ in dsts]
             for s, b in enumerate(batches):
@@ -72,5 +73,52 @@ class EdgeRouter(Operator):
                 for i in range(n):
                     parts[i].append(rows.get(i, b[:0]))
             for dst, arrays in zip(dsts, parts):
-                out.send(dst, arrays, header.bounds)
+                out.send(dst, arrays, bounds, body, order)
         return out
+
+
+class FirstEdges:
+    """What a worker passes on before it joins (graph.Edge.first), routed by the edges'
+    partitioners: `route(src, header, batches)` -> an Output, or None where nothing goes on."""
+
+    def __init__(self, job, graph, rank):
+        self.job, self.graph, self.rank, self.routes = job, graph, rank, {}     # upstream -> Routes or None
+
+    def route(self, src, header, batches):
+        if src not in self.routes:
+            edges = self.graph.first_edges(self.rank, src)
+            self.routes[src] = Routes(self.job, edges) if edges else None
+        r = self.routes[src]
+        return None if r is None else r.route(Output(), batches, header.bounds, header.body, header.order)
+
+
+class Distributor(Operator):
+    """A vertex that only passes rows on (the runtime's `distributor` role, strategies.ROLE_DEFAULTS):
+    each batch along its input edges by their partitioners. Rank 0's EdgeRouter is one."""
+
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        self.routes = Routes(job, [e for e in graph.out_edges(rank) if e.carries == INPUT])
+        self.declare(turns=Fields(self.routes, "turn", rescale="fresh"))
+
+    def on_data(self, src, header, batches):
+        return self.routes.route(Output(), batches, header.bounds, header.body, header.order)
+
+
+class EdgeRouter(Distributor):
+    """Rank 0's operator for a strategy that names none: the source's batches along its edges."""
+
+    def __init__(self, job, rank, graph, dtypes):
+        own = [e for e in graph.out_edges(DRIVER) if e.partitioner == "own"]
+        if own:
+            raise ConfigError(f"strategy {job.strategy.name!r}: edge 0 -> {own[0].dst} is routed by the strategy's own "
+                              f"rank-0 operator (partitioner 'own'), and it names none (its 'driver' role)")
+        super().__init__(job, rank, graph, dtypes)
+
+    def rescale(self, root, cid):
+        """At another rank count it routes along this run's edges, as every worker's restore
+        dealt its rows by them (home): only the round-robin turn starts again."""
+        self.routes.turn = 0
+
+    def on_data(self, src, header, batches):
+        return self.routes.route(Output(), batches, header.bounds)

@@ -29,6 +29,7 @@ from ..join.jit import Compiles, freeze_heap
 from ..runtime.protocol import (DataHeader, Eos, Fin, Install, LoadRequest, Marker, MoveOut, Probe, ProbeReply, Tag, decode_control)
 from ..runtime.wire import pack_obj, unpack
 from ..runtime.operator import carried
+from ..runtime.routing import FirstEdges
 from .cuts import Cuts, restore_worker, worker_state
 from .inbox import Inbox
 from .mover import Mover
@@ -78,6 +79,7 @@ class Worker:
         self.received, self.eos_from = 0, set()     # DATA handled (termination counts); ended links
         self.eos_expected = {a for a, b in graph.eos_links() if b == self.rank}
         self.fin, self.fault = False, injected_fault(self.rank)
+        self.first = FirstEdges(job, graph, self.rank)
         if resume:
             restore_worker(self, *resume)
 
@@ -214,10 +216,7 @@ class Worker:
         m.tuples_in += n
         m.epochs += 1
         self.received += 1
-        first = self.graph.first(self.rank, src)
-        if first:                                # on its way before the join (graph.Edge.first)
-            self.outbox.data(first, header.bounds, header.body, header.order, batches)
-            self.outbox.pump()
+        self._apply(self.first.route(src, header, batches))    # on its way before the join (Edge.first)
         nres, delay = self._apply(self.module.on_data(src, header, batches))
         self.module.after_data(header)
         self.inbox.handled(sender, n)
