@@ -143,3 +143,22 @@ def test_a_rescaled_restore_deals_each_row_only_where_the_routing_sends_it(tmp_p
                 held += len(rows[s])
     assert held > 0
     assert os.path.exists(os.path.join(job.output, "_SUCCESS"))
+
+
+def test_a_send_names_an_edge_or_the_rank_it_leads_to():
+    R, S = random_streams(np.random.default_rng(2), 20)
+    out = Output()
+    out.send(Edge(1, 3), [R, S], (0, 0))
+    out.send_many([Edge(1, 2), 4], [R, S], (0, 0))
+    assert [dests for dests, *_ in out.forward] == [(3,), (2, 4)]
+
+
+def test_a_send_along_no_edge_is_refused_naming_the_rank():
+    """A worker's (slaves/outbox.py) and rank 0's (master/outlet.py): one line, not a KeyError."""
+    from mpi_join.master.outlet import Outlet
+    from mpi_join.slaves.outbox import Outbox
+    R, S = random_streams(np.random.default_rng(2), 20)
+    with pytest.raises(RuntimeError, match=r"worker 2: rank 5 is not downstream of it in the g graph \(downstream: \[3\]\)"):
+        Outbox(None, 2, "g", [3], 2, None).data((5,), (0, 0), None, -1, [R, S])
+    with pytest.raises(RuntimeError, match=r"rank 0: no edge of the graph leads to rank 7 \(rank 0's edges lead to \[1, 2\]\)"):
+        Outlet(None, [1, 2], 2, None, None, None, None).send_many([7], [R, S], None, (0, 0))

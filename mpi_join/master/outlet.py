@@ -19,6 +19,10 @@ class Outlet:
         """One DATA message to each of `dests`, packed once: every copy is the same buffer. While
         units move, their rows are held back (moves.py), and a unit's new holder gets bounds no
         later than those the move began with (its held rows may still need what they keep)."""
+        stray = [d for d in dests if d not in self.credits.out]
+        if stray:
+            raise RuntimeError(f"rank 0: no edge of the graph leads to rank {stray[0]} (rank 0's edges lead to "
+                               f"{sorted(self.credits.out)})")
         batches, b = self.moves.outgoing(dests, batches, np.asarray(self.source.bounds() if bounds is None else bounds,
                                                                     np.int64))
         buf = pack(DataHeader(self.msg_no, tuple(int(x) for x in b), body, order, self.moves.epoch).encode(), batches)

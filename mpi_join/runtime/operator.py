@@ -98,14 +98,17 @@ class Output:
             self.results.append((tuple(seqs), tin))
 
     def send(self, dest, batches, bounds, body=None, order=-1):
-        """Forward `batches` to rank `dest`; `body`: the strategy's typed header (headers.Header);
-        `order`: the batch's place for the receiver's ordered merge (DataHeader.order)."""
+        """Forward `batches` along an edge of the sender's (a graph.Edge, or the rank it leads to;
+        a rank no edge leads to is refused where it is sent); `body`: the strategy's typed header
+        (headers.Header); `order`: the batch's place for the receiver's ordered merge
+        (DataHeader.order)."""
         self.send_many((dest,), batches, bounds, body, order)
 
     def send_many(self, dests, batches, bounds, body=None, order=-1):
-        """`send` to every rank of `dests`: the message is packed once and the same buffer goes to
-        each (a fan-out costs one copy, not one per destination)."""
-        self.forward.append((tuple(dests), batches, tuple(int(b) for b in bounds), body, int(order)))
+        """`send` along every edge (or to every rank) of `dests`: the message is packed once and
+        the same buffer goes to each (a fan-out costs one copy, not one per destination)."""
+        self.forward.append((tuple(getattr(d, "dst", d) for d in dests), batches, tuple(int(b) for b in bounds),
+                             body, int(order)))
 
     def tell(self, dest, msg):
         self.control.append((dest, msg))
