@@ -15,7 +15,8 @@ from test_psp_ring import multiway_job, multiway_streams
 
 # what an operator may ask of the job: the module docstring's list, all of it
 INTERFACE = {"released", "done", "bounds", "windows_full", "ask_loads", "on_load", "loads", "move", "moving",
-             "settle", "change", "changing", "barrier_batches", "decides", "tell", "send", "wait"}
+             "settle", "change", "changing", "barrier_batches", "decides", "tell", "ask", "answered", "on_answer",
+             "send", "wait"}
 
 
 def _reaches(obj, cls, seen=None, depth=0):
@@ -84,3 +85,57 @@ def test_routers_that_do_not_adapt_hold_no_driver_either(strategy):
     got, _, router = simulate_strategy(strategy, job, arrays, 4, seed=1, batch_size=9)
     assert as_set(got) == as_set(run_oracle(job, arrays))
     _check_router(router)
+
+
+def test_answers_to_an_ask_come_to_the_coordinator_not_the_operator():
+    """biclique's hand-over waits inside apply_change for its units' At: the answers are kept
+    here (on_answer True), any other record is the operator's event (False)."""
+    from mpi_join.biclique.shuffler import At, Upto
+    told = []
+    c = Coordinator(None, None, None, lambda dest, msg: told.append((dest, msg)), None, None)
+    assert not c.on_answer(2, At(3))                 # nothing asked: the operator's
+    c.ask([2, 4], Upto(5), At)
+    assert told == [(2, Upto(5)), (4, Upto(5))] and c.answered(At) == {}
+    assert c.on_answer(2, At(4)) and c.on_answer(2, At(5)) and not c.on_answer(4, Upto(1))
+    assert c.answered(At) == {2: At(5)}
+
+
+class _Op:
+    """Records its calls; its on_data's Output is two messages, its on_control's one. `during`
+    runs inside on_data (a wait that handles messages, as biclique's hand-over does)."""
+    def __init__(self):
+        self.calls, self.inside, self.during = [], False, lambda: None
+
+    def on_data(self, n):
+        assert not self.inside, "re-entered"
+        self.inside = True
+        self.calls.append(("on_data", n))
+        self.during()
+        self.inside = False
+        return ["data", n, "a"], ["data", n, "b"]
+
+    def on_control(self, msg):
+        assert not self.inside, "re-entered"
+        self.calls.append(("on_control", msg))
+        return (["ctrl", msg],)
+
+
+def test_rank_0s_operator_is_never_re_entered_and_its_answers_follow_the_output():
+    """An event that comes inside a call, or while its Output is being sent (rank 0 handles
+    messages while it waits for credit), is handed over after the call, in the order they came,
+    and its answer goes out after that Output."""
+    from mpi_join.master.calls import OperatorCalls
+    sent, op = [], _Op()
+
+    def apply(out):                            # sending: each message may wait for credit
+        for m in out or ():
+            sent.append(m)
+            if m == ["data", 1, "a"]:
+                calls.post("on_control", "x")   # a worker's record, handled while rank 0 waits
+    calls = OperatorCalls(op, apply)
+    op.during = lambda: calls.post("on_control", "w")
+    calls("on_data", 1)
+    assert op.calls == [("on_data", 1), ("on_control", "w"), ("on_control", "x")]
+    assert sent == [["data", 1, "a"], ["data", 1, "b"], ["ctrl", "w"], ["ctrl", "x"]]
+    calls.post("on_control", "y")            # no call running: at once
+    assert op.calls[-1] == ("on_control", "y") and not calls.pending("on_control")

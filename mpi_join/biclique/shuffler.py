@@ -61,7 +61,6 @@ class Shuffler(Operator):
         # it began to drain (None until one is): the unit stores none from there on
         self.mlv = {}                           # the loads the last scaling decision was made on
         self.asked = self.last_ask = None
-        self.reached = {}
         self.trace, self.events, self.t0 = [], [], None
         self.declare(route=Fields(self, "next", "version", "last_coord", members=(
             lambda m: None if m is None else [int(x) for x in m.flat()],
@@ -173,21 +172,15 @@ class Shuffler(Operator):
     def _hand_over(self, side, units, stay, ranks, mlv):
         before = self.coordinator.barrier_batches
         upto = (self.next if before is None else before) - 1
-        self.reached = {}
-        for u in units + stay:
-            self.coordinator.tell(ranks[u], Upto(upto))
-        self.coordinator.wait(lambda: all(self.reached.get(ranks[u], -2) >= upto for u in units + stay))
+        asked = [ranks[u] for u in units + stay]
+        self.coordinator.ask(asked, Upto(upto), At)
+        self.coordinator.wait(lambda: all(self.coordinator.answered(At).get(r, At(-2)).order >= upto for r in asked))
         load = {u: mlv.get((side, u), 0) for u in stay}
         for u in units:
             heir = min(stay, key=lambda x: (load[x], x))
             load[heir] += mlv.get((side, u), 0)
             self.coordinator.move(ranks[u], ranks[u], ranks[heir])
         self.coordinator.settle()
-
-    def on_control(self, src, msg):
-        if not isinstance(msg, At):
-            return super().on_control(src, msg)
-        self.reached[src] = msg.order
 
     def unit_of(self, batch):
         return np.full(len(batch), -1, np.int64)     # the shuffler routes no row to a unit directly

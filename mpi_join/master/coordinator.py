@@ -12,7 +12,11 @@ What an operator may ask, all of it:
 - moves of state: `move(unit, src, dst)`, `moving` (any begun and not finished), `settle()`;
 - changes of its routing: `change(what, barrier=False)` (master/parts.py), `changing`,
   `barrier_batches`, and `decides` (False on an extra source, which only applies rank 0's);
-- `tell(dest, msg)` a control record of its own, `wait(ready)` for the answers to them;
+- `tell(dest, msg)` a control record of its own (answers come to its `on_control`, after the
+  call that sent it has returned: calls.py);
+- `ask(ranks, msg, answer)`: `msg` to each of `ranks`, whose records of class `answer` come back
+  here (`answered(answer)`: {rank: the latest}), not to its `on_control`, so that a call may
+  `wait(ready)` for them without being re-entered;
 - `send(out)`: an Output sent now rather than when the call that made it returns (what a
   router buffers goes out before a move begins).
 """
@@ -27,7 +31,7 @@ class Coordinator:
         self._source, self._moves, self._parts = source, moves, parts
         self._tell, self._post, self._pump = tell, post, pump
         self.decides = decides
-        self._loads = {}
+        self._loads, self._answers = {}, {}
 
     # -- where the input is ----------------------------------------------------------------
     @property
@@ -88,6 +92,21 @@ class Coordinator:
     # -- the strategy's own records ----------------------------------------------------------
     def tell(self, dest, msg):
         self._tell(dest, msg)
+
+    def ask(self, ranks, msg, answer):
+        self._answers[answer] = {}
+        for r in ranks:
+            self._tell(r, msg)
+
+    def answered(self, answer):
+        return dict(self._answers.get(answer, {}))
+
+    def on_answer(self, src, msg):
+        """The driver's: keep `msg` if it answers an `ask`; False otherwise (the operator's event)."""
+        if type(msg) not in self._answers:
+            return False
+        self._answers[type(msg)][src] = msg
+        return True
 
     def send(self, out):
         self._post(out)

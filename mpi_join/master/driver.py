@@ -24,6 +24,7 @@ from ..runtime.operator import SOURCE
 from ..storage.staged import staged_manifest
 from ..runtime.wire import unpack_obj
 from .checkpointer import Checkpointer, restore_driver
+from .calls import OperatorCalls
 from .coordinator import Coordinator
 from .moves import Moves
 from .outlet import Outlet
@@ -80,11 +81,10 @@ class Driver:
         self.out = Outlet(tx, self.entries, max(job.run.max_inflight, per_part), self.moves, self.source, metrics,
                           lambda: self._handle(*self._recv()))
         self.control = self.out.control    # the lifecycle's records (parts, moves, termination)
+        self.calls = OperatorCalls(self.router, self.out.apply)    # rank 0's operator, one call at a time
         self.pace = Pace(job.run)          # overload at a set rate (pace.py)
         self.results = {w: 0 for w in self.workers}
-        self.epoch = 0
-        self.done = {}
-        self.probes = {}
+        self.epoch, self.done, self.probes = 0, {}, {}     # epochs ended; DONE and ProbeReply by rank
         self.ckpt = Checkpointer(job, tx, self.entries, graph.workers, tx.size, sources=self.sources,
                                  part_rows=self.source.part_rows)
         self.parts = Parts(self)           # several sources: leases, and what is placed at a part (parts.py)
@@ -175,14 +175,14 @@ class Driver:
             if self.source.released >= len(released_at) * step:
                 released_at.append((self.source.released, round(time.perf_counter() - self.t_replay, 4)))
             header = DataHeader(self.source.batch_no, tuple(self.source.bounds()), None, slot % slots, self.moves.epoch)
-            self.out.apply(self.router.on_data(SOURCE, header, batches))
+            self.calls("on_data", SOURCE, header, batches)
             slot += 1
             if slot % slots == 0:
                 self.epoch += 1
                 if self.ckpt.due(cut_offset(self), sum(self.results.values())) and not self.source.done:
                     self._cut()
                 if self.coordinator.decides:
-                    self.router.end_of_epoch(self.epoch)
+                    self.calls("end_of_epoch", self.epoch)
                     self.parts.place()
             if self.source.part_done():
                 self.parts.end()
@@ -231,9 +231,9 @@ class Driver:
         sources each part's end flushed it (Parts.end): nothing may follow the last PartEnd."""
         if self.source.k > 1:
             return
-        self.out.apply(self.router.flush())
+        self.calls("flush")
         self.wait(lambda: self.moves.finish() or (not self.moves.on and self.router.quiet()))
-        self.out.apply(self.router.flush())
+        self.calls("flush")
 
     # -- messages from workers --------------------------------------------------------------
     def _handle(self, src, tag, buf):
@@ -252,8 +252,8 @@ class Driver:
                 self.ckpt.marked(msg.id, src, msg.sent)
             elif isinstance(msg, LoadReport):
                 self.coordinator.on_load(src, msg)
-            else:
-                self.out.apply(self.router.on_control(src, msg))
+            elif not self.coordinator.on_answer(src, msg):     # an answer it waits for, or an event
+                self.calls.post("on_control", src, msg)
         elif tag == Tag.DONE:
             self.done[src] = unpack_obj(buf)
             self.tx.unwatch(src)

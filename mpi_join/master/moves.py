@@ -58,7 +58,7 @@ class Moves:
         d = self.driver
         for unit, src, dst in moves:
             self.epoch += 1
-            d.out.apply(d.router.on_moved(unit, src, dst, [np.zeros(0, dt) for dt in d.source.dtypes]))
+            d.calls("on_moved", unit, src, dst, [np.zeros(0, dt) for dt in d.source.dtypes])
             d.control(src, MoveOut(unit, dst, self.epoch, part))
             d.control(dst, Install(unit, src, self.epoch, tuple(int(NEG_INF) for _ in d.source.dtypes), part))
 
@@ -107,4 +107,4 @@ class Moves:
             if m["held"] is None:          # several sources: routed anew where the move is (at_part)
                 continue
             held = [np.concatenate(h) if h else np.zeros(0, dt) for h, dt in zip(m["held"], self.driver.source.dtypes)]
-            self.driver.out.apply(self.driver.router.on_moved(u, m["src"], m["dst"], held))
+            self.driver.calls.post("on_moved", u, m["src"], m["dst"], held)    # after a call that waits on it

@@ -34,8 +34,8 @@ class Parts:
         change's part until rank 0 has applied it there: every source has routed what comes
         before, and none goes past; `barrier_batches` says how many batches that is, and moves
         begun meanwhile start at once (moves.py)."""
-        if len(self.d.sources) == 1:     # one source: applied now
-            self.d.router.apply_change(what)
+        if len(self.d.sources) == 1:     # one source: applied once the router's call has returned
+            self.d.calls.post("apply_change", what)
             return
         self.changes.append(what)
         self.barrier = self.barrier or barrier
@@ -53,7 +53,8 @@ class Parts:
     def changing(self):
         """Has rank 0's router a change placed that it has not applied yet? (It decides on the
         routing it applies: the next decision waits.)"""
-        return bool(self.changes) or any(kind == "changes" for _, kind, _ in self.placed)
+        return (bool(self.changes) or any(kind == "changes" for _, kind, _ in self.placed)
+                or self.d.calls.pending("apply_change"))
 
     # -- the lifecycle ---------------------------------------------------------------------------
     def start(self, part):
@@ -95,7 +96,7 @@ class Parts:
         """This source's part is all sent (the router's held rows too, with the part's bounds):
         every entry is told, then the source moves on to its next part."""
         d = self.d
-        d.out.apply(d.router.flush())
+        d.calls("flush")
         part = (d.source.released - 1) // d.source.part_rows
         for e in d.entries:
             d.control(e, PartEnd(part))
@@ -135,7 +136,7 @@ class Parts:
             if kind == "changes":
                 self.at_barrier = at if at == self.hold else None
                 for c in what:
-                    d.router.apply_change(c)
+                    d.calls("apply_change", c)
                 if self.at_barrier is not None:
                     self.hold = self.at_barrier = None
                 continue
