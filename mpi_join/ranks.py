@@ -330,12 +330,12 @@ def _driver(job_path, overrides, tx, ctx):
                         follow=bool(overrides.get("follow")))
         if job.checkpoint is not None:
             from .storage.staged import hash_input, staged_files
-            driver.ckpt.input = staged_files(job, driver.manifest) or hash_input(job)
+            driver.ckpt.record_input(staged_files(job, driver.manifest) or hash_input(job))
         ctx["kept"] = man["committed"] if resume else {}
         _prepare_output(job.output, keep=set(ctx["kept"]) if resume else None,
                         overwrite=bool(overrides.get("overwrite")))
         if overrides.get("follow"):
-            driver.ckpt.commits = _commits(job, resume, ctx["kept"], man.get("input_offset") if man else None)
+            driver.ckpt.commit_with(_commits(job, resume, ctx["kept"], man.get("input_offset") if man else None))
     except JobError as e:
         err = str(e)
         _release(ctx)

@@ -145,7 +145,7 @@ def _route(op, calls, epoch=0):
 
 def _rank0(cls, job, graph, dtypes):
     op = cls(job, 0, graph, dtypes)
-    op.coordinator = _Input().coordinator()
+    op.connect(_Input().coordinator())
     return op
 
 

@@ -231,12 +231,96 @@ def long_classes(mods, limit=200):
     return sorted(out, reverse=True)
 
 
-def test_the_length_check_finds_a_long_class(tmp_path):
-    p = tmp_path / "m.py"
-    p.write_text("class A:\n" + "    x = 1\n" * 201 + "class B:\n    y = 2\n")
-    assert long_classes({"m": str(p)}) == [(202, "m", "A")]
+def _from_module(mods, name, node):
+    """The module a `from ... import` in module `name` reads."""
+    base = name.split(".")
+    if node.level:
+        keep = len(base) - node.level + (1 if mods[name].endswith("__init__.py") else 0)
+        return ".".join(base[:keep] + ([node.module] if node.module else []))
+    return node.module or ""
 
 
-def test_no_class_is_over_200_lines():
+def class_lengths(mods):
+    """{(module, class): lines of the class and of its bases in the package, each counted once}."""
+    own, bases = {}, {}
+    for name, path in mods.items():
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        imported = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    imported[a.asname or a.name] = (_from_module(mods, name, node), a.name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                own[(name, node.name)] = node.end_lineno - node.lineno + 1
+                bases[(name, node.name)] = [imported.get(b.id, (name, b.id)) for b in node.bases
+                                            if isinstance(b, ast.Name)]
+
+    def lineage(c, seen):
+        for b in bases.get(c, ()):
+            if b in own and b not in seen:
+                seen.add(b)
+                lineage(b, seen)
+        return seen
+    return {c: n + sum(own[b] for b in lineage(c, set())) for c, n in own.items()}
+
+
+def long_classes(mods, limit=300):
+    """(lines with its bases, module, class) of every class longer than `limit` that way."""
+    return sorted(((n, m, c) for (m, c), n in class_lengths(mods).items() if n > limit), reverse=True)
+
+
+def test_the_length_check_counts_a_class_with_its_bases(tmp_path):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("class A:\n" + "    x = 1\n" * 199 + "class C:\n    y = 2\n")
+    b.write_text("from a import A\nclass B(A):\n" + "    z = 1\n" * 101)
+    assert long_classes({"a": str(a), "b": str(b)}) == [(302, "b", "B")]
+
+
+def test_no_class_with_its_bases_is_over_300_lines():
     """A class that long does several things: split it into parts, each with its own tests."""
     assert long_classes(_modules()) == []
+
+
+def foreign_writes(mods):
+    """"module:line: target" of every assignment in a function to a field of an object that is
+    not the function's own: not `self` or `cls`, not an object the function made (a name it
+    bound to a call's result), not a module (a hook such as sys.excepthook)."""
+    out = []
+    for name, path in mods.items():
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        modules = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                   for a in n.names}
+        modules |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                    for a in n.names if _from_module(mods, name, n) not in mods and a.name.islower()}
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            made = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                    for t in n.targets if isinstance(t, ast.Name)}
+            for n in ast.walk(fn):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(
+                    n, (ast.AugAssign, ast.AnnAssign)) else []
+                for t in [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]:
+                    if not isinstance(t, ast.Attribute):
+                        continue
+                    base = t.value
+                    if isinstance(base, ast.Name) and base.id in {"self", "cls"} | made | modules:
+                        continue
+                    out.append(f"{name}:{n.lineno}: {ast.unparse(t)}")
+    return out
+
+
+def test_the_field_check_finds_a_write_to_another_objects_field(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("import sys\nclass A:\n    def f(self, other):\n        self.x = 1\n        out = list()\n"
+                 "        out.y = 2\n        sys.hook = 3\n        other.z = 4\n        self.part.w += 5\n")
+    assert foreign_writes({"m": str(p)}) == ["m:8: other.z", "m:9: self.part.w"]
+
+
+def test_no_function_writes_another_objects_fields():
+    """An object's fields change in its own methods only, so what changes it can be read in one
+    class: a part hands its collaborators values (or asks them through methods), never sets them."""
+    assert foreign_writes(_modules()) == []

@@ -16,8 +16,10 @@ class Checkpointer:
     how many DATA messages it had sent then (`marked`); the cut completes with all k counts and
     every worker's file."""
 
-    def __init__(self, job, tx, entries, workers, nranks, first_id=0, sources=(0,), part_rows=None):
-        self.cfg = job.checkpoint
+    def __init__(self, job, tx, entries, workers, nranks, first_id=0, sources=(0,), part_rows=None, decides=True):
+        """`decides`: rank 0's; an extra source cuts nothing of its own, it puts out the markers
+        rank 0 leases to it (feeder.py)."""
+        self.cfg = job.checkpoint if decides else None
         self.tx, self.entries, self.workers, self.nranks = tx, list(entries), list(workers), nranks
         self.sources, self.part_rows = list(sources), part_rows
         self.fp = ck.fingerprint(job)
@@ -30,6 +32,18 @@ class Checkpointer:
         self.cut_at = (0, 0)               # (input offset, results) at the last cut
         self._last_offset = None
         self._last_t = time.perf_counter()
+
+    def record_input(self, records):
+        """The staged input's file records as the next cut holds them (a followed log's grow)."""
+        self.input = records
+
+    def commit_with(self, commits):
+        """A followed run: its cuts commit results (commits.Commits)."""
+        self.commits = commits
+
+    def resumed(self, cid):
+        """A run resumed from checkpoint `cid`: its next one is cid + 1."""
+        self.next_id = cid + 1
 
     @property
     def enabled(self):
@@ -115,18 +129,3 @@ def restore_router(driver, root, cid):
                                  else None, manifest="auto")
     driver.router.restore({k[7:]: v for k, v in arrays.items()}, attrs["router"])
     return attrs
-
-
-def restore_driver(d, root, cid):
-    """The driver's part of checkpoint `cid`: the router's state, the input offset to go on from,
-    the next checkpoint's number, the counts at the cut and, with several sources, the lease."""
-    attrs = restore_router(d, root, cid)
-    d.source.resume_at(attrs["input_offset"])
-    d.ckpt.next_id = cid + 1
-    d.out.sent, d.metrics.tuples_out, d.epoch = attrs["sent"], attrs["tuples_out"], attrs["epoch"] + 1
-    d.sources_sent = attrs.get("sources_sent", {})
-    if ck.rescaled(ck.manifest_of(root, cid)[0], d.tx.size, len(d.graph.sources)):   # onto another graph
-        d.router.rescale(root, cid)
-        d.out.sent, d.sources_sent = 0, {}                         # new links: nothing sent on them yet
-    d.parts.lease = d.source.origin // (d.source.part_rows or 1) + 2 * len(d.sources)
-    d.resumed_from = {"checkpoint": cid, "input_offset": attrs["input_offset"]}

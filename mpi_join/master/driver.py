@@ -18,12 +18,13 @@ import numpy as np
 
 from ..runtime.headers import Ack, Ready
 from ..runtime.protocol import (CutSent, DataHeader, Eos, Go, LoadReport, MarkerDone, Moved,
-                                ProbeReply, Tag, decode_control)
+                                Probe, ProbeReply, Tag, decode_control)
 from ..join.jit import Compiles, GcPauses, freeze_heap
 from ..runtime.operator import SOURCE
 from ..storage.staged import staged_manifest
 from ..runtime.wire import unpack_obj
-from .checkpointer import Checkpointer, restore_driver
+from .checkpointer import Checkpointer, restore_router
+from ..storage import checkpoint as ck
 from .calls import OperatorCalls
 from .coordinator import Coordinator
 from .moves import Moves
@@ -62,6 +63,8 @@ def await_ready(tx, workers):
 
 
 class Driver:
+    decides = True                     # rank 0 decides cuts and changes; an extra source (feeder.py) does not
+
     def __init__(self, job, tx, graph, router_cls, metrics, progress, resume=None, follow=False, arrays=None):
         """`router_cls`: the operator of rank 0's vertex; `arrays`: replay these in-memory streams
         instead of the staged input (the simulation)."""
@@ -86,16 +89,39 @@ class Driver:
         self.results = {w: 0 for w in self.workers}
         self.epoch, self.done, self.probes = 0, {}, {}     # epochs ended; DONE and ProbeReply by rank
         self.ckpt = Checkpointer(job, tx, self.entries, graph.workers, tx.size, sources=self.sources,
-                                 part_rows=self.source.part_rows)
+                                 part_rows=self.source.part_rows, decides=self.decides)
         self.parts = Parts(self)           # several sources: leases, and what is placed at a part (parts.py)
         # what rank 0's operator may ask of the job (a feeder's decides nothing: feeder.py)
-        self.coordinator = self.router.coordinator = Coordinator(self.source, self.moves, self.parts, self.control,
-                                                                 self.out.apply, self.out.pump)
+        self.coordinator = Coordinator(self.source, self.moves, self.parts, self.control, self.out.apply, self.out.pump,
+                                       decides=self.decides)
+        self.router.connect(self.coordinator)
         self.sources_sent = {}             # a resumed run: each extra source's DATA count at the cut
         self.resumed_from = None
         if resume:
-            restore_driver(self, *resume)
+            self._resume(*resume)
         self.ckpt.start_clock(self.source.released)
+
+    def _resume(self, root, cid):
+        """The driver's part of checkpoint `cid`: the router's state, the input offset to go on
+        from, the next checkpoint's number, the counts at the cut and, with several sources, the
+        lease."""
+        attrs = restore_router(self, root, cid)
+        self.source.resume_at(attrs["input_offset"])
+        self.ckpt.resumed(cid)
+        sent, self.sources_sent, self.epoch = attrs["sent"], attrs.get("sources_sent", {}), attrs["epoch"] + 1
+        self.metrics.record(tuples_out=attrs["tuples_out"])
+        if ck.rescaled(ck.manifest_of(root, cid)[0], self.tx.size, len(self.graph.sources)):   # onto another graph
+            self.router.rescale(root, cid)
+            sent, self.sources_sent = 0, {}                         # new links: nothing sent on them yet
+        self.out.resumed(sent)
+        self.parts.start_at(self.source.origin // (self.source.part_rows or 1) + 2 * len(self.sources))
+        self.resumed_from = {"checkpoint": cid, "input_offset": attrs["input_offset"]}
+
+    def ask_probes(self, wave):
+        """Every worker's counts of DATA sent and handled (termination.py): the answers in `probes`."""
+        self.probes = {}
+        for w in self.workers:
+            self.control(w, Probe(wave))
 
     def wait(self, ready):
         """Handle incoming messages until `ready()` holds (a stall stops the job: recv_or_stall)."""
@@ -112,7 +138,7 @@ class Driver:
         self.moves.finish()
         if self.ckpt.commit_due(self.source.released, sum(self.results.values())) and not self.moves.on:
             self._cut()
-        self.progress.total = self.source.total
+        self.progress.expect(self.source.total)
         self.progress.update(self.source.released, sum(self.results.values()))
 
     def drain(self):
@@ -142,7 +168,7 @@ class Driver:
         self.wall_s = time.perf_counter() - self.t_replay
         self.progress.update(self.source.released, sum(self.results.values()), force=True)
         self.progress.close()
-        self.metrics.epochs = self.epoch
+        self.metrics.record(epochs=self.epoch)
         self.metrics.extra.update(compiled_during_replay=Compiles.mine()[0] - self.compiled_at_start, **GcPauses.stats(),
                                   peak_inflight=max(self.out.credits.peak.values(), default=0),
                                   topology=self.graph.name,
@@ -168,10 +194,10 @@ class Driver:
                 self.parts.start(self.source.part)
                 if self.source.done:
                     break
-            self.progress.total = self.source.total
+            self.progress.expect(self.source.total)
             batches = self.source.next_epoch()
             self.pace.check(self.source, self.t_replay)
-            self.metrics.tuples_in += sum(len(b) for b in batches)
+            self.metrics.count(tuples_in=sum(len(b) for b in batches))
             if self.source.released >= len(released_at) * step:
                 released_at.append((self.source.released, round(time.perf_counter() - self.t_replay, 4)))
             header = DataHeader(self.source.batch_no, tuple(self.source.bounds()), None, slot % slots, self.moves.epoch)
@@ -215,7 +241,7 @@ class Driver:
         With several sources, at the first part no source has started (the lease): each puts the
         marker out there (Parts.cut), rank 0 too."""
         if self.source.tail is not None:      # a followed log: the part files read so far hold the cut's offset
-            self.ckpt.input = self.source.tail.records
+            self.ckpt.record_input(self.source.tail.records)
         if len(self.sources) > 1:
             self.parts.cut()
             return

@@ -22,6 +22,8 @@ from .driver import Driver
 
 
 class Feeder(Driver):
+    decides = False         # rank 0 decides the cuts (Lease: this source puts its markers out) and the
+                            # routing's changes (moves and changes placed in the input)
     def __init__(self, job, tx, graph, router_cls, metrics, progress, resume=None, follow=False):
         """`resume`: (checkpoint dir, id) of a resumed run: its router starts from rank 0's state
         at the cut (Go says where in the input); `follow`: its parts of a staged log, as they are
@@ -30,9 +32,7 @@ class Feeder(Driver):
         self.resume = resume
         self.workers = []             # rank 0 runs the job: a feeder waits on no one but its entries
         self.go = self.fin = False
-        self.parts.lease = 0          # parts below this may start (rank 0's Lease)
-        self.ckpt.cfg = None          # rank 0 decides the cuts (Lease); this source puts its markers out
-        self.coordinator.decides = False    # and the routing's changes (moves and changes placed in the input)
+        self.parts.start_at(0)        # parts below this may start (rank 0's Lease)
 
     def run(self, freeze=True):
         self.warm_up()
@@ -61,11 +61,13 @@ class Feeder(Driver):
         if tag == Tag.CTRL and src == DRIVER:
             msg = decode_control(buf)
             if isinstance(msg, Go):
-                self.go, self.parts.lease, self.out.sent = True, msg.upto, msg.sent
+                self.go = True
+                self.parts.start_at(msg.upto)
+                self.out.resumed(msg.sent)
                 if msg.offset:
                     restore_router(self, *self.resume)
                     if rescaled(manifest_of(*self.resume)[0], self.tx.size, len(self.graph.sources)):
-                        self.router.rescale(*self.resume)       # as rank 0's (checkpointer.restore_driver)
+                        self.router.rescale(*self.resume)       # as rank 0's (Driver._resume)
                     self.source.resume_at(msg.offset)
             elif isinstance(msg, Lease):
                 self.parts.leased(msg)

@@ -62,6 +62,11 @@ class Moves:
             d.control(src, MoveOut(unit, dst, self.epoch, part))
             d.control(dst, Install(unit, src, self.epoch, tuple(int(NEG_INF) for _ in d.source.dtypes), part))
 
+    def take_planned(self):
+        """Several sources: the moves begun since the last call, to lease out (parts.place)."""
+        planned, self.planned = self.planned, []
+        return planned
+
     def settle(self):
         """Handle messages until every move begun is done (the router's on_moved called)."""
         self.driver.wait(lambda: self.finish() or not self.on)

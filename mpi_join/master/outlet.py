@@ -33,8 +33,12 @@ class Outlet:
                 self.pump()
             self.tx.send(dest, Tag.DATA, buf)
             self.sent += 1
-            self.metrics.tuples_out += n
+            self.metrics.count(tuples_out=n)
             self.credits.sent(dest)
+
+    def resumed(self, sent):
+        """DATA messages sent before a restored cut (termination counts on from there)."""
+        self.sent = sent
 
     def control(self, dest, msg):
         self.tx.send(dest, Tag.CTRL, msg.encode())

@@ -22,6 +22,10 @@ class Parts:
         self.at_barrier = None              # rank 0, applying a barrier change: the part it is placed at
         self.lease = 2 * len(driver.sources)    # parts below this may start on every source
 
+    def start_at(self, lease):
+        """Parts below `lease` may start (a restored run's, rank 0's Go to an extra source)."""
+        self.lease = lease
+
     # -- what rank 0's router asks, through its coordinator -----------------------------------------
     def change(self, what, barrier=False):
         """A change of rank 0's router's routing (`what`: JSON values): every source applies it
@@ -84,9 +88,9 @@ class Parts:
     def place(self):
         """Rank 0, after its router's epoch end: the moves it began and the changes it decided
         take effect at the lease (moves first)."""
-        moves, changes = self.d.moves.planned, self.changes
+        moves, changes = self.d.moves.take_planned(), self.changes
         if moves or changes:
-            at, self.d.moves.planned, self.changes = self.lease, [], []
+            at, self.changes = self.lease, []
             self.placed += [x for x in ((at, "moves", moves), (at, "changes", changes)) if x[2]]
             if self.barrier:
                 self.hold, self.barrier = at, False

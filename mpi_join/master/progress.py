@@ -16,6 +16,10 @@ class Progress:
         self._every = 0.25 if self.tty else 5.0
         self.start = 0            # tuples released before this process began (a resumed run's offset)
 
+    def expect(self, total):
+        """The input's length as it stands (a followed log grows)."""
+        self.total = total
+
     def restart(self, start=0):
         """The replay begins now, at input offset `start`: the rate counts what this run released."""
         self.t0 = time.perf_counter()

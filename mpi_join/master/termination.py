@@ -6,7 +6,7 @@ run."""
 import time
 
 from ..errors import JobError
-from ..runtime.protocol import Fin, Probe
+from ..runtime.protocol import Fin
 
 
 def end_run(driver):
@@ -29,9 +29,7 @@ def terminate(driver):
     bound, since = d.job.run.liveness_timeout_s or None, time.perf_counter()
     while True:
         wave += 1
-        d.probes = {}
-        for w in d.workers:
-            d.control(w, Probe(wave))
+        d.ask_probes(wave)
         d.wait(lambda: len(d.probes) == len(d.workers))
         sent = d.out.sent + sum(r.sent for r in d.probes.values())
         got = sum(r.received for r in d.probes.values())

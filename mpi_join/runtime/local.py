@@ -46,7 +46,7 @@ class LocalTransport(InProcess):
     def __init__(self, hub, rank):
         self.hub, self.rank, self.size = hub, rank, hub.size
         self.hosts = [socket.gethostname()] * hub.size
-        self.idle_s = self.comm_s = 0.0
+        self.start_times()
         self.bytes_in = self.bytes_out = 0
 
     cpu = staticmethod(time.thread_time)        # a rank's CPU is its thread's

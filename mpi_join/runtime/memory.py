@@ -63,6 +63,9 @@ class InProcess:
 
     watch = unwatch = stop_beating = lambda self, peer: None
 
+    def start_times(self):
+        self.idle_s = self.comm_s = 0.0
+
 
 class MemWriter:
     """A worker's writer in memory: each result's seqs and the arrival time it carried (its

@@ -85,7 +85,18 @@ class RankMetrics:
         rank shows more idle time than the run's wall time."""
         self._wall0, self._cpu0 = time.perf_counter(), self.cpu()
         self.clock_start_unix = time.time()     # where this rank's clock starts, to align the ranks' series
-        transport.idle_s = transport.comm_s = 0.0
+        transport.start_times()
+
+    def count(self, **counts):
+        """Add to counters (tuples_in=n, results=n, ...): the parts of a rank that count do so here."""
+        for name, n in counts.items():
+            setattr(self, name, getattr(self, name) + n)
+
+    def record(self, **counts):
+        """Values as they stand: counters a checkpoint recorded (a restored rank goes on from
+        there), the epochs at the end, the role."""
+        for name, n in counts.items():
+            setattr(self, name, n)
 
     def wall_s(self):
         """Seconds since the clock started (the replay's, after start_clock)."""

@@ -293,10 +293,14 @@ class Operator(Checkpointed):
     urgent_ops = frozenset()
     buffer_capacity = 0          # tuples, for the load metric (0: the worker's share of what may be in flight)
     slots = 1                    # rank 0: slots per epoch (hash's sub-groups)
-    coordinator = None           # rank 0: its way to the job (master/coordinator.py), set before warm_up
+    coordinator = None           # rank 0: its way to the job (master/coordinator.py), connected before warm_up
 
     def __init__(self, job, rank, graph, dtypes):
         self.job, self.rank, self.graph, self.dtypes = job, rank, graph, dtypes
+
+    def connect(self, coordinator):
+        """Rank 0: the driver hands its operator the coordinator (its one way to the job)."""
+        self.coordinator = coordinator
 
     def warm_up(self):
         """Compile every kernel the run will use, before READY: by default the declared joins'

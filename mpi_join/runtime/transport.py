@@ -52,8 +52,7 @@ class Transport:
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self._pending = []          # (request, buffer) of unfinished sends
-        self.idle_s = 0.0           # waiting with nothing to receive
-        self.comm_s = 0.0           # inside send/receive calls that move data
+        self.start_times()          # idle_s: waiting with nothing to receive; comm_s: inside calls that move data
         self.bytes_out = 0
         self.bytes_in = 0
         self._status = MPI.Status()
@@ -234,6 +233,9 @@ class Transport:
                 sleep = min(sleep * 2, _MAX_SLEEP)
         finally:
             self._idle = False
+
+    def start_times(self):
+        self.idle_s = self.comm_s = 0.0
 
     def flush(self):
         """Wait until every send has completed (before exiting or reusing buffers)."""

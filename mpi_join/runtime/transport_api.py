@@ -53,5 +53,8 @@ class Transport(Protocol):
     def unwatch(self, peer: int) -> None:
         """Stop expecting heartbeats from `peer` (it ended)."""
 
+    def start_times(self) -> None:
+        """idle_s and comm_s from 0 again (the replay's clock starts: metrics.start_clock)."""
+
     def stop_beating(self, peer: int) -> None:
         """Send `peer` no more heartbeats."""

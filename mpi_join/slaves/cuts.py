@@ -108,20 +108,22 @@ def worker_state(w):
 def restore_worker(w, root, cid, part=0):
     """A worker from checkpoint `cid`: its module, counts and writer as at the cut, and the
     channel state replayed into its inbox (unacknowledged: the senders counted them already).
-    `part`: with several sources, the part of the input they resume at (rank 0's Start)."""
+    `part`: with several sources, the part of the input they resume at (rank 0's Start). Returns
+    the DATA messages the worker had handled at the cut (its termination count goes on from there),
+    and an Output of results its module made as it restored (or None)."""
     man = ck.manifest_of(root, cid)[0]
     if man is not None and ck.rescaled(man, w.tx.size, len(w.graph.sources)):
-        restore_rescaled(w, root, cid, man)
-        w.inbox.part = part
-        return
+        out = restore_rescaled(w, root, cid, man)
+        w.inbox.resume_at(part)
+        return 0, out
     attrs, channel = w.cuts.restore(root, cid)
-    m = w.metrics
-    m.results, m.tuples_in = attrs["results"], attrs["tuples_in"]
-    w.outbox.sent, w.received = attrs["sent"], attrs["received"]
-    w.inbox.part, w.inbox.marked = attrs.get("input_part", 0), attrs.get("marked", -1)
+    w.metrics.record(results=attrs["results"], tuples_in=attrs["tuples_in"])
+    w.outbox.resumed(attrs["sent"])
+    w.inbox.resume_at(attrs.get("input_part", 0), attrs.get("marked", -1))
     w.writer.resume(attrs["file_records"], attrs["snapshot_records"])
     for src, header, batches in channel:
         w.inbox.data(src, header, batches, ack=False)
+    return attrs["received"], None
 
 
 def restore_rescaled(w, root, cid, man):
@@ -185,8 +187,6 @@ def restore_rescaled(w, root, cid, man):
     # come after all before it in the numbers too (verify --ordered reads the write order so)
     after = max([part_of(n)[1] for n in (man.get("committed") or {}) if part_of(n)] + [-1])
     w.writer.resume(as_rows(taken), as_rows(snaps), after=after)
-    w.metrics.results = sum(r["rows"] for r in taken.values())
-    w.metrics.tuples_in = 0
-    if out is not None:
-        assert not out.forward and not out.control, "a restore sends nothing: the links are not up yet"
-        w._apply(out)
+    w.metrics.record(results=sum(r["rows"] for r in taken.values()), tuples_in=0)
+    assert out is None or (not out.forward and not out.control), "a restore sends nothing: the links are not up yet"
+    return out

@@ -35,6 +35,10 @@ class Inbox:
         self.moved = set()                             # (kind, unit, epoch) of placed moves passed
         self.replayed = deque()                        # the input's channel state, replayed first (restore)
 
+    def resume_at(self, part, marked=-1):
+        """A restored cut: the part of the input taken next, the last checkpoint whose marker passed."""
+        self.part, self.marked = part, marked
+
     def data(self, src, header, batches, ack=True):
         """Queue a DATA message (ack False: replayed channel state, acknowledged before the cut)."""
         if src in self.merged and ack:

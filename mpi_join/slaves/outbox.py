@@ -35,7 +35,11 @@ class Outbox:
         for dest in dests:
             self.queues[dest].append(("data", buf))
             self.sent += 1
-            self.metrics.tuples_out += n
+            self.metrics.count(tuples_out=n)
+
+    def resumed(self, sent):
+        """DATA messages sent to workers before a restored cut (termination counts on from there)."""
+        self.sent = sent
 
     def ctrl(self, dest, msg):
         if dest in self.queues:

@@ -37,7 +37,7 @@ class Recorder:
             self.metrics.latency.add(lat)
             nres += len(tin)
             lat_sum += float(lat.sum())
-        self.metrics.results += nres
+        self.metrics.count(results=nres)
         return nres, (lat_sum / nres / 1e6 if nres else None)
 
     def occupied(self, buffered):
@@ -61,7 +61,7 @@ class Recorder:
                                   snapshot_parts=self.writer.snapshot_records(),
                                   compiled_during_replay=Compiles.mine()[0] - compiled, **GcPauses.stats(),
                                   series=self.series, role=role, **self.module.stats(), **self.memory.summary())
-        self.metrics.role = role
+        self.metrics.record(role=role)
 
     def handled(self, src, n, results, delay):
         cpu, idle, comm = self.metrics.cpu(), self.tx.idle_s, self.tx.comm_s

@@ -81,7 +81,8 @@ class Worker:
         self.fin, self.fault = False, injected_fault(self.rank)
         self.first = FirstEdges(job, graph, self.rank)
         if resume:
-            restore_worker(self, *resume)
+            self.received, made = restore_worker(self, *resume)
+            self._apply(made)
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self):
@@ -192,7 +193,7 @@ class Worker:
             self.mover.move_out(msg)             # it waited behind a marker
         elif isinstance(msg, Install):
             queued, header = self.mover.install(msg)
-            self.metrics.tuples_in += sum(len(b) for b in queued)
+            self.metrics.count(tuples_in=sum(len(b) for b in queued))
             self._apply(self.module.on_data(DRIVER, header, queued))
             self.module.after_data(header)
             self.mover.installed(msg)
@@ -213,8 +214,7 @@ class Worker:
         self.cuts.record(src, header, batches)
         if src == DRIVER:
             self.mover.check(header, batches)
-        m.tuples_in += n
-        m.epochs += 1
+        m.count(tuples_in=n, epochs=1)
         self.received += 1
         self._apply(self.first.route(src, header, batches))    # on its way before the join (Edge.first)
         nres, delay = self._apply(self.module.on_data(src, header, batches))
