@@ -78,7 +78,7 @@ class Merger(Operator):
         return self._write(True) if self.ended == self.units else None
 
     def restore_rescaled(self, read, old, root, cid):
-        return rescale.restore_merger(self, read, old)
+        self.view = rescale.restore_merger(self, read, old)
 
     def _write(self, final):
         out = Output()

@@ -58,13 +58,13 @@ def restore_unit(unit, read, old):
         kept.append(held.snapshot("w")[f"w/{side}"])
     rows = np.concatenate(kept)
     unit.join.restore({f"w/{side}": rows[np.argsort(rows["seq"], kind="stable")]}, "w")
-    unit.last = None          # the new run's numbering (its sources') starts at its first batch
     return out
 
 
 def restore_merger(merger, read, old):
-    """The new merger: the old one's view and counts, with the views on their way to it at the
-    cut (its channel state) and every old unit's views not sent yet merged in."""
+    """The new merger: the old one's counts restored, and returns its view: the old one's with the
+    views on their way to it at the cut (its channel state) and every old unit's views not sent
+    yet merged in."""
     graph = old_graph(merger, old)
     arrays, attrs, pending = read(merger_of(graph), lambda n: True, channel=[merger.dtype])
     merger.restore(arrays, attrs)
@@ -75,5 +75,4 @@ def restore_merger(merger, read, old):
         shape = at["views"]["shape"]
         if shape is not None:
             views.append(a["views/data"].reshape(shape))
-    merger.view = aggregate.merge(merger.spec, *views)
-    return None
+    return aggregate.merge(merger.spec, *views)

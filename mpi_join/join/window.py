@@ -151,6 +151,10 @@ class Window:
         self._buf = self.view().copy()
         self._start, self._end = 0, len(self._buf)
 
+    def number_from(self, base):
+        """Its first row's absolute number (a restored window: stored rows keep their numbers)."""
+        self.base = int(base)
+
     def drop(self, k):
         """Drop the oldest k tuples (a chain's acknowledged forwards)."""
         k = min(int(k), len(self))

@@ -1,6 +1,7 @@
 """The driver's side of checkpoints: when to cut, the markers, and the manifest (checkpoint.py)."""
 import secrets
 import time
+from dataclasses import dataclass
 
 from ..storage import checkpoint as ck
 from ..storage.checksums import as_records
@@ -121,11 +122,37 @@ class Checkpointer:
             self.commits.commit(cid, p["offset"], recs, sum(r["rows"] for r in recs.values()))
 
 
-def restore_router(driver, root, cid):
-    """Rank 0's router state at checkpoint `cid` into `driver`'s router (with several sources
-    every source's router routes alike at the cut: each takes rank 0's); returns the rank file's
+def restore_router(router, root, cid):
+    """Rank 0's router state at checkpoint `cid` into `router` (with several sources every
+    source's router routes alike at the cut: each takes rank 0's); returns the rank file's
     attributes."""
-    arrays, attrs = ck.read_rank(root, cid, 0, lambda n, _: driver.router.state_dtype(n[7:]) if n.startswith("router/")
+    arrays, attrs = ck.read_rank(root, cid, 0, lambda n, _: router.state_dtype(n[7:]) if n.startswith("router/")
                                  else None, manifest="auto")
-    driver.router.restore({k[7:]: v for k, v in arrays.items()}, attrs["router"])
+    router.restore({k[7:]: v for k, v in arrays.items()}, attrs["router"])
     return attrs
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What rank 0 goes on from at a restored cut: its DATA sent (on this run's links), each
+    extra source's, the next epoch, the tuples it had sent, the lease (several sources)."""
+    sent: int
+    sources_sent: dict
+    epoch: int
+    tuples_out: int
+    lease: int
+    resumed_from: dict
+
+
+def resume_driver(router, source, graph, nranks, root, cid):
+    """Rank 0's part of checkpoint `cid`: the router's state (dealt anew at another rank
+    count), the source at the cut's offset; returns the counts it goes on from (Resumed)."""
+    attrs = restore_router(router, root, cid)
+    source.resume_at(attrs["input_offset"])
+    sent, sources_sent = attrs["sent"], attrs.get("sources_sent", {})
+    if ck.rescaled(ck.manifest_of(root, cid)[0], nranks, len(graph.sources)):     # onto another graph
+        router.rescale(root, cid)
+        sent, sources_sent = 0, {}                         # new links: nothing sent on them yet
+    return Resumed(sent, sources_sent, attrs["epoch"] + 1, attrs["tuples_out"],
+                   source.origin // (source.part_rows or 1) + 2 * len(graph.sources),
+                   {"checkpoint": cid, "input_offset": attrs["input_offset"]})

@@ -18,13 +18,12 @@ import numpy as np
 
 from ..runtime.headers import Ack, Ready
 from ..runtime.protocol import (CutSent, DataHeader, Eos, Go, LoadReport, MarkerDone, Moved,
-                                Probe, ProbeReply, Tag, decode_control)
+                                ProbeReply, Tag, decode_control)
 from ..join.jit import Compiles, GcPauses, freeze_heap
 from ..runtime.operator import SOURCE
 from ..storage.staged import staged_manifest
 from ..runtime.wire import unpack_obj
-from .checkpointer import Checkpointer, restore_router
-from ..storage import checkpoint as ck
+from .checkpointer import Checkpointer, resume_driver
 from .calls import OperatorCalls
 from .coordinator import Coordinator
 from .moves import Moves
@@ -70,8 +69,7 @@ class Driver:
         instead of the staged input (the simulation)."""
         self.job, self.tx, self.graph, self.metrics, self.progress = job, tx, graph, metrics, progress
         self.workers = graph.others        # the ranks rank 0 runs the job with (extra sources too)
-        self.entries = graph.entries()
-        self.sources = graph.sources
+        self.entries, self.sources = graph.entries(), graph.sources
         self.router = router_cls(job, 0, graph, [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams])
         man = self.manifest = staged_manifest(job) if arrays is None else None
         counts = [man["streams"][s.name]["count"] for s in job.streams] if man else None
@@ -87,7 +85,7 @@ class Driver:
         self.calls = OperatorCalls(self.router, self.out.apply)    # rank 0's operator, one call at a time
         self.pace = Pace(job.run)          # overload at a set rate (pace.py)
         self.results = {w: 0 for w in self.workers}
-        self.epoch, self.done, self.probes = 0, {}, {}     # epochs ended; DONE and ProbeReply by rank
+        self.epoch, self.done, self.probes = 0, {}, {}     # epochs ended; DONE by rank; wave -> ProbeReply by rank
         self.ckpt = Checkpointer(job, tx, self.entries, graph.workers, tx.size, sources=self.sources,
                                  part_rows=self.source.part_rows, decides=self.decides)
         self.parts = Parts(self)           # several sources: leases, and what is placed at a part (parts.py)
@@ -95,33 +93,15 @@ class Driver:
         self.coordinator = Coordinator(self.source, self.moves, self.parts, self.control, self.out.apply, self.out.pump,
                                        decides=self.decides)
         self.router.connect(self.coordinator)
-        self.sources_sent = {}             # a resumed run: each extra source's DATA count at the cut
-        self.resumed_from = None
+        self.sources_sent, self.resumed_from = {}, None     # a resumed run's: each extra source's DATA count at the cut
         if resume:
-            self._resume(*resume)
+            r = resume_driver(self.router, self.source, graph, tx.size, *resume)
+            self.sources_sent, self.epoch, self.resumed_from = r.sources_sent, r.epoch, r.resumed_from
+            self.ckpt.resumed(resume[1])
+            self.out.resumed(r.sent)
+            self.parts.start_at(r.lease)
+            self.metrics.record(tuples_out=r.tuples_out)
         self.ckpt.start_clock(self.source.released)
-
-    def _resume(self, root, cid):
-        """The driver's part of checkpoint `cid`: the router's state, the input offset to go on
-        from, the next checkpoint's number, the counts at the cut and, with several sources, the
-        lease."""
-        attrs = restore_router(self, root, cid)
-        self.source.resume_at(attrs["input_offset"])
-        self.ckpt.resumed(cid)
-        sent, self.sources_sent, self.epoch = attrs["sent"], attrs.get("sources_sent", {}), attrs["epoch"] + 1
-        self.metrics.record(tuples_out=attrs["tuples_out"])
-        if ck.rescaled(ck.manifest_of(root, cid)[0], self.tx.size, len(self.graph.sources)):   # onto another graph
-            self.router.rescale(root, cid)
-            sent, self.sources_sent = 0, {}                         # new links: nothing sent on them yet
-        self.out.resumed(sent)
-        self.parts.start_at(self.source.origin // (self.source.part_rows or 1) + 2 * len(self.sources))
-        self.resumed_from = {"checkpoint": cid, "input_offset": attrs["input_offset"]}
-
-    def ask_probes(self, wave):
-        """Every worker's counts of DATA sent and handled (termination.py): the answers in `probes`."""
-        self.probes = {}
-        for w in self.workers:
-            self.control(w, Probe(wave))
 
     def wait(self, ready):
         """Handle incoming messages until `ready()` holds (a stall stops the job: recv_or_stall)."""
@@ -168,17 +148,7 @@ class Driver:
         self.wall_s = time.perf_counter() - self.t_replay
         self.progress.update(self.source.released, sum(self.results.values()), force=True)
         self.progress.close()
-        self.metrics.record(epochs=self.epoch)
-        self.metrics.extra.update(compiled_during_replay=Compiles.mine()[0] - self.compiled_at_start, **GcPauses.stats(),
-                                  peak_inflight=max(self.out.credits.peak.values(), default=0),
-                                  topology=self.graph.name,
-                                  released_at=released_at, overloaded=self.pace.overloaded,
-                                  max_lag_s=round(self.pace.max_lag, 4), released_own=self.source.own,
-                                  **self.router.stats())
-        workers = [self.done[w] for w in self.workers]
-        joiners = [self.done[w] for w in self.graph.workers]        # the extra sources join nothing
-        return RunReport(workers=workers, wall_s=self.wall_s, t_replay=self.t_replay, resumed_from=self.resumed_from,
-                         checkpoints=self.ckpt.completed, notes=self.router.report(joiners))
+        return run_report(self, released_at)
 
     def replay(self):
         """Release the input an epoch at a time through rank 0's operator until it ends; returns
@@ -273,7 +243,7 @@ class Driver:
             elif isinstance(msg, Moved):
                 self.moves.acked(msg)
             elif isinstance(msg, ProbeReply):
-                self.probes[src] = msg
+                self.probes.setdefault(msg.wave, {})[src] = msg
             elif isinstance(msg, CutSent):
                 self.ckpt.marked(msg.id, src, msg.sent)
             elif isinstance(msg, LoadReport):
@@ -286,6 +256,18 @@ class Driver:
             self.results[src] = self.done[src]["results"]
         else:
             raise RuntimeError(f"driver: unexpected {tag.name} message from rank {src}")
+
+
+def run_report(d, released_at):
+    """The run's report (RunReport) from driver `d` at its end, rank 0's figures in its metrics."""
+    d.metrics.record(epochs=d.epoch)
+    d.metrics.extra.update(compiled_during_replay=Compiles.mine()[0] - d.compiled_at_start, **GcPauses.stats(),
+                           peak_inflight=max(d.out.credits.peak.values(), default=0), topology=d.graph.name,
+                           released_at=released_at, overloaded=d.pace.overloaded,
+                           max_lag_s=round(d.pace.max_lag, 4), released_own=d.source.own, **d.router.stats())
+    joiners = [d.done[w] for w in d.graph.workers]        # the extra sources join nothing
+    return RunReport(workers=[d.done[w] for w in d.workers], wall_s=d.wall_s, t_replay=d.t_replay,
+                     resumed_from=d.resumed_from, checkpoints=d.ckpt.completed, notes=d.router.report(joiners))
 
 
 def cut_offset(d):

@@ -65,9 +65,9 @@ class Feeder(Driver):
                 self.parts.start_at(msg.upto)
                 self.out.resumed(msg.sent)
                 if msg.offset:
-                    restore_router(self, *self.resume)
+                    restore_router(self.router, *self.resume)
                     if rescaled(manifest_of(*self.resume)[0], self.tx.size, len(self.graph.sources)):
-                        self.router.rescale(*self.resume)       # as rank 0's (Driver._resume)
+                        self.router.rescale(*self.resume)       # as rank 0's (checkpointer.resume_driver)
                     self.source.resume_at(msg.offset)
             elif isinstance(msg, Lease):
                 self.parts.leased(msg)

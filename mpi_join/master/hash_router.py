@@ -26,6 +26,10 @@ class PartitionMap:
         self.slaves = list(slaves)
         self.owner = np.array([self.slaves[p % len(self.slaves)] for p in range(n_partitions)], np.int64)
 
+    def reassign(self, owner):
+        """Every partition's owner anew (a restore at another rank count)."""
+        self.owner = np.asarray(owner, np.int64)
+
     def partitions_of(self, slave):
         return np.nonzero(self.owner == slave)[0]
 
@@ -143,7 +147,7 @@ class HashRouter(Operator):
         computes them), every slave in service (the controller takes slaves out again if the load
         is light)."""
         from ..partitioning.restore_plan import owners_after
-        self.map.owner = np.asarray(owners_after(root, cid, self.slaves), np.int64)
+        self.map.reassign(owners_after(root, cid, self.slaves))
         self.active = list(self.slaves)
 
     def on_moved(self, p, src, dst, held):

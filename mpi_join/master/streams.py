@@ -69,7 +69,7 @@ class Streams:
             if not len(self._buf[k]) and not self._eof[k]:
                 r.skip_to(end)
             self.cursor[k] = r.count_before(end)
-            r.upto = upto
+            r.limit(upto)
 
     def grown(self, files, records, names):
         """A followed log committed more: each stream's new files."""

@@ -6,7 +6,7 @@ run."""
 import time
 
 from ..errors import JobError
-from ..runtime.protocol import Fin
+from ..runtime.protocol import Fin, Probe
 
 
 def end_run(driver):
@@ -29,10 +29,12 @@ def terminate(driver):
     bound, since = d.job.run.liveness_timeout_s or None, time.perf_counter()
     while True:
         wave += 1
-        d.ask_probes(wave)
-        d.wait(lambda: len(d.probes) == len(d.workers))
-        sent = d.out.sent + sum(r.sent for r in d.probes.values())
-        got = sum(r.received for r in d.probes.values())
+        for w in d.workers:
+            d.control(w, Probe(wave))
+        d.wait(lambda: len(d.probes.get(wave, ())) == len(d.workers))
+        replies = d.probes.pop(wave).values()
+        sent = d.out.sent + sum(r.sent for r in replies)
+        got = sum(r.received for r in replies)
         if sent == got and prev == (sent, got):
             return
         if prev != (sent, got):

@@ -52,12 +52,11 @@ def _lay(mod, mine, aligned=None):
 
 def restore_segment(mod, read, old):
     """handshake: worker `mod`'s segment of the new chain (the module docstring); returns the
-    results it writes as it restores."""
+    results it writes as it restores, and per stream whether its input had ended there."""
     mine, out, _ = _laid(mod, read, old)
     _join_unmet(mod, [m.seg.join for m in mine], out)
     _lay(mod, mine)
-    mod.ended = [any(m.ended[s] for m in mine) for s in (0, 1)]
-    return out
+    return out, [any(m.ended[s] for m in mine) for s in (0, 1)]
 
 
 def restore_home(mod, read, old):
@@ -65,15 +64,9 @@ def restore_home(mod, read, old):
     stored one, fast-forwarded, and is stored at its home): segments that fall together need no
     join. Once drained every worker has processed every batch of the cut, every stored row has
     met all of them, no replica is needed for a catch-up, and every batch still to come is new
-    to every stored row."""
+    to every stored row (the module starts its counts again: llhj.LowLatencyModule)."""
     mine, out, _ = _laid(mod, read, old)
     _lay(mod, mine)
-    # the new run numbers its batches afresh (its sources may number otherwise): every stored row
-    # waits for all of them, as if nothing had been processed yet
-    mod.since = [np.full(len(mod.seg.join.windows[s]), -1, np.int64) for s in (0, 1)]
-    mod.done = mod.told = -1
-    mod.heard = {w: -1 for w in mod.heard}
-    mod.replicas = []
     return out
 
 

@@ -183,7 +183,8 @@ class HandshakeModule(Operator):
 
     def restore_rescaled(self, read, old, root, cid):
         from .chain_rescale import restore_segment
-        return restore_segment(self, read, old)
+        out, self.ended = restore_segment(self, read, old)
+        return out
 
     def on_data(self, src, header, batches):
         out = Output()

@@ -37,23 +37,35 @@ class Moved(Header):
 
 
 class Replicas:
-    """The batches a worker retains for its neighbours' catch-up, (batch id, [R rows, S rows]),
-    as declared state (operator.declare)."""
+    """The batches a worker retains for its neighbours' catch-up, (batch id, [R rows, S rows]) in
+    batch order, as declared state (operator.declare)."""
 
-    def __init__(self, owner):
-        self.owner = owner
+    def __init__(self, dtypes):
+        self.dtypes, self.kept = dtypes, []
+
+    def __iter__(self):
+        return iter(self.kept)
+
+    def __len__(self):
+        return len(self.kept)
+
+    def keep(self, b, rows):
+        self.kept.append((b, rows))
+
+    def drop_through(self, floor):
+        """Forget the batches up to `floor`; none if `floor` is None (all of them)."""
+        self.kept = [] if floor is None else [(b, r) for b, r in self.kept if b > floor]
 
     def snapshot(self):
-        reps = self.owner.replicas
-        return ({f"{k}/{s}": rows[s] for k, (_, rows) in enumerate(reps) for s in (0, 1)},
-                {"batches": [b for b, _ in reps]})
+        return ({f"{k}/{s}": rows[s] for k, (_, rows) in enumerate(self.kept) for s in (0, 1)},
+                {"batches": [b for b, _ in self.kept]})
 
     def restore(self, arrays, attrs):
-        self.owner.replicas = [(b, [arrays[f"{k}/0"], arrays[f"{k}/1"]]) for k, b in enumerate(attrs["batches"])]
+        self.kept = [(b, [arrays[f"{k}/0"], arrays[f"{k}/1"]]) for k, b in enumerate(attrs["batches"])]
 
     def state_dtype(self, name):
         k, _, s = name.partition("/")
-        return self.owner.dtypes[int(s)] if k.isdigit() and s in ("0", "1") else None
+        return self.dtypes[int(s)] if k.isdigit() and s in ("0", "1") else None
 
 
 class LowLatencyModule(Operator):
@@ -72,19 +84,26 @@ class LowLatencyModule(Operator):
         self.left, self.right = beside(graph, rank)
         self.since = [np.zeros(0, np.int64), np.zeros(0, np.int64)]   # per stored row, aligned with the window
         self.done = -1                       # the last batch processed here
-        self.replicas = []                   # (batch id, [R rows, S rows]) retained for catch-up
+        self.replicas = Replicas(dtypes)     # (batch id, [R rows, S rows]) retained for catch-up
         self.heard = {w: -1 for w in (self.left, self.right) if w}   # neighbours' last stamps
         self.told = -1
         self.counts = {"moved": 0, "catch_up_pairs": 0}
         self.declare(segment=self.seg, since=Arrays(self, "since", (np.dtype(np.int64),) * 2),
-                     replicas=Replicas(self), marks=Fields(self, "done", "told", heard=INT_KEYS))
+                     replicas=self.replicas, marks=Fields(self, "done", "told", heard=INT_KEYS))
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.job.strategy.params["local_join"])
 
     def restore_rescaled(self, read, old, root, cid):
         from .chain_rescale import restore_home
-        return restore_home(self, read, old)
+        out = restore_home(self, read, old)
+        # the new run numbers its batches afresh (its sources may number otherwise): every stored
+        # row waits for all of them, as if nothing had been processed yet; no replica is needed
+        self.since = [np.full(len(self.seg.join.windows[s]), -1, np.int64) for s in (0, 1)]
+        self.done = self.told = -1
+        self.heard = {w: -1 for w in self.heard}
+        self.replicas.drop_through(None)
+        return out
 
     # -- messages ---------------------------------------------------------------------------------
     def on_data(self, src, header, batches):
@@ -114,7 +133,7 @@ class LowLatencyModule(Operator):
                 seg.join.append(seg.join.derive(new, s), s)
                 self.since[s] = np.concatenate([self.since[s], np.full(len(new), b, np.int64)])
         self.done = b
-        self.replicas.append((b, [R, S]))
+        self.replicas.keep(b, [R, S])
         seg._drop_at_end(0, bounds)
         seg._drop_at_end(1, bounds)
         self._sync_since()
@@ -204,7 +223,7 @@ class LowLatencyModule(Operator):
     def _trim(self):
         """Drop replicas every neighbour that can move rows here has stamped past."""
         floor = min(self.heard.values()) if self.heard else self.done
-        self.replicas = [(b, r) for b, r in self.replicas if b > floor]
+        self.replicas.drop_through(floor)
 
     def stats(self):
         r, s = self.seg.held()

@@ -114,12 +114,10 @@ class Slice:
 
     def restore(self, arrays, attrs):
         op = self.op
-        op.windows = op.new_windows()
+        windows = op.new_windows()
         for j in range(op.M):
-            op.windows[j].append(op.slice_rows(arrays[str(j)], j))
-        op.owned = [0] * op.M
-        op.cuts = arrays["cuts"].reshape(op.M, op.n) if "cuts" in arrays else None
-        op.inflight, op.ended, op.open = {}, set(), 0
+            windows[j].append(op.slice_rows(arrays[str(j)], j))
+        op.restored(windows, arrays["cuts"].reshape(op.M, op.n) if "cuts" in arrays else None)
 
     def leaving(self, cuts):
         """Each stream's rows now below this slice (by the cuts), no longer held here (copies)."""
@@ -170,14 +168,9 @@ class SlicedJoin(Rescalable, Operator):
         self.slice_dtypes = [slice_dtype(self.pred, dtypes, j, TS if s.window.kind == "time" else "_coord")
                              for j, s in enumerate(job.streams)]
         self.coords = [TS if "_coord" not in dt.names else "_coord" for dt in self.slice_dtypes]
-        self.windows = self.new_windows()
-        self.owned = [0] * self.M          # absolute row of each window's first row still held here
-        self.inflight = {}                 # batch id -> (cuts, orderings) of batches seen, not retired
-        self.cuts = None                   # the latest batch's cuts
+        self.restored(self.new_windows(), None)      # windows, owned, cuts, inflight, ended, open: `restored`
         self.limit = int(job.strategy.params["interleave"])
         self.retired = -1                  # head: every batch up to this one has ended its cycle
-        self.ended = set()                 # head: batches ended out of order
-        self.open = 0                      # head: batches in the ring
         self._local = deque()              # a ring of one operator sends to itself
         self.counts = {"probes": 0, "inter_in": 0, "inter_out": 0, "moved": 0, "cycles": 0}
         p = job.strategy.params
@@ -188,6 +181,13 @@ class SlicedJoin(Rescalable, Operator):
     # -- the worker's calls ---------------------------------------------------------------------
     def accepts_input(self):
         return self.open < self.limit
+
+    def restored(self, windows, cuts):
+        """Its slice as it starts or is restored (Slice): `owned`, each window's first row held here;
+        `cuts`, the latest; `inflight`, batch id -> (cuts, orderings) seen, not retired; the head's
+        `ended` (batches ended out of order) and `open` (batches in the ring)."""
+        self.windows, self.cuts, self.owned = windows, cuts, [0] * self.M
+        self.inflight, self.ended, self.open = {}, set(), 0
 
     def new_windows(self):
         return [Window(dt, coord=c, raw=raw) for dt, c, raw in zip(self.slice_dtypes, self.coords, self.dtypes)]
@@ -201,8 +201,7 @@ class SlicedJoin(Rescalable, Operator):
         return slice_to_runtime(rows, self.dtypes[j], copy)
 
     def quiet(self):
-        """A checkpoint's marker enters the ring only between cycles (as rank 0 sends it with one
-        source: PspRouter.quiet)."""
+        """A checkpoint's marker enters the ring only between cycles (PspRouter.quiet)."""
         return self.open == 0
 
     def on_data(self, src, header, batches):

@@ -25,15 +25,16 @@ def first_batch(job, man, sources):
 
 
 def restore_slice(op, read, old, man):
-    """Operator `op` of the new ring (the module docstring)."""
+    """Operator `op` of the new ring (the module docstring); returns the batches retired."""
     head = op.rank == op.graph.workers[0]
+    retired = None
     rows = [[] for _ in range(op.M)]
     for r in old:
         mine = r == old[0] and op.slicer is not None
         arrays, attrs = read(r, lambda n: (head and n.startswith("slice/") and n != "slice/cuts")
                              or (mine and n.startswith("slicer/")))
         if r == old[0]:
-            op.retired = int(attrs["counts"]["retired"])
+            retired = int(attrs["counts"]["retired"])
             if mine:
                 op.slicer.restore({k[7:]: v for k, v in arrays.items() if k.startswith("slicer/")}, attrs["slicer"])
         for j in range(op.M):
@@ -45,9 +46,7 @@ def restore_slice(op, read, old, man):
         held[str(j)] = x[np.argsort(x["seq"], kind="stable")]
     op.slice.restore(held, {})
     renumbered = first_batch(op.job, man, len(op.graph.sources))
-    if renumbered is not None:
-        op.retired = renumbered
-    return None
+    return retired if renumbered is None else renumbered
 
 
 class Rescalable:
@@ -55,4 +54,4 @@ class Rescalable:
 
     def restore_rescaled(self, read, old, root, cid):
         from ..storage.checkpoint import manifest_of
-        return restore_slice(self, read, old, manifest_of(root, cid)[0])
+        self.retired = restore_slice(self, read, old, manifest_of(root, cid)[0])

@@ -225,7 +225,7 @@ class Rows:
 
     def restore(self, arrays, attrs):
         for w, b in zip(getattr(self.join, "windows", ()), attrs["base"]):
-            w.base = int(b)
+            w.number_from(b)
         self.join.restore(arrays, "w")
 
     def state_dtype(self, name):

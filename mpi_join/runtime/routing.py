@@ -49,6 +49,10 @@ class Routes:
         self.label = {p: labeller(job, p, len(dsts)) for p, dsts in self.split.items()}
         self.turn = 0
 
+    def restart(self):
+        """The round-robin from its first edge again (a run at another rank count)."""
+        self.turn = 0
+
     def route(self, out, batches, bounds, body=None, order=-1):
         """Add to Output `out` the messages of `batches` along these edges; returns `out`."""
         if self.whole:
@@ -118,7 +122,7 @@ class EdgeRouter(Distributor):
     def rescale(self, root, cid):
         """At another rank count it routes along this run's edges, as every worker's restore
         dealt its rows by them (home): only the round-robin turn starts again."""
-        self.routes.turn = 0
+        self.routes.restart()
 
     def on_data(self, src, header, batches):
         return self.routes.route(Output(), batches, header.bounds)

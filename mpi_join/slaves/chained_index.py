@@ -30,6 +30,11 @@ class _Sub:
     def __init__(self, join, lo):
         self.join, self.lo, self.hi, self.closed = join, lo, lo, False
 
+    def reach(self, hi, period):
+        """Its rows now reach coordinate `hi`; past `period` from its first it takes no more."""
+        self.hi, self.closed = hi, hi - self.lo > period
+        return self.closed
+
 
 class ChainedIndex:
     """Side `side`'s stored tuples as a chain of subindexes; probed by the other side's tuples."""
@@ -73,9 +78,7 @@ class ChainedIndex:
             end = min(len(rows), int(np.searchsorted(c, sub.lo + self.period, side="right")) + 1)
             end = max(end, i + 1)
             sub.join.append(rows[i:end], self.side, None if keys is None else keys[i:end])
-            sub.hi = int(c[end - 1])
-            if sub.hi - sub.lo > self.period:
-                sub.closed = True
+            if sub.reach(int(c[end - 1]), self.period):
                 sub.join.windows[self.side].trim()
             i = end
 

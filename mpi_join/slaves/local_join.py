@@ -401,4 +401,4 @@ def warm_up(pred, dtypes, method):
         j = BinaryJoin(pred, dtypes, method, older=older)
         for _ in range(2):          # new x new, then new x the windows they left
             j.step(np.zeros(a, dtypes[0]), np.zeros(b, dtypes[1]))
-    j.runs[0].big = _merge(*j.runs[0].big, *j.runs[0].big, 0)
+    _merge(*j.runs[0].big, *j.runs[0].big, 0)          # compiled here, not at the first merge

@@ -21,14 +21,14 @@ from .graph import FLOWS
 
 
 def restore_core(core, read, old):
-    """A new join core's rows out of every old core, and its counts."""
+    """A new join core's rows out of every old core; returns its counts (`seen`, per stream)."""
     graph = old_graph(core, old)
     cores = [r for r in old if graph.vertex(r).group == "cores"]
-    kept = [[], []]
+    kept, seen = [[], []], list(core.seen)
     for r in cores:
         arrays, attrs, _ = read(r, keeps_rows(core), channel=core.link_dtypes(FLOWS))
         p, k = graph.vertex(r).index, len(cores)
-        core.seen = [int(x) for x in attrs["counts"]["seen"]]
+        seen = [int(x) for x in attrs["counts"]["seen"]]
         for s, base in enumerate(attrs["join"]["base"]):
             rows = stored_rows(core, arrays, s)
             count = p + k * (int(base) + np.arange(len(rows), dtype=np.int64))
@@ -42,25 +42,25 @@ def restore_core(core, read, old):
         arrays[f"w/{s}"] = rows[order]
         # the number of its first row: the counts p' mod k' below it (below every count seen: none held)
         bases.append((int(count[order[0]]) - core.pos) // core.k if len(count)
-                     else max(0, -(-(core.seen[s] - core.pos) // core.k)))
+                     else max(0, -(-(seen[s] - core.pos) // core.k)))
     for w, b in zip(core.join.windows, bases):
-        w.base = b
+        w.number_from(b)
     core.join.restore(arrays, "w")
-    return None
+    return seen
 
 
 def restore_combiner(comb, read, old):
-    """The new combiner: the old one's counts, and every result row the old mergers held or had
-    on their way to them, written now."""
+    """The new combiner's counts (stars, results received: the old one's) and an Output of every
+    result row the old mergers held or had on their way to them, written now."""
     graph = old_graph(comb, old)
     dtypes = comb.link_dtypes(FLOWS)
-    rows = []
+    rows, stars, received = [], None, 0
     for r in old:
         if graph.vertex(r).role not in ("distributor", "combiner"):
             continue
         arrays, attrs, pending = read(r, lambda n: n.startswith("gather/") or n.startswith("counts"), channel=dtypes)
         if graph.vertex(r).role == "combiner":
-            comb.stars, comb.received = list(attrs["counts"]["stars"]), int(attrs["counts"]["received"])
+            stars, received = list(attrs["counts"]["stars"]), int(attrs["counts"]["received"])
         rows += [a for n, a in arrays.items() if n.startswith("gather/") and n.rsplit("/", 1)[1] in ("0", "2")]
         rows += [b[f] for _, _, b in pending for f in (0, 2)]
     out = Output()
@@ -69,6 +69,6 @@ def restore_combiner(comb, read, old):
         # in the punctuated order: by the trigger (the newer tuple, the larger seq), then the other
         seqs = np.stack([rows[c] for c in comb.cols])
         rows = rows[np.lexsort((seqs.min(axis=0), seqs.max(axis=0)))]
-        comb.received += len(rows)
+        received += len(rows)
         out.emit([np.ascontiguousarray(rows[c]) for c in comb.cols], np.ascontiguousarray(rows["_tin"]))
-    return out
+    return stars, received, out

@@ -53,7 +53,7 @@ class JoinCore(Operator):
         warm_up(self.job.predicate, self.dtypes, self.method)
 
     def restore_rescaled(self, read, old, root, cid):
-        return rescale.restore_core(self, read, old)
+        self.seen = rescale.restore_core(self, read, old)
 
     def link_dtypes(self, kind):
         assert kind == FLOWS, kind

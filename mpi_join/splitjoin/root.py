@@ -74,7 +74,9 @@ class Combiner(Operator):
         return out
 
     def restore_rescaled(self, read, old, root, cid):
-        return rescale.restore_combiner(self, read, old)
+        stars, self.received, out = rescale.restore_combiner(self, read, old)
+        self.stars = self.stars if stars is None else stars
+        return out
 
     def stats(self):
         return {"window_tuples": 0, "results_received": self.received, "stars_r": self.stars[0],

@@ -114,10 +114,11 @@ def write_rank(root, cid, rank, arrays, attrs, cut=""):
         with open(tmp, "wb") as out:
             out.write(image.getbuffer())
     except OSError as e:
-        e.filename = e.filename or tmp
         if os.path.lexists(tmp):
             os.remove(tmp)                    # what part of it was written (inside this checkpoint)
-        raise
+        if e.filename:
+            raise
+        raise type(e)(e.errno, e.strerror, tmp) from e      # the one line names the file
     os.replace(tmp, path)
     return hashlib.sha256(text.encode()).hexdigest()
 

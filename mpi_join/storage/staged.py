@@ -170,6 +170,10 @@ class StreamReader:
         self._counting = {}              # file -> ParquetFile for count_before
         self.upto = None                 # read no row group wholly at or past this seq (a source's part end)
 
+    def limit(self, seq):
+        """Read no row group wholly at or past `seq` from now on (a source's part end; None: any)."""
+        self.upto = seq
+
     def add(self, files, records=None):
         """Read these part files too (a log's newly committed batches: their seqs follow every
         file's already added, so they go at the end; `records` are theirs from the manifest).
@@ -303,9 +307,8 @@ class Prefetched:
         """Read ahead only while chunks end before this seq (StreamReader.upto: nor past it)."""
         return self.reader.upto
 
-    @upto.setter
-    def upto(self, seq):
-        self.reader.upto = seq
+    def limit(self, seq):
+        self.reader.limit(seq)
 
     def next_chunk(self):
         if self._held is not None:
@@ -421,6 +424,9 @@ class ArrayReader:
 
     def count_before(self, offset):
         return int(np.searchsorted(self.arr[SEQ], offset))
+
+    def limit(self, seq):
+        """Nothing to limit: the rows are in memory (StreamReader.limit)."""
 
     def next_chunk(self):
         if self._pos >= self.count:

@@ -215,8 +215,9 @@ class Reader:
     does in this process (fast_csv.py), any other by Spark as `stage` reads it (read_landed).
     `spark`: the session, or a function that starts one, called only when a file needs it."""
 
-    def __init__(self, spark, job):
-        self.job, self._spark, self._types = job, spark, None
+    def __init__(self, spark, job, types=None):
+        """`types`: the streams' packed column types where the caller has them (else made when needed)."""
+        self.job, self._spark, self._types = job, spark, types
         self._warming, self._warm_error = None, None
 
     def warm(self, say):
@@ -391,10 +392,10 @@ class Packed:
 
     def __init__(self, spark, job, batch_bytes=None):
         from pyspark.sql import functions as F
-        self.spark, self.job, self.reader = spark, job, Reader(spark, job)
+        self.spark, self.job = spark, job
         self.files = [landing_dir(s) is not None for s in job.streams]
         shape, self.types = _pack([_tag(_empty(spark, s), s, job) for s in job.streams])
-        self.reader._types = self.types
+        self.reader = Reader(spark, job, self.types)
         rows = shape.schema
         frames = []
         for i, s in enumerate(job.streams):
