@@ -67,7 +67,7 @@ class Coordinator:
     def move(self, unit, src, dst):
         """Move `unit` of state from worker `src` to `dst` (master/moves.py); the operator's
         `on_moved` hears when it is done."""
-        self._moves.begin(unit, src, dst)
+        self._moves.begin(unit, src, dst, now=self._parts.at_barrier is not None)
 
     @property
     def moving(self):

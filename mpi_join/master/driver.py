@@ -75,20 +75,24 @@ class Driver:
         counts = [man["streams"][s.name]["count"] for s in job.streams] if man else None
         self.source = Source(job, annotate=self.router.annotate, slots=self.router.slots, counts=counts, man=man,
                              follow=follow, arrays=arrays, share=(self.sources.index(tx.rank), len(self.sources)))
-        self.moves = Moves(self)           # state moving between workers (moves.py)
+        self.calls = OperatorCalls(self.router, lambda out: self.out.apply(out))    # one call at a time (calls.py)
+        self.moves = Moves(graph, self.source, self.calls, self.router.unit_of, lambda dest, msg: self.out.control(dest, msg),
+                           self.wait, lambda: bool(self.ckpt.pending))      # state moving between workers (moves.py)
         # several sources: credit for a whole part on each link, so every source sends its next
         # part while the entries take another's (they buffer at most k - 1 parts)
         per_part = -(-self.source.part_rows // self.source.batch_size) if self.source.k > 1 else 0
         self.out = Outlet(tx, self.entries, max(job.run.max_inflight, per_part), self.moves, self.source, metrics,
                           lambda: self._handle(*self._recv()))
         self.control = self.out.control    # the lifecycle's records (parts, moves, termination)
-        self.calls = OperatorCalls(self.router, self.out.apply)    # rank 0's operator, one call at a time
         self.pace = Pace(job.run)          # overload at a set rate (pace.py)
         self.results = {w: 0 for w in self.workers}
         self.epoch, self.done, self.probes = 0, {}, {}     # epochs ended; DONE by rank; wave -> ProbeReply by rank
         self.ckpt = Checkpointer(job, tx, self.entries, graph.workers, tx.size, sources=self.sources,
                                  part_rows=self.source.part_rows, decides=self.decides)
-        self.parts = Parts(self)           # several sources: leases, and what is placed at a part (parts.py)
+        self.parts = Parts(self.source, self.sources, tx.rank, self.entries, self.moves, self.calls, self.control,
+                           self.wait, self._marked, lambda at: self.ckpt.cut(    # several sources (parts.py)
+                               self.epoch - 1, at, {}, {"tuples_out": self.metrics.tuples_out},
+                               sum(self.results.values())), job.checkpoint.dir if job.checkpoint else None)
         # what rank 0's operator may ask of the job (a feeder's decides nothing: feeder.py)
         self.coordinator = Coordinator(self.source, self.moves, self.parts, self.control, self.out.apply, self.out.pump,
                                        decides=self.decides)

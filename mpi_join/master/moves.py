@@ -25,42 +25,48 @@ from ..runtime.protocol import Install, MoveOut
 
 
 class Moves:
-    def __init__(self, driver):
-        self.driver = driver
+    def __init__(self, graph, source, calls, unit_of, control, wait, cut_pending):
+        """Its collaborators, never the driver: the `graph` (who may move to whom, the sources and
+        entries), the `source` (bounds, dtypes), rank 0's operator's `calls` (calls.py) and
+        `unit_of(rows)`, `control(dest, msg)`, `wait(ready)`, `cut_pending()` (a checkpoint is in
+        progress)."""
+        self.graph, self.source, self.calls, self.unit_of = graph, source, calls, unit_of
+        self.control, self.wait, self.cut_pending, self.entries = control, wait, cut_pending, graph.entries()
         self.epoch = 0                     # one more per move begun (DataHeader.epoch)
         self.on = {}                       # unit -> the move in progress
         self.finished = []                 # units whose move both sides have finished
         self.planned = []                  # several sources: (unit, src, dst) to lease out
 
-    def begin(self, unit, src, dst):
-        d = self.driver
+    def begin(self, unit, src, dst, now=False):
+        """`now`: with several sources, a move rank 0 begins while it applies a barrier change
+        (parts.py), which starts at once, as with one source."""
+        g = self.graph
         if unit in self.on:
             raise RuntimeError(f"driver: unit {unit} is already moving")
-        if dst not in d.graph.move_targets(src):
-            raise RuntimeError(f"driver: unit {unit} cannot move from rank {src} ({d.graph.role(src)}) to rank "
-                               f"{dst}: state moves within a group of the graph ({d.graph.move_targets(src)})")
-        if len(d.sources) > 1 and d.parts.at_barrier is None:
+        if dst not in g.move_targets(src):
+            raise RuntimeError(f"driver: unit {unit} cannot move from rank {src} ({g.role(src)}) to rank "
+                               f"{dst}: state moves within a group of the graph ({g.move_targets(src)})")
+        if len(g.sources) > 1 and not now:
             self.on[unit] = {"src": src, "dst": dst, "acks": set(), "held": None}
             self.planned.append((unit, src, dst))
             return
-        if src not in d.entries:         # its marker comes from other workers, not behind a MoveOut
-            d.wait(lambda: not d.ckpt.pending)
+        if src not in self.entries:      # its marker comes from other workers, not behind a MoveOut
+            self.wait(lambda: not self.cut_pending())
         self.epoch += 1
-        bounds = np.array(d.source.bounds(), np.int64)
+        bounds = np.array(self.source.bounds(), np.int64)
         self.on[unit] = {"src": src, "dst": dst, "acks": set(), "bounds": bounds,
-                         "held": [[] for _ in d.source.dtypes]}
-        d.control(src, MoveOut(unit, dst, self.epoch))
-        d.control(dst, Install(unit, src, self.epoch, tuple(int(x) for x in bounds)))
+                         "held": [[] for _ in self.source.dtypes]}
+        self.control(src, MoveOut(unit, dst, self.epoch))
+        self.control(dst, Install(unit, src, self.epoch, tuple(int(x) for x in bounds)))
 
     def at_part(self, part, moves):
         """Several sources: this source is about to start `part`, where `moves` take effect: the
         router routes each unit to its new holder from here on, and both holders are told."""
-        d = self.driver
         for unit, src, dst in moves:
             self.epoch += 1
-            d.calls("on_moved", unit, src, dst, [np.zeros(0, dt) for dt in d.source.dtypes])
-            d.control(src, MoveOut(unit, dst, self.epoch, part))
-            d.control(dst, Install(unit, src, self.epoch, tuple(int(NEG_INF) for _ in d.source.dtypes), part))
+            self.calls("on_moved", unit, src, dst, [np.zeros(0, dt) for dt in self.source.dtypes])
+            self.control(src, MoveOut(unit, dst, self.epoch, part))
+            self.control(dst, Install(unit, src, self.epoch, tuple(int(NEG_INF) for _ in self.source.dtypes), part))
 
     def take_planned(self):
         """Several sources: the moves begun since the last call, to lease out (parts.place)."""
@@ -69,7 +75,7 @@ class Moves:
 
     def settle(self):
         """Handle messages until every move begun is done (the router's on_moved called)."""
-        self.driver.wait(lambda: self.finish() or not self.on)
+        self.wait(lambda: self.finish() or not self.on)
 
     def acked(self, msg):
         """A side's Moved record."""
@@ -87,7 +93,7 @@ class Moves:
         out = []
         for s, b in enumerate(batches):
             if len(b):
-                units = self.driver.router.unit_of(b)
+                units = self.unit_of(b)
                 keep = np.ones(len(b), bool)
                 for u, m in self.on.items():
                     if m["held"] is None:
@@ -111,5 +117,5 @@ class Moves:
             m = self.on.pop(u)
             if m["held"] is None:          # several sources: routed anew where the move is (at_part)
                 continue
-            held = [np.concatenate(h) if h else np.zeros(0, dt) for h, dt in zip(m["held"], self.driver.source.dtypes)]
-            self.driver.calls.post("on_moved", u, m["src"], m["dst"], held)    # after a call that waits on it
+            held = [np.concatenate(h) if h else np.zeros(0, dt) for h, dt in zip(m["held"], self.source.dtypes)]
+            self.calls.post("on_moved", u, m["src"], m["dst"], held)    # after a call that waits on it
