@@ -117,9 +117,9 @@ class _Input:
                               tuple(bounds), order))
 
     def coordinator(self):
-        moves = SimpleNamespace(on={}, begin=lambda unit, src, dst: self.sent.append(("move", unit, src, dst)),
+        moves = SimpleNamespace(on={}, begin=lambda unit, src, dst, now: self.sent.append(("move", unit, src, dst)),
                                 settle=lambda: None)
-        parts = SimpleNamespace(changing=False, barrier_batches=None,
+        parts = SimpleNamespace(changing=False, barrier_batches=None, at_barrier=None,
                                 change=lambda what, barrier=False: self.sent.append(("change", what, barrier)))
         return Coordinator(self, moves, parts, lambda dest, msg: None, self.post,
                            pump=lambda: None)

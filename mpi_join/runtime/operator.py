@@ -48,14 +48,19 @@ Hooks a vertex has for what only its place in the graph asks of it, each saying 
   return an Output); `apply_change(what)` applies a change it placed (at once with one source;
   with several, every source's router before the same part of the input); `with_sources(k)`
   says what of its adaptation it does not do with k sources; `report(workers)` lines for the
-  summary.
+  summary; `number(header, count)`, the number of the batch a header heads for a router that
+  numbers batches (with several sources its number in the input, each source routing a share
+  and all numbering alike; with one its own count, kept in its state); `rescale(root, cid)` at
+  a restore at another rank count routes as the workers' restore placed the state (one that
+  declares no state routes by this run's graph already; one that does says how, else it is
+  refused); `connect(coordinator)`, the driver's, before warm_up. It is called one call at a
+  time (master/calls.py): what comes during a call is handed over after it.
 """
 import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..storage.checkpoint import Checkpointed
 from ..storage.results import result_dtype
 from .graph import INPUT, RESULTS
 from ..errors import InputError
@@ -288,8 +293,9 @@ class Array:
         return np.dtype(self.dtype) if name == "data" else None
 
 
-class Operator(Checkpointed):
-    """Defaults for the optional hooks; a strategy overrides what it needs."""
+class Operator:
+    """Defaults for the optional hooks (the module docstring says when each is called and why);
+    a strategy overrides what it needs. The defaults of state read the declared parts."""
     urgent_ops = frozenset()
     buffer_capacity = 0          # tuples, for the load metric (0: the worker's share of what may be in flight)
     slots = 1                    # rank 0: slots per epoch (hash's sub-groups)
@@ -298,26 +304,8 @@ class Operator(Checkpointed):
     def __init__(self, job, rank, graph, dtypes):
         self.job, self.rank, self.graph, self.dtypes = job, rank, graph, dtypes
 
-    def connect(self, coordinator):
-        """Rank 0: the driver hands its operator the coordinator (its one way to the job)."""
-        self.coordinator = coordinator
-
-    def warm_up(self):
-        """Compile every kernel the run will use, before READY: by default the declared joins'
-        (Rows parts); an operator with kernels of its own overrides it."""
-        for part in self.__dict__.get("_parts", {}).values():
-            if isinstance(part, Rows):
-                part.warm_up()
-
     def on_data(self, src, header, batches):
         raise NotImplementedError
-
-    def after_data(self, header):
-        """After each `on_data`: expire the Rows declared with expire=True by the batch's bounds
-        (the worker calls it; an operator that expires by hand declares none so)."""
-        for part in self.__dict__.get("_parts", {}).values():
-            if isinstance(part, Rows):
-                part.expire(header.bounds)
 
     def on_control(self, src, msg):
         raise RuntimeError(f"rank {self.rank}: unexpected control record {msg.op!r} from rank {src}")
@@ -326,19 +314,14 @@ class Operator(Checkpointed):
         return None
 
     def next_order(self):
-        """The order the module takes next from its merged links (graph.Edge.merge: the worker
-        hands over the batch with the least order among the links' next batches once no link can
-        still bring a lesser one) when their orders are dense (0, 1, 2, ... across the links, none
-        missing), so the batch bearing it goes at once, without waiting for the other links to
-        pass it; None (the default): not known."""
+        """The order it takes next from its merged links when their orders are dense (the batch
+        bearing it goes at once, not waiting for the other links to pass it); None: not known."""
         return None
 
     def accepts_input(self):
         return True
 
     def link_dtypes(self, kind):
-        """dtypes of the arrays on a link that carries the strategy's own kind of rows
-        (graph.Edge.carries named `kind`)."""
         raise RuntimeError(f"rank {self.rank}: links carrying {kind!r} are not declared by this strategy")
 
     def unit_of(self, batch):
@@ -347,145 +330,150 @@ class Operator(Checkpointed):
     def take(self, unit):
         raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
 
-    def put(self, unit, arrays, attrs):
-        raise RuntimeError(f"rank {self.rank}: this strategy does not move state between workers")
+    put = take
 
-    def stats(self):
-        """Metrics: by default the rows its declared joins hold (Rows parts)."""
-        return {"window_tuples": sum(p.rows() for p in self.__dict__.get("_parts", {}).values() if isinstance(p, Rows))}
-
-    # -- state ---------------------------------------------------------------------------------
+    # -- state: the declared parts (declare) ---------------------------------------------------
     def declare(self, **parts):
-        """Name the pieces of this operator's state (see the module docstring)."""
         self.__dict__.setdefault("_parts", {}).update(parts)
 
+    def warm_up(self):
+        for part in _declared(self, Rows):
+            part.warm_up()
+
+    def after_data(self, header):
+        for part in _declared(self, Rows):
+            part.expire(header.bounds)
+
+    def stats(self):
+        return {"window_tuples": sum(p.rows() for p in _declared(self, Rows))}
+
     def snapshot(self):
-        arrays, attrs = {}, {}
-        for name, part in self.__dict__.get("_parts", {}).items():
-            a, attrs[name] = part.snapshot()
-            arrays.update({f"{name}/{k}": v for k, v in a.items()})
-        return arrays, attrs
+        return _snapshot(self)
 
     def restore(self, arrays, attrs):
-        """Each declared part from its arrays and attributes; state of another layout (an earlier
-        version's checkpoint) is refused with one line, not a traceback."""
-        for name, part in self.__dict__.get("_parts", {}).items():
-            try:
-                part.restore({k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(name + "/")},
-                             attrs[name])
-            except (KeyError, TypeError, ValueError, IndexError) as e:
-                raise InputError(f"rank {self.rank}: the checkpoint's state of its {type(self).__name__} has no valid "
-                                 f"part {name!r} ({type(e).__name__}: {e}); it was written by another version or "
-                                 f"strategy: run without --resume") from None
+        _restore(self, arrays, attrs)
 
     def state_dtype(self, name):
         part = self.__dict__.get("_parts", {}).get(name.partition("/")[0])
         return part.state_dtype(name.partition("/")[2]) if part is not None else None
 
     def restore_rescaled(self, read, old, root, cid):
-        """A restore at another rank count (a strategy whose registry entry says `rescale`): this
-        worker's state out of the old workers' files (`old`, their ranks; `read(rank, keep)` gives
-        one's (arrays, attrs) as `snapshot` gave them, reading only the arrays `keep(name)`
-        accepts; `read(rank, keep, channel=dtypes)` also its channel state, [(src, header,
-        batches)], which is refused without; `state=` checks arrays of another operator's kind by
-        its `state_dtype`). Returns None, or an Output of results made in restoring (slaves/cuts.py
-        writes them). By default: result rows in flight on a result edge into the old vertices
-        of this one's role are handed to the first new one (`on_data`: a sink writes them); then
-        state in key groups, the groups the plan gives this rank (restore_plan.owners_after, which
-        rank 0's `rescale` follows too) out of every file, or else each declared part dealt by
-        where its rows live (restore_homed: a Rows part by its `home` or the partitioner of
-        rank 0's edge into this vertex, a Fields part as its `rescale` says)."""
-        from ..partitioning.key_groups import group_of
-        from ..partitioning.restore_plan import owners_after
-        graph = old_graph(self, old)
-        me = self.graph.vertex(self.rank)
-        mine = [r for r in old if graph.vertex(r).role == me.role]
-        out = _results_in_flight(self, read, graph, mine) if me.index == 0 else None
-        parts = self.__dict__.get("_parts")
-        if not parts:
-            return out
-        if all(hasattr(p, "restore_groups") for p in parts.values()):
-            owner = owners_after(root, cid, self.graph.workers)
-            groups = {g for g, o in enumerate(owner) if int(o) == self.rank}
-            self.restore_groups([read(r, lambda n: group_of(n) in groups) for r in old], groups)
-            return out
-        _restore_homed(self, [read(r, lambda n: True) for r in sorted(mine, key=lambda r: graph.vertex(r).index)])
-        return out
+        return restore_rescaled(self, read, old, root, cid)
 
     def restore_groups(self, files, groups):
-        """This operator's state from the old workers' files, [(arrays, attrs)], keeping key
-        groups `groups` (key_groups.group_of) only. Each declared part that is in key groups
-        merges them (its `restore_groups`); state of another kind cannot be split, and is
-        refused."""
-        from ..partitioning.key_groups import group_of
-        for name, part in self.__dict__.get("_parts", {}).items():
-            if not hasattr(part, "restore_groups"):
-                raise InputError(f"rank {self.rank}: the state part {name!r} of its {type(self).__name__} is not in "
-                                 f"key groups; resume with the checkpoint's rank count")
-            pre = name + "/"
-            part.restore_groups([({k[len(pre):]: v for k, v in a.items() if k.startswith(pre)
-                                   and group_of(k[len(pre):]) in groups}, attrs[name]) for a, attrs in files], groups)
+        _restore_groups(self, files, groups)
 
     def footprint(self):
-        """(bytes the window state holds, spare capacity and indexes included; raw bytes of the
-        tuples in it): sampled by the worker for the memory figures of the benchmarks; the sum
-        over the declared parts that have a footprint."""
-        sizes = [p.footprint() for p in self.__dict__.get("_parts", {}).values() if hasattr(p, "footprint")]
+        sizes = [p.footprint() for p in _declared(self) if hasattr(p, "footprint")]
         return sum(h for h, _ in sizes), sum(r for _, r in sizes)
 
     # -- rank 0, fed by the source -------------------------------------------------------------
+    def connect(self, coordinator):
+        self.coordinator = coordinator
+
     def annotate(self, batch, stream):
         pass
 
     def flush(self):
-        """What this router buffers, as an Output (a cut, a move or the end needs it sent)."""
         return None
 
     def quiet(self):
-        """Is nothing in flight that a cut could not capture (a ring's cycle not yet done)?"""
         return True
 
     def end_of_epoch(self, epoch):
-        """After each epoch: where an adapting router decides (through self.coordinator)."""
+        pass
 
     def adapts(self):
-        """Does this router change its routing while the input streams (reorganise, scale,
-        relocate)? It changes it through its coordinator, which places every change in the input
-        (coordinator.move for state, coordinator.change for the routing: apply_change), so
-        several sources route alike."""
         return False
 
     def apply_change(self, what):
-        """Apply a change of the routing this router decided (coordinator.change(what)): at once with
-        one source, before the same place of the input at every source with several."""
         raise NotImplementedError(f"{type(self).__name__} placed a change and cannot apply it")
 
     def with_sources(self, k):
-        """What of its adaptation this router does not do with k > 1 sources (a line for the
-        run's warning), or None."""
         return None
 
     def number(self, header, count):
-        """The number of the source's batch `header` heads, for a router that numbers batches: with
-        several sources its number in the input (each routes a share; all number alike), with one
-        `count`, the router's own count (in its state, so a resumed run goes on from it)."""
         return header.msg_no if header.msg_no >= 0 else count
 
     def rescale(self, root, cid):
-        """Rank 0, a restore of checkpoint `cid` in `root` at another rank count (a strategy whose
-        entry says `rescale`): route as the workers' restore_rescaled placed the state. A router
-        that declares no state routes by this run's graph already; one that does says how."""
         if self.__dict__.get("_parts"):
             raise NotImplementedError(f"{type(self).__name__} cannot route to another number of workers")
 
     def on_moved(self, unit, src, dst, held):
-        """A move this router began is done: `held`, the unit's rows held meanwhile, per stream,
-        are its to send (returned in an Output, or kept for its next send)."""
         return None
 
     def report(self, workers):
-        """Lines for the end-of-run summary on what the strategy did (workers: their metrics)."""
         return []
+
+
+def _declared(op, kind=object):
+    """`op`'s declared parts (of class `kind`)."""
+    return [p for p in op.__dict__.get("_parts", {}).values() if isinstance(p, kind)]
+
+
+def _snapshot(op):
+    arrays, attrs = {}, {}
+    for name, part in op.__dict__.get("_parts", {}).items():
+        a, attrs[name] = part.snapshot()
+        arrays.update({f"{name}/{k}": v for k, v in a.items()})
+    return arrays, attrs
+
+
+def _restore(op, arrays, attrs):
+    """Each declared part from its arrays and attributes; state of another layout (an earlier
+    version's checkpoint) is refused with one line, not a traceback."""
+    for name, part in op.__dict__.get("_parts", {}).items():
+        try:
+            part.restore({k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(name + "/")}, attrs[name])
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise InputError(f"rank {op.rank}: the checkpoint's state of its {type(op).__name__} has no valid "
+                             f"part {name!r} ({type(e).__name__}: {e}); it was written by another version or "
+                             f"strategy: run without --resume") from None
+
+
+def restore_rescaled(op, read, old, root, cid):
+    """Operator.restore_rescaled's default, a restore at another rank count (a strategy whose
+    registry entry says `rescale`): this worker's state out of the old workers' files (`old`,
+    their ranks; `read(rank, keep)` gives one's (arrays, attrs) as `snapshot` gave them, reading
+    only the arrays `keep(name)` accepts; `read(rank, keep, channel=dtypes)` also its channel
+    state, [(src, header, batches)], which is refused without; `state=` checks arrays of another
+    operator's kind by its `state_dtype`). Returns None, or an Output of results made in
+    restoring (slaves/cuts.py writes them). By default: result rows in flight on a result edge
+    into the old vertices of this one's role are handed to the first new one (`on_data`: a sink
+    writes them); then state in key groups, the groups the plan gives this rank
+    (restore_plan.owners_after, which rank 0's `rescale` follows too) out of every file, or else
+    each declared part dealt by where its rows live (restore_homed: a Rows part by its `home` or
+    the placement of the edges on its path from rank 0, a Fields part as its `rescale` says)."""
+    from ..partitioning.key_groups import group_of
+    from ..partitioning.restore_plan import owners_after
+    graph = old_graph(op, old)
+    me = op.graph.vertex(op.rank)
+    mine = [r for r in old if graph.vertex(r).role == me.role]
+    out = _results_in_flight(op, read, graph, mine) if me.index == 0 else None
+    parts = op.__dict__.get("_parts")
+    if not parts:
+        return out
+    if all(hasattr(p, "restore_groups") for p in parts.values()):
+        owner = owners_after(root, cid, op.graph.workers)
+        groups = {g for g, o in enumerate(owner) if int(o) == op.rank}
+        op.restore_groups([read(r, lambda n: group_of(n) in groups) for r in old], groups)
+        return out
+    _restore_homed(op, [read(r, lambda n: True) for r in sorted(mine, key=lambda r: graph.vertex(r).index)])
+    return out
+
+
+def _restore_groups(op, files, groups):
+    """`op`'s state from the old workers' files, [(arrays, attrs)], keeping key groups `groups`
+    (key_groups.group_of) only. Each declared part that is in key groups merges them (its
+    `restore_groups`); state of another kind cannot be split, and is refused."""
+    from ..partitioning.key_groups import group_of
+    for name, part in op.__dict__.get("_parts", {}).items():
+        if not hasattr(part, "restore_groups"):
+            raise InputError(f"rank {op.rank}: the state part {name!r} of its {type(op).__name__} is not in "
+                             f"key groups; resume with the checkpoint's rank count")
+        pre = name + "/"
+        part.restore_groups([({k[len(pre):]: v for k, v in a.items() if k.startswith(pre)
+                               and group_of(k[len(pre):]) in groups}, attrs[name]) for a, attrs in files], groups)
 
 
 def _rows_part(op):

@@ -28,21 +28,6 @@ FORMAT = "mpi-join-checkpoint/2"     # /2: 1-d arrays packed, one dataset per dt
 MANIFEST = "MANIFEST.json"
 
 
-class Checkpointed:
-    """The checkpoint hooks of a router or a join module, for one with no state of its own:
-    `snapshot()` -> (arrays, attrs), `restore(arrays, attrs)`, and `state_dtype(name)`, the dtype
-    a checkpointed array must have (None: not one of its arrays)."""
-
-    def snapshot(self):
-        return {}, {}
-
-    def restore(self, arrays, attrs):
-        pass
-
-    def state_dtype(self, name):
-        return None
-
-
 def fingerprint(job):
     """What a checkpoint's state depends on: streams, windows, predicate, strategy parameters
     (testing knobs such as fault injection excepted: a resumed run may drop them)."""
