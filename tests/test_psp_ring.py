@@ -113,14 +113,14 @@ def test_relocation_mid_run_equals_oracle_and_never_duplicates_state(mode, weigh
     arrays = multiway_streams(np.random.default_rng(7), 3, 700, key_range=6)
 
     def check_state(epoch, ops, router):
-        held = [np.concatenate([op.held(j)["seq"] for op in ops.values()]) for j in range(3)]
+        held = [np.concatenate([op.slice.held(j)["seq"] for op in ops.values()]) for j in range(3)]
         assert all(len(h) == len(np.unique(h)) for h in held), f"a tuple held twice at batch {epoch}"
 
     got, ops, router = simulate(job, arrays, 3, seed=3, batch_size=5, interleave=interleave,
                                 force_relocate=f"40:{weights}:{mode}", on_epoch=check_state)
     _check(got, run_oracle(job, arrays))
     assert router.relocations
-    held = [sum(len(op.held(j)) for j in range(3)) for op in ops.values()]
+    held = [sum(len(op.slice.held(j)) for j in range(3)) for op in ops.values()]
     w = [float(x) for x in weights.split(",")]
     for k in range(3):
         if w[k] == 0:       # what is left: at most the tuples of the newest ts (the head's last batch)
@@ -137,12 +137,12 @@ def test_count_bounded_slices_hold_their_bound_and_equal_oracle(counts):
     most = []
 
     def check(epoch, ops, router):
-        most.append([len(ops[k].held(0)) for k in (1, 2)])
+        most.append([len(ops[k].slice.held(0)) for k in (1, 2)])
 
     got, ops, _ = simulate(job, arrays, 3, batch_size=4, slice_counts=counts, on_epoch=check)
     _check(got, run_oracle(job, arrays))
     if counts == "balanced":       # at the end each operator holds about a third of each window
-        held = [len(ops[k].held(0)) for k in (1, 2, 3)]
+        held = [len(ops[k].slice.held(0)) for k in (1, 2, 3)]
         assert max(held) - min(held) <= max(8, sum(held) // 4), held
         return
     bound = [int(c) for c in counts.split(",")]
@@ -186,7 +186,7 @@ def test_per_stream_ring_lengths_keep_each_stream_on_its_first_operators(interle
     arrays = multiway_streams(np.random.default_rng(4), 3, 400, key_range=4)
     got, ops, _ = simulate(job, arrays, 4, batch_size=5, interleave=interleave, lengths="A=1,C=2")
     _check(got, run_oracle(job, arrays))
-    held = {j: [len(ops[k].held(j)) for k in (1, 2, 3, 4)] for j in range(3)}
+    held = {j: [len(ops[k].slice.held(j)) for k in (1, 2, 3, 4)] for j in range(3)}
     assert held[0][1:] == [0, 0, 0] and held[0][0] > 0
     assert held[2][2:] == [0, 0] and held[2][1] > 0
     assert held[1][3] > 0
@@ -277,23 +277,23 @@ def test_slice_rows_hold_what_a_probe_reads_and_a_snapshot_holds_runtime_rows(pr
 
     def on_epoch(epoch, mods, router):
         for m in mods.values():
-            if sum(len(m.held(j)) for j in range(m.M)) and len(seen) < 40:
-                seen.append((m, m.snapshot(), [m.held(j).copy() for j in range(m.M)]))
+            if sum(len(m.slice.held(j)) for j in range(m.M)) and len(seen) < 40:
+                seen.append((m, m.snapshot(), [m.slice.held(j).copy() for j in range(m.M)]))
 
     got, mods, _ = simulate(job, arrays, 3, seed=1, batch_size=6, on_epoch=on_epoch)
     _check(got, run_oracle(job, arrays))
     assert len(seen) > 5
     for m, (snap, attrs), rows in seen:
         for j in range(m.M):
-            names = list(m.windows[j].dtype.names)
+            names = list(m.slice.windows[j].dtype.names)
             assert names == (list(m.dtypes[j].names) if held is None else held[j])
             state = snap[f"slice/{j}"]
             assert state.dtype == m.state_dtype(f"slice/{j}") == m.dtypes[j]
-            assert np.array_equal(state["seq"], rows[j]["seq"]) and np.array_equal(state["_coord"], rows[j][m.coords[j]])
+            assert np.array_equal(state["seq"], rows[j]["seq"]) and np.array_equal(state["_coord"], rows[j][m.slice.coords[j]])
             if held is not None:
                 assert not state["_tin"].any() and not state["_h"].any()
         fresh = type(m)(m.job, m.rank, m.graph, m.dtypes)
         fresh.restore(snap, attrs)
         for j in range(m.M):
-            assert fresh.windows[j].dtype == m.windows[j].dtype
-            assert np.array_equal(fresh.held(j), rows[j])
+            assert fresh.slice.windows[j].dtype == m.slice.windows[j].dtype
+            assert np.array_equal(fresh.slice.held(j), rows[j])

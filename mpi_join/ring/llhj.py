@@ -22,7 +22,7 @@ import numpy as np
 
 from ..runtime.headers import Header
 from ..join.range_join import probe_ranges
-from ..slaves.local_join import warm_up
+from ..slaves.local_join import find_pairs, warm_up
 from ..runtime.operator import INT_KEYS, Arrays, Fields, Operator, Output
 from .chain_routing import New, beside
 from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment
@@ -148,7 +148,7 @@ class LowLatencyModule(Operator):
         if not len(X):
             return
         P = join.derive(new, s)
-        A, a, B, bb = join._pairs(P, s, X, join.windows[o].base, join.runs[o], split=join._older(P, o, X))
+        A, a, B, bb = find_pairs(join.layout, P, s, X, join.windows[o].base, join.runs[o], split=join._older(P, o, X))
         ni, xi = (a, bb) if s == 0 else (bb, a)
         keep = self.since[o][xi] < b
         if keep.any():

@@ -57,6 +57,8 @@ from .psp_rescale import Rescalable
 from .psp_router import CycleDone, Entering, Probing, auto_orderings, batch_header, new_slicer, slice_counts
 
 
+_E = np.zeros(0, np.int64)
+
 
 @dataclass(frozen=True)
 class Building(Header):
@@ -99,55 +101,134 @@ def slice_dtype(pred, dtypes, j, coord):
 
 
 class Slice:
-    """A slice operator's state (operator.declare): each stream's rows in its slice and the
-    latest cuts; not the rows it keeps for batches in flight (a cut waits until none is)."""
+    """A slice operator's rows, its state (operator.declare): each stream's window, of which the
+    rows from `owned[j]` on are held here (those before it left the slice and are kept only for
+    batches in flight, not checkpointed: a cut waits until none is), and the latest cuts. A slice
+    row holds what a probe reads of it: seq, ts (a time window's coordinate) and the columns of
+    its stream's conditions; the probe copies and the wire carry runtime rows."""
 
-    def __init__(self, op):
-        self.op = op
+    def __init__(self, job, dtypes, k, n):
+        self.dtypes, self.M, self.k, self.n = dtypes, len(dtypes), k, n
+        self.slice_dtypes = [slice_dtype(job.predicate, dtypes, j, TS if s.window.kind == "time" else "_coord")
+                             for j, s in enumerate(job.streams)]
+        self.coords = [TS if "_coord" not in dt.names else "_coord" for dt in self.slice_dtypes]
+        self.windows, self.owned, self.cuts = self._new_windows(), [0] * self.M, None
+
+    def _new_windows(self):
+        return [Window(dt, coord=c, raw=raw) for dt, c, raw in zip(self.slice_dtypes, self.coords, self.dtypes)]
+
+    def slice_rows(self, rows, j):
+        """Runtime rows of stream j as slice rows (a copy)."""
+        return runtime_rows(rows, self.slice_dtypes[j])
+
+    def runtime_rows(self, rows, j, copy=False):
+        """Slice rows of stream j (or runtime rows) as runtime rows (slice_to_runtime)."""
+        return slice_to_runtime(rows, self.dtypes[j], copy)
+
+    def append(self, batches):
+        for j, b in enumerate(batches):
+            self.windows[j].append(self.slice_rows(b, j))
+
+    def cut(self, cuts):
+        """A batch's cuts: the latest."""
+        self.cuts = cuts
+
+    def meet(self, pred, rows, t, j, bottom, top):
+        """The pairs of the combinations `rows` (their newest tuples `t`) with stream j's rows of
+        this slice, between its `bottom` and `top` cuts, each seen by its tuple: (stream j's
+        window rows, combination index, row index)."""
+        w = self.windows[j].view()
+        coord = w[self.coords[j]]
+        lo_t = t["_lo"] if self.M == 2 else t["_los"][:, j]
+        lo = np.searchsorted(coord, np.maximum(lo_t, bottom)).astype(np.int64)
+        hi = np.minimum(np.searchsorted(coord, top), np.searchsorted(w["seq"], t["seq"])).astype(np.int64)
+        lo = np.minimum(lo, hi)
+        if not (hi > lo).any():
+            return w, _E, _E
+        ic, ij = extend(pred, {m: (r, None) for m, r in rows.items()}, j, w, lo, hi)
+        return w, ic, ij
+
+    def held(self, j):
+        """Rows of stream j this operator holds (what is in its slice, not copies kept for
+        batches in flight)."""
+        w = self.windows[j]
+        return w.view()[self.owned[j] - w.base:]
 
     def snapshot(self):
-        op = self.op
-        arrays = {str(j): op.runtime_rows(op.held(j), j, copy=True) for j in range(op.M)}
-        if op.cuts is not None:
-            arrays["cuts"] = op.cuts.ravel().copy()
+        arrays = {str(j): self.runtime_rows(self.held(j), j, copy=True) for j in range(self.M)}
+        if self.cuts is not None:
+            arrays["cuts"] = self.cuts.ravel().copy()
         return arrays, {}
 
     def restore(self, arrays, attrs):
-        op = self.op
-        windows = op.new_windows()
-        for j in range(op.M):
-            windows[j].append(op.slice_rows(arrays[str(j)], j))
-        op.restored(windows, arrays["cuts"].reshape(op.M, op.n) if "cuts" in arrays else None)
+        self.windows, self.owned = self._new_windows(), [0] * self.M
+        self.append([arrays[str(j)] for j in range(self.M)])
+        self.cuts = arrays["cuts"].reshape(self.M, self.n) if "cuts" in arrays else None
 
     def leaving(self, cuts):
         """Each stream's rows now below this slice (by the cuts), no longer held here (copies)."""
-        op, moved = self.op, []
-        for j, w in enumerate(op.windows):
+        moved = []
+        for j, w in enumerate(self.windows):
             v = w.view()
-            first = op.owned[j] - w.base
-            stop = int(np.searchsorted(v[op.coords[j]], cuts[j][op.k - 1]))
+            first = self.owned[j] - w.base
+            stop = int(np.searchsorted(v[self.coords[j]], cuts[j][self.k - 1]))
             if stop > first:
                 moved.append(v[first:stop].copy())
-                op.owned[j] = w.base + stop
+                self.owned[j] = w.base + stop
             else:
                 moved.append(v[:0].copy())
         return moved
 
-    def delete(self):
-        """Drop rows that left this slice and that no batch in flight can still need."""
-        op = self.op
-        if op.cuts is None:
+    def delete(self, inflight):
+        """Drop rows that left this slice and that no batch in flight (`inflight`: batch id ->
+        (cuts, orderings)) can still need."""
+        if self.cuts is None:
             return
-        for j, w in enumerate(op.windows):
-            w.expire(min([int(op.cuts[j][op.k - 1])] + [int(c[0][j][op.k - 1]) for c in op.inflight.values()]))
+        for j, w in enumerate(self.windows):
+            w.expire(min([int(self.cuts[j][self.k - 1])] + [int(c[0][j][self.k - 1]) for c in inflight.values()]))
 
     def state_dtype(self, name):
         if name.isdigit():
-            return self.op.dtypes[int(name)]
+            return self.dtypes[int(name)]
         return np.dtype(np.int64) if name == "cuts" else None
 
     def footprint(self):
-        return footprint(*self.op.windows)
+        return footprint(*self.windows)
+
+
+class Cycles:
+    """The batches in the ring as an operator sees them: each seen and not yet retired (`inflight`,
+    batch id -> (cuts, orderings)) and, at the head, how many run their cycle (`open`), which
+    ended out of order, and `retired`: every batch up to it has ended its cycle (END life-span
+    control)."""
+
+    def __init__(self):
+        self.inflight, self.ended, self.open, self.retired = {}, set(), 0, -1
+
+    def seen(self, batch_id, cuts, orderings):
+        self.inflight[batch_id] = (cuts, orderings)
+
+    def entered(self):
+        self.open += 1
+
+    def retire_upto(self, upto):
+        for b in [b for b in self.inflight if b <= upto]:
+            del self.inflight[b]
+
+    def restart(self, retired):
+        """At another rank count: every batch up to `retired` has ended (psp_rescale.py)."""
+        self.retired = retired
+
+    def cycle_ended(self, batch_id):
+        """The head: batch `batch_id` ended its cycle; True when `retired` moved on (to it or past)."""
+        self.open -= 1
+        self.ended.add(batch_id)
+        before = self.retired
+        while self.retired + 1 in self.ended:
+            self.ended.discard(self.retired + 1)
+            self.retired += 1
+        self.retire_upto(self.retired)
+        return self.retired != before
 
 
 class SlicedJoin(Rescalable, Operator):
@@ -163,46 +244,22 @@ class SlicedJoin(Rescalable, Operator):
         self.k = rank
         self.next = next(iter(graph.downstream(rank)), None)
         self.pred = job.predicate
-        # a slice row holds what a probe reads of it: seq, ts (a time window's coordinate) and the
-        # columns of its stream's conditions; the probe copies and the wire carry runtime rows
-        self.slice_dtypes = [slice_dtype(self.pred, dtypes, j, TS if s.window.kind == "time" else "_coord")
-                             for j, s in enumerate(job.streams)]
-        self.coords = [TS if "_coord" not in dt.names else "_coord" for dt in self.slice_dtypes]
-        self.restored(self.new_windows(), None)      # windows, owned, cuts, inflight, ended, open: `restored`
+        self.slice = Slice(job, dtypes, rank, self.n)      # the rows of its slice, as state (operator.declare)
+        self.cycles = Cycles()             # the batches in the ring, as state: its `retired`
         self.limit = int(job.strategy.params["interleave"])
-        self.retired = -1                  # head: every batch up to this one has ended its cycle
         self._local = deque()              # a ring of one operator sends to itself
         self.counts = {"probes": 0, "inter_in": 0, "inter_out": 0, "moved": 0, "cycles": 0}
         p = job.strategy.params
         self.slow = float(p["slow_cpu"]) if p["slow_rank"] == rank else 0.0
-        self.slice = Slice(self)           # the rows of its slice, as state (operator.declare)
-        self.declare(slice=self.slice, counts=Fields(self, "retired"))
+        self.declare(slice=self.slice, counts=Fields(self.cycles, "retired"))
 
     # -- the worker's calls ---------------------------------------------------------------------
     def accepts_input(self):
-        return self.open < self.limit
-
-    def restored(self, windows, cuts):
-        """Its slice as it starts or is restored (Slice): `owned`, each window's first row held here;
-        `cuts`, the latest; `inflight`, batch id -> (cuts, orderings) seen, not retired; the head's
-        `ended` (batches ended out of order) and `open` (batches in the ring)."""
-        self.windows, self.cuts, self.owned = windows, cuts, [0] * self.M
-        self.inflight, self.ended, self.open = {}, set(), 0
-
-    def new_windows(self):
-        return [Window(dt, coord=c, raw=raw) for dt, c, raw in zip(self.slice_dtypes, self.coords, self.dtypes)]
-
-    def slice_rows(self, rows, j):
-        """Runtime rows of stream j as slice rows (a copy)."""
-        return runtime_rows(rows, self.slice_dtypes[j])
-
-    def runtime_rows(self, rows, j, copy=False):
-        """Slice rows of stream j (or runtime rows) as runtime rows (slice_to_runtime)."""
-        return slice_to_runtime(rows, self.dtypes[j], copy)
+        return self.cycles.open < self.limit
 
     def quiet(self):
         """A checkpoint's marker enters the ring only between cycles (PspRouter.quiet)."""
-        return self.open == 0
+        return self.cycles.open == 0
 
     def on_data(self, src, header, batches):
         out = Output()
@@ -217,8 +274,7 @@ class SlicedJoin(Rescalable, Operator):
         elif isinstance(body, Probing):
             self._probe_batch(out, batches, body, bounds)
         elif isinstance(body, Building):
-            for j, b in enumerate(batches):
-                self.windows[j].append(self.slice_rows(b, j))
+            self.slice.append(batches)
         elif isinstance(body, Partial):
             self._inter(out, batches, body, bounds)
         else:
@@ -228,7 +284,7 @@ class SlicedJoin(Rescalable, Operator):
         if self.next is None:
             self._local.append((body, batches, bounds))
         else:
-            out.send(self.next, [self.runtime_rows(b, j) for j, b in enumerate(batches)], bounds, body)
+            out.send(self.next, [self.slice.runtime_rows(b, j) for j, b in enumerate(batches)], bounds, body)
 
     # -- input and probe copies -----------------------------------------------------------------
     def _input(self, out, batches, body, bounds):
@@ -236,33 +292,29 @@ class SlicedJoin(Rescalable, Operator):
         batch_id, _, orderings, cuts = batch_parts(body, M, self.n)
         if self.slicer is not None:     # count-bounded slices: only the head sees every tuple
             cuts = self.slicer.next(batches)
-        if self.cuts is not None:       # cuts never decrease: with several sources, each slicer
-            cuts = np.maximum(cuts, self.cuts)    # knows only its own parts' batches (a no-op with one)
-        for j, b in enumerate(batches):
-            self.windows[j].append(self.slice_rows(b, j))
-        self.open += 1
-        self._probe_batch(out, batches, batch_header(Probing, batch_id, self.retired, orderings, cuts), bounds)
+        if self.slice.cuts is not None:       # cuts never decrease: with several sources, each slicer
+            cuts = np.maximum(cuts, self.slice.cuts)    # knows only its own parts' batches (a no-op with one)
+        self.slice.append(batches)
+        self.cycles.entered()
+        self._probe_batch(out, batches, batch_header(Probing, batch_id, self.cycles.retired, orderings, cuts), bounds)
 
     def _probe_batch(self, out, batches, body, bounds):
         batch_id, retired, orderings, cuts = batch_parts(body, self.M, self.n)
-        self._note_retired(retired)
-        self.inflight[batch_id] = (cuts, orderings)
-        self.cuts = cuts
+        if not self.closes:                 # the head's note: batches up to `retired` ended (the head
+            self._retire_upto(retired)      # retires batches itself: _cycle_ended)
+        self.cycles.seen(batch_id, cuts, orderings)
+        self.slice.cut(cuts)
         self._purge(out, cuts, bounds)
         self._pass_on(out, body, batches, bounds)
         sent = []
         if self.slow:
-            _burn(self.slow * sum(len(self.held(j)) for j in range(self.M)) * sum(len(t) for t in batches) / 1e6)
+            _burn(self.slow * sum(len(self.slice.held(j)) for j in range(self.M)) * sum(len(t) for t in batches) / 1e6)
         for i, t in enumerate(batches):
             if len(t):
                 self.counts["probes"] += len(t)
                 sent += self._step(out, batch_id, i, 0, orderings[i], {i: t}, bounds, hold=self.closes)
         if self.closes:
             self._end(out, batch_id, 1, sent, bounds)
-
-    def _note_retired(self, retired):
-        """The head's note on a probe: batches up to `retired` have ended their cycle."""
-        self._retire_upto(retired)
 
     def _pass_on(self, out, body, batches, bounds):
         """Probe copies and purged rows go on to the next operator."""
@@ -275,7 +327,7 @@ class SlicedJoin(Rescalable, Operator):
         if n:
             self.counts["moved"] += n            # rows that left this slice (the tail drops them)
             self._pass_on(out, Building(), moved, bounds)
-        self.slice.delete()
+        self.slice.delete(self.cycles.inflight)
 
     # -- intermediate results -------------------------------------------------------------------
     def _inter(self, out, batches, body, bounds):
@@ -299,18 +351,9 @@ class SlicedJoin(Rescalable, Operator):
         with this slice of the next stream; emit complete results, send partial ones on (or, with
         `hold`, return them: the head sends them itself and marks the last one END)."""
         j = order[level]
-        cuts, _ = self.inflight[batch_id]
-        w = self.windows[j].view()
+        cuts = self.cycles.inflight[batch_id][0][j]
         t = rows[i]
-        lo_t = t["_lo"] if self.M == 2 else t["_los"][:, j]
-        coord, seq = w[self.coords[j]], w["seq"]
-        top = self._top(cuts[j])
-        lo = np.searchsorted(coord, np.maximum(lo_t, cuts[j][self.k - 1])).astype(np.int64)
-        hi = np.minimum(np.searchsorted(coord, top), np.searchsorted(seq, t["seq"])).astype(np.int64)
-        lo = np.minimum(lo, hi)
-        if not (hi > lo).any():
-            return []
-        ic, ij = extend(self.pred, {m: (r, None) for m, r in rows.items()}, j, w, lo, hi)
+        w, ic, ij = self.slice.meet(self.pred, rows, t, j, cuts[self.k - 1], self._top(cuts))
         if not len(ic):
             return []
         if level + 1 == self.M - 1:
@@ -331,24 +374,16 @@ class SlicedJoin(Rescalable, Operator):
 
     # -- delayed purge --------------------------------------------------------------------------
     def _retire_upto(self, upto):
-        for b in [b for b in self.inflight if b <= upto]:
-            del self.inflight[b]
-        self.slice.delete()
+        self.cycles.retire_upto(upto)
+        self.slice.delete(self.cycles.inflight)
 
-
-    # -- state ----------------------------------------------------------------------------------
-    def held(self, j):
-        """Rows of stream j this operator holds (what is in its slice, not copies kept for
-        batches in flight)."""
-        w = self.windows[j]
-        return w.view()[self.owned[j] - w.base:]
 
     def warm_up(self):
         warm_up_ring(self.job, self.dtypes)
 
     def stats(self):
-        held = sum(len(self.held(j)) for j in range(self.M))
-        kept = sum(len(w) for w in self.windows) - held
+        held = sum(len(self.slice.held(j)) for j in range(self.M))
+        kept = sum(len(w) for w in self.slice.windows) - held
         return {"window_tuples": held, "kept_for_inflight": kept, **self.counts}
 
 
@@ -365,9 +400,6 @@ class HeadSlice(SlicedJoin):
             self.slicer = new_slicer(job, self.n, counts=True)
             self.declare(slicer=self.slicer)
 
-    def _note_retired(self, retired):
-        pass                                   # the head retires batches itself (_cycle_ended)
-
     def _top(self, cuts):
         return POS_INF                         # the head's slice holds the newest tuples
 
@@ -380,20 +412,14 @@ class HeadSlice(SlicedJoin):
             b, body = made[-1]
             self._send(out, replace(body, end=True), b, bounds)
         else:
-            empty = [w.view()[:0].copy() for w in self.windows]
+            empty = [w.view()[:0].copy() for w in self.slice.windows]
             self._send(out, Partial(batch_id, level, -1, self.k, True, ()), empty, bounds)
 
     def _cycle_ended(self, out, batch_id):
-        self.open -= 1
         self.counts["cycles"] += 1
-        self.ended.add(batch_id)
-        before = self.retired
-        while self.retired + 1 in self.ended:
-            self.ended.discard(self.retired + 1)
-            self.retired += 1
-        if self.retired != before:
-            self._retire_upto(self.retired)
-            out.tell(DRIVER, CycleDone(self.retired))
+        if self.cycles.cycle_ended(batch_id):
+            self.slice.delete(self.cycles.inflight)
+            out.tell(DRIVER, CycleDone(self.cycles.retired))
 
 
 class TailSlice(SlicedJoin):

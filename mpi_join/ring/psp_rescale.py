@@ -54,4 +54,4 @@ class Rescalable:
 
     def restore_rescaled(self, read, old, root, cid):
         from ..storage.checkpoint import manifest_of
-        self.retired = restore_slice(self, read, old, manifest_of(root, cid)[0])
+        self.cycles.restart(restore_slice(self, read, old, manifest_of(root, cid)[0]))

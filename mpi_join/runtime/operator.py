@@ -33,7 +33,9 @@ A vertex whose state moves in units (coordinator.move): `unit_of(batch)`, `take(
 attrs) and `put(unit, arrays, attrs)`; the runtime moves the state and the unit's queued rows.
 
 Hooks a vertex has for what only its place in the graph asks of it, each saying why:
-- fed by several links in one order: `next_order()` (graph.Edge.merge);
+- fed by several links in one order: `next_order()` (graph.Edge.merge): the order it takes next
+  when the links' orders are dense (0, 1, 2, ... across them, none missing), so the batch
+  bearing it goes at once, not waiting for the other links to pass it; None: not known;
 - on a link that carries its own kind of rows: `link_dtypes(kind)`;
 - that must finish what is in flight before new input enters (the PSP ring's head):
   `accepts_input()`, and `buffer_capacity` for the load metric; `quiet()`, whether a checkpoint
@@ -310,16 +312,15 @@ class Operator:
     def on_control(self, src, msg):
         raise RuntimeError(f"rank {self.rank}: unexpected control record {msg.op!r} from rank {src}")
 
-    def on_eos(self, src):
+    def _nothing(self, *args):
         return None
 
-    def next_order(self):
-        """The order it takes next from its merged links when their orders are dense (the batch
-        bearing it goes at once, not waiting for the other links to pass it); None: not known."""
-        return None
-
-    def accepts_input(self):
+    def _yes(self):
         return True
+
+    # what does nothing by default, or says yes (the module docstring: when each is called, why)
+    on_eos = next_order = annotate = flush = end_of_epoch = with_sources = on_moved = _nothing
+    accepts_input = quiet = _yes
 
     def link_dtypes(self, kind):
         raise RuntimeError(f"rank {self.rank}: links carrying {kind!r} are not declared by this strategy")
@@ -371,26 +372,11 @@ class Operator:
     def connect(self, coordinator):
         self.coordinator = coordinator
 
-    def annotate(self, batch, stream):
-        pass
-
-    def flush(self):
-        return None
-
-    def quiet(self):
-        return True
-
-    def end_of_epoch(self, epoch):
-        pass
-
     def adapts(self):
         return False
 
     def apply_change(self, what):
         raise NotImplementedError(f"{type(self).__name__} placed a change and cannot apply it")
-
-    def with_sources(self, k):
-        return None
 
     def number(self, header, count):
         return header.msg_no if header.msg_no >= 0 else count
@@ -398,9 +384,6 @@ class Operator:
     def rescale(self, root, cid):
         if self.__dict__.get("_parts"):
             raise NotImplementedError(f"{type(self).__name__} cannot route to another number of workers")
-
-    def on_moved(self, unit, src, dst, held):
-        return None
 
     def report(self, workers):
         return []

@@ -31,74 +31,73 @@ _E = np.zeros(0, np.int64)
 _EU = np.zeros(0, np.uint32)
 
 
-class PairFinder(RowLayout):
-    """How a binary join finds the pairs of two sets of window rows: its method's kernel
-    (index_kernels.py, kernels.py), the window test, then the conditions the method does not
-    decide (range_join.pair_mask)."""
-
-    def _pairs(self, P, p, X, xbase, run, check=True, newer=False, split=0):
-        """Pairs (rows of P, rows of X) where P is stream p's rows and X the other's; returns
-        (rows of stream 0, idx, rows of stream 1, idx) oriented by stream. `check=False` leaves
-        out the per-pair window test (the caller knows every row of X is visible; bnl tests it
-        all the same); `newer`: only the pairs whose P row is the newer (by seq); `split`: the rows
-        of X before it are older than every P row, so a P row sees those from the first whose
-        coordinate reaches its lo (a window's coordinates are in order: window.py)."""
-        ip, ix = self._probe(P, p, X, xbase, run, check, newer, split)
-        if self.residual and len(ip):
-            A, B, ia, ib = (P, X, ip, ix) if p == 0 else (X, P, ix, ip)
-            from ..join.range_join import pair_mask
-            keep = pair_mask(self.pred, self.i, self.j, A, B, ia, ib)
-            ip, ix = ip[keep], ix[keep]
-        return (P, ip, X, ix) if p == 0 else (X, ix, P, ip)
-
-    def _probe(self, P, p, X, xbase, run, check=True, newer=False, split=0):
-        (cp, lp, dp), (cx, lx, dx) = self.vis[p], self.vis[1 - p]
-        vis_p = (P["seq"], P[cp], P[lp], dp)
-        vis_x = (X["seq"], X[cx], X[lx], dx)
-        guess = 16 * len(P) + 64
-        if self.method == "equi":      # the kernel keeps the newer-probe pairs itself: one visit per row
-            pk, xk = self.keys(P, p), self.keys(X, 1 - p)
-            # the X rows before `split` are older than every probe: a probe sees those from the
-            # first whose coordinate reaches its lo, so the kernel tests their positions, not the
-            # rows (a cache miss per pair otherwise); a one-word key's hash is a bijection
-            # (mix64), so equal hashes are equal keys
-            first = (np.searchsorted(X[cx], P[lp] + dp if dp else P[lp]).astype(np.int64) if split and check
-                     else _E)
-            h = self.hashes(P, p)
-            # probes in hash order gallop through a large run instead of searching it from its
-            # middle, each a few cache misses
-            order = np.argsort(h) if split and len(X) > 4096 else _E
-            res = [K.collect(equi_run, pk, h, *vis_p, rk, rp, xbase - rb, xk, *vis_x, check,
-                             newer, first, int(split), self.one_word, order, guess=guess)
-                   for rk, rp, rb in run.runs() if len(rk)]
-            newer = False
-        elif self.method == "band":
-            eps = self.eps
-            # probes in order of their first band value gallop through a large run (as equi's)
-            v = P["_band"][:, 0]
-            order = np.argsort(v, kind="stable") if len(X) > 4096 and not (v[1:] >= v[:-1]).all() else _E
-            res = [K.collect(band_run, P["_band"], *vis_p, rk, rp, xbase - rb, X["_band"], *vis_x, eps, self.closed,
-                             check, order, guess=guess) for rk, rp, rb in run.runs() if len(rk)]
-        elif self.method == "bnl":
-            res = [K.collect(K.equi_bnl, self.keys(P, p), *vis_p, self.keys(X, 1 - p), *vis_x, guess=guess)]
-        elif self.band_scan:
-            # the band columns as contiguous copies: in a window row they are 16 of ~90 bytes, and
-            # the nested loop would otherwise read a cache line per comparison
-            res = [K.collect(scan_band, np.ascontiguousarray(P["_band"]), *vis_p, np.ascontiguousarray(X["_band"]),
-                             *vis_x, self.eps, self.closed, check, guess=guess)]
-        else:
-            res = [_scan(P, X, vis_p, vis_x, check)]
-        if not res:
-            return _E, _E
-        ip, ix = (res[0] if len(res) == 1 else
-                  (np.concatenate([r[0] for r in res]), np.concatenate([r[1] for r in res])))
-        if newer:
-            keep = P["seq"][ip] > X["seq"][ix]
-            ip, ix = ip[keep], ix[keep]
-        return ip, ix
+def find_pairs(layout, P, p, X, xbase, run, check=True, newer=False, split=0):
+    """How a binary join finds the pairs of two sets of window rows (`layout`: its RowLayout):
+    its method's kernel (index_kernels.py, kernels.py), the window test, then the conditions the
+    method does not decide (range_join.pair_mask). P is stream p's rows, X the other's; returns
+    (rows of stream 0, idx, rows of stream 1, idx) oriented by stream. `check=False` leaves out
+    the per-pair window test (the caller knows every row of X is visible; bnl tests it all the
+    same); `newer`: only the pairs whose P row is the newer (by seq); `split`: the rows of X
+    before it are older than every P row, so a P row sees those from the first whose coordinate
+    reaches its lo (a window's coordinates are in order: window.py)."""
+    ip, ix = _probe(layout, P, p, X, xbase, run, check, newer, split)
+    if layout.residual and len(ip):
+        A, B, ia, ib = (P, X, ip, ix) if p == 0 else (X, P, ix, ip)
+        from ..join.range_join import pair_mask
+        keep = pair_mask(layout.pred, layout.i, layout.j, A, B, ia, ib)
+        ip, ix = ip[keep], ix[keep]
+    return (P, ip, X, ix) if p == 0 else (X, ix, P, ip)
 
 
-class BinaryJoin(PairFinder):
+def _probe(layout, P, p, X, xbase, run, check=True, newer=False, split=0):
+    """find_pairs' candidates by the layout's method, as (rows of P, rows of X)."""
+    (cp, lp, dp), (cx, lx, dx) = layout.vis[p], layout.vis[1 - p]
+    vis_p = (P["seq"], P[cp], P[lp], dp)
+    vis_x = (X["seq"], X[cx], X[lx], dx)
+    guess = 16 * len(P) + 64
+    if layout.method == "equi":      # the kernel keeps the newer-probe pairs itself: one visit per row
+        pk, xk = layout.keys(P, p), layout.keys(X, 1 - p)
+        # the X rows before `split` are older than every probe: a probe sees those from the
+        # first whose coordinate reaches its lo, so the kernel tests their positions, not the
+        # rows (a cache miss per pair otherwise); a one-word key's hash is a bijection
+        # (mix64), so equal hashes are equal keys
+        first = (np.searchsorted(X[cx], P[lp] + dp if dp else P[lp]).astype(np.int64) if split and check
+                 else _E)
+        h = layout.hashes(P, p)
+        # probes in hash order gallop through a large run instead of searching it from its
+        # middle, each a few cache misses
+        order = np.argsort(h) if split and len(X) > 4096 else _E
+        res = [K.collect(equi_run, pk, h, *vis_p, rk, rp, xbase - rb, xk, *vis_x, check,
+                         newer, first, int(split), layout.one_word, order, guess=guess)
+               for rk, rp, rb in run.runs() if len(rk)]
+        newer = False
+    elif layout.method == "band":
+        eps = layout.eps
+        # probes in order of their first band value gallop through a large run (as equi's)
+        v = P["_band"][:, 0]
+        order = np.argsort(v, kind="stable") if len(X) > 4096 and not (v[1:] >= v[:-1]).all() else _E
+        res = [K.collect(band_run, P["_band"], *vis_p, rk, rp, xbase - rb, X["_band"], *vis_x, eps, layout.closed,
+                         check, order, guess=guess) for rk, rp, rb in run.runs() if len(rk)]
+    elif layout.method == "bnl":
+        res = [K.collect(K.equi_bnl, layout.keys(P, p), *vis_p, layout.keys(X, 1 - p), *vis_x, guess=guess)]
+    elif layout.band_scan:
+        # the band columns as contiguous copies: in a window row they are 16 of ~90 bytes, and
+        # the nested loop would otherwise read a cache line per comparison
+        res = [K.collect(scan_band, np.ascontiguousarray(P["_band"]), *vis_p, np.ascontiguousarray(X["_band"]),
+                         *vis_x, layout.eps, layout.closed, check, guess=guess)]
+    else:
+        res = [_scan(P, X, vis_p, vis_x, check)]
+    if not res:
+        return _E, _E
+    ip, ix = (res[0] if len(res) == 1 else
+              (np.concatenate([r[0] for r in res]), np.concatenate([r[1] for r in res])))
+    if newer:
+        keep = P["seq"][ip] > X["seq"][ix]
+        ip, ix = ip[keep], ix[keep]
+    return ip, ix
+
+
+class BinaryJoin:
     """Windows of streams i=0 and j=1 of a binary predicate, with an incremental index.
 
     `method`: "index" (equi hash index if there is an equi condition, else a band index if there
@@ -109,15 +108,22 @@ class BinaryJoin(PairFinder):
     and its _tin go to `lone` (a list the owner drains), and `expire` at +inf flushes the rest."""
 
     def __init__(self, pred, dtypes, method="index", i=0, j=1, lone=None, hashed=None, keep=(), older=False):
-        """`lone`: the list an outer join's rows that expire alone go to; the rest: RowLayout."""
-        super().__init__(pred, dtypes, method, i, j, hashed, keep, older)
+        """`lone`: the list an outer join's rows that expire alone go to; the rest: its layout's."""
+        self.layout = RowLayout(pred, dtypes, method, i, j, hashed, keep, older)
         self._empty(lone)
 
+    def __getattr__(self, name):
+        """Its layout's attributes and methods (join_rows.RowLayout: dtypes, derive, runtime_rows...)."""
+        if "layout" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["layout"], name)
+
     def _empty(self, lone=None):
-        """The state: empty windows and index (the rest of the object is its layout, RowLayout)."""
+        """The state: empty windows and index (what does not change is its layout, RowLayout)."""
         self.lone = lone if lone is not None else []
-        self.windows = [Window(dt, coord=self.vis[s][0], raw=self.runtime_dtypes[s]) for s, dt in enumerate(self.dtypes)]
-        self.runs = [SortedRuns(np.uint64 if self.method == "equi" else np.float64) for _ in (0, 1)]
+        lay = self.layout
+        self.windows = [Window(dt, coord=lay.vis[s][0], raw=lay.runtime_dtypes[s]) for s, dt in enumerate(lay.dtypes)]
+        self.runs = [SortedRuns(np.uint64 if lay.method == "equi" else np.float64) for _ in (0, 1)]
         self.newest = [-1, -1]        # the largest seq appended to each window (seqs are >= 0)
         self.in_order = [True, True]  # have each window's rows come in seq order (so far, always)
 
@@ -133,25 +139,25 @@ class BinaryJoin(PairFinder):
         (and expire, when `bounds` is given). Returns (seq 0, seq 1, tin of the newer tuple).
         `tins`: the batches' arrival times, when they are derived already (and `older`: derived
         rows hold none)."""
-        if not self.older:
+        if not self.layout.older:
             tins = None                              # the window rows hold theirs
         elif tins is None:
             tins = (new0["_tin"], new1["_tin"])
-        n0, n1 = self.derive(new0, 0), self.derive(new1, 1)
+        n0, n1 = self.layout.derive(new0, 0), self.layout.derive(new1, 1)
         out = []
         w0, w1 = self.windows[0].view(), self.windows[1].view()
         if len(n0) and len(w1):
-            out.append(self._pairs(n0, 0, w1, self.windows[1].base, self.runs[1], split=len(w1) if self.older else 0))
+            out.append(find_pairs(self.layout, n0, 0, w1, self.windows[1].base, self.runs[1], split=len(w1) if self.layout.older else 0))
         if len(n1) and len(w0):
-            out.append(self._pairs(n1, 1, w0, self.windows[0].base, self.runs[0], split=len(w0) if self.older else 0))
+            out.append(find_pairs(self.layout, n1, 1, w0, self.windows[0].base, self.runs[0], split=len(w0) if self.layout.older else 0))
         if len(n0) and len(n1):
-            key = self.index_keys(n1, 1)
+            key = self.layout.index_keys(n1, 1)
             run = SortedRuns.of(key) if key is not None else None
-            out.append(self._pairs(n0, 0, n1, 0, run))
-        if self.outer:
+            out.append(find_pairs(self.layout, n0, 0, n1, 0, run))
+        if self.layout.outer:
             for A, a, B, b in out:
                 for s, rows, idx in ((0, A, a), (1, B, b)):
-                    if s in self.outer and len(idx):
+                    if s in self.layout.outer and len(idx):
                         rows[HIT][idx] = 1
         # results are read out before appending: an append may compact the window under its views
         n = sum(len(a) for (_, a, _, _) in out)
@@ -176,12 +182,12 @@ class BinaryJoin(PairFinder):
         """Join new rows of stream s with the other stream's window from its row `skip` on (the
         rows before it left out: a chain's tuples already sent on), without appending. Returns
         (seq 0, seq 1, tin of the newer tuple)."""
-        n = self.derive(new, s)
+        n = self.layout.derive(new, s)
         o = 1 - s
         X = self.windows[o].view()
         if not len(n) or len(X) <= skip:
             return _E, _E, _E
-        A, a, B, b = self._pairs(n, s, X, self.windows[o].base, self.runs[o], check, split=self._older(n, o, X))
+        A, a, B, b = find_pairs(self.layout, n, s, X, self.windows[o].base, self.runs[o], check, split=self._older(n, o, X))
         if skip:
             keep = (b if s == 0 else a) >= skip
             a, b = a[keep], b[keep]
@@ -202,11 +208,11 @@ class BinaryJoin(PairFinder):
     def probe_pairs(self, new, s, check=True):
         """The pairs probe_newer() keeps, as (rows of stream 0, idx, rows of stream 1, idx): for a
         caller that reads more of each pair than its seqs (an aggregate's columns)."""
-        n = self.derive(new, s)
+        n = self.layout.derive(new, s)
         X = self.windows[1 - s].view()
         if not len(n) or not len(X):
             return n[:0], _E, n[:0], _E
-        return self._pairs(n, s, X, self.windows[1 - s].base, self.runs[1 - s], check, newer=True,
+        return find_pairs(self.layout, n, s, X, self.windows[1 - s].base, self.runs[1 - s], check, newer=True,
                            split=self._older(n, 1 - s, X))
 
     def _older(self, rows, o, X):
@@ -230,24 +236,24 @@ class BinaryJoin(PairFinder):
             seq = rows["seq"]
             self.in_order[s] = self.in_order[s] and int(seq[0]) > self.newest[s] and bool((seq[1:] > seq[:-1]).all())
             self.newest[s] = max(self.newest[s], int(seq.max()))
-        key = self.index_keys(rows, s) if key is None else key
+        key = self.layout.index_keys(rows, s) if key is None else key
         if key is not None:
             self.runs[s].add(key, first, w.base)
 
     def warm_up(self):
         """Compile this join's kernels before data arrives (warm_up, below)."""
-        warm_up(self.pred, self.runtime_dtypes, self.method)
+        warm_up(self.layout.pred, self.layout.runtime_dtypes, self.layout.method)
 
     def expire(self, bounds):
         for s in (0, 1):
-            self.expire_stream(s, bounds[(self.i, self.j)[s]] if len(bounds) > 2 else bounds[s])
+            self.expire_stream(s, bounds[(self.layout.i, self.layout.j)[s]] if len(bounds) > 2 else bounds[s])
 
     def expire_stream(self, s, bound):
         """Expire stream s's window by its bound (window.py); returns how many rows left."""
         w = self.windows[s]
         v = w.view()                     # v still holds what left (window.py)
         k = w.expire(bound)
-        if s in self.outer and k:
+        if s in self.layout.outer and k:
             lone = v[:k][v[HIT][:k] == 0]
             if len(lone):
                 seqs = [lone["seq"].astype(np.int64), np.full(len(lone), -1, np.int64)]
@@ -283,21 +289,21 @@ class BinaryJoin(PairFinder):
         """Append rows (in seq order) without joining them: installing moved or restored state."""
         for s, rows in enumerate((rows0, rows1)):
             if len(rows):
-                self.append(self.derive(rows, s), s)
+                self.append(self.layout.derive(rows, s), s)
 
     def snapshot(self, prefix="window"):
         """{"<prefix>/<s>": stream s's window rows in the runtime dtype}: what a checkpoint
         writes or a move carries; the derived columns and the index are rebuilt by restore."""
-        return {f"{prefix}/{s}": self.runtime_rows(w.view(), s) for s, w in enumerate(self.windows)}
+        return {f"{prefix}/{s}": self.layout.runtime_rows(w.view(), s) for s, w in enumerate(self.windows)}
 
     def restore(self, arrays, prefix="window"):
         """Fill this (new) join with snapshot()'s rows."""
-        self.load(*[arrays.get(f"{prefix}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.state_dtypes)])
+        self.load(*[arrays.get(f"{prefix}/{s}", np.zeros(0, dt)) for s, dt in enumerate(self.layout.state_dtypes)])
 
     def state_dtype(self, name, prefix="window"):
         """dtype of a snapshot array, None for a name that is not one."""
         p, _, s = name.rpartition("/")
-        return self.state_dtypes[int(s)] if p == prefix and s in ("0", "1") else None
+        return self.layout.state_dtypes[int(s)] if p == prefix and s in ("0", "1") else None
 
 
 def probe_results(A, a, B, b, s, tin):
