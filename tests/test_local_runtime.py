@@ -35,10 +35,12 @@ def test_local_run_equals_the_mpiexec_run_and_the_oracle(tmp_path, strategy, pre
     assert seen[0] == seen[1]
 
 
-def test_a_failing_rank_stops_the_local_run_with_its_rank_and_reason(tmp_path):
+@pytest.mark.parametrize("seed", [(), ("--seed", "2")], ids=["threads", "seeded"])
+def test_a_failing_rank_stops_the_local_run_with_its_rank_and_reason(tmp_path, seed):
+    """As threads and stepped in one thread (`--seed`, mpi_join/stepped.py): the rank is named."""
     arrays = random_streams(np.random.default_rng(4), 3000, key_range=8)
     path, job = write_job(str(tmp_path), equi_job_text(('"6ms"', "17"), run="batch_size = 50"), arrays)
-    p = run_local(3, "run", path, env={"MPI_JOIN_FAULT": "2:3"})
+    p = run_local(3, "run", path, *seed, env={"MPI_JOIN_FAULT": "2:3"})
     assert p.returncode == 1, p.stderr + p.stdout
     assert "rank 2 failed" in p.stderr and "injected" in p.stderr.lower(), p.stderr
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))

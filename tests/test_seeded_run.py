@@ -1,7 +1,7 @@
 """`mpi-join run --local --seed N` (mpi_join/stepped.py): every rank in one thread, messages
 delivered in the seed's order. Equal to the oracle for every shipped strategy's shape, the same
 seed gives the same run (the same rows in the same order in every part file), a checkpoint of it
-resumes under threads, and a failing rank is named."""
+resumes under threads (a failing rank is named: tests/test_local_runtime.py)."""
 import os
 
 import numpy as np
@@ -87,15 +87,6 @@ def test_a_seeded_runs_checkpoint_resumes_under_threads(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     assert "resuming from checkpoint" in r.stderr
     assert_equals_oracle(job, arrays)
-
-
-def test_a_failing_rank_of_a_seeded_run_is_named(tmp_path):
-    arrays = random_streams(np.random.default_rng(4), 3000, key_range=8)
-    path, job = write_job(str(tmp_path), equi_job_text(('"6ms"', "17"), run="batch_size = 50"), arrays)
-    p = _seeded(3, path, 2, env={"MPI_JOIN_FAULT": "2:3"})
-    assert p.returncode == 1, p.stderr + p.stdout
-    assert "rank 2 failed" in p.stderr and "injected" in p.stderr.lower(), p.stderr
-    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
 
 
 def test_seed_refusals_are_one_line(tmp_path):
