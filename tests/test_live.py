@@ -1095,15 +1095,16 @@ def test_mpi_join_live_recovers_from_a_stager_kill_and_a_rank_kill_and_drains_on
     marker = str(tmp_path / "job.toml")
     land = Landing(str(tmp_path), seed=21)
     land.round()
-    live = subprocess.Popen(mpi_join_cmd("live", "-n", "3", "--status-every", "1", "--trigger", "200ms", marker),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=_env())
+    errf = tmp_path / "live.err"         # read as it runs: the restarted stager's Spark session is waited for
+    with open(errf, "w") as ef:
+        live = subprocess.Popen(mpi_join_cmd("live", "-n", "3", "--status-every", "1", "--trigger", "200ms", marker),
+                                stdout=subprocess.PIPE, stderr=ef, text=True, start_new_session=True, env=_env())
     committed = tmp_path / "out" / "_COMMITTED"
 
     def results():
         return json.loads(committed.read_text())["results"] if committed.exists() else 0
     _wait(lambda: results() > 0 or live.poll() is not None, "a first commit", timeout=300, feed=land.round)
-    assert live.poll() is None, live.communicate()[1][-3000:]
+    assert live.poll() is None, errf.read_text()[-3000:]
     pid = _stager_pid(marker)
     assert pid is not None
     os.killpg(pid, signal.SIGKILL)                         # the stager and its JVM
@@ -1122,12 +1123,16 @@ def test_mpi_join_live_recovers_from_a_stager_kill_and_a_rank_kill_and_drains_on
     seen = results()
     _wait(lambda: results() > seen or live.poll() is not None, "a commit of the resumed run", timeout=300,
           feed=land.round)
+    # --spark-start now (live's default): the restarted stager starts Spark's JVM beside its fast
+    # path; a JVM's start (20 s to minutes on a loaded machine) is waited for, not assumed
+    _wait(lambda: "stage --follow: Spark's session is up" in errf.read_text() or live.poll() is not None,
+          "the restarted stager's Spark session", timeout=300, feed=land.round)
     land.round()
     os.killpg(live.pid, signal.SIGTERM)
-    code, out, err = _finish(live, "live", timeout=300)
+    code, out, _ = _finish(live, "live", timeout=300)
+    err = errf.read_text()
     assert code == 0, err[-4000:]
     assert "live: SIGTERM: draining" in err and "live: the log has ended and every result is committed" in err, err[-3000:]
-    # --spark-start now (live's default): each stager started Spark's JVM beside its fast path
     assert "live: Spark's JVM starts now" in err and err.count("stage --follow: Spark's session is up") >= 1, err[-3000:]
     assert "live: the stager exited with code" in err and "live: the run exited with code" in err, err[-3000:]
     assert any(ln.startswith("live: R +") and "watermark lag" in ln for ln in err.splitlines()), err[-3000:]
