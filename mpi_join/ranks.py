@@ -206,8 +206,11 @@ def _interrupted(rank, ctx, signum):
     locks released, without MPI_Abort and without waiting in MPI_Finalize for ranks that are
     leaving too. A signal that comes again (from the launcher as well) is ignored. Rank 0 writes
     its line at once (mpiexec stops forwarding output soon after ranks leave) and says what is on
-    disk: results are buffered in memory up to a part file's size, so there may be none. It
-    leaves last, so that no worker sees its messages break off before its own signal arrives."""
+    disk: results are buffered in memory up to a part file's size, so there may be none. A worker
+    leaves once rank 0 has released the output directory's lock (at most WAIT_FOR_RANK0_S): on a
+    loaded machine a worker that left first let mpiexec end rank 0 before its handler had run (no
+    line, a lock left). Rank 0 leaves after a pause, so that no worker sees its messages break
+    off before its own signal arrives."""
     if ctx.get("stopping"):
         return
     ctx["stopping"] = True
@@ -217,8 +220,15 @@ def _interrupted(rank, ctx, signum):
         sys.stderr.flush()
         _release(ctx)
         time.sleep(0.5)
+    elif ctx.get("output"):
+        lock, end = os.path.join(ctx["output"], LOCK), time.monotonic() + WAIT_FOR_RANK0_S
+        while os.path.exists(lock) and time.monotonic() < end:
+            time.sleep(0.02)
     sys.stderr.flush()
     os._exit(128 + int(signum))
+
+
+WAIT_FOR_RANK0_S = 3.0      # a stopped worker's wait for rank 0 to have said so (_interrupted)
 
 
 def stopped_line(signum, output, checkpoint_dir=None):
@@ -541,6 +551,7 @@ def _worker(job_path, overrides, tx, ctx):
     part = worker_part(decode_control(buf), job_path, overrides, tx)
     if part is None:
         return 2
+    ctx["output"] = part.job.output          # where rank 0's lock is (_interrupted)
     part.run()
     return 0
 
