@@ -38,13 +38,13 @@ class SteppedRank:
             raise
 
     def _deliver(self, src, tag, buf):
-        from .ranks import worker_part
-        from .slaves.worker import Worker
         if self.ended:
             raise RuntimeError(f"rank {self.rank}: a message ({Tag(tag).name}) after the rank had ended")
         if self.worker is None:
             if tag != Tag.START:
                 raise RuntimeError(f"rank {self.rank}: {Tag(tag).name} before rank 0's START")
+            from .ranks import worker_part
+            from .slaves.worker import Worker
             part = worker_part(decode_control(buf), self.job_path, self.overrides, self.tx)
             if part is not None and not isinstance(part, Worker):
                 raise JobError(f"run --local --seed: rank {self.rank} would be an extra source (run.sources = "

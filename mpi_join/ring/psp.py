@@ -227,7 +227,6 @@ class Cycles:
         while self.retired + 1 in self.ended:
             self.ended.discard(self.retired + 1)
             self.retired += 1
-        self.retire_upto(self.retired)
         return self.retired != before
 
 
@@ -418,7 +417,7 @@ class HeadSlice(SlicedJoin):
     def _cycle_ended(self, out, batch_id):
         self.counts["cycles"] += 1
         if self.cycles.cycle_ended(batch_id):
-            self.slice.delete(self.cycles.inflight)
+            self._retire_upto(self.cycles.retired)
             out.tell(DRIVER, CycleDone(self.cycles.retired))
 
 

@@ -122,8 +122,8 @@ class Output:
 
     def send_results(self, dest, rows, body=None):
         """Send result rows (results.result_dtype: each stream's seq and `_tin`) on the result edge
-        to rank `dest`, to be written there (or sent on) instead of here."""
-        self.forward.append(((dest,), [rows], (), body, -1))
+        `dest` (or to the rank it leads to), to be written there (or sent on) instead of here."""
+        self.forward.append(((getattr(dest, "dst", dest),), [rows], (), body, -1))
 
     def snapshot(self, number, final, rows, meta):
         """Write `rows` (a finished aggregate, aggregate.finish) as snapshot `number` of the run's

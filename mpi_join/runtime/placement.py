@@ -16,8 +16,9 @@ from ..errors import ConfigError
 from .graph import INPUT
 
 
-# partitioners that do not say where a row lives (every row may be anywhere, or everywhere)
-PLACELESS = ("forward", "broadcast", "round-robin", "own")
+# partitioners that do not say where a row lives: an edge that passes every row on, and one that
+# picks rows by no rule a row carries (round-robin, a strategy's own routing)
+WHOLE, UNRULED = ("forward", "broadcast"), ("round-robin", "own")
 
 
 def labeller(job, partitioner, n):
@@ -63,11 +64,11 @@ def _path(job, graph, rank):
     if rank in graph.sources:
         return _ALL
     into = [e for e in graph.in_edges(rank) if e.carries == INPUT]
-    if len(into) != 1 or into[0].partitioner in ("round-robin", "own"):
+    if len(into) != 1 or into[0].partitioner in UNRULED:
         return None
     e = into[0]
     above = _path(job, graph, e.src)
-    if above is None or e.partitioner in ("forward", "broadcast"):
+    if above is None or e.partitioner in WHOLE:
         return above
     dsts = [d.dst for d in graph.out_edges(e.src) if d.partitioner == e.partitioner and d.carries == INPUT]
     label, i, n = labeller(job, e.partitioner, len(dsts)), dsts.index(rank), len(dsts)

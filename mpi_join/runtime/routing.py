@@ -13,7 +13,7 @@ edge's partitioner says:
   `reach` (else `home`) gives, so a row may be copied; every such edge gets a message each batch.
 An `own` edge is routed by the strategy's own code: Routes refuses it at load. A worker's edges
 route the same way (Routes): what it passes on before it joins (graph.Edge.first), and what its
-operator hands to `Operator.route`.
+operator routes with a Routes of its own edges.
 
 The partitioner is the one declaration of where a row lives (placement.py): it routes here, and a
 restore at another rank count deals the stored rows by it (Operator.restore_rescaled), so routing
@@ -25,19 +25,19 @@ from ..errors import ConfigError
 from ..partitioning.hashing import group_rows
 from .graph import DRIVER, INPUT
 from .operator import Fields, Operator, Output
-from .placement import declared, labeller, reach
+from .placement import WHOLE, declared, labeller, reach
 
 
 class Routes:
     """Edges of one vertex, executed: each batch along them as their partitioners say (the list
     above). Rank 0's EdgeRouter routes the source's batches by its edges so; a worker routes what
-    it passes on along its `first` edges so (slaves/worker.py), and an operator what it hands to
-    `Operator.route`. `turn` is the round-robin's next edge."""
+    it passes on along its `first` edges so (slaves/worker.py), and an operator that holds one of
+    its own edges what it routes. `turn` is the round-robin's next edge."""
 
     def __init__(self, job, edges):
         self.whole, self.turns, self.split = [], [], {}        # split: partitioner -> [dst]
         for e in edges:
-            if e.partitioner in ("forward", "broadcast"):
+            if e.partitioner in WHOLE:
                 self.whole.append(e.dst)
             elif e.partitioner == "round-robin":
                 self.turns.append(e.dst)
@@ -125,4 +125,6 @@ class EdgeRouter(Distributor):
         self.routes.restart()
 
     def on_data(self, src, header, batches):
+        """The source's header: its `order` is the batch's slot in its epoch, not an order any
+        receiver merges by, and it carries no body: neither goes on."""
         return self.routes.route(Output(), batches, header.bounds)
