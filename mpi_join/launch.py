@@ -72,33 +72,70 @@ def killed_line(codes):
 
 
 def run(cmd, stopped_line=None):
-    """Run the mpiexec command line `cmd`; returns its exit code. `stopped_line(signum)`: the
-    line rank 0 says when a signal stops the run, said here instead when rank 0's did not come
-    through (under load, mpiexec may tear rank 0 down, or stop forwarding, before it arrives)."""
-    hydra = is_hydra(cmd[0])
-    if hydra:
-        cmd = [cmd[0], "-print-all-exitcodes", *cmd[1:]]
-    # mpiexec in a session of its own: a Ctrl-C at the terminal reaches this process alone, which
-    # forwards it once (Hydra takes a second one for "force abort"), as it forwards a SIGINT or
-    # SIGTERM sent to its pid alone; mpiexec passes it on to every rank, which stop cleanly
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                            start_new_session=True)
-    seen = {"codes": [], "said": False, "signal": None}
+    """Run the mpiexec command line `cmd`; returns its exit code (Launch.wait)."""
+    return Launch(cmd).wait(stopped_line)
 
-    def forward(signum, _frame):
-        if seen["signal"] is None:
-            seen["signal"] = signum
-            proc.send_signal(signum)
 
-    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+class Launch:
+    """mpiexec and its ranks, started now, their output passed through as they print it.
 
-    def pump(src, dst):
+    `gated`: the ranks wait at the gate (gate.py) until `go`; `stop` lets them leave instead.
+    mpiexec runs in a session of its own: a Ctrl-C at the terminal reaches this process alone,
+    which forwards it once while it waits (Hydra takes a second one for "force abort"), as it
+    forwards a SIGINT or SIGTERM sent to its pid alone; mpiexec passes it on to every rank,
+    which stop cleanly. Before `wait`, a signal is this process's own to handle (it stops the
+    launch)."""
+
+    def __init__(self, cmd, gated=False):
+        self.hydra = is_hydra(cmd[0])
+        if self.hydra:
+            cmd = [cmd[0], "-print-all-exitcodes", *cmd[1:]]
+        from . import gate
+        env = dict(os.environ, **{gate.ENV: "stdin"}) if gated else None
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if gated else None, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+                                     env=env)
+        self._gate = self.proc.stdin            # rank 0's standard input (gated), until go or stop
+        self.seen = {"codes": [], "said": False, "signal": None}
+        self.threads = [threading.Thread(target=self._pump, args=(self.proc.stdout, sys.stdout), daemon=True),
+                        threading.Thread(target=self._pump, args=(self.proc.stderr, sys.stderr), daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def go(self):
+        """Open the gate: rank 0 reads the job and the input now."""
+        from .gate import GO
+        self._close(GO + "\n")
+
+    def stop(self, timeout=30.0):
+        """Close the gate without "go": every rank leaves quietly (exit code 2); returns the exit
+        code. A launch still running after `timeout` seconds is killed."""
+        self._close("")
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait()
+
+    def _close(self, line):
+        stdin, self._gate = self._gate, None
+        if stdin is None:
+            return
+        try:                    # a launch that ended already (a rank failed to start) says so in `wait`
+            if line:
+                stdin.write(line)
+            stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def _pump(self, src, dst):
+        seen = self.seen
         for line in src:        # Hydra prints its banner and the exit codes on stdout
-            codes = exit_codes(line) if hydra else []
+            codes = exit_codes(line) if self.hydra else []
             if codes:
                 seen["codes"] = codes
                 continue            # replaced by one line of ours when it matters
-            if hydra and line.startswith("[mpiexec@") and "Ctrl-C" in line:
+            if self.hydra and line.startswith("[mpiexec@") and "Ctrl-C" in line:
                 continue            # Hydra's notes on forwarding the signal: the ranks say what happened
             if line.startswith("mpi-join: error:") or " failed: " in line:
                 seen["said"] = True
@@ -107,27 +144,35 @@ def run(cmd, stopped_line=None):
             dst.write(line)
             dst.flush()
 
-    threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
-               threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True)]
-    for t in threads:
-        t.start()
-    try:
-        rc = proc.wait()
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
-    for t in threads:
-        t.join(60)               # the pipes end with the last rank: what it said is all forwarded
-    if seen["signal"] is not None and rc != 0:      # stopped (a run that had ended keeps its 0)
-        if not seen.get("stopped_said") and not seen["said"] and stopped_line is not None:
-            try:
-                sys.stderr.write(f"\n{stopped_line(seen['signal'])}\n")
-            except Exception as e:  # noqa: BLE001 - the line is a courtesy; the exit code says it
-                sys.stderr.write(f"\nmpi-join: stopped by {signal.Signals(seen['signal']).name} ({e})\n")
-            sys.stderr.flush()
-        return 128 + int(seen["signal"])
-    if rc not in (0, 2, 130, 143) and not seen["said"]:
-        line = killed_line(seen["codes"])
-        if line:
-            sys.stderr.write(line + "\n")
-    return rc
+    def wait(self, stopped_line=None):
+        """Wait for the launch to end; returns its exit code. `stopped_line(signum)`: the line
+        rank 0 says when a signal stops the run, said here instead when rank 0's did not come
+        through (under load, mpiexec may tear rank 0 down, or stop forwarding, before it arrives)."""
+        proc, seen = self.proc, self.seen
+
+        def forward(signum, _frame):
+            if seen["signal"] is None:
+                seen["signal"] = signum
+                proc.send_signal(signum)
+
+        old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            rc = proc.wait()
+        finally:
+            for sig, h in old.items():
+                signal.signal(sig, h)
+        for t in self.threads:
+            t.join(60)               # the pipes end with the last rank: what it said is all forwarded
+        if seen["signal"] is not None and rc != 0:      # stopped (a run that had ended keeps its 0)
+            if not seen.get("stopped_said") and not seen["said"] and stopped_line is not None:
+                try:
+                    sys.stderr.write(f"\n{stopped_line(seen['signal'])}\n")
+                except Exception as e:  # noqa: BLE001 - the line is a courtesy; the exit code says it
+                    sys.stderr.write(f"\nmpi-join: stopped by {signal.Signals(seen['signal']).name} ({e})\n")
+                sys.stderr.flush()
+            return 128 + int(seen["signal"])
+        if rc not in (0, 2, 130, 143) and not seen["said"]:
+            line = killed_line(seen["codes"])
+            if line:
+                sys.stderr.write(line + "\n")
+        return rc

@@ -3,7 +3,6 @@
 Each of `mpi-join stage` and `mpi-join collect` starts its own JVM (about 5 s on a small machine);
 here the session started for staging is kept while the ranks run and serves collection too."""
 import os
-import subprocess
 import time
 
 
@@ -13,7 +12,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     it fails, 1 when verification fails, else 0). Staging is skipped for a job without raw
     input, and by stage itself when the staged input is up to date (unless `force`). `engine`
     ("auto" | "spark") chooses for staging and collection alike (`stage --engine`, `collect --engine`)."""
-    from .launch import mpiexec_cmd
+    from .launch import Launch, mpiexec_cmd
     from .config import load_job
     from .storage.spark.collect import collect, collecting, default_out, small_collect
     from .storage.staged_log import hold_staged
@@ -23,14 +22,21 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     check_layout(job_dirs(job, collect_out=out))        # before any JVM or rank starts
     t0 = time.perf_counter()
     steps = 3 + bool(verify)
-    lock = hold_staged(job.staged, force=force, say=say) if all(s.raw is not None for s in job.streams) else None
-    try:                                                # the lock before any JVM starts
-        spark, job, took = _stage(job, steps, force, master, conf, say, t0, engine)
-    finally:
-        if lock is not None:
-            lock.release()
-    say(f"2/{steps} run: mpiexec -n {nprocs} mpi-join run {job_path}")
-    rc = subprocess.call(mpiexec_cmd(nprocs, ["run", job_path, *run_args]))
+    # the ranks start now and wait at the gate (gate.py): their start is paid while staging runs
+    launch = Launch(mpiexec_cmd(nprocs, ["run", job_path, *run_args]), gated=True)
+    try:
+        lock = hold_staged(job.staged, force=force, say=say) if all(s.raw is not None for s in job.streams) else None
+        try:                                                # the lock before any JVM starts
+            spark, job, took = _stage(job, steps, force, master, conf, say, t0, engine)
+        finally:
+            if lock is not None:
+                lock.release()
+    except BaseException:
+        launch.stop()
+        raise
+    say(f"2/{steps} run: mpiexec -n {nprocs} mpi-join run {job_path} (its ranks started beside step 1)")
+    launch.go()
+    rc = launch.wait()
     if rc != 0:
         say(f"run failed with exit code {rc}; nothing collected")
         return rc

@@ -17,6 +17,7 @@ import time
 import traceback
 
 from .config import load_job
+from . import gate
 from .errors import JobError
 from .runtime.metrics import RankMetrics, summarize, write_json
 from .strategies import check_runnable
@@ -43,7 +44,13 @@ def run_rank(job_path, overrides, choose_sources=None):
         ctx["cores"] = _cores(hosts)
         ctx["choose_sources"] = choose_sources
         try:
-            code = _driver(job_path, overrides, tx, ctx) if rank == 0 else _worker(job_path, overrides, tx, ctx)
+            held = gate.gated()
+            if held:
+                gate.preload(rank)
+            if held and rank == 0 and not gate.opened():
+                code = _leave(tx, 2)             # the launcher stopped: every rank leaves quietly
+            else:
+                code = _driver(job_path, overrides, tx, ctx) if rank == 0 else _worker(job_path, overrides, tx, ctx)
         finally:
             tx.close()
     except KeyboardInterrupt:
@@ -72,6 +79,15 @@ def run_rank(job_path, overrides, choose_sources=None):
     except MPI.Exception as e:
         sys.stderr.write(f"mpi-join: rank {rank} failed: MPI_Finalize: {str(e).strip().splitlines()[-1]}\n")
         return 1
+    return code
+
+
+def _leave(tx, code):
+    """Rank 0, before any job is read: every other rank leaves with `code`, nothing said."""
+    start = Start("stopped before the start", None, -1, 1, 0).encode()
+    for r in range(1, tx.size):
+        tx.send(r, Tag.START, start)
+    tx.flush()
     return code
 
 

@@ -31,6 +31,17 @@ Compiles.install()      # every process that imports numba through here counts i
 _EMPTY = np.zeros(0, np.int64)
 
 
+@njit(cache=True)
+def _first(x):
+    return x
+
+
+def set_up():
+    """numba's first call in a process sets up its compiler and code loader (about 0.1 s of CPU,
+    then 2 ms a cached kernel): a rank held at the gate (gate.py) pays it before its input is ready."""
+    _first(0)
+
+
 def collect(kernel, *args, guess=1024):
     """Run a pair-emitting kernel, growing the output until it fits; returns (ia, ib).
 

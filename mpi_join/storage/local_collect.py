@@ -148,6 +148,13 @@ def _event_time(a, unit):
     return vals.cast(pa.timestamp("us" if unit == "us" else "ms", tz="UTC"))
 
 
+# A column's dictionary page at most this big: a column of few values (a country, a device) is
+# dictionary-encoded still, and one of mostly distinct values (seqs, times, ids) gives up after
+# 64 KB instead of Arrow's 1 MB (bench door's 155,431 results with payloads: written in 0.059 s
+# instead of 0.102 s, and 5.8 MB instead of 6.9 MB)
+DICTIONARY_PAGE = 1 << 16
+
+
 def _write(out, table, unit):
     """`out`'s part file, replacing what an earlier collect wrote there (collecting checked it)."""
     root = paths.real(out)
@@ -156,7 +163,8 @@ def _write(out, table, unit):
         if n.startswith("part-") or n.startswith(".part-") or n in ("_SUCCESS", "._SUCCESS.crc", "_summary.json"):
             paths.remove_file(root, os.path.join(root, n))
     tmp = os.path.join(root, ".part-00000.parquet")
-    pq.write_table(table, tmp, coerce_timestamps="us" if unit == "us" else "ms")
+    pq.write_table(table, tmp, coerce_timestamps="us" if unit == "us" else "ms",
+                   dictionary_pagesize_limit=DICTIONARY_PAGE)
     os.replace(tmp, os.path.join(root, "part-00000.parquet"))
     with open(os.path.join(root, "_SUCCESS"), "w"):
         pass

@@ -69,7 +69,7 @@ def stage_local(job, out, progress, allow_empty=False):
     NeedsSpark (before anything is written) when a file needs Spark's reader."""
     from .fast_csv import read
     from .spark.follow import header_of
-    from .spark.stage import _by_reason, _declared, _local_files, local_staging, local_subdirs, subdir_warning
+    from .spark.stage import _by_reason, _declared, _local_files, local_staging
     from .staged_log import waiting_dtype
     t0 = time.perf_counter()
     root = paths.real(out)
@@ -84,31 +84,23 @@ def stage_local(job, out, progress, allow_empty=False):
     big = too_big(sum(os.path.getsize(f) for fs in files_of.values() for f in fs), "raw input")
     if big:
         raise NeedsSpark(big)
-    for s in job.streams:
-        files = files_of[s.name]
-        for d in local_subdirs(s):
-            progress(subdir_warning(s, f"file:{d}"))
-        progress(f"stage: stream {s.name}: reading {len(files)} file(s) from {s.raw.path}")
-        rows, bad, finer = [], [], 0
-        types = [{} for _ in files]       # JSON lines: each file's inferred column types
-        with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:    # Arrow and numpy let go of the GIL
-            got_all = list(pool.map(lambda k: read(s, files[k], header_of(s, files[k]) if s.raw.format == "csv"
-                                                   else None, _declared(s), waiting_dtype(s), job.ts_unit,
-                                                   types[k]), range(len(files))))
-        for k, (f, got) in enumerate(zip(files, got_all)):
-            if got is None:
-                raise NeedsSpark(f"file:{f}: a value this reader does not parse as Spark does")
-            if types[k] and (None in types[k].values() or types[k] != types[0]):
-                # Spark's inference of this file's types is not repeated here, or it differs
-                # from the first file's (which Spark's path refuses, naming both): Spark says
-                raise NeedsSpark(f"file:{f}: the JSON types of its columns (Spark infers and checks them)")
-            r, refused, n_finer = got
-            r["_src"] = k
-            rows.append(r)
-            finer += n_finer
-            if refused is not None:
-                bad.append(refused.set_column(0, "file", pa.array([f"file:{f}"] * refused.num_rows, pa.string())))
-        streams.append([s, rows, bad, finer])
+    types = {s.name: [{} for _ in files_of[s.name]] for s in job.streams}    # JSON lines: each file's column types
+
+    def read_one(s, k):
+        f = files_of[s.name][k]
+        return read(s, f, header_of(s, f) if s.raw.format == "csv" else None, _declared(s), waiting_dtype(s),
+                    job.ts_unit, types[s.name][k])
+
+    # every stream's files on one pool (Arrow and numpy let go of the GIL), so that no core waits
+    # for the last files of one stream before the next stream's begin
+    pool = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)))
+    reads = {s.name: [pool.submit(read_one, s, k) for k in range(len(files_of[s.name]))] for s in job.streams}
+    try:
+        for s in job.streams:
+            streams.append(_gathered(s, files_of[s.name], [r.result() for r in reads[s.name]], types[s.name],
+                                     progress))
+    finally:
+        pool.shutdown(cancel_futures=True)      # after a file that needs Spark, the reads not begun are dropped
     # the seq order: (event time, stream, file, record), as Spark's path orders the union
     ts, src, rec = (np.concatenate([r[c] for _, rows, _, _ in streams for r in rows] or [np.zeros(0, np.int64)])
                     for c in (TS, "_src", "_rec"))
@@ -140,30 +132,53 @@ def stage_local(job, out, progress, allow_empty=False):
     man = {"format": FORMAT, "ts_unit": job.ts_unit, "streams": {}, "total": int(len(order)),
            "quarantined": quarantined, "sources": sources,
            "staging": local_staging(job, files_of)}
-    def write(stream):
+    cores = os.cpu_count() or 1
+
+    def prepare(stream):
+        """A stream's quarantine written, its folder emptied of parts, its columns joined across
+        its files, and the row ranges of its parts."""
         s, files, bad, finer, (seqs, rows) = stream
         _write_quarantine(root, s, bad, quarantined[s.name], reasons[s.name], progress)
-        text = string_columns(s)
+        _clear_parts(root, s)
         dt = s.rows_dtype
-        # a gather per column, in seq order (not a structured sort: 8x slower); a `string` column
-        # as wide as the widest file's, staged as wide as its longest value (1 at least), as
-        # Spark's path has it
-        cols = {n: np.concatenate([f[n] for f in files])[rows] if files else np.zeros(0, dt.fields[n][0])
+        cols = {n: np.concatenate([f[n] for f in files]) if files else np.zeros(0, dt.fields[n][0])
                 for n in dt.names if n != SEQ}
-        cols[SEQ] = seqs.astype(np.int64)
-        widths = {c: max(1, int(np.char.str_len(cols[c]).max(initial=0))) for c in text}
-        _write_parts(root, s, cols, len(seqs), text)
-        entry = {"count": int(len(seqs)), "ts_min": int(cols[TS].min()) if len(seqs) else None,
-                 "ts_max": int(cols[TS].max()) if len(seqs) else None,
-                 "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)}, "ts_finer": int(finer)}
-        if text:
-            entry["string_bytes"] = widths
-        return entry
+        return cols, _part_bounds(len(seqs), len(order), cores)
 
-    with ThreadPoolExecutor(max(1, min(len(streams), os.cpu_count() or 1))) as pool:     # Parquet lets go of the GIL
-        for (s, *_), entry in zip(streams, pool.map(write, streams)):
-            man["streams"][s.name] = entry
-            progress(f"stage: stream {s.name}: {entry['count']:,} tuples -> {os.path.join(root, s.name)}")
+    def write_one(task):
+        """One part file: a gather per column in seq order (not a structured sort: 8x slower);
+        returns its `string` columns' longest values."""
+        (s, _, _, _, (seqs, rows)), cols, k, (lo, hi) = task
+        text = string_columns(s)
+        part = {n: c[rows[lo:hi]] for n, c in cols.items()}
+        part[SEQ] = seqs[lo:hi].astype(np.int64)
+        name = f"part-{k:05d}.parquet"
+        tmp = os.path.join(root, s.name, f".{name}")
+        write_part(to_arrow(part, text, s.rows_dtype), tmp)
+        os.replace(tmp, os.path.join(root, s.name, name))
+        return {c: int(np.char.str_len(part[c]).max(initial=0)) for c in text}, part[TS][:1], part[TS][-1:]
+
+    # parts of at most PART_ROWS rows, and at least as many over all streams as there are cores
+    # (a million rows of one stream took one core for 0.4 s while the other had finished), each
+    # written by a thread of its own: Arrow and numpy's gathers let go of the GIL
+    with ThreadPoolExecutor(max(1, min(len(streams), cores))) as pool:
+        prepared = list(pool.map(prepare, streams))
+    tasks = [(st, cols, k, b) for st, (cols, bounds) in zip(streams, prepared) for k, b in enumerate(bounds)]
+    with ThreadPoolExecutor(max(1, min(len(tasks), cores))) as pool:
+        done = list(pool.map(write_one, tasks))
+    for st, _ in zip(streams, prepared):
+        s, finer, seqs = st[0], st[3], st[4][0]
+        mine = [d for t, d in zip(tasks, done) if t[0] is st]
+        text = string_columns(s)
+        first = np.concatenate([d[1] for d in mine]) if mine else np.zeros(0, np.int64)
+        last = np.concatenate([d[2] for d in mine]) if mine else np.zeros(0, np.int64)
+        entry = {"count": int(len(seqs)), "ts_min": int(first.min()) if len(seqs) else None,
+                 "ts_max": int(last.max()) if len(seqs) else None,
+                 "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)}, "ts_finer": int(finer)}
+        if text:        # a `string` column staged as wide as its longest value (1 at least), as Spark's path has it
+            entry["string_bytes"] = {c: max([1] + [d[0][c] for d in mine]) for c in text}
+        man["streams"][s.name] = entry
+        progress(f"stage: stream {s.name}: {entry['count']:,} tuples -> {os.path.join(root, s.name)}")
     man["files"] = hash_input(job, root)
     crc = os.path.join(root, f".{MANIFEST}.crc")     # Hadoop's checksum of a manifest Spark wrote: stale now
     if os.path.lexists(crc):
@@ -177,21 +192,47 @@ def stage_local(job, out, progress, allow_empty=False):
     return man
 
 
-def _write_parts(root, s, cols, n, text=()):
-    """The stream's part files of its `n` rows, {name: column} of its rows_dtype, replacing the
-    part files there (and only those)."""
+def _gathered(s, files, got_all, types, progress):
+    """[stream, its files' rows, their refused rows, rows with a finer time] from its reads (in
+    file order); NeedsSpark for a file this reader did not read as Spark would."""
+    from .spark.stage import local_subdirs, subdir_warning
+    for d in local_subdirs(s):
+        progress(subdir_warning(s, f"file:{d}"))
+    progress(f"stage: stream {s.name}: reading {len(files)} file(s) from {s.raw.path}")
+    rows, bad, finer = [], [], 0
+    for k, (f, got) in enumerate(zip(files, got_all)):
+        if got is None:
+            raise NeedsSpark(f"file:{f}: a value this reader does not parse as Spark does")
+        if types[k] and (None in types[k].values() or types[k] != types[0]):
+            # Spark's inference of this file's types is not repeated here, or it differs
+            # from the first file's (which Spark's path refuses, naming both): Spark says
+            raise NeedsSpark(f"file:{f}: the JSON types of its columns (Spark infers and checks them)")
+        r, refused, n_finer = got
+        r["_src"] = k
+        rows.append(r)
+        finer += n_finer
+        if refused is not None:
+            bad.append(refused.set_column(0, "file", pa.array([f"file:{f}"] * refused.num_rows, pa.string())))
+    return [s, rows, bad, finer]
+
+
+def _clear_parts(root, s):
+    """Empty the stream's staged folder of its part files (and only those)."""
     d = os.path.join(root, s.name)
     paths.plain_dir(d, f"staged stream folder of '{s.name}'")
     os.makedirs(paths.inside(root, d), exist_ok=True)
     for f in os.listdir(d):
         if f.startswith("part-") or f.startswith(".part-") or f in ("_SUCCESS", "._SUCCESS.crc"):
             paths.remove_file(root, os.path.join(d, f))
-    for k in range(max(1, -(-n // PART_ROWS))):
-        name = f"part-{k:05d}.parquet"
-        tmp = os.path.join(d, f".{name}")
-        part = {c: v[k * PART_ROWS:(k + 1) * PART_ROWS] for c, v in cols.items()}
-        write_part(to_arrow(part, text, s.rows_dtype), tmp)
-        os.replace(tmp, os.path.join(d, name))
+
+
+def _part_bounds(n, total, cores):
+    """[(first, end)] row ranges of a stream's `n` rows in its part files: at most PART_ROWS rows
+    each, and no more than the `total` rows of all streams over the `cores` (rounded up to whole
+    row groups), so that every core writes a part."""
+    from .staged import ROW_GROUP
+    size = min(PART_ROWS, max(ROW_GROUP, -(-total // max(cores, 1) // ROW_GROUP) * ROW_GROUP))
+    return [(k, min(k + size, n)) for k in range(0, n, size)] or [(0, 0)]
 
 
 def _write_quarantine(root, s, bad, n, reasons, progress):
