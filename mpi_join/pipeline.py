@@ -4,6 +4,7 @@ Each of `mpi-join stage` and `mpi-join collect` starts its own JVM (about 5 s on
 here the session started for staging is kept while the ranks run and serves collection too."""
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 
 def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=None, force=False,
@@ -13,18 +14,19 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     input, and by stage itself when the staged input is up to date (unless `force`). `engine`
     ("auto" | "spark") chooses for staging and collection alike (`stage --engine`, `collect --engine`)."""
     from .launch import Launch, mpiexec_cmd
-    from .config import load_job
-    from .storage.spark.collect import collect, collecting, default_out, small_collect
-    from .storage.staged_log import hold_staged
-    job = load_job(job_path)
-    out = collect_out or default_out(job.output)
-    from .storage.paths import check_layout, job_dirs
-    check_layout(job_dirs(job, collect_out=out))        # before any JVM or rank starts
-    t0 = time.perf_counter()
-    steps = 3 + bool(verify)
-    # the ranks start now and wait at the gate (gate.py): their start is paid while staging runs
+    # the ranks start first and wait at the gate (gate.py): what they pay to start is spent while
+    # this process reads the job and stages; a job refused below stops them before they read it
     launch = Launch(mpiexec_cmd(nprocs, ["run", job_path, *run_args]), gated=True)
     try:
+        from .config import load_job
+        from .storage.spark.collect import collect, collecting, default_out, small_collect
+        from .storage.staged_log import hold_staged
+        job = load_job(job_path)
+        out = collect_out or default_out(job.output)
+        from .storage.paths import check_layout, job_dirs
+        check_layout(job_dirs(job, collect_out=out))        # before any JVM starts or rank reads
+        t0 = time.perf_counter()
+        steps = 3 + bool(verify)
         lock = hold_staged(job.staged, force=force, say=say) if all(s.raw is not None for s in job.streams) else None
         try:                                                # the lock before any JVM starts
             spark, job, took = _stage(job, steps, force, master, conf, say, t0, engine)
@@ -36,17 +38,21 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
         raise
     say(f"2/{steps} run: mpiexec -n {nprocs} mpi-join run {job_path} (its ranks started beside step 1)")
     launch.go()
-    rc = launch.wait()
+    from .storage.local_collect import collect_local, staged_payloads, why_spark
+    with ThreadPoolExecutor(1) as reader:       # the staged payloads read while the ranks run
+        staged = reader.submit(_idle, staged_payloads, job) if with_payload and why_spark(
+            engine, master, conf, job, job.output, out, with_payload) is None else None
+        rc = launch.wait()
     if rc != 0:
         say(f"run failed with exit code {rc}; nothing collected")
         return rc
     took["run"] = time.perf_counter() - t0 - sum(took.values())
-    from .storage.local_collect import collect_local, why_spark
     why = why_spark(engine, master, conf, job, job.output, out, with_payload)
     with collecting(job, job.output, out) as parts:
         if why is None:
             say(f"3/{steps} collect in this process (engine local) -> {out}")
-            s = collect_local(job, job.output, out, with_payload, progress=lambda m: say("    " + m), parts=parts)
+            s = collect_local(job, job.output, out, with_payload, progress=lambda m: say("    " + m), parts=parts,
+                              staged=staged)
         else:
             say(f"3/{steps} collect with Spark ({why}) -> {out}")
             spark = spark or _session(master, conf, say, small_collect(job, parts, with_payload))
@@ -103,6 +109,17 @@ def _stage(job, steps, force, master, conf, say, t0, engine="auto"):
         say(f"1/{steps} stage: skipped (streams without raw input; staged input is {job.staged})")
     took = {"stage": time.perf_counter() - t0}
     return spark, job, took
+
+
+def _idle(fn, *args):
+    """fn(*args) on this thread at the lowest priority (Linux's nice applies to a thread), so that
+    it takes only what the ranks leave of the cores; Arrow's own threads are not asked for."""
+    import threading
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (OSError, AttributeError):
+        pass
+    return fn(*args, threads=False)
 
 
 def _session(master, conf, say, small):

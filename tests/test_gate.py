@@ -60,3 +60,31 @@ def test_a_pipeline_whose_staging_fails_stops_its_ranks(tmp_path):
     assert "nothing staged" in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert mpi_join_pids(os.listdir("/proc"), marker=path) == []
     assert not os.path.exists(os.path.join(str(tmp_path), "out"))
+
+
+def test_a_job_refused_after_the_gate_is_said_in_one_line(tmp_path, capfd):
+    """The workers' guess at their kernels before the gate (ranks.warm_ahead) reads the job too:
+    a job it cannot read is said once, by rank 0, after "go", as any run says it."""
+    path = make("equi", str(tmp_path), tuples=2000)
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace('name = "hash"', 'name = "no-such-strategy"'))
+    launch = Launch(mpiexec_cmd(3, ["run", path]), gated=True)
+    launch.go()
+    assert launch.wait() == 2
+    err = capfd.readouterr().err
+    assert err.count("mpi-join: error:") == 1 and "no-such-strategy" in err and "Traceback" not in err, err
+
+
+def test_a_pipeline_of_a_job_it_refuses_stops_the_ranks_it_started(tmp_path):
+    """`pipeline` starts its ranks before it reads the job: a job refused stops them."""
+    path = make("equi", str(tmp_path), tuples=2000, raw="csv")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("[predicate]", "[predicate]\nbogus = 1"))
+    p = subprocess.run([sys.executable, "-m", "mpi_join", "pipeline", path, "-n", "3"], capture_output=True,
+                       text=True, timeout=300, env=_env())
+    assert p.returncode == 2 and "bogus" in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert mpi_join_pids(os.listdir("/proc"), marker=path) == []

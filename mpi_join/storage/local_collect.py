@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from ..errors import InputError
 from ..schema import SEQ, TS
 from . import paths
+from .pages import small_pages
 
 _RANK = re.compile(r"part-r(\d+)-")
 
@@ -41,11 +42,13 @@ def why_spark(engine, master, conf, job, run_dir, out, with_payload):
                    "results" + (" and staged input" if with_payload else ""))
 
 
-def collect_local(job, run_dir, out, with_payload=False, progress=print, partial=False, parts=None):
+def collect_local(job, run_dir, out, with_payload=False, progress=print, partial=False, parts=None, staged=None):
     """Collect the local run in `run_dir` into the local dataset `out` (after `collecting`'s
-    checks; `parts`: the part files it checked). Returns the summary, as spark/collect.collect."""
+    checks; `parts`: the part files it checked). `staged`: staged_payloads(job) read already (a
+    future of it), which is then not read again. Returns the summary, as spark/collect.collect."""
     from .spark.collect import MARKER, PCTS, _pcts, collect_summary, run_commit
     t0 = time.perf_counter()
+    small_pages()
     rd = paths.real(run_dir)
     succeeded = os.path.exists(os.path.join(rd, "_SUCCESS"))
     committed, committed_parts = run_commit(job, run_dir, succeeded, partial)
@@ -80,8 +83,9 @@ def collect_local(job, run_dir, out, with_payload=False, progress=print, partial
                 for r in np.unique(rank)}
     cols = {c: res.column(c) for c in seq_cols + ["emit_ns", "latency_ns"] if c in res.column_names}
     if with_payload:
+        tables = staged.result() if staged is not None else staged_payloads(job)
         for s in job.streams:
-            cols.update(_payload(job, s, res.column(f"{s.name}_seq")))
+            cols.update(_payload(job, s, res.column(f"{s.name}_seq"), tables[s.name]))
     _write(out, pa.table(cols), job.ts_unit)
     metrics = os.path.join(rd, "metrics", "summary.json")
     run = json.load(open(metrics)) if os.path.exists(metrics) else None
@@ -109,18 +113,29 @@ def _quantiles(x, qs):
     return [int(v) for v in np.quantile(x, qs, method="inverted_cdf")]
 
 
-def _payload(job, s, seqs):
-    """{column: Arrow array} of stream `s`'s staged columns for each result's seq (null where the
-    seq is null: an outer join's other side), named <stream>_<column>, as collect writes them."""
+def staged_payloads(job, threads=True):
+    """{stream: its staged rows' seq, ts and columns as one table, or None without files}: what
+    collect takes payloads from. `pipeline` reads it while the ranks run, which leave part of
+    the cores free (bench door: the pipeline's collect step 0.3 s -> 0.1-0.2 s)."""
     from .staged import stream_files
-    files = stream_files(job.staged, s.name)
-    want = [SEQ, TS] + list(s.schema)
-    staged = pa.concat_tables([pq.read_table(f, columns=want) for f in files]) if files else None
+    out = {}
+    for s in job.streams:
+        files = stream_files(job.staged, s.name)
+        want = [SEQ, TS] + list(s.schema)
+        out[s.name] = pa.concat_tables([pq.read_table(f, columns=want, use_threads=threads) for f in files]) \
+            if files else None
+    return out
+
+
+def _payload(job, s, seqs, staged):
+    """{column: Arrow array} of stream `s`'s staged columns (`staged`, its staged_payloads table)
+    for each result's seq (null where the seq is null: an outer join's other side), named
+    <stream>_<column>, as collect writes them."""
     key = seqs.combine_chunks() if isinstance(seqs, pa.ChunkedArray) else seqs
     valid = ~np.asarray(key.is_null())
     k = np.asarray(key.fill_null(0), np.int64)
     have = staged.column(SEQ).to_numpy() if staged is not None else np.zeros(0, np.int64)
-    at = np.searchsorted(have, k)
+    at = _positions(have, k)
     ok = valid & (at < len(have))
     ok[ok] &= have[at[ok]] == k[ok]
     if (valid & ~ok).any():
@@ -134,9 +149,23 @@ def _payload(job, s, seqs):
         if c == TS:
             a = _event_time(a, job.ts_unit)
         elif str(s.schema[c]).strip().lower().startswith("char"):
-            a = pc.replace_substring_regex(a.cast(pa.string()), "\u0000+$", "")
+            a = pc.utf8_rtrim(a.cast(pa.string()), characters="\u0000")     # its padding off
         out[f"{s.name}_{c}"] = a
     return out
+
+
+def _positions(have, k):
+    """np.searchsorted(have, k) where it matters (the row of each seq of `k` that `have`, a
+    stream's staged seqs in order, holds; len(have) or a row of another seq where it holds
+    none), by a map from seq to row: the staged seqs are dense over all streams, so the map is
+    at most a few times the stream's rows, and a lookup each is 3 times faster than a binary
+    search each (bench door's 155,431 results into 1.2 M staged rows)."""
+    top = int(have[-1]) + 1 if len(have) else 0
+    if not len(have) or top > 16 * len(have) + 1024:
+        return np.searchsorted(have, k)
+    pos = np.full(top + 1, len(have), np.int64)
+    pos[have] = np.arange(len(have))
+    return pos[np.clip(k, 0, top)]
 
 
 def _event_time(a, unit):

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from ..errors import InputError
 from ..schema import SEQ, TS, to_arrow
 from . import paths
+from .pages import small_pages
 from .staged import FORMAT, MANIFEST, hash_input, string_columns, write_part
 
 PART_ROWS = 1_000_000
@@ -84,6 +85,7 @@ def stage_local(job, out, progress, allow_empty=False):
     big = too_big(sum(os.path.getsize(f) for fs in files_of.values() for f in fs), "raw input")
     if big:
         raise NeedsSpark(big)
+    small_pages()
     types = {s.name: [{} for _ in files_of[s.name]] for s in job.streams}    # JSON lines: each file's column types
 
     def read_one(s, k):
