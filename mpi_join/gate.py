@@ -8,8 +8,9 @@ its input instead (staging failed, the pipeline was stopped or died) and every r
 with exit code 2. The other ranks wait for rank 0's Start as in any run (without spinning a core).
 
 Why: what ranks pay before their first tuple (three interpreters' imports, MPI's start, numba's
-set-up: about 1.5 CPU-s and 0.9 s of wall time on the door's job, BENCHMARKS.md) is then spent
-while staging, which keeps about one core and a third of two busy, runs; rank 0 reads nothing
+set-up: about 1.6 CPU-s and 0.9 s of wall time on the door's job, BENCHMARKS.md) is then spent
+while the pipeline reads the job and stages, which keeps about one core and a third of two busy;
+rank 0 reads nothing
 of the job or the staged input before "go", so it sees the input as staged.
 """
 import os

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 
+from . import gate
 from .errors import JobError
 
 _CODES = re.compile(r"Exit codes: (.*)$")
@@ -90,7 +91,6 @@ class Launch:
         self.hydra = is_hydra(cmd[0])
         if self.hydra:
             cmd = [cmd[0], "-print-all-exitcodes", *cmd[1:]]
-        from . import gate
         env = dict(os.environ, **{gate.ENV: "stdin"}) if gated else None
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if gated else None, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
@@ -104,8 +104,7 @@ class Launch:
 
     def go(self):
         """Open the gate: rank 0 reads the job and the input now."""
-        from .gate import GO
-        self._close(GO + "\n")
+        self._close(gate.GO + "\n")
 
     def stop(self, timeout=30.0):
         """Close the gate without "go": every rank leaves quietly (exit code 2); returns the exit

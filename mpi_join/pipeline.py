@@ -40,7 +40,7 @@ def pipeline(job_path, nprocs, *, with_payload=False, verify=False, collect_out=
     launch.go()
     from .storage.local_collect import collect_local, staged_payloads, why_spark
     with ThreadPoolExecutor(1) as reader:       # the staged payloads read while the ranks run
-        staged = reader.submit(_idle, staged_payloads, job) if with_payload and why_spark(
+        staged = reader.submit(_idle, lambda: staged_payloads(job, threads=False)) if with_payload and why_spark(
             engine, master, conf, job, job.output, out, with_payload) is None else None
         rc = launch.wait()
     if rc != 0:
@@ -111,15 +111,15 @@ def _stage(job, steps, force, master, conf, say, t0, engine="auto"):
     return spark, job, took
 
 
-def _idle(fn, *args):
-    """fn(*args) on this thread at the lowest priority (Linux's nice applies to a thread), so that
-    it takes only what the ranks leave of the cores; Arrow's own threads are not asked for."""
+def _idle(fn):
+    """fn() on this thread at the lowest priority (Linux's nice applies to a thread), so that it
+    takes only what the ranks leave of the cores (`fn` should not hand its work to other threads)."""
     import threading
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
     except (OSError, AttributeError):
         pass
-    return fn(*args, threads=False)
+    return fn()
 
 
 def _session(master, conf, say, small):

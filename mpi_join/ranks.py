@@ -579,7 +579,6 @@ def worker_part(start, job_path, overrides, tx):
     from .master.progress import Progress
     from .storage.results import ResultWriter
     from .slaves.worker import Worker
-    from .join.window import runtime_dtype
     if start.error:
         return None
     job = load_job(job_path, overrides)
@@ -599,8 +598,7 @@ def worker_part(start, job_path, overrides, tx):
                       (start.resume_dir, start.resume_id) if start.resume_dir else None, bool(overrides.get("follow")))
     writer = ResultWriter(os.path.join(job.output, "results"), tx.rank, job.stream_names,
                           snapshot_dir=os.path.join(job.output, "aggregate"))
-    dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
-    module = info.load_role(graph.role(tx.rank))(job, tx.rank, graph, dtypes)
+    module = _operator(info, job, tx.rank, graph)
     resume = (start.resume_dir, start.resume_id, start.part) if start.resume_dir else None
     return Worker(job, tx, graph, module, metrics, writer, resume)
 
@@ -613,19 +611,23 @@ def warm_ahead(job_path, overrides, tx):
     ms before). A guess only: a job that cannot be read, a role it cannot build, is read again,
     and said, after the gate; a job with UDFs (compiled every run) is left to then."""
     from . import strategies
-    from .join.window import runtime_dtype
     try:
-        job = load_job(job_path, overrides)
+        job = load_job(job_path, overrides)         # run.sources "auto" reads as 1, rank 0's usual choice
         if job.predicate.theta:
             return
         info = strategies.get(job.strategy.name)
-        graph = info.build_graph(tx.size, job.strategy.params, 1 if job.run.sources_auto else job.run.sources)
-        if tx.rank in graph.sources:
-            return
-        dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
-        info.load_role(graph.role(tx.rank))(job, tx.rank, graph, dtypes).warm_up()
+        graph = info.build_graph(tx.size, job.strategy.params, job.run.sources)
+        if tx.rank not in graph.sources:
+            _operator(info, job, tx.rank, graph).warm_up()
     except Exception:  # noqa: BLE001 - a guess; the job is read, and any error said, after the gate
         pass
+
+
+def _operator(info, job, rank, graph):
+    """The operator of this worker's role in `graph` (a join module, dispatcher, merger, ...)."""
+    from .join.window import runtime_dtype
+    dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
+    return info.load_role(graph.role(rank))(job, rank, graph, dtypes)
 
 
 def _start_part(driver):

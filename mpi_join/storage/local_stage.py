@@ -149,7 +149,7 @@ def stage_local(job, out, progress, allow_empty=False):
 
     def write_one(task):
         """One part file: a gather per column in seq order (not a structured sort: 8x slower);
-        returns its `string` columns' longest values."""
+        returns its `string` columns' longest values and its event times' range (None if empty)."""
         (s, _, _, _, (seqs, rows)), cols, k, (lo, hi) = task
         text = string_columns(s)
         part = {n: c[rows[lo:hi]] for n, c in cols.items()}
@@ -158,7 +158,8 @@ def stage_local(job, out, progress, allow_empty=False):
         tmp = os.path.join(root, s.name, f".{name}")
         write_part(to_arrow(part, text, s.rows_dtype), tmp)
         os.replace(tmp, os.path.join(root, s.name, name))
-        return {c: int(np.char.str_len(part[c]).max(initial=0)) for c in text}, part[TS][:1], part[TS][-1:]
+        ts = (int(part[TS].min()), int(part[TS].max())) if hi > lo else None
+        return {c: int(np.char.str_len(part[c]).max(initial=0)) for c in text}, ts
 
     # parts of at most PART_ROWS rows, and at least as many over all streams as there are cores
     # (a million rows of one stream took one core for 0.4 s while the other had finished), each
@@ -172,10 +173,9 @@ def stage_local(job, out, progress, allow_empty=False):
         s, finer, seqs = st[0], st[3], st[4][0]
         mine = [d for t, d in zip(tasks, done) if t[0] is st]
         text = string_columns(s)
-        first = np.concatenate([d[1] for d in mine]) if mine else np.zeros(0, np.int64)
-        last = np.concatenate([d[2] for d in mine]) if mine else np.zeros(0, np.int64)
-        entry = {"count": int(len(seqs)), "ts_min": int(first.min()) if len(seqs) else None,
-                 "ts_max": int(last.max()) if len(seqs) else None,
+        ts = [d[1] for d in mine if d[1] is not None]
+        entry = {"count": int(len(seqs)), "ts_min": min(t[0] for t in ts) if ts else None,
+                 "ts_max": max(t[1] for t in ts) if ts else None,
                  "schema": {"seq": "int64", "ts": "int64", **dict(s.schema)}, "ts_finer": int(finer)}
         if text:        # a `string` column staged as wide as its longest value (1 at least), as Spark's path has it
             entry["string_bytes"] = {c: max([1] + [d[0][c] for d in mine]) for c in text}
