@@ -425,8 +425,9 @@ def _generate_live(workload, out, rate, window, keys, seed, seconds, disorder, l
               help="Work directory: the raw files, the staged input, the results, door.json.")
 @click.option("--impressions", type=click.IntRange(1000, 10**9), default=1_000_000, show_default=True)
 @click.option("--clicks", type=click.IntRange(1000, 10**9), default=200_000, show_default=True)
-@click.option("-n", "--np", "nprocs", type=click.IntRange(2, MAX_RANKS), default=3, show_default=True,
-              help="Ranks of the run.")
+@click.option("-n", "--np", "nprocs", type=click.IntRange(2, MAX_RANKS), multiple=True,
+              help="Ranks of the run; repeat to time the pipeline at several counts (the first is the "
+                   "ratio in door.json). Default: one rank per core, as DuckDB runs one thread per core.")
 @click.option("--no-spark", is_flag=True, help="Skip timing `stage` and `collect` on Spark.")
 def bench_door_cmd(out, impressions, clicks, nprocs, no_spark):
     """Raw CSV in, result Parquet with payloads out, against DuckDB on the same files in the same run.
@@ -434,15 +435,20 @@ def bench_door_cmd(out, impressions, clicks, nprocs, no_spark):
     Generates a click log and its impressions as CSV (ISO-8601 times with offsets, text ids, Zipf
     users, nulls, a few unreadable times), has DuckDB join them into Parquet, then `pipeline`
     (staging and collecting in process), checks the two answers are equal pair for pair, and
-    prints the ratio; then times `stage --engine spark` and `collect --engine spark` alone."""
+    prints the ratio; then times `stage --engine spark` and `collect --engine spark` alone.
+
+    \b
+      mpi-join bench-door --no-spark            # pipeline at one rank per core against DuckDB
+      mpi-join bench-door -n 2 -n 3             # at 2 ranks, then at 3"""
     import json as _json
-    from .tools.bench_door import bench_door
+    from .tools.bench_door import bench_door, one_per_core
     os.makedirs(out, exist_ok=True)
-    fig = bench_door(os.path.abspath(out), nprocs, impressions, clicks, spark=not no_spark,
+    fig = bench_door(os.path.abspath(out), nprocs or (one_per_core(),), impressions, clicks, spark=not no_spark,
                      say=lambda m: click.echo(m, err=True))
     with open(os.path.join(out, "door.json"), "w") as f:
         _json.dump(fig, f, indent=2)
-    click.echo(f"pipeline {fig['pipeline_s']:.2f} s, DuckDB {fig['duckdb_s']:.2f} s: {fig['ratio']:.2f}x; "
+    click.echo(", ".join(f"pipeline -n {n} {v:.2f} s" for n, v in fig["pipeline_s_by_ranks"].items())
+               + f", DuckDB {fig['duckdb_s']:.2f} s: {fig['ratio']:.2f}x; "
                + (f"stage --engine spark {fig['stage_spark_s']:.1f} s, collect --engine spark "
                   f"{fig['collect_spark_s']:.1f} s" if "stage_spark_s" in fig else "Spark not timed"))
 
@@ -1408,7 +1414,7 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
       mpi-join bench door                       # raw CSV to result Parquet against DuckDB (= bench-door)
     """
     if strategy == "door":
-        return click.get_current_context().invoke(bench_door_cmd, nprocs=nprocs[0] if nprocs else 3, out="bench-door",
+        return click.get_current_context().invoke(bench_door_cmd, nprocs=nprocs, out="bench-door",
                                                   impressions=1_000_000, clicks=200_000, no_spark=False)
     if strategy == "live":               # the live pipeline has a command of its own, with its options
         return click.get_current_context().invoke(bench_live_cmd, nprocs=nprocs[0] if nprocs else 3,

@@ -76,3 +76,17 @@ def test_bench_suite_writes_results_json_markdown_and_plots(tmp_path):
     assert rep.returncode == 0, rep.stderr
     html = (out / "report.html").read_text()
     assert html.count('src="data:image/png;base64,') == 2 and "<td>hash</td>" in html
+
+
+def test_bench_door_times_each_rank_count_against_duckdb(tmp_path):
+    """Each -n's pipeline answer is checked against DuckDB's pair for pair before its time is said."""
+    import json
+    p = run_cli("bench-door", "--out", str(tmp_path / "door"), "--impressions", "3000", "--clicks", "1000",
+                "--no-spark", "-n", "2", "-n", "3", timeout=600)
+    assert p.returncode == 0, p.stderr
+    for n in (2, 3):
+        assert f"pipeline -n {n}: " in p.stderr and "equal to DuckDB's pair for pair" in p.stderr
+        assert f"bench door: pipeline -n {n} / DuckDB = " in p.stderr
+    fig = json.load(open(tmp_path / "door" / "door.json"))
+    assert set(fig["pipeline_s_by_ranks"]) == {"2", "3"} and fig["results"] > 0
+    assert fig["pipeline_s"] == fig["pipeline_s_by_ranks"]["2"]

@@ -129,34 +129,50 @@ def _timed(cmd, say, env=None):
     return el, r
 
 
-def bench_door(work, nprocs=3, impressions=1_000_000, clicks=200_000, spark=True, say=print):
-    """Generate, then time DuckDB, `pipeline` (in process where it can), and the Spark engines of
-    `stage` and `collect` on the same files; check the answers agree. Returns the figures."""
+def one_per_core():
+    """The cores this process may run on (a rank per core, as DuckDB runs a thread per core); at least 2."""
+    try:
+        return max(2, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(2, os.cpu_count() or 2)
+
+
+def bench_door(work, nprocs=(3,), impressions=1_000_000, clicks=200_000, spark=True, say=print):
+    """Generate, then time DuckDB, `pipeline` (in process where it can) at each rank count of
+    `nprocs`, and the Spark engines of `stage` and `collect` on the same files; check every
+    answer agrees with DuckDB's. Returns the figures (`pipeline_s` and `ratio`: the first count's)."""
     import pyarrow.parquet as pq
     from ..launch import mpiexec_cmd
+    nprocs = [nprocs] if isinstance(nprocs, int) else list(nprocs)
     path = generate(work, impressions, clicks, say=say)
     me = [sys.executable, "-m", "mpi_join"]
     n_duck, t_duck, want = duckdb_door(work, os.path.join(work, "duck.parquet"))
     say(f"bench door: DuckDB: {n_duck:,} results into Parquet in {t_duck:.2f} s")
-    t_pipe, r = _timed(me + ["pipeline", path, "-n", str(nprocs), "--with-payload", "--overwrite",
-                             "--collect-out", os.path.join(work, "collected")], say)
-    summary = [ln for ln in r.stderr.splitlines() if ln.startswith("pipeline: done")]
-    t = pq.read_table(os.path.join(work, "collected"), columns=["imp_imp_id", "click_click_id"])
-    got = {(a.rstrip("\0") if a else a, b) for a, b in zip(t.column(0).to_pylist(), t.column(1).to_pylist())}
-    if got != want or t.num_rows != n_duck:
-        raise RuntimeError(f"bench door: mpi-join's {t.num_rows:,} results differ from DuckDB's {n_duck:,} "
-                           f"({len(got - want):,} not in DuckDB's, {len(want - got):,} missing)")
-    say(f"bench door: pipeline: {t.num_rows:,} results, equal to DuckDB's pair for pair, in {t_pipe:.2f} s "
-        f"({summary[0] if summary else ''})")
-    fig = {"duckdb_s": t_duck, "pipeline_s": t_pipe, "results": n_duck, "ratio": t_pipe / t_duck}
+    per_n = {}
+    for n in nprocs:
+        t_pipe, r = _timed(me + ["pipeline", path, "-n", str(n), "--with-payload", "--overwrite", "--force",
+                                 "--collect-out", os.path.join(work, "collected")], say)
+        summary = [ln for ln in r.stderr.splitlines() if ln.startswith("pipeline: done")]
+        t = pq.read_table(os.path.join(work, "collected"), columns=["imp_imp_id", "click_click_id"])
+        got = {(a.rstrip("\0") if a else a, b) for a, b in zip(t.column(0).to_pylist(), t.column(1).to_pylist())}
+        if got != want or t.num_rows != n_duck:
+            raise RuntimeError(f"bench door: mpi-join's {t.num_rows:,} results (-n {n}) differ from DuckDB's "
+                               f"{n_duck:,} ({len(got - want):,} not in DuckDB's, {len(want - got):,} missing)")
+        say(f"bench door: pipeline -n {n}: {t.num_rows:,} results, equal to DuckDB's pair for pair, in {t_pipe:.2f} s "
+            f"({summary[0] if summary else ''})")
+        per_n[n] = t_pipe
+    t_pipe = per_n[nprocs[0]]
+    fig = {"duckdb_s": t_duck, "pipeline_s": t_pipe, "results": n_duck, "ratio": t_pipe / t_duck,
+           "pipeline_s_by_ranks": {str(n): v for n, v in per_n.items()}}
     if spark:
         t_stage, _ = _timed(me + ["stage", "--engine", "spark", "--force", path], say)
-        t_run, _ = _timed(mpiexec_cmd(nprocs, ["run", path, "--overwrite"]), say)
+        t_run, _ = _timed(mpiexec_cmd(nprocs[0], ["run", path, "--overwrite"]), say)
         t_coll, _ = _timed(me + ["collect", os.path.join(work, "out"), "--job", path, "--out",
                                  os.path.join(work, "collected-spark"), "--with-payload", "--engine", "spark",
                                  "--overwrite"], say)
         fig.update(stage_spark_s=t_stage, run_s=t_run, collect_spark_s=t_coll)
         say(f"bench door: stage --engine spark {t_stage:.1f} s, run {t_run:.1f} s, collect --engine spark "
             f"{t_coll:.1f} s (each a command of its own: a JVM start each)")
-    say(f"bench door: pipeline / DuckDB = {fig['ratio']:.2f}x ({t_pipe:.2f} s against {t_duck:.2f} s)")
+    for n, v in per_n.items():
+        say(f"bench door: pipeline -n {n} / DuckDB = {v / t_duck:.2f}x ({v:.2f} s against {t_duck:.2f} s)")
     return fig
