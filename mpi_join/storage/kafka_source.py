@@ -107,6 +107,7 @@ class KafkaInputs:
                                          "enable.auto.commit": False, "enable.partition.eof": False,
                                          "auto.offset.reset": "earliest", "log_level": 0,
                                          "isolation.level": "read_committed", "allow.auto.create.topics": False,
+                                         "fetch.min.bytes": 256 << 10, "fetch.wait.max.ms": 25,
                                          "error_cb": self._error})
             self.parts[i] = set()
         self.refresh(first=True)
