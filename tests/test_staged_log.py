@@ -495,3 +495,40 @@ def test_bench_kafkas_expected_count_is_the_pairs_of_its_records():
     r, s = rec[rec[:, 0] == 0], rec[rec[:, 0] == 1]
     want = sum(int(((s[:, 2] == k) & (np.abs(s[:, 1] - t) < WINDOW_MS)).sum()) for _, t, k in r)
     assert expected_results(rec) == want and want > 100
+
+
+def test_result_values_from_arrow_integer_columns_are_those_of_their_lists():
+    """publish passes a result file's seq, emit_ns and latency_ns columns to _lines as Arrow
+    arrays (cast to text by Arrow): each line equals the one their Python values give."""
+    import pyarrow as pa
+    from mpi_join.storage.kafka_sink import _lines
+    names = ["R_seq", "S_seq", "emit_ns", "x"]
+    ints = [[1, None, -3, 2 ** 62], [0, 5, None, -(2 ** 63)], [7, 8, 9, 10]]
+    x = [0.5, None, "t", True]
+    for fmt in ("json", "csv"):
+        want = _lines(names, ints + [x], fmt)
+        got = _lines(names, [pa.array(c, pa.int64()) for c in ints] + [x], fmt)
+        assert got == want and len(got) == 4
+    assert _lines(names, [pa.array([], pa.int64())] * 3 + [[]], "json") == []
+
+
+def test_recent_rows_are_the_newest_keep_of_all_appended():
+    """tail.Recent (Payloads' rows held) against concatenating everything appended and keeping
+    the last `keep`, over chunks smaller and larger than `keep`, and none."""
+    from mpi_join.storage.tail import Recent
+    rng = np.random.default_rng(3)
+    for keep in (1, 7, 1000):
+        r, every, nxt, most = Recent(np.dtype([("seq", "i8")]), keep), [], 0, 0
+        for _ in range(60):
+            chunks = []
+            for n in rng.integers(0, 2 * keep + 3, rng.integers(0, 3)).tolist():
+                c = np.zeros(n, [("seq", "i8")])
+                c["seq"] = np.arange(nxt, nxt + n)
+                nxt += n
+                chunks.append(c)
+            every += chunks
+            most = max(most, sum(map(len, chunks)))
+            got = r.add(chunks)
+            want = np.concatenate(every)[-keep:] if every else np.zeros(0, [("seq", "i8")])
+            assert got["seq"].tolist() == want["seq"].tolist()
+            assert len(r.buf) <= max(2 * (keep + most), 1024)      # bounded by keep and the largest append

@@ -44,7 +44,8 @@ class Payloads:
     def __init__(self, job, keep=2_000_000):
         self.job, self.keep, self.top = job, keep, -1
         self.readers = [None] * len(job.streams)
-        self.rows = [np.zeros(0, s.dtype) for s in job.streams]
+        self.held = [Recent(s.dtype, keep) for s in job.streams]
+        self.rows = [h.view() for h in self.held]
 
     def names(self):
         return [f"{s.name}_{c}" for s in self.job.streams for c in ["ts", *s.schema]]
@@ -61,10 +62,10 @@ class Payloads:
                 had = {p[0] for p in r.parts}
                 r.add([f for f in stream_files(self.job.staged, s.name, man) if f not in had],
                       (man.get("files") or {}).get(s.name))
-            chunks = [self.rows[k]]
+            chunks = []
             while (c := self.readers[k].next_chunk()) is not None:
                 chunks.append(c)
-            self.rows[k] = np.concatenate(chunks)[-self.keep:]
+            self.rows[k] = self.held[k].add(chunks)
         self.top = max([int(a["seq"][-1]) for a in self.rows if len(a)] + [-1])
 
     def _older(self, k, q):
@@ -101,6 +102,32 @@ class Payloads:
                 vals = _plain_column(a[c][at] if len(a) else np.zeros(len(q), a.dtype[c]))
                 cols.append(vals if ok.all() else [v if good else None for v, good in zip(vals, ok)])
         return cols
+
+
+class Recent:
+    """The newest `keep` rows of a stream, in a buffer with room to append: rows held are
+    moved once per `keep` or so appended, where a concatenation of all of them per commit was a
+    fifth of the publisher's time at 60,000 records/s per stream (two million rows held)."""
+
+    def __init__(self, dtype, keep):
+        self.buf, self.lo, self.hi, self.keep = np.zeros(0, dtype), 0, 0, int(keep)
+
+    def view(self):
+        return self.buf[self.lo:self.hi]
+
+    def add(self, chunks):
+        """Append `chunks` (arrays of the dtype); returns the rows held now (a view)."""
+        n = sum(len(c) for c in chunks)
+        if self.hi + n > len(self.buf):          # no room: the rows still held after these, moved to a new buffer
+            kept = self.buf[max(self.lo, self.hi - max(self.keep - n, 0)):self.hi]
+            buf = np.empty(max(2 * min(len(kept) + n, self.keep + n), 1024), self.buf.dtype)
+            buf[:len(kept)] = kept
+            self.buf, self.lo, self.hi = buf, 0, len(kept)
+        for c in chunks:
+            self.buf[self.hi:self.hi + len(c)] = c
+            self.hi += len(c)
+        self.lo = max(self.lo, self.hi - self.keep)
+        return self.view()
 
 
 def _plain_column(col):
