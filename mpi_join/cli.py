@@ -1390,7 +1390,8 @@ class _BenchChoice(click.Choice):
                    "on 2 and 3 ranks, and at 80% of the sustainable rate. memory: rank 0's peak RSS with 1 M and "
                    "8 M staged tuples (--tuples adds a size), on 2 ranks unless -n is given. sources: rank 0's "
                    "CPU per tuple with run.sources = 1, 2 and 4 at one worker count (-n: ranks with one source; "
-                   "1.6 M tuples unless --tuples). A strategy's own "
+                   "1.6 M tuples unless --tuples). window: a worker's cost per batch of its join against windows of 10 s, "
+                   "1 min and 10 min at 20,000 tuples/s per stream (flat is the goal). A strategy's own "
                    "cases are listed by `mpi-join strategies` (psp: fig8a; handshake, llhj: max-rate; splitjoin: "
                    "cores, where -n values are join cores; biclique: fig6a, where -n is join units).")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Work directory (default: a temporary one).")
@@ -1431,9 +1432,9 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
     tuples = tuples if tuples is not None else (3_000 if images else 400_000)
     rate = rate if rate is not None else (100.0 if images else 1000.0)
     window = window if window is not None else ("1s" if images else "60s")
-    if case is not None and case not in ("runtime", "memory", "sources") and case not in own:
+    if case is not None and case not in ("runtime", "memory", "sources", "window") and case not in own:
         _fail(JobError(f"--case: unknown case {case!r} for strategy {strategy!r} (cases: "
-                       f"{', '.join(['runtime', 'memory', 'sources', *own])})"))
+                       f"{', '.join(['runtime', 'memory', 'sources', 'window', *own])})"))
     if case in own:
         fn = own[case][0]
         mod, _, attr = fn.partition(":")
@@ -1460,6 +1461,10 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
                           tuples if given else 1_600_000, (1, 2, 4), workdir)
         except JobError as e:
             _fail(e)
+        return
+    if case == "window":
+        from .tools.bench import bench_window
+        bench_window(say=lambda m: click.echo(m, err=True))
         return
     if case == "runtime":
         tuples, rate, window, uniform_keys = 4_800_000, 20000.0, "60s", 100_000

@@ -466,3 +466,33 @@ def test_a_row_layout_alone_derives_window_rows_and_gives_back_the_runtime_rows(
         assert back.dtype == layout.state_dtypes[s]
         for name in set(back.dtype.names) - {"_h"}:     # the hash is the join's own (a router stamps the same)
             assert np.array_equal(back[name], b[name], equal_nan=back[name].dtype.kind == "f"), (s, name)
+
+
+def test_search_in_a_strided_window_column_is_numpys_searchsorted():
+    """kernels.search (a window column searched where it lies, not copied) against
+    np.searchsorted: both sides, scalars and arrays, empty columns and values, duplicates, a
+    column of structured rows and a contiguous one."""
+    from mpi_join.join.kernels import search
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        a = np.sort(rng.integers(0, 20, rng.integers(0, 30)))
+        rows = np.zeros(len(a), [("seq", "i8"), ("c", "i8"), ("x", "f4")])
+        rows["c"] = a
+        v = rng.integers(-2, 23, rng.integers(0, 10))
+        for col in (rows["c"], a):
+            for side in ("left", "right"):
+                assert search(col, v, side).tolist() == np.searchsorted(a, v, side).tolist()
+                for x in v.tolist():
+                    got = search(col, x, side)
+                    assert isinstance(got, int) and got == int(np.searchsorted(a, x, side))
+
+
+def test_bench_window_makes_as_many_results_a_batch_whatever_the_window(capsys):
+    """`bench --case window` at a tiny size: its key domain grows with the window, so each window
+    length's batches find about as many partners (what makes its per-batch times comparable)."""
+    from mpi_join.tools.bench import bench_window
+    rows = bench_window(seconds=(1, 4), rate=4000, batch=256, batches=6, say=lambda m: None)
+    found = [float(r[2].replace(",", "")) for r in rows]
+    assert len(rows) == 2 and rows[0][4] == "1.00x" and all(f > 0 for f in found)
+    assert 0.5 < found[1] / found[0] < 2
+    assert "ms per batch" in capsys.readouterr().out

@@ -36,6 +36,33 @@ def _first(x):
     return x
 
 
+def search(a, v, side="left"):
+    """np.searchsorted(a, v, side) for a sorted column `a` read where it lies (an int for a
+    scalar `v`): a column of a window's structured rows is strided, and numpy copies it whole
+    before searching it, a cost per batch that grew with the window (hash's probe of a
+    2,048-row batch against 4 M window rows: 14 ms, against 0.1 M: 1.7 ms; 2.7 ms and 1.4 ms
+    searched in place)."""
+    one = np.ndim(v) == 0
+    out = _search(a, np.asarray(v).reshape(-1), side == "right")
+    return int(out[0]) if one else out
+
+
+@njit(cache=True)
+def _search(a, v, right):
+    out = np.empty(len(v), np.int64)
+    n = len(a)
+    for i in range(len(v)):
+        x, lo, hi = v[i], 0, n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if a[mid] < x or (right and a[mid] == x):
+                lo = mid + 1
+            else:
+                hi = mid
+        out[i] = lo
+    return out
+
+
 def set_up():
     """numba's first call in a process sets up its compiler and code loader (about 0.1 s of CPU,
     then 2 ms a cached kernel): a rank held at the gate (gate.py) pays it before its input is ready."""

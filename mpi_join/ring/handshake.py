@@ -31,6 +31,7 @@ import numpy as np
 
 from ..runtime.headers import Header
 from ..slaves.local_join import BinaryJoin, warm_up
+from ..join.kernels import search
 from ..runtime.operator import Fields, Operator, Output
 from .chain_routing import Arriving, beside
 
@@ -132,7 +133,7 @@ class Segment:
                 if self.now is None:
                     continue
                 oldest = self.now - self.end[s] * self.sizes[s]    # older than the segment's end: move
-                stop = int(np.searchsorted(self.join.coord(v, s), oldest, side="right"))
+                stop = search(self.join.coord(v, s), oldest, side="right")
             else:
                 cap = max(1, int(np.ceil(self.share[s] * self.sizes[s]))) if self.kinds[s] == "count" else None
                 stop = len(v) - cap if cap is not None else first

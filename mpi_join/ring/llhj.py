@@ -22,6 +22,7 @@ import numpy as np
 
 from ..runtime.headers import Header
 from ..join.range_join import probe_ranges
+from ..join.kernels import search
 from ..slaves.local_join import find_pairs, warm_up
 from ..runtime.operator import INT_KEYS, Arrays, Fields, Operator, Output
 from .chain_routing import New, beside
@@ -175,8 +176,8 @@ class LowLatencyModule(Operator):
         pred = self.job.predicate
         out = []
         for i, j, A, B in ((0, 1, R, S), (1, 0, S, R)):
-            hi = np.searchsorted(B["seq"], A["seq"]).astype(np.int64)
-            lo = np.minimum(np.searchsorted(B["_coord"], A["_lo"]).astype(np.int64), hi)
+            hi = search(B["seq"], A["seq"])
+            lo = np.minimum(search(B["_coord"], A["_lo"]), hi)
             ia, ib = probe_ranges(pred, i, j, A, B, lo, hi)
             out.append((ia, ib) if i == 0 else (ib, ia))
         a = np.concatenate([out[0][0], out[1][0]])

@@ -48,6 +48,7 @@ from ..runtime.headers import Header
 from ..runtime.protocol import DataHeader
 from ..join.predicate import Theta
 from ..join.range_join import extend
+from ..join.kernels import search
 from ..runtime.operator import Fields, Operator, Output
 from ..runtime.graph import DRIVER, ring
 from ..join.window import POS_INF, Window, footprint
@@ -140,8 +141,8 @@ class Slice:
         w = self.windows[j].view()
         coord = w[self.coords[j]]
         lo_t = t["_lo"] if self.M == 2 else t["_los"][:, j]
-        lo = np.searchsorted(coord, np.maximum(lo_t, bottom)).astype(np.int64)
-        hi = np.minimum(np.searchsorted(coord, top), np.searchsorted(w["seq"], t["seq"])).astype(np.int64)
+        lo = search(coord, np.maximum(lo_t, bottom))
+        hi = np.minimum(search(coord, top), search(w["seq"], t["seq"]))
         lo = np.minimum(lo, hi)
         if not (hi > lo).any():
             return w, _E, _E
@@ -171,7 +172,7 @@ class Slice:
         for j, w in enumerate(self.windows):
             v = w.view()
             first = self.owned[j] - w.base
-            stop = int(np.searchsorted(v[self.coords[j]], cuts[j][self.k - 1]))
+            stop = search(v[self.coords[j]], cuts[j][self.k - 1])
             if stop > first:
                 moved.append(v[first:stop].copy())
                 self.owned[j] = w.base + stop

@@ -61,8 +61,7 @@ def _probe(layout, P, p, X, xbase, run, check=True, newer=False, split=0):
         # first whose coordinate reaches its lo, so the kernel tests their positions, not the
         # rows (a cache miss per pair otherwise); a one-word key's hash is a bijection
         # (mix64), so equal hashes are equal keys
-        first = (np.searchsorted(X[cx], P[lp] + dp if dp else P[lp]).astype(np.int64) if split and check
-                 else _E)
+        first = K.search(X[cx], P[lp] + dp if dp else P[lp]) if split and check else _E
         h = layout.hashes(P, p)
         # probes in hash order gallop through a large run instead of searching it from its
         # middle, each a few cache misses
@@ -224,7 +223,7 @@ class BinaryJoin:
         oldest = int(rows["seq"].min())
         if self.newest[o] < oldest:
             return len(X)
-        return int(np.searchsorted(X["seq"], oldest)) if self.in_order[o] else 0
+        return K.search(X["seq"], oldest) if self.in_order[o] else 0
 
     # -- window maintenance -----------------------------------------------------------------
     def append(self, rows, s, key=None):

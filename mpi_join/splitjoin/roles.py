@@ -23,6 +23,7 @@ import numpy as np
 
 from ..storage.results import result_dtype, result_rows
 from ..slaves.local_join import BinaryJoin, warm_up
+from ..join.kernels import search
 from ..runtime.operator import Fields, Operator, Output, Rows
 from . import rap, rescale
 from .root import Gather
@@ -100,9 +101,9 @@ class JoinCore(Operator):
             return [rows, rap.punctuate("tuples", self.interval, counts, new["seq"], row_count, None, None)]
         w = self.join.windows[1 - s]
         view, c = w.view(), self.interval
-        block = (w.base + np.searchsorted(view["seq"], stored)) // c
-        hi = w.base + np.searchsorted(view["seq"], new["seq"])
-        lo = w.base + np.searchsorted(self.join.coord(view, 1 - s), new["_lo"])
+        block = (w.base + search(view["seq"], stored)) // c
+        hi = w.base + search(view["seq"], new["seq"])
+        lo = w.base + search(self.join.coord(view, 1 - s), new["_lo"])
         last = np.where(hi > lo, (hi - 1) // c, lo // c - 1)
         return [rows, rap.punctuate("comparisons", c, counts, new["seq"], row_count, block, (lo // c, last))]
 

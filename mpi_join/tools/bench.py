@@ -292,3 +292,56 @@ def demo(nprocs, tuples, workdir, spark_master="local[*]"):
     say(f"demo: the pipeline took {on_spark:.1f} s on Spark (verify included) and {here:.1f} s in this process "
         f"(without verify), the same files and results")
     return code
+
+
+def bench_window(seconds=(10, 60, 600), rate=20_000, batch=2048, batches=40, say=print):
+    """A worker's cost per batch against the window's length (every strategy's join modules
+    probe with slaves/local_join.BinaryJoin): an equi join on an int32 key (a window row of 28
+    bytes, its 8-byte columns unaligned, as equi A's) at `rate` tuples/s per stream, time
+    windows of each of `seconds` held full, then `batches` batches of `batch` rows a stream
+    joined against them as hash's workers join (every window row older than its probes); the
+    median per batch, and its ratio to the shortest window's, measured in the same run. The
+    keys are drawn from a domain a quarter of the window's rows, so that a probe finds about
+    four partners in every window and a batch makes as many results whatever the window's
+    length: flat is the goal, a batch costing what its rows find, not what the window holds."""
+    import numpy as np
+    from ..config import parse_job
+    from ..join.window import runtime_dtype
+    from ..slaves.local_join import BinaryJoin
+    rows_out, base = [], None
+    for sec in seconds:
+        w = int(sec * rate)
+        job = parse_job({"job": {"name": "window", "ts_unit": "ms"}, "input": {"staged": "staged"},
+                         "output": {"dir": "out"}, "predicate": {"equi": [["R.k", "S.k"]]},
+                         "strategy": {"name": "hash"},
+                         "streams": {n: {"schema": {"k": "int32"}, "window": f"{sec}s"} for n in ("R", "S")}},
+                        "window.toml")
+        dts = [runtime_dtype(s.dtype) for s in job.streams]
+        rng = np.random.default_rng(7)
+
+        def rows(s, n, first):      # tuples of both streams interleaved at `rate` each
+            r = np.zeros(n, dts[s])
+            r["seq"] = np.arange(first, first + 2 * n, 2) + s
+            r["ts"] = r["seq"] * 1000 // (2 * rate)
+            r["k"] = rng.integers(0, max(1, w // 4), n)
+            r["_coord"] = r["ts"]
+            r["_lo"] = r["ts"] - sec * 1000 + 1
+            return r
+        j = BinaryJoin(job.predicate, dts, "index", older=True)
+        for s in (0, 1):              # the windows filled, not joined (their own pairs are not the point)
+            j.append(j.layout.derive(rows(s, w, 0), s), s)
+        took, found = [], 0
+        for b in range(batches):
+            first = 2 * w + 2 * b * batch
+            new0, new1 = rows(0, batch, first), rows(1, batch, first)
+            t = time.perf_counter()
+            found += len(j.step(new0, new1)[0])
+            took.append(time.perf_counter() - t)
+        per = float(np.median(took[2:]))
+        base = base or per
+        rows_out.append([f"{sec:,} s", f"{w:,}", f"{found / batches:,.0f}", f"{per * 1e3:.2f}", f"{per / base:.2f}x"])
+        say(f"bench window: {sec} s window ({w:,} rows a stream): {per * 1e3:.2f} ms a batch of 2 x {batch:,} "
+            f"({found / batches:,.0f} results a batch)")
+        del j
+    print_table(["window", "rows a stream", "results a batch", "ms per batch", "vs the shortest"], rows_out)
+    return rows_out
