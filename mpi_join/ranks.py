@@ -39,7 +39,7 @@ def run_rank(job_path, overrides, choose_sources=None):
         signal.signal(sig, lambda signum, _: _interrupted(rank, ctx, signum))
     try:
         tx = Transport(comm)
-        hosts = comm.allgather((MPI.Get_processor_name(), _cpus()))
+        hosts = comm.allgather((MPI.Get_processor_name(), cpus()))
         tx.hosts = [h for h, _ in hosts]                         # the rank-to-host map
         ctx["cores"] = _cores(hosts)
         ctx["choose_sources"] = choose_sources
@@ -271,7 +271,7 @@ def stopped_line(signum, output, checkpoint_dir=None):
     return f"mpi-join: {why}; no _SUCCESS written{where}"
 
 
-def _cpus():
+def cpus():
     """The cores this process may run on (its affinity: a Slurm allocation's, say)."""
     try:
         return len(os.sched_getaffinity(0))

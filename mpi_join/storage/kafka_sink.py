@@ -73,6 +73,8 @@ def _lines(names, cols, fmt):
     str() of each integer and `%` of each row, most of what was left at 60,000)."""
     import pyarrow as pa
     import pyarrow.compute as pc
+    if not cols or not len(cols[0]):
+        return []
     null, texts = ("null", _json_texts) if fmt == "json" else ("", _csv_texts)
     parts = []
     for i, (n, c) in enumerate(zip(names, cols)):
@@ -86,8 +88,6 @@ def _lines(names, cols, fmt):
             parts.append(pa.array(texts(c), pa.string()))
     if fmt == "json":
         parts.append("}")
-    if not any(isinstance(x, (pa.Array, pa.ChunkedArray)) and len(x) for x in parts):
-        return []
     return pc.cast(pc.binary_join_element_wise(*parts, ""), pa.binary()).to_pylist()
 
 

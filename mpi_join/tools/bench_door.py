@@ -130,11 +130,9 @@ def _timed(cmd, say, env=None):
 
 
 def one_per_core():
-    """The cores this process may run on (a rank per core, as DuckDB runs a thread per core); at least 2."""
-    try:
-        return max(2, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(2, os.cpu_count() or 2)
+    """A rank per core this process may run on (ranks.cpus), as DuckDB runs a thread per core; at least 2."""
+    from ..ranks import cpus
+    return max(2, cpus())
 
 
 def bench_door(work, nprocs=(3,), impressions=1_000_000, clicks=200_000, spark=True, say=print):
@@ -143,7 +141,7 @@ def bench_door(work, nprocs=(3,), impressions=1_000_000, clicks=200_000, spark=T
     answer agrees with DuckDB's. Returns the figures (`pipeline_s` and `ratio`: the first count's)."""
     import pyarrow.parquet as pq
     from ..launch import mpiexec_cmd
-    nprocs = [nprocs] if isinstance(nprocs, int) else list(nprocs)
+    nprocs = list(nprocs)
     path = generate(work, impressions, clicks, say=say)
     me = [sys.executable, "-m", "mpi_join"]
     n_duck, t_duck, want = duckdb_door(work, os.path.join(work, "duck.parquet"))
