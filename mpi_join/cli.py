@@ -1391,7 +1391,9 @@ class _BenchChoice(click.Choice):
                    "8 M staged tuples (--tuples adds a size), on 2 ranks unless -n is given. sources: rank 0's "
                    "CPU per tuple with run.sources = 1, 2 and 4 at one worker count (-n: ranks with one source; "
                    "1.6 M tuples unless --tuples). window: a worker's cost per batch of its join against windows of 10 s, "
-                   "1 min and 10 min at 20,000 tuples/s per stream (flat is the goal). A strategy's own "
+                   "1 min and 10 min at 20,000 tuples/s per stream (flat is the goal). commits: rank 0's "
+                   "bookkeeping per commit after none, 15 min, 1 h and 4 h of a live run's committed files "
+                   "(flat is the goal). A strategy's own "
                    "cases are listed by `mpi-join strategies` (psp: fig8a; handshake, llhj: max-rate; splitjoin: "
                    "cores, where -n values are join cores; biclique: fig6a, where -n is join units).")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Work directory (default: a temporary one).")
@@ -1409,6 +1411,7 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
       mpi-join bench hash --case runtime        # the 4.8 M tuple case of the README
       mpi-join bench hash --case memory         # rank 0's peak RSS, 1 M against 8 M tuples
       mpi-join bench hash --case sources -n 3   # rank 0's CPU per tuple with 1, 2 and 4 sources
+      mpi-join bench hash --case commits        # a commit's bookkeeping after hours of a live run
       mpi-join bench psp --case fig8a           # response time against ring length, and the model's
       mpi-join bench splitjoin --case cores     # splitjoin, handshake, llhj on 1..4 join cores, and a model
       mpi-join bench live                       # live streams end to end against Spark (= bench-live)
@@ -1432,9 +1435,9 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
     tuples = tuples if tuples is not None else (3_000 if images else 400_000)
     rate = rate if rate is not None else (100.0 if images else 1000.0)
     window = window if window is not None else ("1s" if images else "60s")
-    if case is not None and case not in ("runtime", "memory", "sources", "window") and case not in own:
+    if case is not None and case not in ("runtime", "memory", "sources", "window", "commits") and case not in own:
         _fail(JobError(f"--case: unknown case {case!r} for strategy {strategy!r} (cases: "
-                       f"{', '.join(['runtime', 'memory', 'sources', 'window', *own])})"))
+                       f"{', '.join(['runtime', 'memory', 'sources', 'window', 'commits', *own])})"))
     if case in own:
         fn = own[case][0]
         mod, _, attr = fn.partition(":")
@@ -1465,6 +1468,10 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
     if case == "window":
         from .tools.bench import bench_window
         bench_window(say=lambda m: click.echo(m, err=True))
+        return
+    if case == "commits":
+        from .tools.bench import bench_commits
+        bench_commits(workdir=workdir, say=lambda m: click.echo(m, err=True))
         return
     if case == "runtime":
         tuples, rate, window, uniform_keys = 4_800_000, 20000.0, "60s", 100_000

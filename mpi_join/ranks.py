@@ -416,7 +416,7 @@ def _driver(job_path, overrides, tx, ctx):
                    checkpoints=report.checkpoints, topology=graph.name,
                    startup_s=report.t_replay - t_start, peak_buffer_bytes=metrics.extra.get("peak_buffer_bytes"))
     mdir = os.path.join(job.output, "metrics")
-    parts = sum(r.get("result_files", 0) for r in worker_metrics)
+    parts = len(part_records)
     summary["notes"] = report.notes + [
         f"results: {os.path.join(job.output, 'results')} ({parts} part files)",
         f"metrics: {os.path.join(mdir, 'summary.json')} (and rank-*.json)"]

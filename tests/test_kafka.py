@@ -432,6 +432,33 @@ def test_bench_live_kafka_runs_both_systems_to_every_result(services, tmp_path):
     assert "highest sustained rate per topic" in r.stderr or not all(t["sustained"] for t in rep["mpi_join"] + rep["flink"])
 
 
+def test_a_kafka_trial_whose_system_cannot_start_stops_its_producer(services, tmp_path, monkeypatch):
+    """A trial whose system under test fails to start (here Flink's Python missing) says so in
+    one line and leaves no producer behind (it went on producing to the broker for good)."""
+    from mpi_join.errors import JobError
+    from mpi_join.tools.bench_kafka import trial
+    monkeypatch.setenv("MPI_JOIN_FLINK_PYTHON", str(tmp_path / "no-python"))
+    work = tmp_path / "t"
+    with pytest.raises(JobError, match="Flink's Python is not at"):
+        trial("flink", str(work), services.endpoints()["kafka"], 1000, 2, 2)
+    spec = str(work / "producer.json")
+
+    def producers():
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if spec.encode() in f.read():
+                        found.append(pid)
+            except OSError:
+                pass
+        return found
+    deadline = time.monotonic() + 10
+    while producers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert producers() == []
+
+
 def test_live_to_kafka_through_a_stop_and_a_rescaled_restart(services, tmp_path):
     """`live --no-drain -n 3` from Kafka to Kafka, stopped once results are on the topic (the
     log stays open), then `live -n 5`: the run resumes at 5 ranks from its checkpoint (a

@@ -126,18 +126,40 @@ def test_edited_hdf5_row_skips_that_checkpoint(copy):
     assert _exact(job, arrays)
 
 
-def test_edited_committed_file_list_skips_that_checkpoint(copy):
+def test_a_ledger_cut_short_skips_the_checkpoints_past_its_end(copy):
+    """The ledger of committed files (storage/ledger.py) one byte short of what the newest
+    checkpoint recorded: every checkpoint whose prefix reaches past the end is skipped, said so
+    naming the ledger; one whose prefix is whole resumes exactly (with none, refused)."""
     path, job, arrays = copy
     newest = _newest(job)
-    mp = os.path.join(ck.ckpt_path(job.checkpoint.dir, newest), ck.MANIFEST)
-    man = json.load(open(mp))
-    assert man["committed_files"], "the checkpoint committed no file: nothing to edit"
-    man["committed_files"] = man["committed_files"][1:]
-    json.dump(man, open(mp, "w"))
+    refs = {c: m["ledger"]["bytes"] for c, m in ck.list_checkpoints(job.checkpoint.dir) if m}
+    assert refs[newest] > 0, "the checkpoints committed no file: nothing to cut"
+    led = os.path.join(job.checkpoint.dir, "_committed.jsonl")
+    with open(led, "r+b") as f:
+        f.truncate(refs[newest] - 1)
     p = _resume(path, job)
-    assert p.returncode == 0, p.stderr
-    assert f"skipping checkpoint {newest}" in p.stderr and "fails its checksum" in p.stderr
-    assert _exact(job, arrays)
+    assert f"skipping checkpoint {newest}" in p.stderr and "_committed.jsonl" in p.stderr, p.stderr
+    if any(b < refs[newest] for b in refs.values()):
+        assert p.returncode == 0, p.stderr
+        assert _exact(job, arrays)
+    else:
+        assert p.returncode == 2 and "no usable checkpoint" in p.stderr, p.stderr
+
+
+def test_a_changed_record_in_the_ledger_refuses_every_checkpoint_that_holds_it(copy):
+    """A committed file's record changed in the ledger (its rows): no checkpoint whose prefix
+    holds it is used; the resume says why and, with none left, is refused."""
+    path, job, arrays = copy
+    led = os.path.join(job.checkpoint.dir, "_committed.jsonl")
+    lines = open(led).read().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    first[1] += 1
+    lines[0] = json.dumps(first) + "\n"
+    open(led, "w").write("".join(lines))
+    p = _resume(path, job)
+    assert "_committed.jsonl" in p.stderr and "not what the checkpoint recorded" in p.stderr, p.stderr
+    assert p.returncode == 2 and "no usable checkpoint" in p.stderr, p.stderr
+    assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
 
 
 def test_truncated_committed_part_file(copy):
@@ -146,7 +168,7 @@ def test_truncated_committed_part_file(copy):
     path, job, arrays = copy
     newest = _newest(job)
     man, _ = ck.manifest_of(job.checkpoint.dir, newest)
-    name = man["committed_files"][-1]
+    name = sorted(ck.committed_files(job.checkpoint.dir, man))[-1]
     f = os.path.join(job.output, "results", name)
     with open(f, "r+b") as h:
         h.truncate(os.path.getsize(f) // 2)

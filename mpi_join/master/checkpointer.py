@@ -31,6 +31,8 @@ class Checkpointer:
         self.commits = None                # a followed run's results log (commits.py), set by runtime
         self.commit_rows = job.commit_rows
         self.cut_at = (0, 0)               # (input offset, results) at the last cut
+        self.ledger = None                 # the committed result files (ledger.py), begun at the first cut
+        self.committed = (0, 0)            # (files, results) committed so far
         self._last_offset = None
         self._last_t = time.perf_counter()
 
@@ -42,9 +44,21 @@ class Checkpointer:
         """A followed run: its cuts commit results (commits.Commits)."""
         self.commits = commits
 
-    def resumed(self, cid):
-        """A run resumed from checkpoint `cid`: its next one is cid + 1."""
+    def resumed(self, cid, root=None):
+        """A run resumed from checkpoint `cid` (of directory `root`): its next one is cid + 1, and
+        its ledger goes on from the files that checkpoint committed."""
         self.next_id = cid + 1
+        if self.cfg is not None and root is not None:
+            from ..storage import ledger
+            man = ck.manifest_of(root, cid)[0]
+            if isinstance(man.get("ledger"), dict):
+                _, prefix = ledger.read(root, man["ledger"])
+                self.ledger = ledger.Ledger(self.cfg.dir).start(prefix, man["ledger"]["entries"])
+            else:                        # a checkpoint written before the ledger: its manifest lists them
+                recs = ck.committed_files(root, man)
+                self.ledger = ledger.Ledger(self.cfg.dir).start()
+                self.ledger.append(recs)
+            self.committed = (self.ledger.entries, int(man.get("results") or 0))
 
     @property
     def enabled(self):
@@ -106,20 +120,25 @@ class Checkpointer:
         attrs = dict(p["attrs"], epoch=p["epoch"], input_offset=p["offset"], sent=p["sent"][0],
                      sources_sent={str(r): n for r, n in p["sent"].items() if r != 0})
         digest = ck.write_rank(self.cfg.dir, cid, 0, p["arrays"], attrs, p["cut"])
-        recs = as_records(row for a in p["acks"].values() for row in a.files)
+        new = as_records(row for a in p["acks"].values() for row in a.files)   # closed since the last cut
         digests = {"0": digest, **{str(src): a.digest for src, a in p["acks"].items()}}
         snaps = as_records(row for a in p["acks"].values() for row in a.snapshots)
+        if self.ledger is None:
+            from ..storage.ledger import Ledger
+            self.ledger = Ledger(self.cfg.dir).start()
+        ref = self.ledger.append(new)
+        results = self.committed[1] + sum(r["rows"] for r in new.values())
+        self.committed = (ref["entries"], results)
         ck.write_manifest(self.cfg.dir, cid, {
             "epoch": p["epoch"], "input_offset": p["offset"], "ranks": self.nranks, "fingerprint": self.fp,
             "sources": len(self.sources), "part_rows": self.part_rows,
-            "cut": p["cut"], "rank_files": digests,
-            "committed_files": sorted(recs), "committed": recs, "snapshots": snaps,
-            "results": sum(r["rows"] for r in recs.values()), "input": self.input,
+            "cut": p["cut"], "rank_files": digests, "ledger": ref, "snapshots": snaps,
+            "results": results, "input": self.input,
         })
         self.completed.append(cid)
         ck.prune(self.cfg.dir, self.cfg.keep)
         if self.commits is not None:
-            self.commits.commit(cid, p["offset"], recs, sum(r["rows"] for r in recs.values()))
+            self.commits.commit(cid, p["offset"], new, results)
 
 
 def restore_router(router, root, cid):

@@ -101,7 +101,7 @@ class Driver:
         if resume:
             r = resume_driver(self.router, self.source, graph, tx.size, *resume)
             self.sources_sent, self.epoch, self.resumed_from = r.sources_sent, r.epoch, r.resumed_from
-            self.ckpt.resumed(resume[1])
+            self.ckpt.resumed(resume[1], resume[0])
             self.out.resumed(r.sent)
             self.parts.start_at(r.lease)
             self.metrics.record(tuples_out=r.tuples_out)

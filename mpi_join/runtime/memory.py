@@ -87,11 +87,12 @@ class MemWriter:
     def close(self):
         return []
 
+    next_number = 0
+
     def file_records(self):
         return []
 
-    def snapshot_records(self):
-        return []
+    new_records = snapshot_records = file_records
 
 
 class MemTransport(InProcess):

@@ -68,7 +68,7 @@ class Cuts:
                 arrays[f"channel/{k}/{s}"] = b
             chan.append(src)
         digest = ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan), c.marker.cut)
-        return MarkerDone(c.marker.id, tuple(c.attrs["file_records"]), digest, tuple(c.attrs["snapshot_records"]))
+        return MarkerDone(c.marker.id, tuple(c.attrs["new_files"]), digest, tuple(c.attrs["snapshot_records"]))
 
     def state_dtype(self, name, attrs):
         parts = name.split("/")
@@ -101,7 +101,8 @@ def worker_state(w):
     arrays, attrs = w.module.snapshot()
     return arrays, attrs, {"results": w.metrics.results, "tuples_in": w.metrics.tuples_in,
                            "sent": w.outbox.sent, "received": w.received, "input_part": w.inbox.part,
-                           "marked": w.inbox.marked, "file_records": w.writer.file_records(),
+                           "marked": w.inbox.marked, "new_files": w.writer.new_records(),
+                           "next_part": w.writer.next_number,
                            "snapshot_records": w.writer.snapshot_records()}
 
 
@@ -120,7 +121,7 @@ def restore_worker(w, root, cid, part=0):
     w.metrics.record(results=attrs["results"], tuples_in=attrs["tuples_in"])
     w.outbox.resumed(attrs["sent"])
     w.inbox.resume_at(attrs.get("input_part", 0), attrs.get("marked", -1))
-    w.writer.resume(attrs["file_records"], attrs["snapshot_records"])
+    w.writer.resume(attrs.get("file_records", ()), attrs["snapshot_records"], after=attrs.get("next_part", 0) - 1)
     for src, header, batches in channel:
         w.inbox.data(src, header, batches, ack=False)
     return attrs["received"], None
@@ -180,13 +181,14 @@ def restore_rescaled(w, root, cid, man):
                       snapshots=made.snapshots if w.rank == max(w.graph.workers) else [])
         out = mine.extend(out)
     last = max(w.graph.workers)
-    taken = {n: rec for n, rec in (man.get("committed") or {}).items()
+    committed = ck.committed_files(root, man)
+    taken = {n: rec for n, rec in committed.items()
              if part_of(n)[0] == w.rank or (w.rank == last and part_of(n)[0] not in w.graph.workers)}
     snaps = (man.get("snapshots") or {}) if w.rank == last else {}
     # numbered past every committed file, whoever wrote it: a writer's files after a rescale
     # come after all before it in the numbers too (verify --ordered reads the write order so)
-    after = max([part_of(n)[1] for n in (man.get("committed") or {}) if part_of(n)] + [-1])
-    w.writer.resume(as_rows(taken), as_rows(snaps), after=after)
+    after = max([part_of(n)[1] for n in committed if part_of(n)] + [-1])
+    w.writer.resume((), as_rows(snaps), after=after)
     w.metrics.record(results=sum(r["rows"] for r in taken.values()), tuples_in=0)
     assert out is None or (not out.forward and not out.control), "a restore sends nothing: the links are not up yet"
     return out

@@ -3,8 +3,9 @@
 A checkpoint is a directory ckpt-<id>/ with one HDF5 file per rank (its window and strategy
 state: named arrays plus JSON attributes) and MANIFEST.json, written last and atomically by the
 master once every rank has written its file. The manifest records the input offset (tuples
-released before the cut), the result files committed up to the cut, the number of ranks and a
-fingerprint of the job configuration. A checkpoint without a manifest is incomplete and ignored.
+released before the cut), how far the ledger of committed result files went at the cut
+(ledger.py: each cut appends the files it commits), the number of ranks and a fingerprint of the
+job configuration. A checkpoint without a manifest is incomplete and ignored.
 
 The cut itself is made by markers that travel with the data: the master sends a CHECKPOINT
 marker on each slave's channel right after the last epoch before the cut, so every rank saves
@@ -300,9 +301,8 @@ def latest_complete(root, job, nranks, say=None, results_dir=None):
                 # every rank but the extra sources (the last ranks; rank 0 keeps their counts)
                 for r in range(int(man["ranks"]) - (int(man.get("sources", 1)) - 1)):
                     read_rank(root, cid, r, manifest=man)   # present, unchanged, of this cut, before anyone starts
-                committed = man.get("committed") or {}
-                if set(committed) != set(man.get("committed_files", [])):
-                    raise InputError(f"{ckpt_path(root, cid)}: the manifest's committed files disagree with their records")
+                committed = committed_files(root, man)
+                man = dict(man, committed=committed)      # read once: the resume's caller keeps it
                 if results_dir is not None:
                     for name, rec in sorted(committed.items()):
                         verify_part(os.path.join(results_dir, name), rec)
@@ -318,6 +318,22 @@ def latest_complete(root, job, nranks, say=None, results_dir=None):
     for r in reasons[:-1]:
         say(r)
     raise InputError(f"{root}: no usable checkpoint; the last one tried: {reasons[-1].split(': ', 2)[-1]}")
+
+
+def committed_files(root, man):
+    """{name: {rows, bytes, sha256}} of the result files checkpoint manifest `man` (of checkpoint
+    directory `root`) committed: from the ledger (ledger.py), the prefix the manifest recorded,
+    checked against its digest; InputError naming the ledger where it fails."""
+    from . import ledger
+    if "committed" in man:               # read already (latest_complete), or written by /2 before the ledger
+        if set(man["committed"]) != set(man.get("committed_files", man["committed"])):
+            raise InputError(f"{os.path.join(ckpt_path(root, int(man.get('checkpoint', 0))), MANIFEST)}: the manifest's committed files disagree with their records")
+        return man["committed"]
+    return ledger.read(root, man.get("ledger"))[0]
+
+
+def _result_files(man):
+    return man["ledger"]["entries"] if isinstance(man.get("ledger"), dict) else len(man.get("committed_files", []))
 
 
 def rescaled(man, nranks, sources):
@@ -393,7 +409,7 @@ def describe(root):
             "id": cid, "complete": man is not None, "rank_files": len(files),
             "epoch": man.get("epoch") if man else None,
             "input_offset": man.get("input_offset") if man else None,
-            "result_files": len(man.get("committed_files", [])) if man else None,
+            "result_files": _result_files(man) if man else None,
             "results": man.get("results") if man else None,
             "state_rows": tuples, "bytes": size,
             "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(man["created"])) if man else None,

@@ -123,10 +123,10 @@ def _commits(out, once=False, stopped=lambda: False, interval=0.2):
     once, its files checked against their records, until the final commit (`once`: what is
     committed now). A finished run without commits (a replay) is one commit of its parts."""
     from .checksums import read_success, recorded_parts, verify_part
-    from .commits import DIR, read_committed
+    from .commits import read_commits, read_committed
     n, rdir = 0, os.path.join(out, "results")
     while not stopped():
-        rec = read_committed(out)
+        rec = read_committed(out, files=False)
         if rec is None and os.path.exists(os.path.join(out, "_SUCCESS")):
             parts = recorded_parts(read_success(os.path.join(out, "_SUCCESS")), os.path.join(out, "_SUCCESS"))
             for f, r in parts.items():
@@ -135,8 +135,7 @@ def _commits(out, once=False, stopped=lambda: False, interval=0.2):
             return
         if rec is not None:
             for i in range(n, rec["commits"]):
-                with open(os.path.join(out, DIR, f"commit-{i:06d}.json")) as f:
-                    files = json.load(f).get("files") or {}
+                files = read_commits(out, i, i + 1)[0]["files"]
                 for name, r in files.items():
                     verify_part(os.path.join(rdir, name), r)
                 yield i + 1, [os.path.join(rdir, name) for name in sorted(files)]

@@ -27,6 +27,7 @@ class Clock:
         self.landed = np.zeros(0, np.int64)
         self.staged = np.zeros(0, np.int64)
         self.parts_read, self.batches_read, self.files_done = set(), set(), set()
+        self.commits_read = 0          # commit entries read (each is read once)
         self.part_commit = {}            # (stream, part) -> the log batch's committed_ns
 
     def _grow(self, n):
@@ -68,13 +69,16 @@ class Clock:
     def new_results(self, out):
         """Per result committed in `out` since the last call: {"total": ns array, part: ns
         array...} from landing to commit (results whose tuple has no landing time are left out)."""
-        entries = []
-        for p in sorted(glob.glob(os.path.join(out, "commits", "commit-*.json"))):
-            try:
-                with open(p) as f:
-                    entries.append(json.load(f))
-            except (OSError, ValueError):
-                continue
+        from .commits import read_commits, read_committed
+        rec = read_committed(out, files=False)
+        if rec is None:
+            return None
+        first = self.commits_read if rec["commits"] >= self.commits_read else 0    # a resume took some back
+        try:
+            entries = read_commits(out, first, rec["commits"])
+        except FileNotFoundError:           # taken back as it was read: the next look
+            return None
+        self.commits_read = rec["commits"]
         files = [(n, e["committed_ns"]) for e in entries for n in (e.get("files") or {})
                  if n not in self.files_done]
         if not files:

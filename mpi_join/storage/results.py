@@ -62,6 +62,7 @@ class ResultWriter:
         self._pool = None
         self._pending = None
         self.records = {}            # file name -> {"rows", "bytes", "sha256"}: what was written
+        self.fresh = []              # names of files written since the last new_records()
         self.snap_records = {}       # the same of the aggregate snapshots written
         os.makedirs(directory, exist_ok=True)
 
@@ -94,6 +95,7 @@ class ResultWriter:
             p, self._pending = self._pending, None
             name, rec = p.result()           # a write error surfaces here, on the rank's own thread
             self.records[name] = rec
+            self.fresh.append(name)
 
     def close(self):
         self.flush(wait=True)
@@ -130,18 +132,31 @@ class ResultWriter:
                     remove_file(d, os.path.join(d, f))
                     self.snap_records.pop(f, None)
 
-    def resume(self, file_records, snapshot_records=(), after=-1):
-        """Continue after a checkpoint whose committed files of this rank are `file_records` and
-        `snapshot_records` (what file_records() and snapshot_records() gave at the cut, verified
-        on resume); the next file's number is past `after` too (a restore at another rank count:
-        the highest number of any committed file)."""
-        self.records, self.snap_records = as_records(file_records), as_records(snapshot_records)
-        self.files = [os.path.join(self.dir, n) for n in sorted(self.records)]
-        held = [part_of(n) for n in self.records]   # a restore at another rank count hands a rank others' files too
-        self._next = max([len(self.files), after + 1] + [k + 1 for r, k in filter(None, held) if r == self.rank])
+    def resume(self, file_records=(), snapshot_records=(), after=-1):
+        """Continue after a checkpoint: its aggregate snapshots are `snapshot_records` (what
+        snapshot_records() gave at the cut, verified on resume), the next file's number is past
+        `after` (the number the cut recorded, or at another rank count the highest of any
+        committed file) and past the files of `file_records` (a checkpoint written before the
+        ledger listed each rank's). Files written from here on are this run's records; those
+        committed before are the checkpoint's (its ledger)."""
+        held = [part_of(n) for n, *_ in file_records]
+        self.records, self.fresh, self.snap_records = {}, [], as_records(snapshot_records)
+        self.files = []
+        self._next = max([after + 1] + [k + 1 for r, k in filter(None, held) if r == self.rank])
+
+    @property
+    def next_number(self):
+        """The number the next part file takes (a cut records it: the restore goes on from it)."""
+        return self._next
+
+    def new_records(self):
+        """[[name, rows, bytes, sha256]] of the files written since the last call (after a flush
+        with wait): what a cut commits, so it costs what was added, not what the run wrote."""
+        new, self.fresh = self.fresh, []
+        return as_rows({n: self.records[n] for n in new})
 
     def file_records(self):
-        """[[name, rows, bytes, sha256]] of every file written so far (after a flush with wait)."""
+        """[[name, rows, bytes, sha256]] of every file this run wrote (the end of a run)."""
         return as_rows(self.records)
 
     def snapshot_records(self):

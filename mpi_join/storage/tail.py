@@ -3,35 +3,53 @@ import os
 
 import numpy as np
 
-from .commits import read_committed
+from .commits import read_commits, read_committed
 
 
 def follow(out, interval=0.2, once=False, stopped=lambda: False):
     """Yield (commit record, [new result part file paths]) as a followed run in `out` commits,
     each file once and checked against its record, until the run's final commit (or, with
     `once`, after what is committed now). A finished replay run (with _SUCCESS, no commits)
-    yields its recorded parts once."""
+    yields its recorded parts once. Each look reads only the commits not yet read."""
     import time
     from .checksums import read_success, recorded_parts, verify_part
-    seen = set()
+    seen, n = set(), 0
     rdir = os.path.join(out, "results")
     while not stopped():
-        rec = read_committed(out)
+        rec = read_committed(out, files=False)
         if rec is None and os.path.exists(os.path.join(out, "_SUCCESS")):
             parts = recorded_parts(read_success(os.path.join(out, "_SUCCESS")), os.path.join(out, "_SUCCESS"))
             rec = {"files": parts, "final": True, "commits": 1, "results": sum(r["rows"] for r in parts.values())}
         if rec is not None:
-            new = sorted(set(rec["files"]) - seen)
-            for n in new:
-                verify_part(os.path.join(rdir, n), rec["files"][n])
+            files, n = _files_since(out, rec, n)
+            new = sorted(set(files) - seen)
+            for name in new:
+                verify_part(os.path.join(rdir, name), files[name])
             seen.update(new)
             if new or rec.get("final"):
-                yield rec, [os.path.join(rdir, n) for n in new]
+                yield rec, [os.path.join(rdir, name) for name in new]
             if rec.get("final"):
                 return
         if once:
             return
         time.sleep(interval)
+
+
+def _files_since(out, rec, n):
+    """({name: record} of the commits from number `n` on, the next number to read) of a commit
+    record (one that lists its files, format /1 or a replay's, is taken whole); a resume that
+    took commits back has them read again from the first."""
+    if "files" in rec:
+        return rec["files"], rec["commits"]
+    if rec["commits"] < n:
+        n = 0
+    files = {}
+    try:
+        for e in read_commits(out, n, rec["commits"]):
+            files.update(e["files"])
+    except FileNotFoundError:          # taken back as it was read: the next look reads again
+        return {}, n
+    return files, rec["commits"]
 
 
 class Payloads:

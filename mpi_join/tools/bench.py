@@ -294,6 +294,61 @@ def demo(nprocs, tuples, workdir, spark_master="local[*]"):
     return code
 
 
+def bench_commits(before=(0, 7_200, 28_800, 115_200), per_commit=2, commits=20, workdir=None, say=print):
+    """Rank 0's bookkeeping for one commit of a live run (a checkpoint's manifest, the ledger of
+    committed files, the results log's commit) after `before` files committed (at 4 commits a
+    second, each closing 2 workers' files: none, 15 minutes, 1 hour and 4 hours of a live run),
+    against the same with every committed file listed in the manifest and the commit point (what
+    each commit wrote before the ledger). The median of `commits` commits of `per_commit` files each; the
+    ratio to the first row's, measured in the same run. Flat is the goal."""
+    import shutil
+    import tempfile
+    import numpy as np
+    from ..storage import checkpoint as ck
+    from ..storage.commits import COMMITTED, Commits
+    from ..storage.durable import write_json
+    from ..storage.ledger import Ledger
+    root = tempfile.mkdtemp(prefix="bench-commits-", dir=workdir)
+
+    def rec(i):
+        return f"part-r{1 + i % 2:04d}-{i // 2:05d}.parquet", {"rows": 3_000 + i % 97, "bytes": 61_000 + i,
+                                                              "sha256": f"{i:064x}"}
+    out, base = [], None
+    try:
+        for n in before:
+            d = os.path.join(root, str(n))
+            led, log = Ledger(os.path.join(d, "ckpt")).start(), Commits(os.path.join(d, "out"))
+            old = dict(rec(i) for i in range(n))
+            for i in range(0, n, 4_000):                       # the history, in big appends
+                led.append(dict(rec(k) for k in range(i, min(n, i + 4_000))))
+            took, listed = [], []
+            for c in range(commits):
+                new = dict(rec(n + c * per_commit + k) for k in range(per_commit))
+                t = time.perf_counter()
+                ref = led.append(new)
+                os.makedirs(ck.ckpt_path(os.path.join(d, "ckpt"), c))
+                ck.write_manifest(os.path.join(d, "ckpt"), c, {"ledger": ref, "results": 0})
+                log.commit(c, c, new, 0)
+                took.append(time.perf_counter() - t)
+                old.update(new)
+                t = time.perf_counter()        # the same commit listing every file, as before the ledger
+                os.makedirs(ck.ckpt_path(os.path.join(d, "old"), c))
+                ck.write_manifest(os.path.join(d, "old"), c, {"committed_files": sorted(old), "committed": old,
+                                                              "results": 0})
+                write_json(os.path.join(d, "old", COMMITTED), {"commits": c, "files": old, "results": 0})
+                listed.append(time.perf_counter() - t)
+            per, was = float(np.median(took[3:])), float(np.median(listed[3:]))
+            base = base or per
+            out.append([f"{n:,}", f"{per * 1e3:.2f}", f"{per / base:.2f}x", f"{was * 1e3:.2f}", f"{was / per:.1f}x"])
+            say(f"bench commits: after {n:,} files committed: {per * 1e3:.2f} ms a commit "
+                f"(listing every file: {was * 1e3:.2f} ms)")
+            shutil.rmtree(d)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print_table(["files before", "ms per commit", "vs none before", "listing every file (ms)", "listing / ledger"], out)
+    return out
+
+
 def bench_window(seconds=(10, 60, 600), rate=20_000, batch=2048, batches=40, say=print):
     """A worker's cost per batch against the window's length (every strategy's join modules
     probe with slaves/local_join.BinaryJoin): an equi join on an int32 key (a window row of 28

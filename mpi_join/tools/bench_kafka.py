@@ -42,6 +42,8 @@ def produce(spec_path):
     on at WARM_RATE until the file `stop` exists: a live stream goes on, and its watermark with
     it, so the timed records' last results are released as they would be."""
     from confluent_kafka import Producer
+    from ..parent_death import arm
+    arm()
     with open(spec_path) as f:
         spec = json.load(f)
     p = Producer({"bootstrap.servers": spec["servers"], "linger.ms": 20, "queue.buffering.max.messages": 2_000_000,
@@ -103,7 +105,9 @@ def _system(kind, work, servers, topics, ranks):
     """Start the system under test; returns (process, its output lines, a result's later input
     time from its JSON value)."""
     if kind == "mpi_join":
-        p, lines = _spawn(_cmd("live", _job(work, servers, topics, ranks), "-n", str(ranks), "--status-every", "5"))
+        from ..parent_death import child_env
+        p, lines = _spawn(_cmd("live", _job(work, servers, topics, ranks), "-n", str(ranks), "--status-every", "5"),
+                          env=child_env({}, signal.SIGKILL))           # it ends with the bench (its children with it)
         return p, lines, lambda v: max(v["R_ts"], v["S_ts"])
     from ..services.maven import classpath
     from .flink_peer import flink_python
@@ -135,10 +139,12 @@ def trial(kind, work, servers, rate, seconds, ranks, keys=200_000, say=print, ti
     consumer = Consumer({"bootstrap.servers": servers, "group.id": tag, "isolation.level": "read_committed",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 0})
     consumer.subscribe([topics["out"]])
-    producer, plines = _spawn([sys.executable, "-c", f"from mpi_join.tools.bench_kafka import produce; produce({spec!r})"])
-    system, slines, later = _system(kind, work, servers, topics, ranks)
-    got_at, later_t = [], []
-    try:
+    from ..parent_death import child_env
+    producer, plines = _spawn([sys.executable, "-c", f"from mpi_join.tools.bench_kafka import produce; produce({spec!r})"],
+                              env=child_env({}, signal.SIGKILL))      # it ends with the bench, however that ends
+    system, slines, got_at, later_t = None, [], [], []
+    try:                       # the producer is stopped whatever happens from here (a peer that cannot start)
+        system, slines, later = _system(kind, work, servers, topics, ranks)
         deadline, t_go, expected, last_new = time.monotonic() + timeout, None, None, time.monotonic()
         n_got, t_end = 0, None          # results of the timed records (t_end: known once they are produced)
         while True:
@@ -174,7 +180,7 @@ def trial(kind, work, servers, rate, seconds, ranks, keys=200_000, say=print, ti
         open(os.path.join(work, "stop"), "w").close()
         consumer.close()
         for p in (producer, system):
-            if p.poll() is None:
+            if p is not None and p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
         with open(os.path.join(work, f"{kind}.log"), "w") as f:       # what the system said, to look at
             f.write("\n".join(slines) + "\n")
