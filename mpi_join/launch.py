@@ -15,6 +15,9 @@ from .errors import JobError
 
 _CODES = re.compile(r"Exit codes: (.*)$")
 _HOST = re.compile(r"\[([^\]]+)\]\s*([-\d,]+)")
+# a rank's failure that is MPI's own error in a transfer (mpi4py's MPI.Exception): what a rank
+# sees when the peer it reads from was killed outright, which the exit codes then name
+_PEER_GONE = re.compile(r" failed: Exception: .*MPI error")
 
 
 def mpiexec_path():
@@ -136,8 +139,8 @@ class Launch:
                 continue            # replaced by one line of ours when it matters
             if self.hydra and line.startswith("[mpiexec@") and "Ctrl-C" in line:
                 continue            # Hydra's notes on forwarding the signal: the ranks say what happened
-            if line.startswith("mpi-join: error:") or " failed: " in line:
-                seen["said"] = True
+            if line.startswith("mpi-join: error:") or (" failed: " in line and not _PEER_GONE.search(line)):
+                seen["said"] = True     # a rank's MPI error in a transfer with a killed peer is not the cause
             if line.startswith(("mpi-join: interrupted by the user", "mpi-join: stopped by SIG")):
                 seen["stopped_said"] = True
             dst.write(line)

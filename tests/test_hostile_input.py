@@ -490,6 +490,27 @@ def test_hydra_exit_codes_name_the_killed_rank():
     assert exit_codes("something else") == []
 
 
+@pytest.mark.parametrize("said,named", [
+    ("mpi-join: rank 1 failed: Exception: Other MPI error, error stack:", True),     # a transfer from the dead peer
+    ("mpi-join: rank 1 failed: ValueError: a bad value", False),                      # rank 1's own failure
+])
+def test_a_rank_that_failed_in_a_transfer_from_a_killed_peer_does_not_hide_it(tmp_path, capsys, said, named):
+    """Under load a surviving rank may fail first, with MPI's own error in a transfer from the rank
+    that was killed (process_vm_readv: no such process); the killed rank is still named, in one
+    line. A rank's own failure is the cause, and no killed line is added to it."""
+    from mpi_join.launch import Launch
+    (tmp_path / "hydra_pmi_proxy").write_text("")
+    fake = tmp_path / "mpiexec"
+    fake.write_text(f"#!/bin/sh\necho '{said}' >&2\necho '[mpiexec@vm] Exit codes: [vm] 0,1,9'\nexit 9\n")
+    fake.chmod(0o755)
+    assert Launch([str(fake), "-n", "3"]).wait() == 9
+    err = capsys.readouterr().err
+    assert said in err
+    lines = [ln for ln in err.splitlines() if ln.startswith("mpi-join: error:")]
+    assert lines == (["mpi-join: error: rank 2 on host vm was killed (SIGKILL; the OOM killer or a kill -9 do this); "
+                      "the job was aborted; with checkpoints, `--resume` continues it"] if named else []), err
+
+
 def test_a_lock_held_by_a_killed_unreaped_process_is_stale(tmp_path):
     """A holder killed outright may linger as a zombie until its parent reaps it: not running."""
     import signal
