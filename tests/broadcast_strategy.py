@@ -5,6 +5,7 @@ import numpy as np
 
 from mpi_join.runtime.graph import DRIVER, RESULTS, Edge, Graph, vertices
 from mpi_join.runtime.operator import Fields, Operator, Output, Rows
+from mpi_join.runtime.routing import EdgeRouter
 from mpi_join.slaves.local_join import BinaryJoin
 from mpi_join.storage.results import result_rows
 from mpi_join.strategies import REGISTRY, StrategyInfo, register
@@ -36,7 +37,7 @@ class Store(Operator):
             self.join.append(self.join.derive(self.mine(b, s), s), s)
         for s, b in enumerate(batches):
             a, c, tin = self.join.probe_newer(b, s)
-            out.send_results(self.sink, result_rows(self.job.stream_names, (a, c), tin))
+            out.send_results(self.to(self.sink), result_rows(self.job.stream_names, (a, c), tin))
         return out
 
 
@@ -103,3 +104,37 @@ if "hash-tree" not in REGISTRY:
     register(StrategyInfo(name="hash-tree", summary="test: rows split by rank 0's edges, then by a distributor's",
                           predicates=frozenset({"equi"}), requires=frozenset({"equi"}), min_ranks=4, testing=True,
                           graph="broadcast_strategy:build_tree", rescale=True, roles={"core": "broadcast_strategy:Store"}))
+
+
+# `fan-in`: every core fed by two distributors. Rank 0 deals its batches round-robin between
+# the two (numbering them), each distributor routes its rows to the cores by the key's hash, and
+# each core takes the two flows in rank 0's order (merge=True). A core's home is the hash
+# (placement._fan_in); rows in flight to a core at a cut (the flow whose marker copy came
+# second) are carried to rest by the drain before the state is dealt at another rank count.
+def build_fan_in(size, params):
+    sink, d = size - 1, 2
+    cores = range(d + 1, sink)
+    return Graph("fan-in", vertices(size, lambda r: "sink" if r == sink else "distributor" if r <= d else "core"),
+                 [Edge(DRIVER, r, partitioner="round-robin") for r in range(1, d + 1)]
+                 + [Edge(r, c, partitioner="hash", merge=True) for c in cores for r in range(1, d + 1)]
+                 + [Edge(c, sink, RESULTS) for c in cores])
+
+
+class Numbered(EdgeRouter):
+    """Rank 0 numbers the batches it deals, the order the cores merge the two flows by."""
+
+    def __init__(self, job, rank, graph, dtypes):
+        super().__init__(job, rank, graph, dtypes)
+        self.next = 0
+        self.declare(order=Fields(self, "next"))
+
+    def on_data(self, src, header, batches):
+        self.next = self.number(header, self.next) + 1
+        return self.routes.route(Output(), batches, header.bounds, order=self.next - 1)
+
+
+if "fan-in" not in REGISTRY:
+    register(StrategyInfo(name="fan-in", summary="test: two distributors feed every core through the ordered merge",
+                          predicates=frozenset({"equi"}), requires=frozenset({"equi"}), min_ranks=5, testing=True,
+                          graph="broadcast_strategy:build_fan_in", rescale=True,
+                          roles={"driver": "broadcast_strategy:Numbered", "core": "broadcast_strategy:Store"}))

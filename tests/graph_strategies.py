@@ -52,7 +52,7 @@ class Stamp(Header):
 
 class FanOutRouter(RelayRouter):
     def on_data(self, src, header, batches):
-        return Output.sending(self.graph.entries(), batches, header.bounds)
+        return Output.sending(self.graph.out_edges(DRIVER), batches, header.bounds)
 
 
 class Core(CoreModule):
@@ -67,7 +67,7 @@ class Core(CoreModule):
         sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), share(batches, self.n, self.share))
         out = Output()
         if len(tin):
-            out.send_results(self.merger, result_rows(self.job.stream_names, (sa, sb), tin), Stamp(self.rank))
+            out.send_results(self.to(self.merger), result_rows(self.job.stream_names, (sa, sb), tin), Stamp(self.rank))
         return out
 
 
@@ -83,7 +83,7 @@ class Merger(Operator):
             time.sleep(self.delay)
         self.passed += len(batches[0])
         out = Output()
-        out.send_results(1, batches[0], header.body)
+        out.send_results(self.to(1), batches[0], header.body)
         return out
 
     def stats(self):
@@ -106,7 +106,7 @@ class TreeNode(CoreModule):
         out = Output()
         out.emit((sa, sb), tin)
         if not self.first and self.children:
-            out.send_many(self.children, batches, header.bounds)
+            out.send_many([self.to(c) for c in self.children], batches, header.bounds)
         return out
 
 
@@ -116,7 +116,7 @@ def fan_tree(size, params):
 
 class RootRouter(FanOutRouter):
     def on_data(self, src, header, batches):
-        return Output.sending(self.graph.downstream(DRIVER), batches, header.bounds)
+        return Output.sending(self.graph.out_edges(DRIVER), batches, header.bounds)
 
 
 def bench_depth(nprocs, workdir, tuples=6000, rate=300.0, delay=0.02):
@@ -169,13 +169,13 @@ class DispatchRouter(FanOutRouter):
     def on_data(self, src, header, batches):
         d = self.graph.entries()
         self.next += 1
-        return Output.sending((d[(self.next - 1) % len(d)],), batches, header.bounds, order=self.next - 1)
+        return Output.sending((self.to(d[(self.next - 1) % len(d)]),), batches, header.bounds, order=self.next - 1)
 
 
 class Dispatcher(Operator):
     def on_data(self, src, header, batches):
         out = Output()
-        out.send_many(self.graph.downstream(self.rank), batches, header.bounds, order=header.order)
+        out.send_many(self.graph.out_edges(self.rank), batches, header.bounds, order=header.order)
         return out
 
 
@@ -214,7 +214,7 @@ class GrowRouter(FanOutRouter):
         for w in self.graph.workers:
             mine = [b[self.owner[self.unit_of(b)] == w] for b in batches]
             if any(len(b) for b in mine):
-                out.send(w, mine, header.bounds)
+                out.send(self.to(w), mine, header.bounds)
         return out
 
     def end_of_epoch(self, epoch):
@@ -228,7 +228,7 @@ class GrowRouter(FanOutRouter):
     def on_moved(self, unit, src, dst, held):
         self.owner[unit] = dst
         if any(len(h) for h in held):
-            return Output.sending((dst,), held, self.coordinator.bounds())
+            return Output.sending((self.to(dst),), held, self.coordinator.bounds())
 
     def stats(self):
         return {"units_moved": self.moved}

@@ -37,7 +37,7 @@ class RelayRouter(Operator):
         batch["_h"] = self.part.hashes(self.part.keys(batch, stream))
 
     def on_data(self, src, header, batches):
-        return Output.sending((1,), batches, header.bounds, Hop(0))
+        return Output.sending((self.to(1),), batches, header.bounds, Hop(0))
 
 
 def share(batches, n, k):
@@ -73,8 +73,8 @@ class RelayModule(CoreModule):
             sa, sb, tin = self.core.on_epoch(np.asarray(header.bounds, np.int64), share(batches, self.n, self.share))
             out.emit((sa, sb), tin)
         if hop < self.last:
-            for d in self.graph.downstream(self.rank):
-                out.send(d, batches, header.bounds, Hop(hop + 1))
+            for e in self.graph.out_edges(self.rank):
+                out.send(e, batches, header.bounds, Hop(hop + 1))
         return out
 
     def on_eos(self, src):

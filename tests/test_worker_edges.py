@@ -145,12 +145,32 @@ def test_a_rescaled_restore_deals_each_row_only_where_the_routing_sends_it(tmp_p
     assert os.path.exists(os.path.join(job.output, "_SUCCESS"))
 
 
-def test_a_send_names_an_edge_or_the_rank_it_leads_to():
+def test_a_send_goes_along_edges_of_one_vertex():
+    """Output.send names the edge it goes along (Operator.to(rank)); a rank, or edges of two
+    vertices in one message, are refused in one line."""
     R, S = random_streams(np.random.default_rng(2), 20)
     out = Output()
     out.send(Edge(1, 3), [R, S], (0, 0))
-    out.send_many([Edge(1, 2), 4], [R, S], (0, 0))
-    assert [dests for dests, *_ in out.forward] == [(3,), (2, 4)]
+    out.send_many([Edge(1, 2), Edge(1, 4)], [R, S], (0, 0))
+    out.send_results(Edge(1, 5, "results"), R[:0])
+    assert [dests for dests, *_ in out.forward] == [(3,), (2, 4), (5,)]
+    with pytest.raises(TypeError, match=r"Output: a send goes along an edge of the graph .*not int 4"):
+        out.send_many([Edge(1, 2), 4], [R, S], (0, 0))
+    with pytest.raises(TypeError, match="not int 3"):
+        Output.sending((3,), [R, S], (0, 0))
+    with pytest.raises(ValueError, match=r"edges of one vertex, not of ranks \[1, 2\]"):
+        out.send_many([Edge(1, 3), Edge(2, 3)], [R, S], (0, 0))
+    assert len(out.forward) == 3
+
+
+def test_an_operator_names_its_edge_to_a_rank_and_none_that_the_graph_lacks():
+    from mpi_join.runtime.graph import chain
+    from mpi_join.runtime.operator import Operator
+    g = chain(4)
+    op = Operator(None, 2, g, [])
+    assert op.to(3) == g.edge(2, 3) and op.to(1) == g.edge(2, 1)
+    with pytest.raises(RuntimeError, match=r"rank 2: no edge of the .* graph leads from it to rank 0"):
+        op.to(0)
 
 
 def test_a_send_along_no_edge_is_refused_naming_the_rank():

@@ -20,7 +20,7 @@ class Views:
         self.columns = self.spec.columns if self.spec else ()
         self.dtype = aggregate.view_dtype(self.spec, dtypes) if self.spec else None
         self.period_ns = int(float(job.strategy.params["update_ms"]) * 1e6)
-        self.merger, self.upstream = merger, upstream
+        self.merger, self.upstream = merger, upstream          # merger: the unit's edge to it
         self.unsent, self.sent_at, self.ended = None, time.monotonic_ns(), 0
 
     def add(self, values, n, out):

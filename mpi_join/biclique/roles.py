@@ -56,7 +56,8 @@ class Unit(Operator):
         super().__init__(job, rank, graph, dtypes)
         self.side = side_of(graph, rank)
         self.method = job.strategy.params["local_join"]
-        self.views = Views(job, dtypes, len(graph.ranks("dispatcher")), merger_of(graph))
+        merger = merger_of(graph)
+        self.views = Views(job, dtypes, len(graph.ranks("dispatcher")), None if merger is None else self.to(merger))
         self.join = ChainedIndex(job.predicate, dtypes, self.method, self.side,
                                  archive_period(job, self.side), job.strategy.params["max_delay"], self.views.columns)
         self.limit = state_limit(job)

@@ -84,7 +84,7 @@ class Shuffler(Operator):
                 self.body = Members(self.version, self.members.flat())     # rebuilt only when the table changed
             body = self.body
         self.next = self.number(header, self.next) + 1
-        return Output.sending((d[(self.next - 1) % len(d)],), batches, header.bounds, body, self.next - 1)
+        return Output.sending((self.to(d[(self.next - 1) % len(d)]),), batches, header.bounds, body, self.next - 1)
 
     def rescale(self, root, cid):
         """Restored at another rank count: the units took their rows by the table of a start
@@ -218,7 +218,7 @@ class Dispatcher(Operator):
                 parts[side] = batches[side][store[side] == u]
                 g = m.group(side, u)
                 parts[other] = batches[other][at == g] if g >= 0 else batches[other][:0]
-                out.send(rank, parts, header.bounds, order=header.order)
+                out.send(self.to(rank), parts, header.bounds, order=header.order)
         self.routed += sum(len(b) for b in batches)
         return out
 

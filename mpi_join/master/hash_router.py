@@ -91,7 +91,7 @@ class HashRouter(Operator):
         for s in slaves:
             parts = [_cat(side, dt) for side, dt in zip(self.acc[s], self.dtypes)]
             self.acc[s] = ([], [])
-            out.send(s, parts, self.coordinator.bounds())
+            out.send(self.to(s), parts, self.coordinator.bounds())
         return out
 
     # -- reorganisation -------------------------------------------------------------------

@@ -38,9 +38,9 @@ class HandshakeRouter(Operator):
         n = len(self.graph.workers)
         out = Output()
         if len(R):
-            out.send(1, [R, S[:0]], header.bounds, Arriving(0))
+            out.send(self.to(1), [R, S[:0]], header.bounds, Arriving(0))
         if len(S):
-            out.send(n, [R[:0], S], header.bounds, Arriving(1))
+            out.send(self.to(n), [R[:0], S], header.bounds, Arriving(1))
         return out
 
 
@@ -59,7 +59,7 @@ class LowLatencyRouter(Operator):
         if not any(len(b) for b in batches):
             return
         self.next_id = self.number(header, self.next_id) + 1
-        return Output.sending(self.graph.workers, batches, header.bounds, New(self.next_id - 1))
+        return Output.sending([self.to(w) for w in self.graph.workers], batches, header.bounds, New(self.next_id - 1))
 
 
 def check_job(job, nranks):

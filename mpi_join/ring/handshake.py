@@ -199,7 +199,7 @@ class HandshakeModule(Operator):
             out.emit(res[:2], res[2])
             if ack:
                 back = self.left if s == 0 else self.right
-                out.send(back, [b[:0] for b in batches], header.bounds, Acked(s, ack))
+                out.send(self.to(back), [b[:0] for b in batches], header.bounds, Acked(s, ack))
         elif isinstance(body, Acked):
             self.seg.acked(body.side, body.upto)
             self.counts["acks"] += 1
@@ -216,7 +216,7 @@ class HandshakeModule(Operator):
                 continue
             empty = [np.zeros(0, dt) for dt in self.dtypes]
             empty[s] = rows
-            out.send(self.right if s == 0 else self.left, empty, bounds, Arriving(s))
+            out.send(self.to(self.right if s == 0 else self.left), empty, bounds, Arriving(s))
             self.counts["forwarded"] += len(rows)
 
     def on_eos(self, src):

@@ -207,11 +207,11 @@ class LowLatencyModule(Operator):
             empty = [np.zeros(0, dt) for dt in self.dtypes]
             empty[s] = rows
             dest = self.right if s == 0 else self.left
-            out.send(dest, empty, bounds, Moved(self.done))
+            out.send(self.to(dest), empty, bounds, Moved(self.done))
             self.counts["moved"] += len(rows)
         if self.done - self.told >= PROGRESS_EVERY:
             for w in self.heard:
-                out.send(w, [np.zeros(0, dt) for dt in self.dtypes], bounds, Moved(self.done))
+                out.send(self.to(w), [np.zeros(0, dt) for dt in self.dtypes], bounds, Moved(self.done))
             self.told = self.done
 
     def _sync_since(self):

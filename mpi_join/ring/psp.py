@@ -284,7 +284,7 @@ class SlicedJoin(Rescalable, Operator):
         if self.next is None:
             self._local.append((body, batches, bounds))
         else:
-            out.send(self.next, [self.slice.runtime_rows(b, j) for j, b in enumerate(batches)], bounds, body)
+            out.send(self.to(self.next), [self.slice.runtime_rows(b, j) for j, b in enumerate(batches)], bounds, body)
 
     # -- input and probe copies -----------------------------------------------------------------
     def _input(self, out, batches, body, bounds):

@@ -143,7 +143,7 @@ class PspRouter(Operator):
             self.orderings = auto_orderings(self.job.predicate, self.M, self._selectivity(batches), self.given)
         cuts = self.slicer.next(batches)
         self.next_id = self.number(header, self.next_id) + 1
-        return Output.sending((1,), batches, header.bounds, batch_header(Entering, self.next_id - 1, -1,
+        return Output.sending((self.to(1),), batches, header.bounds, batch_header(Entering, self.next_id - 1, -1,
                                                                          self.orderings, cuts))
 
     def _selectivity(self, batches):

@@ -12,7 +12,7 @@ Every vertex:
   the source's batches with `src == SOURCE`, `header.order` the batch's slot in its epoch
   (an epoch has `slots` slots) and `header.msg_no` the batch's number in the input with several
   sources (every source numbers alike), -1 with one (`number()`). Returns an Output (or None):
-  results to emit, batches to send to named ranks, control records; rank 0's runtime sends them
+  results to emit, batches to send along its edges, control records; rank 0's runtime sends them
   with credits, in order.
 - `on_control(src, msg)` for the strategy's own control records, in order with DATA on the
   link; ops listed in `urgent_ops` are handed over on arrival instead (before queued DATA, never
@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..storage.results import result_dtype
-from .graph import INPUT, RESULTS
+from .graph import INPUT, RESULTS, Edge
 from ..errors import InputError
 
 SOURCE = -1          # the input source, the rank-0 vertex's one upstream
@@ -94,36 +94,35 @@ class Output:
     snapshots: list = field(default_factory=list)   # (number, final, rows, meta): an aggregate's snapshots
 
     @classmethod
-    def sending(cls, dests, batches, bounds, body=None, order=-1):
-        """An Output of one message to every rank of `dests` (a router's usual answer)."""
+    def sending(cls, edges, batches, bounds, body=None, order=-1):
+        """An Output of one message along every edge of `edges` (a router's usual answer)."""
         out = cls()
-        out.send_many(dests, batches, bounds, body, order)
+        out.send_many(edges, batches, bounds, body, order)
         return out
 
     def emit(self, seqs, tin):
         if len(tin):
             self.results.append((tuple(seqs), tin))
 
-    def send(self, dest, batches, bounds, body=None, order=-1):
-        """Forward `batches` along an edge of the sender's (a graph.Edge, or the rank it leads to;
-        a rank no edge leads to is refused where it is sent); `body`: the strategy's typed header
-        (headers.Header); `order`: the batch's place for the receiver's ordered merge
-        (DataHeader.order)."""
-        self.send_many((dest,), batches, bounds, body, order)
+    def send(self, edge, batches, bounds, body=None, order=-1):
+        """Forward `batches` along `edge`, one of the sender's (graph.Edge: `Operator.to(rank)`,
+        `graph.out_edges`; a vertex that is not the edge's source is refused where it is sent);
+        `body`: the strategy's typed header (headers.Header); `order`: the batch's place for the
+        receiver's ordered merge (DataHeader.order)."""
+        self.send_many((edge,), batches, bounds, body, order)
 
-    def send_many(self, dests, batches, bounds, body=None, order=-1):
-        """`send` along every edge (or to every rank) of `dests`: the message is packed once and
-        the same buffer goes to each (a fan-out costs one copy, not one per destination)."""
-        self.forward.append((tuple(getattr(d, "dst", d) for d in dests), batches, tuple(int(b) for b in bounds),
-                             body, int(order)))
+    def send_many(self, edges, batches, bounds, body=None, order=-1):
+        """`send` along every edge of `edges`: the message is packed once and the same buffer
+        goes to each (a fan-out costs one copy, not one per destination)."""
+        self.forward.append((_ends(edges), batches, tuple(int(b) for b in bounds), body, int(order)))
 
     def tell(self, dest, msg):
         self.control.append((dest, msg))
 
-    def send_results(self, dest, rows, body=None):
-        """Send result rows (results.result_dtype: each stream's seq and `_tin`) on the result edge
-        `dest` (or to the rank it leads to), to be written there (or sent on) instead of here."""
-        self.forward.append(((getattr(dest, "dst", dest),), [rows], (), body, -1))
+    def send_results(self, edge, rows, body=None):
+        """Send result rows (results.result_dtype: each stream's seq and `_tin`) along the result
+        edge `edge`, to be written there (or sent on) instead of here."""
+        self.forward.append((_ends((edge,)), [rows], (), body, -1))
 
     def snapshot(self, number, final, rows, meta):
         """Write `rows` (a finished aggregate, aggregate.finish) as snapshot `number` of the run's
@@ -137,6 +136,19 @@ class Output:
             self.control += other.control
             self.snapshots += other.snapshots
         return self
+
+
+def _ends(edges):
+    """The ranks `edges` lead to, all from one vertex; a rank or anything else is refused in one
+    line (a send names the edge it goes along, so the runtime knows what it carries)."""
+    edges = tuple(edges)
+    bad = next((e for e in edges if not isinstance(e, Edge)), None)
+    if bad is not None:
+        raise TypeError(f"Output: a send goes along an edge of the graph (Operator.to(rank), graph.out_edges), "
+                        f"not {type(bad).__name__} {bad!r}")
+    if len({e.src for e in edges}) > 1:
+        raise ValueError(f"Output: one message goes along edges of one vertex, not of ranks {sorted({e.src for e in edges})}")
+    return tuple(e.dst for e in edges)
 
 
 class Fields:
@@ -308,6 +320,13 @@ class Operator:
 
     def on_data(self, src, header, batches):
         raise NotImplementedError
+
+    def to(self, dst):
+        """This vertex's edge to rank `dst` (Output.send goes along edges); one line where none."""
+        if dst not in self.graph.downstream(self.rank):
+            raise RuntimeError(f"rank {self.rank}: no edge of the {self.graph.name} graph leads from it to rank {dst} "
+                               f"(its edges lead to {self.graph.downstream(self.rank)})")
+        return self.graph.edge(self.rank, dst)
 
     def on_control(self, src, msg):
         raise RuntimeError(f"rank {self.rank}: unexpected control record {msg.op!r} from rank {src}")

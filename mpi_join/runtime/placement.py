@@ -49,10 +49,11 @@ def reach(label, rows, stream, index, count):
 
 def home(job, graph, rank):
     """`mask(rows, stream)` -> which rows live at `rank`, by the partitioned edges on its path from
-    rank 0 (each vertex on it fed by one input edge): a row lives where every such edge sends it,
-    so a vertex below a distributor that splits again is placed by both. None where the path does
-    not place rows: no partitioned edge on it (every row may be anywhere, or everywhere), or an
-    edge that picks rows by no rule a row carries (round-robin, a strategy's own routing)."""
+    rank 0 (each vertex on it fed by one input edge, or by senders that route alike: _fan_in): a
+    row lives where every such edge sends it, so a vertex below a distributor that splits again
+    is placed by both. None where the path does not place rows: no partitioned edge on it (every
+    row may be anywhere, or everywhere), or an edge that picks rows by no rule a row carries
+    (round-robin, a strategy's own routing)."""
     mask = _path(job, graph, rank)
     return None if mask is _ALL else mask
 
@@ -64,14 +65,41 @@ def _path(job, graph, rank):
     if rank in graph.sources:
         return _ALL
     into = [e for e in graph.in_edges(rank) if e.carries == INPUT]
+    if len(into) > 1:
+        return _fan_in(job, graph, rank, into)
     if len(into) != 1 or into[0].partitioner in UNRULED:
         return None
     e = into[0]
     above = _path(job, graph, e.src)
     if above is None or e.partitioner in WHOLE:
         return above
-    dsts = [d.dst for d in graph.out_edges(e.src) if d.partitioner == e.partitioner and d.carries == INPUT]
-    label, i, n = labeller(job, e.partitioner, len(dsts)), dsts.index(rank), len(dsts)
+    return _split(job, graph, rank, e.src, e.partitioner, above)
+
+
+def _fan_in(job, graph, rank, into):
+    """A vertex fed by several senders, all splitting by one partitioner over the same vertices,
+    each sender fed by a round-robin of one vertex that reaches exactly them (rows dealt among
+    senders that route alike): a row lives where the partitioner sends it below that vertex's
+    own placement. Any other fan-in places no row."""
+    p, srcs = into[0].partitioner, {e.src for e in into}
+    if p in WHOLE + UNRULED or any(e.partitioner != p for e in into):
+        return None
+    if len({tuple(d.dst for d in graph.out_edges(s) if d.partitioner == p and d.carries == INPUT) for s in srcs}) != 1:
+        return None
+    feeds = {tuple((f.src, f.partitioner) for f in graph.in_edges(s) if f.carries == INPUT) for s in srcs}
+    if len(feeds) != 1 or len(next(iter(feeds))) != 1:
+        return None
+    (q, how), = next(iter(feeds))
+    if how != "round-robin" or {d.dst for d in graph.out_edges(q) if d.partitioner == how} != srcs:
+        return None
+    above = _path(job, graph, q)
+    return None if above is None else _split(job, graph, rank, into[0].src, p, above)
+
+
+def _split(job, graph, rank, src, partitioner, above):
+    """The rows of `above` that `src`'s edges of `partitioner` send to `rank`."""
+    dsts = [d.dst for d in graph.out_edges(src) if d.partitioner == partitioner and d.carries == INPUT]
+    label, i, n = labeller(job, partitioner, len(dsts)), dsts.index(rank), len(dsts)
 
     def mine(rows, stream):
         here = (np.asarray(label.home(rows, stream, i, n), bool) if declared(label) else

@@ -35,17 +35,17 @@ class Routes:
     its own edges what it routes. `turn` is the round-robin's next edge."""
 
     def __init__(self, job, edges):
-        self.whole, self.turns, self.split = [], [], {}        # split: partitioner -> [dst]
+        self.whole, self.turns, self.split = [], [], {}        # split: partitioner -> [edge]
         for e in edges:
             if e.partitioner in WHOLE:
-                self.whole.append(e.dst)
+                self.whole.append(e)
             elif e.partitioner == "round-robin":
-                self.turns.append(e.dst)
+                self.turns.append(e)
             elif e.partitioner == "own":
                 raise ConfigError(f"strategy {job.strategy.name!r}: edge {e.src} -> {e.dst} is routed by the "
                                   f"strategy's own code (partitioner 'own'), not by the runtime")
             else:
-                self.split.setdefault(e.partitioner, []).append(e.dst)
+                self.split.setdefault(e.partitioner, []).append(e)
         self.label = {p: labeller(job, p, len(dsts)) for p, dsts in self.split.items()}
         self.turn = 0
 

@@ -13,6 +13,7 @@ from ..storage import checkpoint as ck
 from ..storage.checksums import as_rows
 from ..storage.results import part_of
 from ..runtime.operator import Output
+from ..runtime.graph import RESULTS
 from ..runtime.protocol import DataHeader, MarkerDone
 
 
@@ -172,7 +173,7 @@ def restore_rescaled(w, root, cid, man):
     k = int(man.get("sources", 1))
     old = list(range(1, int(man["ranks"]) - (k - 1)))     # the extra sources (the last ranks) write no file
     made = None
-    if k > 1:      # the input of other sources recorded as channel state: carried to rest first
+    if k > 1 or _in_flight(w, root, cid, man, old):     # rows in flight at the cut: carried to rest first
         _, mods, made = drained(w.module, read, old, type(w), sources=k)
         read = reader(mods)
     out = w.module.restore_rescaled(read, old, root, cid)
@@ -192,3 +193,26 @@ def restore_rescaled(w, root, cid, man):
     w.metrics.record(results=sum(r["rows"] for r in taken.values()), tuples_in=0)
     assert out is None or (not out.forward and not out.control), "a restore sends nothing: the links are not up yet"
     return out
+
+
+def _in_flight(w, root, cid, man, old):
+    """Does checkpoint `cid` hold rows in flight on a link that carries no results (a vertex fed
+    by several senders recorded what came after its first marker copy), where every role of the
+    strategy deals its state by declaration (Operator.restore_rescaled's default)? Then the old
+    workers are drained first (drain.py): their rows replayed where the cut left them, in the
+    order of each one's inbox, so every window is dealt whole and in seq order; replaying them
+    into the new vertices instead would put rows into windows merged from several old ones
+    after rows newer than they are. A strategy with a restore of its own deals its channel state
+    itself (every worker must decide alike: one drains, or none does)."""
+    from ..runtime.operator import Operator, old_graph
+    from ..strategies import get
+    info = get(w.job.strategy.name)           # every worker decides alike: by the strategy's roles
+    if any(info.load_role(role).restore_rescaled is not Operator.restore_rescaled
+           for role in {w.graph.role(r) for r in w.graph.workers}):
+        return False
+    graph = old_graph(w.module, old)
+    for r in old:
+        _, attrs = ck.read_rank(root, cid, r, None, manifest=man, keep=lambda n: False)
+        if any(graph.carries(src, r) != RESULTS for src in attrs.get("channel", [])):
+            return True
+    return False

@@ -32,7 +32,9 @@ def drained(op, read, old, worker, sources=1):
     inboxes, ordered merges and credits) over the in-memory
     network with its fixed schedule (memory.py), each one's channel state replayed into its
     inbox as a restore replays it (the input of several sources as the driver's, in the order
-    it was recorded), then stepped until no message is left."""
+    it was recorded), then stepped until no message is left; a merge that holds batches for a
+    link that may bring a lesser order then lets them go in order (nothing more comes), and the
+    network is stepped again, until nothing is held."""
     from ..runtime.memory import MemTransport, MemWriter, Network
     from ..runtime.metrics import RankMetrics
     graph = old_graph(op, old, sources)
@@ -49,8 +51,14 @@ def drained(op, read, old, worker, sources=1):
         net.workers[r] = w
     for w in net.workers.values():
         w.work()
-    while net.step():
-        pass
+    while True:
+        while net.step():
+            pass
+        held = [w for w in net.workers.values() if w.inbox.holds_merged()]
+        if not held:
+            break
+        for w in held:          # the network at rest: no link brings a lesser order, the merges go on
+            w.inbox.at_rest(w.work)
     if any(q for (_, dst), q in net.links.items() if dst not in net.workers):
         raise RuntimeError(f"rank {op.rank}: a drained worker sent to rank 0 or to a rank that is not an old worker")
     return graph, {r: w.module for r, w in net.workers.items()}, Output(results=made.results, snapshots=made.snapshots)

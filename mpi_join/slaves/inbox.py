@@ -34,6 +34,7 @@ class Inbox:
         self.marked = -1                               # the last checkpoint whose marker passed
         self.moved = set()                             # (kind, unit, epoch) of placed moves passed
         self.replayed = deque()                        # the input's channel state, replayed first (restore)
+        self.settled = False                           # no link brings more than is queued (a drain at rest)
 
     def resume_at(self, part, marked=-1):
         """A restored cut: the part of the input taken next, the last checkpoint whose marker passed."""
@@ -160,9 +161,22 @@ class Inbox:
         if heads[src] == next_order():
             return src, self.queues[src].popleft()     # dense orders: nothing can come before it
         for other in self.merged:
-            if other not in heads and other not in ended and self.watermark[other] < heads[src]:
+            if other not in heads and other not in ended and not self.settled and self.watermark[other] < heads[src]:
                 return None                 # `other` may still bring a batch that comes first
         return src, self.queues[src].popleft()
+
+    def at_rest(self, work):
+        """`work()` with every merged link at rest (the drain: nothing more is in flight, so no
+        link brings a lesser order than the batches queued here, which then go in order)."""
+        self.settled = True
+        try:
+            return work()
+        finally:
+            self.settled = False
+
+    def holds_merged(self):
+        """Is a batch of a merged link waiting here (for a link that may bring a lesser order)?"""
+        return any(item[0] == "data" for src in self.merged for item in self.queues.get(src, ()))
 
     def take_unit(self, unit, unit_of, dtypes):
         """Remove the rows of `unit` from the driver's queued DATA (a unit moving away); one array

@@ -63,7 +63,7 @@ class JoinCore(Operator):
 
     def on_data(self, src, header, batches):
         out = Output()
-        out.send(self.up, self.process(batches), ())
+        out.send(self.to(self.up), self.process(batches), ())
         return out
 
     def process(self, batches):
@@ -129,5 +129,5 @@ class DistributorCore(JoinCore):
             self.gather.add(1 + self.children.index(src), batches)
         out = Output()
         for flows in self.gather.ready():
-            out.send(self.up, flows, ())
+            out.send(self.to(self.up), flows, ())
         return out
