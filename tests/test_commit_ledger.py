@@ -164,3 +164,36 @@ def test_bench_commits_times_a_commit_after_each_history(tmp_path):
     assert [r[0] for r in rows] == ["0", "500"] and rows[0][2] == "1.00x" and all(r[4].endswith("x") for r in rows)
     assert len(said) == 2 and "after 500 files committed" in said[1]
     assert os.listdir(tmp_path) == []                       # its work directory is removed
+
+
+def test_a_resume_into_another_checkpoint_directory_carries_the_ledger_there(tmp_path):
+    """`--resume A` with the job's checkpoints now going to B: B's ledger starts with the prefix
+    A's checkpoint recorded, so B's own checkpoints name every committed file, and a resume
+    from B is exact too."""
+    import shutil
+    text = equi_job_text(('"40ms"', '"40ms"'), run='batch_size = 50\nmax_inflight = 2\n')
+    arrays = random_streams(np.random.default_rng(12), 6000, key_range=8, ts_step=2)
+    path, job = write_job(str(tmp_path), text + '\n[checkpoint]\ndir = "a"\nevery_tuples = 300\nkeep = 100\n', arrays)
+    assert run_local(4, "run", path).returncode == 0
+    a = job.checkpoint.dir
+    done = [(c, m) for c, m in ck.list_checkpoints(a) if m]
+    for c, _ in done[len(done) // 2:]:
+        shutil.rmtree(ck.ckpt_path(a, c))
+    cid, man = done[len(done) // 2 - 1]
+    kept = ck.committed_files(a, man)
+    os.remove(os.path.join(job.output, "_SUCCESS"))
+    path, job = write_job(str(tmp_path), text + '\n[checkpoint]\ndir = "b"\nevery_tuples = 300\nkeep = 100\n')
+    r = run_local(4, "run", path, "--resume", a)
+    assert r.returncode == 0 and f"resuming from checkpoint {cid} " in r.stderr, r.stderr
+    assert_equals_oracle(job, arrays)
+    b = [(c, m) for c, m in ck.list_checkpoints(job.checkpoint.dir) if m]
+    assert b and b[0][0] == cid + 1
+    first = ck.committed_files(job.checkpoint.dir, b[0][1])
+    assert set(kept) <= set(first) and all(first[n] == kept[n] for n in kept)
+    with open(ledger.path_of(job.checkpoint.dir), "rb") as f, open(ledger.path_of(a), "rb") as g:
+        assert f.read(man["ledger"]["bytes"]) == g.read(man["ledger"]["bytes"])
+    os.remove(os.path.join(job.output, "_SUCCESS"))
+    for c, _ in b[len(b) // 2:]:
+        shutil.rmtree(ck.ckpt_path(job.checkpoint.dir, c))
+    assert run_local(4, "run", path, "--resume", job.checkpoint.dir).returncode == 0
+    assert_equals_oracle(job, arrays)
