@@ -24,17 +24,13 @@ class Views:
         self.unsent, self.sent_at, self.ended = None, time.monotonic_ns(), 0
 
     def add(self, values, n, out):
+        """Add n pairs (their `values`) to the view not sent yet; send it once the period passed."""
         if self.spec is None:
             return
-        self.absorb(values, n)
+        if n:
+            self.unsent = aggregate.merge(self.spec, self.unsent, aggregate.view(self.spec, self.dtype, values, n))
         if self.unsent is not None and time.monotonic_ns() - self.sent_at >= self.period_ns:
             self._send(out)
-
-    def absorb(self, values, n):
-        """Add n pairs (their `values`) to the view not sent yet, sending nothing (a restore
-        makes pairs before the links are up: rescale.py)."""
-        if self.spec is not None and n:
-            self.unsent = aggregate.merge(self.spec, self.unsent, aggregate.view(self.spec, self.dtype, values, n))
 
     def _send(self, out):
         out.send(self.merger, [self.unsent], ())

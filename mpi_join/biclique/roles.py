@@ -73,9 +73,8 @@ class Unit(Operator):
         warm_up(self.job.predicate, self.dtypes, self.method)
 
     def restore_rescaled(self, read, old, root, cid):
-        out = rescale.restore_unit(self, read, old)
+        rescale.restore_unit(self, read, old)
         self.last = None          # the new run's numbering (its sources') starts at its first batch
-        return out
 
     def next_order(self):
         """The shuffler numbers batches 0, 1, 2, ... and every unit gets every one: the next is

@@ -37,6 +37,9 @@ Hooks a vertex has for what only its place in the graph asks of it, each saying 
   when the links' orders are dense (0, 1, 2, ... across them, none missing), so the batch
   bearing it goes at once, not waiting for the other links to pass it; None: not known;
 - on a link that carries its own kind of rows: `link_dtypes(kind)`;
+- whose restore at another rank count reads the rows in flight to it at the cut itself, in an
+  order of its own (splitjoin's combiner: its results in punctuated order): `in_flight = "own"`;
+  by default ("drain") the old graph is carried to rest first (slaves/cuts._in_flight);
 - that must finish what is in flight before new input enters (the PSP ring's head):
   `accepts_input()`, and `buffer_capacity` for the load metric; `quiet()`, whether a checkpoint
   marker from the input may enter now (with several sources a marker comes with the input);
@@ -313,6 +316,7 @@ class Operator:
     urgent_ops = frozenset()
     buffer_capacity = 0          # tuples, for the load metric (0: the worker's share of what may be in flight)
     slots = 1                    # rank 0: slots per epoch (hash's sub-groups)
+    in_flight = "drain"          # rows in flight at a cut, at another rank count (the docstring)
     coordinator = None           # rank 0: its way to the job (master/coordinator.py), connected before warm_up
 
     def __init__(self, job, rank, graph, dtypes):

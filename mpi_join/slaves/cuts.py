@@ -197,18 +197,16 @@ def restore_rescaled(w, root, cid, man):
 
 def _in_flight(w, root, cid, man, old):
     """Does checkpoint `cid` hold rows in flight on a link that carries no results (a vertex fed
-    by several senders recorded what came after its first marker copy), where every role of the
-    strategy deals its state by declaration (Operator.restore_rescaled's default)? Then the old
+    by several senders recorded what came after its first marker copy), unless a role of the
+    strategy reads its channel state itself (Operator.in_flight = "own")? Then the old
     workers are drained first (drain.py): their rows replayed where the cut left them, in the
     order of each one's inbox, so every window is dealt whole and in seq order; replaying them
     into the new vertices instead would put rows into windows merged from several old ones
-    after rows newer than they are. A strategy with a restore of its own deals its channel state
-    itself (every worker must decide alike: one drains, or none does)."""
-    from ..runtime.operator import Operator, old_graph
+    after rows newer than they are. Every worker decides alike: all drain, or none does."""
+    from ..runtime.operator import old_graph
     from ..strategies import get
     info = get(w.job.strategy.name)           # every worker decides alike: by the strategy's roles
-    if any(info.load_role(role).restore_rescaled is not Operator.restore_rescaled
-           for role in {w.graph.role(r) for r in w.graph.workers}):
+    if any(info.load_role(role).in_flight == "own" for role in {w.graph.role(r) for r in w.graph.workers}):
         return False
     graph = old_graph(w.module, old)
     for r in old:

@@ -73,6 +73,8 @@ class Combiner(Operator):
             out.emit([np.ascontiguousarray(rows[c]) for c in self.cols], np.ascontiguousarray(rows["_tin"]))
         return out
 
+    in_flight = "own"        # the flows in flight at a cut, written by the new combiner in punctuated order
+
     def restore_rescaled(self, read, old, root, cid):
         stars, self.received, out = rescale.restore_combiner(self, read, old)
         self.stars = self.stars if stars is None else stars
