@@ -263,7 +263,9 @@ def test_rows_names_its_owner_not_the_join():
 def _homed():
     """(strategy, predicate) of every registered strategy whose workers' stored rows have a
     declared home (a Rows part's own, or the placement of rank 0's edge into the worker)."""
+    from mpi_join.runtime.operator import Rows
     from mpi_join.runtime.placement import home
+    from mpi_join.join.window import runtime_dtype
     out = []
     for name in strategies.names():
         info = strategies.get(name)
@@ -271,8 +273,13 @@ def _homed():
             continue
         pred = "equi" if "equi" in info.predicates and not info.requires - {"equi"} else "band"
         job = strategies.check_strategy(_job(name, "time", pred))
-        graph = info.build_graph(5, job.strategy.params)
-        if any(home(job, graph, r) is not None for r in graph.workers):
+        graph = info.build_graph(max(5, info.min_ranks), job.strategy.params)
+        dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
+
+        def own(r):
+            parts = info.load_role(graph.role(r))(job, r, graph, dtypes).__dict__.get("_parts", {})
+            return any(isinstance(p, Rows) and p.home is not None for p in parts.values())
+        if any(home(job, graph, r) is not None or own(r) for r in graph.workers):
             out.append(pytest.param(name, pred, id=name))
     return out
 
@@ -295,7 +302,8 @@ def test_every_stored_row_sits_at_its_home(strategy, pred):
             for part in op.__dict__.get("_parts", {}).values():
                 if not isinstance(part, Rows) or (part.home is None and placed is None):
                     continue
-                for s, rows in enumerate(part.join.snapshot("w").values()):
+                for name, rows in part.join.snapshot("w").items():
+                    s = int(name.rsplit("/", 1)[1])               # w/{stream}
                     where = part.home(rows, s, v.index, v.count) if part.home else placed(rows, s)
                     assert np.asarray(where, bool).all(), (strategy, rank, s)
                     held.append(len(rows))

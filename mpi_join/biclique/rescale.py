@@ -3,7 +3,7 @@ another -n; slaves/cuts.restore_rescaled calls the roles' `restore_rescaled`).
 
 - Units: every stored tuple goes to the unit of its side that the routing table of a start
   stores it at (`start_members`: ContRand picks the subgroup by the key's hash and the unit by
-  the seq, routing.py), so the resumed run's dispatchers send each new tuple of the other side
+  the seq, routing.py), declared as the units' home (`stored_at`) and dealt by the runtime, so the resumed run's dispatchers send each new tuple of the other side
   to the units that may hold its partners. Stored tuples met before the cut and do not meet
   again (a unit joins what arrives with what it holds).
 - A unit cut before the last batches of another dispatcher (several dispatchers) holds them as
@@ -13,12 +13,12 @@ another -n; slaves/cuts.restore_rescaled calls the roles' `restore_rescaled`).
   takes the new run's first batch as the next in order (a run of another run.sources numbers
   its batches otherwise).
 - The merger's view takes the old merger's and the units' views not sent yet: the aggregate of
-  every result up to the cut.
+  every result up to the cut (a new unit's view starts empty: Array(rescale="fresh")).
 - The shuffler routes by the table of a start (2PS begins again from it)."""
 import numpy as np
 
 from ..join import aggregate
-from ..runtime.operator import keeps_rows, old_graph, stored_rows
+from ..runtime.operator import old_graph
 from . import routing
 from .graph import SIDES, merger_of
 
@@ -33,18 +33,18 @@ def start_members(graph, params):
     return routing.Membership(n, groups, tuple(max(1, k - int(params["spare_units"])) for k in n))
 
 
-def restore_unit(unit, read, old):
-    """A new unit's rows out of every old unit of its side (at rest: the module docstring): the
-    rows the routing table of a start stores at it, in seq order."""
-    side = unit.side
-    table = start_members(unit.graph, unit.job.strategy.params)
-    me = unit.graph.ranks(SIDES[side]).index(unit.rank)
-    kept = []
-    for r in old_graph(unit, old).ranks(SIDES[side]):
-        stored = stored_rows(unit, read(r, keeps_rows(unit, side))[0], side)
-        kept.append(stored[table.store_units(stored, side) == me] if len(stored) else stored)
-    rows = np.concatenate(kept)
-    unit.join.restore({f"w/{side}": rows[np.argsort(rows["seq"], kind="stable")]}, "w")
+def stored_at(unit):
+    """A unit's home (runtime/operator.Rows): the rows of its side that the routing table of a
+    start stores at the index-th unit of that side. A restore at another rank count deals the
+    stored rows by it (the runtime's default); with scaling off it is the dispatchers' own table,
+    so it is also where every row a run stores sits (the operator harness checks that)."""
+    side, table = unit.side, start_members(unit.graph, unit.job.strategy.params)
+
+    def home(rows, stream, index, count):
+        if stream != side or not len(rows):
+            return np.zeros(len(rows), bool)
+        return table.store_units(rows, side) == index
+    return home
 
 
 def restore_merger(merger, read, old):

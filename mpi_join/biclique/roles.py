@@ -66,15 +66,19 @@ class Unit(Operator):
         self.probed = self.peak = 0
         self.want = None                             # the shuffler waits for this order (Upto)
         self.moved_in = self.moved_out = 0           # tuples, by the runtime's move
-        self.declare(windows=Rows(self), views=Array(self.views, "unsent", self.views.dtype),
-                     counts=Fields(self, "last", "probed", "peak"))
+        # at another rank count: rows dealt by the start's table, the views not sent yet taken
+        # by the merger (rescale.py), the counts this unit's alone
+        self.declare(windows=Rows(self, home=rescale.stored_at(self)),
+                     views=Array(self.views, "unsent", self.views.dtype, rescale="fresh"),
+                     counts=Fields(self, "last", "probed", "peak", rescale="fresh"))
 
     def warm_up(self):
         warm_up(self.job.predicate, self.dtypes, self.method)
 
     def restore_rescaled(self, read, old, root, cid):
-        rescale.restore_unit(self, read, old)
+        out = super().restore_rescaled(read, old, root, cid)
         self.last = None          # the new run's numbering (its sources') starts at its first batch
+        return out
 
     def next_order(self):
         """The shuffler numbers batches 0, 1, 2, ... and every unit gets every one: the next is

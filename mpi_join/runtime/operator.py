@@ -293,10 +293,16 @@ class Arrays:
 
 class Array:
     """One array an operator holds in attribute `name`, or None, with the dtype it must have;
-    stored flat, with its shape."""
+    stored flat, with its shape. `rescale="fresh"`: at another rank count the array starts
+    again as the operator made it (what it held is taken elsewhere: say where, beside it)."""
 
-    def __init__(self, owner, name, dtype):
-        self.owner, self.name, self.dtype = owner, name, dtype
+    def __init__(self, owner, name, dtype, rescale=None):
+        if rescale not in (None, "fresh"):
+            raise TypeError(f"Array(rescale={rescale!r}): 'fresh' (it starts again at another rank count) or None")
+        self.owner, self.name, self.dtype, self.rescale = owner, name, dtype, rescale
+
+    def restore_homed(self, files, home):
+        return self.rescale == "fresh"
 
     def snapshot(self):
         v = getattr(self.owner, self.name)
@@ -519,7 +525,7 @@ def _restore_homed(op, files):
         if not hasattr(part, "restore_homed") or not part.restore_homed(mine, where):
             raise InputError(f"rank {op.rank}: the state part {name!r} of its {type(op).__name__} does not say "
                              f"where its rows live at another rank count (Rows(home=...) or a partitioned edge "
-                             f"from rank 0; Fields(rescale=...)); resume with the checkpoint's rank count")
+                             f"from rank 0; Fields(rescale=...), Array(rescale=...)); resume with the checkpoint's rank count")
 
 
 def _results_in_flight(op, read, graph, mine):
