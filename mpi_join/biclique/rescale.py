@@ -3,8 +3,9 @@ another -n; slaves/cuts.restore_rescaled calls the roles' `restore_rescaled`).
 
 - Units: every stored tuple goes to the unit of its side that the routing table of a start
   stores it at (`start_members`: ContRand picks the subgroup by the key's hash and the unit by
-  the seq, routing.py), declared as the units' home (`stored_at`) and dealt by the runtime, so the resumed run's dispatchers send each new tuple of the other side
-  to the units that may hold its partners. Stored tuples met before the cut and do not meet
+  the seq, routing.py), declared as the units' home (`stored_at`) and dealt by the runtime, so
+  the resumed run's dispatchers send each new tuple of the other side to the units that may
+  hold its partners. Stored tuples met before the cut and do not meet
   again (a unit joins what arrives with what it holds).
 - A unit cut before the last batches of another dispatcher (several dispatchers) holds them as
   channel state, and the merger the views on their way to it: the runtime carries the old
