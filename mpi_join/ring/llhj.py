@@ -53,6 +53,16 @@ class Replicas:
     def keep(self, b, rows):
         self.kept.append((b, rows))
 
+    def since(self, stamp, s):
+        """Stream s's rows of the batches after `stamp`, in seq order (as _pairs takes them; the
+        batches of parallel sources need not come in seq order)."""
+        rows = [r[s] for b, r in self.kept if b > stamp and len(r[s])]
+        if len(rows) < 2:
+            return rows[0] if rows else np.zeros(0, self.dtypes[s])
+        rows = np.concatenate(rows)
+        seq = rows["seq"]
+        return rows if (seq[1:] > seq[:-1]).all() else rows[np.argsort(seq, kind="stable")]
+
     def drop_through(self, floor):
         """Forget the batches up to `floor`; none if `floor` is None (all of them)."""
         self.kept = [] if floor is None else [(b, r) for b, r in self.kept if b > floor]
@@ -161,12 +171,13 @@ class LowLatencyModule(Operator):
         for s, rows in enumerate(batches):
             if not len(rows):
                 continue
-            # catch-up: replicas this worker processed after the sender's stamp met other rows here
-            for b, rep in self.replicas:
-                if b > stamp and len(rep[1 - s]):
-                    res = self._pairs(rows, rep[1]) if s == 0 else self._pairs(rep[0], rows)
-                    self.counts["catch_up_pairs"] += len(res[1])
-                    self._emit(out, *res)
+            # catch-up: replicas this worker processed after the sender's stamp met other rows
+            # here; one probe of their rows together, not one per replica
+            later = self.replicas.since(stamp, 1 - s)
+            if len(later):
+                res = self._pairs(rows, later) if s == 0 else self._pairs(later, rows)
+                self.counts["catch_up_pairs"] += len(res[1])
+                self._emit(out, *res)
             self.seg.join.append(self.seg.join.derive(rows, s), s)
             self.since[s] = np.concatenate([self.since[s], np.full(len(rows), stamp, np.int64)])
 
