@@ -225,8 +225,11 @@ def _interrupted(rank, ctx, signum):
     disk: results are buffered in memory up to a part file's size, so there may be none. A worker
     leaves once rank 0 has released the output directory's lock (at most WAIT_FOR_RANK0_S): on a
     loaded machine a worker that left first let mpiexec end rank 0 before its handler had run (no
-    line, a lock left). Rank 0 leaves after a pause, so that no worker sees its messages break
-    off before its own signal arrives."""
+    line, a lock left). Rank 0 leaves last: mpiexec ends it as soon as a worker has left (a rank
+    that leaves without MPI_Finalize takes the launch down), and otherwise it waits longer than a
+    worker waits for it. It used to leave after half a second, and a worker whose handler had
+    not run by then was killed by mpiexec, which made the launch's exit code 9, not 130 (seen
+    once, on a loaded machine)."""
     if ctx.get("stopping"):
         return
     ctx["stopping"] = True
@@ -235,7 +238,7 @@ def _interrupted(rank, ctx, signum):
         sys.stderr.write(f"\n{line}\n")
         sys.stderr.flush()
         _release(ctx)
-        time.sleep(0.5)
+        time.sleep(WAIT_FOR_WORKERS_S)
     elif ctx.get("output"):
         lock, end = os.path.join(ctx["output"], LOCK), time.monotonic() + WAIT_FOR_RANK0_S
         while os.path.exists(lock) and time.monotonic() < end:
@@ -245,6 +248,7 @@ def _interrupted(rank, ctx, signum):
 
 
 WAIT_FOR_RANK0_S = 3.0      # a stopped worker's wait for rank 0 to have said so (_interrupted)
+WAIT_FOR_WORKERS_S = WAIT_FOR_RANK0_S + 1.0    # rank 0's, for its workers to have left
 
 
 def stopped_line(signum, output, checkpoint_dir=None):
