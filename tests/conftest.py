@@ -131,15 +131,15 @@ def _budgets():
 
 
 def _strategy_of(item):
+    """The budget a test counts against: its `strategy` parameter's, else its module's STRATEGY's
+    (a test-only strategy's is the runtime's)."""
+    from mpi_join import strategies
     params = getattr(getattr(item, "callspec", None), "params", {})
     name = params.get("strategy")
-    if not isinstance(name, str):
-        return getattr(item.module, "STRATEGY", None)
-    from mpi_join import strategies
-    info = strategies.get(name)
-    if info is not None and info.testing:
-        return "runtime"
-    return name if info is not None else getattr(item.module, "STRATEGY", None)
+    if not isinstance(name, str) or strategies.get(name) is None:
+        name = getattr(item.module, "STRATEGY", None)
+    info = strategies.get(name) if name else None
+    return "runtime" if info is not None and info.testing else name
 
 
 def pytest_runtest_logreport(report):
