@@ -4,10 +4,10 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# pytest-xdist workers: the fast tier, and the full suite's first phase; its second phase, the
-# `serial` tests (the machine-wide Slurm daemon, namespace hosts and Spark cluster, and the
-# adaptive tests whose decisions follow load measured over wall time, none of which held up
-# beside other runs), runs one test at a time
+# pytest-xdist workers: the fast tier, and the full suite's second phase, the `serial` modules
+# (the machine-wide Slurm daemon, namespace hosts and Spark cluster, which did not hold up beside
+# the first phase), one module beside another; its third phase, the `alone` tests (adaptive
+# decisions that follow load measured over wall time, signals), runs one test at a time
 TEST_JOBS ?= 2
 # the full suite's first phase: a third worker fills the time the other two wait (JVMs starting,
 # paced input, sleeps between the batches of a growing log) on 2 cores
@@ -53,12 +53,13 @@ flink-test: $(STAMP) flink
 demo: $(STAMP)
 	$(BIN)/mpi-join demo -n 4
 
-# the full suite in two phases (every test but the Flink and services tiers and the `serial`
-# ones on SUITE_JOBS workers, then the `serial` ones alone), then the Flink tier and the
-# services tier, each on its own
+# the full suite in three phases (every test but the Flink and services tiers and the `serial`
+# ones on SUITE_JOBS workers, then the `serial` modules on TEST_JOBS, one module a worker, then
+# the `alone` tests one at a time), then the Flink tier and the services tier, each on its own
 test: $(STAMP) warm flink
 	$(BIN)/python -m pytest -q -m "not serial and not flink and not services" -n $(SUITE_JOBS) --dist loadgroup --durations=20
-	$(BIN)/python -m pytest -q -m "serial and not flink and not services" --durations=10
+	$(BIN)/python -m pytest -q -m "serial and not alone and not flink and not services" -n $(TEST_JOBS) --dist loadgroup --durations=10
+	$(BIN)/python -m pytest -q -m "alone and not flink and not services" --durations=10
 	$(BIN)/python -m pytest -q -m flink -n $(TEST_JOBS) --dist loadgroup
 	$(BIN)/python -m pytest -q -m services --durations=10
 

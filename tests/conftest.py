@@ -51,8 +51,11 @@ def pytest_configure(config):
                                        "builds its environment)")
     config.addinivalue_line("markers", "services: against real HDFS, YARN and Kafka daemons that the tests start "
                                        "(`mpi-join dev-services`; the services tier, also slow)")
-    config.addinivalue_line("markers", "serial: runs alone, in make test's second phase (it shares the whole machine, "
-                                       "or its timing does not hold beside another run)")
+    config.addinivalue_line("markers", "serial: not beside the first phase: in make test's second phase, one module "
+                                       "of its machine-wide ones beside another (it starts something the whole machine "
+                                       "shares)")
+    config.addinivalue_line("markers", "alone: serial, and its timing does not hold beside any other run: make test's "
+                                       "third phase, one test at a time")
 
 
 _LAUNCHES = ("run_mpi(", "run_mpi)", "MPIEXEC", "_expect_run_error(", "spark_session", "spark_stream_join", "slurm", "kill_then_resume(",
@@ -60,10 +63,11 @@ _LAUNCHES = ("run_mpi(", "run_mpi)", "MPIEXEC", "_expect_run_error(", "spark_ses
 
 
 # Modules that start something the whole machine shares (a Slurm daemon, network namespaces
-# standing for hosts, a Spark standalone cluster): under pytest-xdist (--dist loadgroup) they are
-# one group, on one worker; they failed beside other runs, so they are `serial` too: `make test`
-# runs the rest on three workers, then these one at a time (README, Development). A module can
-# also set SERIAL = True, or a test carry the mark. `make fast` has none of them.
+# standing for hosts, a Spark standalone cluster): they failed beside the first phase's runs, so
+# they are `serial`: `make test` runs the rest on three workers, then these on two, each module one
+# pytest-xdist group (one module's daemons beside another's, never beside themselves), then the
+# `alone` tests one at a time (README, Development). A module can also set SERIAL = True or
+# ALONE = True, or a test carry the mark. `make fast` has none of them.
 MACHINE_WIDE = ("test_slurm", "test_multihost", "test_spark_cluster")
 
 
@@ -71,7 +75,7 @@ def pytest_itemcollected(item):
     """pytest-xdist groups (--dist loadgroup), set as each test is collected: xdist reads them in
     its own pytest_collection_modifyitems, which runs before this file's."""
     if item.module.__name__ in MACHINE_WIDE:
-        item.add_marker(pytest.mark.xdist_group("machine-wide"))
+        item.add_marker(pytest.mark.xdist_group(f"machine-wide:{item.module.__name__}"))
         return
     shared = _module_fixture(item)
     if shared:
@@ -94,7 +98,10 @@ def pytest_collection_modifyitems(items):
             launches[fn] = any(k in src for k in _LAUNCHES)
         if getattr(item.module, "SLOW", False) or launches.get(fn):
             item.add_marker(pytest.mark.slow)
-        if item.module.__name__ in MACHINE_WIDE or getattr(item.module, "SERIAL", False):
+        if getattr(item.module, "ALONE", False):
+            item.add_marker(pytest.mark.alone)
+        if item.module.__name__ in MACHINE_WIDE or getattr(item.module, "SERIAL", False) or \
+                item.get_closest_marker("alone"):
             item.add_marker(pytest.mark.serial)
         name = _strategy_of(item)
         if name:
@@ -148,10 +155,11 @@ def pytest_runtest_logreport(report):
         _spent[name] = _spent.get(name, 0.0) + report.duration
 
 
-# make test's two phases of the full suite (-m): the first on SUITE_JOBS workers, the second
-# alone; the second prints the budgets of both (the first leaves its figures in pytest's cache).
-# The Flink tier (-m flink) runs after them, on its own.
-PHASES = ("not serial and not flink and not services", "serial and not flink and not services")
+# make test's three phases of the full suite (-m): the first on SUITE_JOBS workers, the machine-wide
+# modules on two, the `alone` tests one at a time; the last prints the budgets of all three (the
+# others leave their figures in pytest's cache). The Flink tier (-m flink) runs after them.
+PHASES = ("not serial and not flink and not services", "serial and not alone and not flink and not services",
+          "alone and not flink and not services")
 _SPENT_KEY = "mpi-join/spent-first-phase"
 
 
@@ -171,13 +179,15 @@ def pytest_terminal_summary(terminalreporter):
     if not _full_suite(config):
         return
     spent = dict(_spent)
-    if config.option.markexpr == PHASES[0]:
-        config.cache.set(_SPENT_KEY, spent)
-        terminalreporter.write_line("seconds per strategy: printed at the end of the serial phase (-m serial)")
-        return
-    if config.option.markexpr == PHASES[1]:
+    phase = PHASES.index(config.option.markexpr) if config.option.markexpr in PHASES else None
+    if phase:
         for name, s in (config.cache.get(_SPENT_KEY, None) or {}).items():
             spent[name] = spent.get(name, 0.0) + s
+    if phase is not None and phase < len(PHASES) - 1:
+        config.cache.set(_SPENT_KEY, spent)
+        terminalreporter.write_line(f"seconds per strategy: printed at the end of the last phase (-m \"{PHASES[-1]}\")")
+        return
+    if phase is not None:
         config.cache.set(_SPENT_KEY, {})
     if not spent:
         return

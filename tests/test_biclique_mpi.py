@@ -198,7 +198,7 @@ def _phased_streams(rng, n, steps):
     return arrays
 
 
-@pytest.mark.serial     # its decisions follow the measured window load over wall time: alone
+@pytest.mark.alone      # its decisions follow the measured window load over wall time
 @pytest.mark.parametrize("sources", [1, 2])
 def test_2ps_scales_out_and_down_with_the_window_load_without_losing_a_result(tmp_path, sources):
     """Dense, sparse, dense input: a subgroup's windows fill past T_h, spare units join; they
@@ -217,7 +217,7 @@ def test_2ps_scales_out_and_down_with_the_window_load_without_losing_a_result(tm
     assert all(r["released_own"] > 5000 for r in ranks if r["role"] == "source")
 
 
-@pytest.mark.serial     # its decisions follow the measured window load over wall time: alone
+@pytest.mark.alone      # its decisions follow the measured window load over wall time
 @pytest.mark.parametrize("sources", [1, 2])
 def test_2ps_full_history_moves_a_leaving_units_state_with_the_runtime(tmp_path, sources):
     """Full history: a unit leaving its subgroup hands its state to one that stays (the

@@ -13,8 +13,8 @@ from conftest import MPIEXEC, equi_job_text, mpi_join_cmd, random_streams, write
 SLOW = True
 
 # signals to a run and Hydra's cleanup race on a loaded machine (once, a SIGTERM to the
-# wrapper left a lock beside a full first phase): these run alone, in make test's second phase
-SERIAL = True
+# wrapper left a lock beside a full first phase): these run alone, in make test's third phase
+ALONE = True
 
 
 def signal_while_running(cmd, job, send):

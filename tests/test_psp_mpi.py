@@ -97,7 +97,7 @@ def test_checkpoints_hold_each_tuple_once_and_sigkill_resume_is_exact(tmp_path):
     _check(job, arrays)
 
 
-@pytest.mark.serial     # the decision follows measured load, which does not hold beside another run
+@pytest.mark.alone      # the decision follows measured load, which does not hold beside another run
 def test_measured_load_moves_state_off_a_slow_operator(tmp_path):
     """The head burns CPU for every probe x held pair; with adapt_every, the driver reads the
     operators' loads and narrows the head's slice (smoothing), and the result stays exact."""
