@@ -1,6 +1,7 @@
 """The numba kernels of the local join's indexes (slaves/local_join.py): merging two sorted
-runs, probing a run by equi key or band, scanning a band or a window, and writing result rows.
-The pair-emitting ones (equi_run, band_run, scan_band, visible_pairs) record a pair with the
+runs, probing a run by equi key or band (or by key within row ranges: range_join.KeyIndex),
+scanning a band or a window, and writing result rows.
+The pair-emitting ones (equi_run, range_run, band_run, scan_band, visible_pairs) record a pair with the
 same three lines as join/kernels.py's, written out in each on purpose: as a helper, even one
 numba inlines, the band probes ran 3.5 to 24 times slower (kernels.collect has the figures)."""
 import numpy as np
@@ -117,6 +118,36 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_
             if n < out_a.shape[0]:
                 out_a[n], out_b[n] = i, j
             n += 1
+    return n
+
+
+@njit(cache=True)
+def range_run(p_h, lo, hi, run_h, run_pos, shift, out_a, out_b):
+    """Range probes through one run of a key index (range_join.KeyIndex): for probe i, the rows
+    r = run_pos + shift with hash p_h[i] and lo[i] <= r < hi[i]. One key's entries lie in row
+    order, so a probe finds its first row by one binary search on (hash, row) and reads on only
+    while the rows are in its range (entries of rows gone lie below every lo)."""
+    n = 0
+    m = run_h.shape[0]
+    for i in range(p_h.shape[0]):
+        h, a, b = p_h[i], lo[i], hi[i]
+        if a >= b:
+            continue
+        q, e = 0, m
+        while q < e:
+            mid = (q + e) >> 1
+            if run_h[mid] < h or (run_h[mid] == h and np.int64(run_pos[mid]) + shift < a):
+                q = mid + 1
+            else:
+                e = mid
+        while q < m and run_h[q] == h:
+            r = np.int64(run_pos[q]) + shift
+            if r >= b:
+                break
+            if n < out_a.shape[0]:
+                out_a[n], out_b[n] = i, r
+            n += 1
+            q += 1
     return n
 
 

@@ -191,14 +191,15 @@ def key_hash(keys):
     return h
 
 
-def band_matrix(batch, cols):
-    """Band columns of a batch as an (n, k) float64 matrix: bands are evaluated in float64. A
-    row whose NULL flag is set is NaN: within no band."""
-    out = np.empty((len(batch), len(cols)), np.float64)
+def band_matrix(batch, cols, rows=None):
+    """Band columns of a batch (of its `rows` only, when given) as an (n, k) float64 matrix:
+    bands are evaluated in float64. A row whose NULL flag is set is NaN: within no band."""
+    at = (lambda x: x) if rows is None else (lambda x: x[rows])
+    out = np.empty((len(batch) if rows is None else len(rows), len(cols)), np.float64)
     for j, c in enumerate(cols):
-        out[:, j] = batch[c]
+        out[:, j] = at(batch[c])
     if NULL in batch.dtype.names:
-        out[batch[NULL] != 0] = np.nan
+        out[at(batch[NULL]) != 0] = np.nan
     return out
 
 

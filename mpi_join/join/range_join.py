@@ -5,28 +5,34 @@ rows sorted by seq, so a window, a slice of one, and "older than the probe" are 
 `probe_ranges` finds the pairs in those ranges that satisfy every condition between the two
 streams (an exact-code index for equi keys, a range scan for bands, the UDF for theta);
 `extend` adds one stream to a set of partial M-way combinations with it. Neither knows which
-strategy calls it: the oracle probes whole streams, a ring operator its slice.
+strategy calls it: the oracle probes whole streams once, a ring operator its slice per batch,
+through a KeyIndex kept with the slice (so a batch's equi probe costs what it finds, not a sort
+of the slice).
 """
 import numpy as np
 
 from . import kernels as K
 from .predicate import Band, Equi, Interval
 from ..schema import TS
-from .predicate import band_matrix, binary_parts, key_matrix, key_widths, load_udf, no_null
+from .index_kernels import range_run
+from .predicate import band_matrix, binary_parts, key_hash, key_matrix, key_widths, load_udf, no_null
+from .sorted_runs import SortedRuns
+
+_E = np.zeros(0, np.int64)
 
 
-def extend(pred, bound, j, B, lo, hi):
+def extend(pred, bound, j, B, lo, hi, index=None):
     """Join stream j's rows B to partial combinations: `bound[m] = (array, idx)` binds row
     array[idx[c]] of stream m to combination c (idx None: array[c]); combination c may use B's
     rows [lo[c], hi[c]). Probes through one bound stream with a condition on j (one with an equi
-    key when there is one) and filters by every other bound stream's conditions. Returns
-    (combination index, row of B)."""
+    key when there is one) and filters by every other bound stream's conditions. `index(k)`: the
+    KeyIndex of B's rows for probes from stream k (or None). Returns (combination index, row of B)."""
     linked = [m for m in bound if pred.between(m, j)]
     if not linked:
         raise ValueError(f"stream {j} has no condition with the bound streams {sorted(bound)}")
     k = next((m for m in linked if binary_parts(pred, m, j)[0]), linked[0])
     A, idx = bound[k]
-    ic, ij = probe_ranges(pred, k, j, A, B, lo, hi, rows=idx)
+    ic, ij = probe_ranges(pred, k, j, A, B, lo, hi, rows=idx, index=index(k) if index else None)
     keep = np.ones(len(ic), bool)
     for m in linked:
         if m != k:
@@ -35,21 +41,30 @@ def extend(pred, bound, j, B, lo, hi):
     return ic[keep], ij[keep]
 
 
-def probe_ranges(pred, i, j, A, B, lo, hi, rows=None):
+def probe_ranges(pred, i, j, A, B, lo, hi, rows=None, index=None):
     """Pairs (probe row, row of B) with B's row in [lo, hi) that satisfy every condition i~j.
     Probe row c is A[c], or A[rows[c]] when `rows` is given (A itself is never copied: its rows
-    may be large, an image)."""
+    may be large, an image). `index`: B's row_index (B its window's view); without one, B's
+    keys are coded and sorted here, or its band column gridded (band_grid) or scanned."""
     eq_a, eq_b, bands, thetas = binary_parts(pred, i, j)
     at = (lambda x: x) if rows is None else (lambda x: x[rows])
     guess = 4 * len(lo) + 1024
     if eq_a:
         w = key_widths(A.dtype, eq_a, B.dtype, eq_b)
-        ca, cb = exact_codes(key_matrix(A, eq_a, w), key_matrix(B, eq_b, w))
-        order = np.lexsort((np.arange(len(B)), cb))
-        ia, ib = K.collect(K.range_equi, at(ca), lo, hi, cb[order], order.astype(np.int64), guess=guess)
+        if index is not None:
+            ia, ib = index.probe(key_matrix(A, eq_a, w), w, rows, lo, hi, guess)
+        else:
+            ca, cb = exact_codes(key_matrix(A, eq_a, w), key_matrix(B, eq_b, w))
+            order = np.lexsort((np.arange(len(B)), cb))
+            ia, ib = K.collect(K.range_equi, at(ca), lo, hi, cb[order], order.astype(np.int64), guess=guess)
         if bands:
             keep = _band_mask(A, B, ia if rows is None else rows[ia], ib, bands)
             ia, ib = ia[keep], ib[keep]
+    elif bands and (found := index and index.probe(band_matrix(A, [bands[0].left[1]], rows)[:, 0], lo, hi,
+                                                     guess)) is not None:
+        ia, ib = found
+        keep = _band_mask(A, B, ia if rows is None else rows[ia], ib, bands)
+        ia, ib = ia[keep], ib[keep]
     elif bands:
         Ab, Bb, eps, closed = _band_args(A, B, bands)
         grid = band_grid(Ab[:, 0] if rows is None else Ab[rows, 0], Bb[:, 0], eps[0], lo, hi)
@@ -78,6 +93,111 @@ def probe_ranges(pred, i, j, A, B, lo, hi, rows=None):
             keep = interval_mask(c, A, B, ra, ib)
             ia, ib, ra = ia[keep], ib[keep], ra[keep]
     return ia, ib
+
+
+def row_index(pred, i, j, probe_dtype, window):
+    """The index range probes from stream i use on a window of stream j's rows, kept by its
+    owner across batches: a KeyIndex for an equi key, a CellIndex for a band (None for a theta
+    alone: a UDF is asked of every pair in range)."""
+    eq, _, bands, _ = binary_parts(pred, i, j)
+    if eq:
+        return KeyIndex(pred, i, j, probe_dtype, window)
+    return CellIndex(bands[0], window) if bands else None
+
+
+class _RowIndex:
+    """A window's rows (window.Window) by a uint64 code each (`codes`), in sorted runs kept
+    across batches: its owner adds the rows it appends and settles after an expiry, so a probe
+    costs a binary search a run and the entries it reads, not the window's sort (a slice of
+    psp's ring held 1/N of a window and was sorted for every batch)."""
+
+    def __init__(self, window):
+        self.window = window
+        self.runs = SortedRuns(np.uint64)
+        self.add(window.view(), window.base)
+
+    def add(self, rows, first):
+        """Index rows numbered first, first + 1, ... (just appended to the window)."""
+        self.runs.add(self.codes(rows), first, self.window.base)
+
+    def settle(self):
+        """After the window expired rows: drop their entries when they outnumber the live ones."""
+        self.runs.settle(self.window.base, len(self.window))
+
+    def find(self, codes, lo, hi, guess):
+        """(p, row of the window's view) for each row with code codes[p] in [lo[p], hi[p])."""
+        res = [K.collect(range_run, codes, lo, hi, rh, rp, rb - self.window.base, guess=guess)
+               for rh, rp, rb in self.runs.runs() if len(rh)]
+        if not res:
+            return _E, _E
+        return res[0] if len(res) == 1 else (np.concatenate([r[0] for r in res]), np.concatenate([r[1] for r in res]))
+
+
+class KeyIndex(_RowIndex):
+    """Stream j's rows by the hash of their equi key with stream i. Keys are compared exactly:
+    a one-word key's hash is a bijection (predicate.mix64), a longer key's candidate pairs are
+    compared word by word."""
+
+    def __init__(self, pred, i, j, probe_dtype, window):
+        eq_a, self.cols = binary_parts(pred, i, j)[:2]
+        self.widths = key_widths(probe_dtype, eq_a, window.dtype, self.cols)
+        super().__init__(window)
+
+    def codes(self, rows):
+        return key_hash(key_matrix(rows, self.cols, self.widths))
+
+    def probe(self, keys, widths, rows, lo, hi, guess):
+        """(probe, row of the window's view) for probe c's key keys[c] (keys[rows[c]] when rows
+        is given; `widths`: its words per column, key_widths) among the view's rows [lo[c], hi[c])."""
+        if list(widths) != list(self.widths):       # another layout hashes other words: no pair would be found
+            raise ValueError(f"a key of words {widths} probes an index of {self.widths}")
+        k = keys if rows is None else keys[rows]
+        ia, ib = self.find(key_hash(k), lo, hi, guess)
+        if k.shape[1] > 1 and len(ia):
+            same = (k[ia] == key_matrix(self.window.view()[ib], self.cols, self.widths)).all(axis=1)
+            ia, ib = ia[same], ib[same]
+        return ia, ib
+
+
+class CellIndex(_RowIndex):
+    """Stream j's rows by their cell of a band's width on its first band column (band_grid's
+    grid, kept): a probe reads the rows of five cells (rounding) and the caller tests every band
+    on them. NaN and infinities are in no cell (code 0, never asked for); a finite value whose
+    cell does not fit in an int64 exactly, or a width that is not positive, makes the index
+    unusable and the probe falls back to band_grid or the scan."""
+    FIT = 2.0 ** 52
+
+    def __init__(self, band, window):
+        self.col, self.eps = band.right[1], float(band.eps)
+        self.usable = self.eps > 0 and np.isfinite(self.eps)
+        super().__init__(window)
+
+    def _cells(self, v):
+        """(cells of values v, which are finite); None where one does not fit."""
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            f = np.floor(v / self.eps) if self.usable else np.zeros(len(v))
+        ok = np.isfinite(f)
+        if np.abs(f[ok]).max(initial=0) > self.FIT:
+            return None, ok
+        return np.where(ok, f, 0).astype(np.int64), ok
+
+    def codes(self, rows):
+        cells, ok = self._cells(band_matrix(rows, [self.col])[:, 0])
+        if cells is None:
+            self.usable = False
+            return np.zeros(len(rows), np.uint64)
+        return np.where(ok, cells.view(np.uint64) ^ np.uint64(1 << 63), np.uint64(0))
+
+    def probe(self, v, lo, hi, guess):
+        """Candidate pairs (probe, row of the window's view) for probe values v (NaN: none) among
+        the view's rows [lo[c], hi[c]), or None when the index cannot say (unusable)."""
+        cells, ok = self._cells(v) if self.usable else (None, None)
+        if cells is None:
+            return None
+        p = np.flatnonzero(ok & (lo < hi))
+        codes = ((cells[p, None] + np.arange(-2, 3)).view(np.uint64) ^ np.uint64(1 << 63)).ravel()
+        ia, ib = self.find(codes, np.repeat(lo[p], 5), np.repeat(hi[p], 5), guess)
+        return p[ia // 5], ib
 
 
 GRID_MIN_SCAN = 8     # build the grid when the scan would test 8 pairs per row of B or more
@@ -143,17 +263,23 @@ def exact_codes(ka, kb):
     return inv[:len(ka)], inv[len(ka):]
 
 
-def _band_args(A, B, bands):
-    Ab = band_matrix(A, [b.left[1] for b in bands])
-    Bb = band_matrix(B, [b.right[1] for b in bands])
+def _band_args(A, B, bands, ia=None, ib=None):
+    """Band columns of A and B (at rows ia and ib when given), the widths and closedness."""
+    Ab = band_matrix(A, [b.left[1] for b in bands], ia)
+    Bb = band_matrix(B, [b.right[1] for b in bands], ib)
     eps = np.array([b.eps for b in bands], np.float64)
     closed = np.array([b.closed for b in bands], np.bool_)
     return Ab, Bb, eps, closed
 
 
 def _band_mask(A, B, ia, ib, bands):
-    Ab, Bb, eps, closed = _band_args(A, B, bands)
-    return K.band_mask(ia, ib, Ab, Bb, eps, closed)
+    """Which pairs (A[ia], B[ib]) are within every band. A side's band columns are read at its
+    pairs' rows when they are fewer than its rows: a batch's candidates against a window must
+    not cost a copy of the window's columns."""
+    ga, gb = len(ia) < len(A), len(ib) < len(B)
+    Ab, Bb, eps, closed = _band_args(A, B, bands, ia if ga else None, ib if gb else None)
+    n = np.arange(len(ia))
+    return K.band_mask(n if ga else ia, n if gb else ib, Ab, Bb, eps, closed)
 
 
 def _oriented(theta, i, A, B):

@@ -47,7 +47,7 @@ import numpy as np
 from ..runtime.headers import Header
 from ..runtime.protocol import DataHeader
 from ..join.predicate import Theta
-from ..join.range_join import extend
+from ..join.range_join import extend, row_index
 from ..join.kernels import search
 from ..runtime.operator import Fields, Operator, Output
 from ..runtime.graph import DRIVER, ring
@@ -106,7 +106,9 @@ class Slice:
     rows from `owned[j]` on are held here (those before it left the slice and are kept only for
     batches in flight, not checkpointed: a cut waits until none is), and the latest cuts. A slice
     row holds what a probe reads of it: seq, ts (a time window's coordinate) and the columns of
-    its stream's conditions; the probe copies and the wire carry runtime rows."""
+    its stream's conditions; the probe copies and the wire carry runtime rows. `keys[(k, j)]`:
+    stream j's rows indexed for probes from stream k (range_join.row_index), made at the first
+    probe that needs one and kept with the window as rows come and go."""
 
     def __init__(self, job, dtypes, k, n):
         self.dtypes, self.M, self.k, self.n = dtypes, len(dtypes), k, n
@@ -116,7 +118,16 @@ class Slice:
         self.windows, self.owned, self.cuts = self._new_windows(), [0] * self.M, None
 
     def _new_windows(self):
+        self.keys = {}          # indexes of the windows replaced
         return [Window(dt, coord=c, raw=raw) for dt, c, raw in zip(self.slice_dtypes, self.coords, self.dtypes)]
+
+    def _key_index(self, pred, j):
+        """k -> the KeyIndex of stream j's rows for probes from stream k."""
+        def of(k):
+            if (k, j) not in self.keys:
+                self.keys[(k, j)] = row_index(pred, k, j, self.dtypes[k], self.windows[j])
+            return self.keys[(k, j)]
+        return of
 
     def slice_rows(self, rows, j):
         """Runtime rows of stream j as slice rows (a copy)."""
@@ -128,7 +139,12 @@ class Slice:
 
     def append(self, batches):
         for j, b in enumerate(batches):
-            self.windows[j].append(self.slice_rows(b, j))
+            w, rows = self.windows[j], self.slice_rows(b, j)
+            first = w.base + len(w)
+            w.append(rows)
+            for (_, jj), ix in self.keys.items():
+                if jj == j and ix and len(rows):
+                    ix.add(rows, first)
 
     def cut(self, cuts):
         """A batch's cuts: the latest."""
@@ -146,7 +162,7 @@ class Slice:
         lo = np.minimum(lo, hi)
         if not (hi > lo).any():
             return w, _E, _E
-        ic, ij = extend(pred, {m: (r, None) for m, r in rows.items()}, j, w, lo, hi)
+        ic, ij = extend(pred, {m: (r, None) for m, r in rows.items()}, j, w, lo, hi, self._key_index(pred, j))
         return w, ic, ij
 
     def held(self, j):
@@ -186,7 +202,10 @@ class Slice:
         if self.cuts is None:
             return
         for j, w in enumerate(self.windows):
-            w.expire(min([int(self.cuts[j][self.k - 1])] + [int(c[0][j][self.k - 1]) for c in inflight.values()]))
+            if w.expire(min([int(self.cuts[j][self.k - 1])] + [int(c[0][j][self.k - 1]) for c in inflight.values()])):
+                for (_, jj), ix in self.keys.items():
+                    if jj == j and ix:
+                        ix.settle()
 
     def state_dtype(self, name):
         if name.isdigit():

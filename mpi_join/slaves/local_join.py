@@ -6,11 +6,9 @@ with expiry, never rebuilt per batch. A batch step joins new R x window S, windo
 new R x new S, keeping a pair only when its newer tuple sees the older one (window.py), then
 appends the new tuples and expires by the bounds. Index kinds, chosen from the predicate:
 
-- equi: the hash of the equi key (`_h`) sorted, in two runs: a large sorted run and a small one
-  that new entries are merged into; when the small run passes sqrt(2 x batch x large) entries
-  (at most a quarter of the large one) the two are merged (linear, numba) and expired entries
-  dropped. One key's entries are contiguous in
-  each run, so a probe is two binary searches and a short scan. Keys are compared exactly.
+- equi: the hash of the equi key (`_h`) in sorted runs (join/sorted_runs.py): one key's entries
+  are contiguous in each run, so a probe is two binary searches and a short scan. Keys are
+  compared exactly.
 - band: the same two runs over the first band column (float64); a probe scans [x - eps, x + eps].
 - scan: a nested loop over the visible part of the window (theta and anything else).
 - bnl: the shared-nothing paper's block nested loop for equi keys.
@@ -18,17 +16,16 @@ Conditions the index does not decide (a band or theta next to an equi key) are e
 candidate pairs only.
 """
 import copy
-import math
 
 import numpy as np
 
 from ..join import kernels as K
-from ..join.index_kernels import MAX_SPAN, band_run, equi_run, merge_runs, result_rows, scan_band, visible_pairs
+from ..join.index_kernels import band_run, equi_run, result_rows, scan_band, visible_pairs
+from ..join.sorted_runs import SortedRuns, merge
 from ..join.window import Window, footprint
 from .join_rows import HIT, RowLayout
 
 _E = np.zeros(0, np.int64)
-_EU = np.zeros(0, np.uint32)
 
 
 def find_pairs(layout, P, p, X, xbase, run, check=True, newer=False, split=0):
@@ -314,76 +311,6 @@ def probe_results(A, a, B, b, s, tin):
             tin[a if s == 0 else b].astype(np.int64))
 
 
-class SortedRuns:
-    """(key, row) pairs sorted by key in two runs; see the module docstring. A run is (keys,
-    offsets, base): row = base + offset, the offsets uint32 (12 bytes an entry, not 16); a merge
-    re-bases on the oldest live row, so an offset spans at most the rows a window holds."""
-
-    def __init__(self, key_dtype):
-        self.kd = key_dtype
-        self.big = self.small = (np.zeros(0, key_dtype), _EU, 0)
-
-    @classmethod
-    def of(cls, keys):
-        r = cls(keys.dtype)
-        order = np.argsort(keys, kind="stable")
-        r.big = (keys[order], order.astype(np.uint32), 0)
-        return r
-
-    def runs(self):
-        return (self.big, self.small)
-
-    @property
-    def nbytes(self):
-        return sum(_held(k) + _held(p) for k, p, _ in (self.big, self.small))
-
-    def settle(self, live_from, live):
-        """Rows below `live_from` have left the window, `live` remain: when the entries of rows
-        gone outnumber the live ones (by 4,096), both runs merge without them, so a window that
-        empties (a chain's end segment) does not keep its index until its next rows come."""
-        if len(self.big[0]) + len(self.small[0]) > 2 * live + 4096:
-            self._merge_small(live_from)
-
-    def _merge_small(self, live_from):
-        """The small run into the big one, entries below live_from dropped."""
-        self.big = _merge(*self.big, *self.small, live_from)
-        self.small = (np.zeros(0, self.kd), _EU, 0)
-
-    def add(self, keys, first, live_from):
-        """Entries for rows first, first+1, ... with these keys; entries below `live_from` are
-        dropped when runs merge."""
-        if not len(keys):
-            return
-        keys = np.asarray(keys, self.kd)
-        order = np.argsort(keys, kind="stable")
-        new = (keys[order], order.astype(np.uint32), first)
-        self.small = _merge(*self.small, *new, live_from)
-        # each add re-merges the small run, and each big merge moves the big one: a small run of
-        # sqrt(2 x batch x big) entries balances the two (about 40 entry moves a row on a window
-        # of 460,000 rows in batches of 575, against 104 when the small run went to big / 4:
-        # 208-226 ns an entry added against 459-576, one process, alternating runs)
-        if len(self.small[0]) > min(len(self.big[0]) // 4, math.isqrt(2 * len(keys) * len(self.big[0]))) + 1024:
-            self._merge_small(live_from)
-
-
-def _merge(k1, p1, b1, k2, p2, b2, live_from):
-    n = len(k1) + len(k2)
-    ko = np.empty(n, k1.dtype if len(k1) else k2.dtype)
-    po = np.empty(n, np.uint32)
-    m = merge_runs(k1, p1, b1, k2, p2, b2, live_from, ko, po)
-    if m < 0:
-        raise RuntimeError(f"a window index spans more than {MAX_SPAN} rows (from row {live_from}); "
-                           f"a rank holding that many rows needs more ranks")
-    if m < n - n // 8:        # many entries were of rows gone: keep only the live ones' memory
-        return ko[:m].copy(), po[:m].copy(), live_from
-    return ko[:m], po[:m], live_from
-
-
-def _held(a):
-    """Bytes an array keeps allocated (a slice keeps its whole buffer)."""
-    return (a.base if isinstance(a.base, np.ndarray) else a).nbytes
-
-
 def _scan(P, X, vis_p, vis_x, check=True, pairs_per_block=1 << 22):
     """Nested loop in blocks of probe rows (bounded memory); candidates are filtered by the
     residual conditions afterwards (every condition, for a scan)."""
@@ -406,4 +333,4 @@ def warm_up(pred, dtypes, method):
         j = BinaryJoin(pred, dtypes, method, older=older)
         for _ in range(2):          # new x new, then new x the windows they left
             j.step(np.zeros(a, dtypes[0]), np.zeros(b, dtypes[1]))
-    _merge(*j.runs[0].big, *j.runs[0].big, 0)          # compiled here, not at the first merge
+    merge(*j.runs[0].big, *j.runs[0].big, 0)          # compiled here, not at the first merge

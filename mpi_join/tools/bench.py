@@ -350,18 +350,20 @@ def bench_commits(before=(0, 7_200, 28_800, 115_200), per_commit=2, commits=20, 
 
 
 def bench_window(seconds=(10, 60, 600), rate=20_000, batch=2048, batches=40, say=print):
-    """A worker's cost per batch against the window's length (every strategy's join modules
-    probe with slaves/local_join.BinaryJoin): an equi join on an int32 key (a window row of 28
-    bytes, its 8-byte columns unaligned, as equi A's) at `rate` tuples/s per stream, time
-    windows of each of `seconds` held full, then `batches` batches of `batch` rows a stream
-    joined against them as hash's workers join (every window row older than its probes); the
-    median per batch, and its ratio to the shortest window's, measured in the same run. The
-    keys are drawn from a domain a quarter of the window's rows, so that a probe finds about
-    four partners in every window and a batch makes as many results whatever the window's
+    """A worker's cost per batch against the window's length, for the two ways a worker probes
+    its window: slaves/local_join.BinaryJoin (hash, biclique, matrix, splitjoin, handshake,
+    llhj) and a slice of psp's ring (ring/psp.Slice, range_join with its KeyIndex). An equi join
+    on an int32 key (a window row of 28 bytes, its 8-byte columns unaligned, as equi A's) at
+    `rate` tuples/s per stream, time windows of each of `seconds` held full, then `batches`
+    batches of `batch` rows a stream joined against them (every window row older than its
+    probes); the median per batch, and its ratio to the shortest window's, measured in the same
+    run. The keys are drawn from a domain a quarter of the window's rows, so that a probe finds
+    about four partners in every window and a batch makes as many results whatever the window's
     length: flat is the goal, a batch costing what its rows find, not what the window holds."""
     import numpy as np
     from ..config import parse_job
     from ..join.window import runtime_dtype
+    from ..ring.psp import Slice
     from ..slaves.local_join import BinaryJoin
     rows_out, base = [], None
     for sec in seconds:
@@ -385,18 +387,42 @@ def bench_window(seconds=(10, 60, 600), rate=20_000, batch=2048, batches=40, say
         j = BinaryJoin(job.predicate, dts, "index", older=True)
         for s in (0, 1):              # the windows filled, not joined (their own pairs are not the point)
             j.append(j.layout.derive(rows(s, w, 0), s), s)
-        took, found = [], 0
-        for b in range(batches):
-            first = 2 * w + 2 * b * batch
-            new0, new1 = rows(0, batch, first), rows(1, batch, first)
-            t = time.perf_counter()
-            found += len(j.step(new0, new1)[0])
-            took.append(time.perf_counter() - t)
-        per = float(np.median(took[2:]))
-        base = base or per
-        rows_out.append([f"{sec:,} s", f"{w:,}", f"{found / batches:,.0f}", f"{per * 1e3:.2f}", f"{per / base:.2f}x"])
-        say(f"bench window: {sec} s window ({w:,} rows a stream): {per * 1e3:.2f} ms a batch of 2 x {batch:,} "
-            f"({found / batches:,.0f} results a batch)")
+        per, found = _per_batch(lambda b0, b1: len(j.step(b0, b1)[0]), rows, w, batch, batches)
         del j
-    print_table(["window", "rows a stream", "results a batch", "ms per batch", "vs the shortest"], rows_out)
+        sl = Slice(job, dts, 1, 1)
+        sl.append([rows(0, w, 0), rows(1, w, 0)])
+        per_s, found_s = _per_batch(lambda b0, b1: _slice_step(sl, job.predicate, b0, b1), rows, w, batch, batches)
+        del sl
+        base = base or (per, per_s)
+        rows_out.append([f"{sec:,} s", f"{w:,}", f"{found / batches:,.0f}", f"{per * 1e3:.2f}", f"{per / base[0]:.2f}x",
+                         f"{found_s / batches:,.0f}", f"{per_s * 1e3:.2f}", f"{per_s / base[1]:.2f}x"])
+        say(f"bench window: {sec} s window ({w:,} rows a stream): {per * 1e3:.2f} ms a batch of 2 x {batch:,} "
+            f"({found / batches:,.0f} results a batch), a psp slice {per_s * 1e3:.2f} ms ({found_s / batches:,.0f})")
+    print_table(["window", "rows a stream", "results a batch", "ms per batch", "vs the shortest",
+                 "psp slice: results", "ms per batch", "vs the shortest"], rows_out)
     return rows_out
+
+
+def _per_batch(step, rows, w, batch, batches):
+    """(median seconds a batch of `step`, results over all batches): `batches` batches of
+    `batch` rows a stream, after the `w` rows a stream the window holds."""
+    import numpy as np
+    took, found = [], 0
+    for b in range(batches):
+        first = 2 * w + 2 * b * batch
+        new0, new1 = rows(0, batch, first), rows(1, batch, first)
+        t = time.perf_counter()
+        found += step(new0, new1)
+        took.append(time.perf_counter() - t)
+    return float(np.median(took[2:])), found
+
+
+def _slice_step(sl, pred, new0, new1):
+    """A psp slice's step for a batch of both streams (the ring's only operator): each stream's
+    probes meet the other stream's rows of the slice, then the batch joins the slice."""
+    from ..join.window import POS_INF
+    n = 0
+    for i, t in enumerate((new0, new1)):
+        n += len(sl.meet(pred, {i: t}, t, 1 - i, -POS_INF, POS_INF)[1])
+    sl.append([new0, new1])
+    return n
