@@ -142,7 +142,7 @@ class LowLatencyModule(Operator):
         for s, new in ((0, R), (1, S)):
             if self.home[s] and len(new):
                 seg.join.append(seg.join.derive(new, s), s)
-                self._stamp(s, len(new), b)
+                self.since[s] = np.concatenate([self.since[s], np.full(len(new), b, np.int64)])
         self.done = b
         self.replicas.keep(b, [R, S])
         seg._drop_at_end(0, bounds)
@@ -179,7 +179,7 @@ class LowLatencyModule(Operator):
                 self.counts["catch_up_pairs"] += len(res[1])
                 self._emit(out, *res)
             self.seg.join.append(self.seg.join.derive(rows, s), s)
-            self._stamp(s, len(rows), stamp)
+            self.since[s] = np.concatenate([self.since[s], np.full(len(rows), stamp, np.int64)])
 
     def _pairs(self, R, S):
         """Every visible matching pair of R rows and S rows (both in seq order), each found by its
@@ -207,14 +207,14 @@ class LowLatencyModule(Operator):
     def _move(self, out, bounds):
         # rows that batches still to come here must meet (since > done) wait: a move is stamped
         # with `done`, and the next worker must not skip those batches for them
-        limit = (self._first_ahead(0), self._first_ahead(1))
+        limit = tuple(int(np.argmax(sc > self.done)) if (sc > self.done).any() else None for sc in self.since)
         due = self.seg.due(limit=limit)
         for s, rows in enumerate(due):
             if rows is None:
                 continue
             k = self.seg.sent[s]
             self.seg.acked(s, k)                 # no acknowledgement needed: the stamp orders it
-            self._since[s] = self._since[s][k:]
+            self.since[s] = self.since[s][k:]
             empty = [np.zeros(0, dt) for dt in self.dtypes]
             empty[s] = rows
             dest = self.right if s == 0 else self.left
@@ -225,53 +225,12 @@ class LowLatencyModule(Operator):
                 out.send(self.to(w), [np.zeros(0, dt) for dt in self.dtypes], bounds, Moved(self.done))
             self.told = self.done
 
-    # -- the stamps: per stored row, the last batch its replicas met it in elsewhere -------------------
-    @property
-    def since(self):
-        return self._since
-
-    @since.setter
-    def since(self, arrays):
-        """New stamps (a start, a restore): their largest is found again when first asked."""
-        self._since, self._most, self._room = list(arrays), [None, None], [None, None]
-
-    def _stamp(self, s, n, stamp):
-        """n rows appended to stream s's window, stamped `stamp`: written into the room after
-        the stamps in a buffer of this operator's own (a new one, half again as large, when
-        there is none), not a copy of every stamp per batch. The stamps only ever lose rows at
-        their front, so the room after them is no other view's."""
-        a, buf = self._since[s], self._room[s]
-        at = (a.__array_interface__["data"][0] - buf.__array_interface__["data"][0]) // 8 \
-            if buf is not None and a.base is buf and len(a) else None
-        if at is None or at + len(a) + n > len(buf):
-            buf = self._room[s] = np.empty(max(64, (len(a) + n) * 3 // 2), np.int64)
-            buf[:len(a)] = a
-            at = 0
-        buf[at + len(a):at + len(a) + n] = stamp
-        self._since[s] = buf[at:at + len(a) + n]
-        if self._most[s] is not None:
-            self._most[s] = max(self._most[s], int(stamp))
-
-    def _first_ahead(self, s):
-        """The first stored row of stream s stamped past `done` (None: none), which a move must
-        not take: only moved rows from a neighbour ahead of this worker are, so the stamps are
-        read only while the largest is past `done`, not every batch (they are the window's length)."""
-        if self._most[s] is None:
-            self._most[s] = int(self._since[s].max(initial=-1))
-        if self._most[s] <= self.done:
-            return None
-        ahead = self._since[s] > self.done
-        if not ahead.any():
-            self._most[s] = self.done
-            return None
-        return int(np.argmax(ahead))
-
     def _sync_since(self):
         """Keep `since` aligned with the windows after expiry at the ends."""
         for s in (0, 1):
             n = len(self.seg.join.windows[s])
-            if len(self._since[s]) > n:
-                self._since[s] = self._since[s][len(self._since[s]) - n:]
+            if len(self.since[s]) > n:
+                self.since[s] = self.since[s][len(self.since[s]) - n:]
 
     def _trim(self):
         """Drop replicas every neighbour that can move rows here has stamped past."""
