@@ -6,8 +6,8 @@ rows sorted by seq, so a window, a slice of one, and "older than the probe" are 
 streams (an exact-code index for equi keys, a range scan for bands, the UDF for theta);
 `extend` adds one stream to a set of partial M-way combinations with it. Neither knows which
 strategy calls it: the oracle probes whole streams once, a ring operator its slice per batch,
-through a KeyIndex kept with the slice (so a batch's equi probe costs what it finds, not a sort
-of the slice).
+through the row index kept with the slice (row_index: KeyIndex, CellIndex), so a batch's probe
+costs what it finds, not a sort of the slice.
 """
 import numpy as np
 
@@ -26,7 +26,7 @@ def extend(pred, bound, j, B, lo, hi, index=None):
     array[idx[c]] of stream m to combination c (idx None: array[c]); combination c may use B's
     rows [lo[c], hi[c]). Probes through one bound stream with a condition on j (one with an equi
     key when there is one) and filters by every other bound stream's conditions. `index(k)`: the
-    KeyIndex of B's rows for probes from stream k (or None). Returns (combination index, row of B)."""
+    row_index of B's rows for probes from stream k (or None). Returns (combination index, row of B)."""
     linked = [m for m in bound if pred.between(m, j)]
     if not linked:
         raise ValueError(f"stream {j} has no condition with the bound streams {sorted(bound)}")

@@ -106,9 +106,9 @@ class Slice:
     rows from `owned[j]` on are held here (those before it left the slice and are kept only for
     batches in flight, not checkpointed: a cut waits until none is), and the latest cuts. A slice
     row holds what a probe reads of it: seq, ts (a time window's coordinate) and the columns of
-    its stream's conditions; the probe copies and the wire carry runtime rows. `keys[(k, j)]`:
-    stream j's rows indexed for probes from stream k (range_join.row_index), made at the first
-    probe that needs one and kept with the window as rows come and go."""
+    its stream's conditions; the probe copies and the wire carry runtime rows. `keys[j][k]`:
+    stream j's rows indexed for probes from stream k (range_join.row_index; None for a theta
+    alone), made at the first probe that needs one and kept with the window as rows come and go."""
 
     def __init__(self, job, dtypes, k, n):
         self.dtypes, self.M, self.k, self.n = dtypes, len(dtypes), k, n
@@ -118,16 +118,20 @@ class Slice:
         self.windows, self.owned, self.cuts = self._new_windows(), [0] * self.M, None
 
     def _new_windows(self):
-        self.keys = {}          # indexes of the windows replaced
+        self.keys = [{} for _ in self.dtypes]       # indexes of the windows replaced
         return [Window(dt, coord=c, raw=raw) for dt, c, raw in zip(self.slice_dtypes, self.coords, self.dtypes)]
 
     def _key_index(self, pred, j):
-        """k -> the KeyIndex of stream j's rows for probes from stream k."""
+        """k -> the row index of stream j's rows for probes from stream k."""
         def of(k):
-            if (k, j) not in self.keys:
-                self.keys[(k, j)] = row_index(pred, k, j, self.dtypes[k], self.windows[j])
-            return self.keys[(k, j)]
+            if k not in self.keys[j]:
+                self.keys[j][k] = row_index(pred, k, j, self.dtypes[k], self.windows[j])
+            return self.keys[j][k]
         return of
+
+    def _indexes(self, j):
+        """Stream j's row indexes (not the None of a theta alone)."""
+        return [ix for ix in self.keys[j].values() if ix is not None]
 
     def slice_rows(self, rows, j):
         """Runtime rows of stream j as slice rows (a copy)."""
@@ -142,9 +146,8 @@ class Slice:
             w, rows = self.windows[j], self.slice_rows(b, j)
             first = w.base + len(w)
             w.append(rows)
-            for (_, jj), ix in self.keys.items():
-                if jj == j and ix and len(rows):
-                    ix.add(rows, first)
+            for ix in self._indexes(j) if len(rows) else ():
+                ix.add(rows, first)
 
     def cut(self, cuts):
         """A batch's cuts: the latest."""
@@ -203,9 +206,8 @@ class Slice:
             return
         for j, w in enumerate(self.windows):
             if w.expire(min([int(self.cuts[j][self.k - 1])] + [int(c[0][j][self.k - 1]) for c in inflight.values()])):
-                for (_, jj), ix in self.keys.items():
-                    if jj == j and ix:
-                        ix.settle()
+                for ix in self._indexes(j):
+                    ix.settle()
 
     def state_dtype(self, name):
         if name.isdigit():
