@@ -19,6 +19,7 @@ import traceback
 from .config import load_job
 from . import gate
 from .errors import JobError
+from .runtime.hydra import finalize_pmi
 from .runtime.metrics import RankMetrics, summarize, write_json
 from .strategies import check_runnable
 from .runtime.protocol import Start, Tag, decode_control
@@ -225,11 +226,11 @@ def _interrupted(rank, ctx, signum):
     disk: results are buffered in memory up to a part file's size, so there may be none. A worker
     leaves once rank 0 has released the output directory's lock (at most WAIT_FOR_RANK0_S): on a
     loaded machine a worker that left first let mpiexec end rank 0 before its handler had run (no
-    line, a lock left). Rank 0 leaves last: mpiexec ends it as soon as a worker has left (a rank
-    that leaves without MPI_Finalize takes the launch down), and otherwise it waits longer than a
-    worker waits for it. It used to leave after half a second, and a worker whose handler had
-    not run by then was killed by mpiexec, which made the launch's exit code 9, not 130 (seen
-    once, on a loaded machine)."""
+    line, a lock left). Rank 0 leaves last, after a wait longer than a worker's for it. A worker
+    finalizes PMI before it leaves (runtime/hydra.py), so that mpiexec takes its exit for an
+    orderly one: a rank that leaves without makes mpiexec SIGKILL the others, and one still in
+    its handler then made the launch's exit code 9, not 130 (about one run in six on a loaded
+    machine). Rank 0 does not, so that its exit still ends a worker whose handler never ran."""
     if ctx.get("stopping"):
         return
     ctx["stopping"] = True
@@ -239,10 +240,12 @@ def _interrupted(rank, ctx, signum):
         sys.stderr.flush()
         _release(ctx)
         time.sleep(WAIT_FOR_WORKERS_S)
-    elif ctx.get("output"):
-        lock, end = os.path.join(ctx["output"], LOCK), time.monotonic() + WAIT_FOR_RANK0_S
-        while os.path.exists(lock) and time.monotonic() < end:
-            time.sleep(0.02)
+    else:
+        if ctx.get("output"):
+            lock, end = os.path.join(ctx["output"], LOCK), time.monotonic() + WAIT_FOR_RANK0_S
+            while os.path.exists(lock) and time.monotonic() < end:
+                time.sleep(0.02)
+        finalize_pmi()
     sys.stderr.flush()
     os._exit(128 + int(signum))
 

@@ -3,6 +3,7 @@ from any rank, and no _SUCCESS (so collect will not take the partial results for
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -73,3 +74,44 @@ def test_a_signal_as_a_scheduler_sends_it_stops_every_rank_with_one_line(tmp_pat
     assert not os.path.exists(os.path.join(job.output, "_SUCCESS"))
     for d in (job.output, job.checkpoint.dir):
         assert not os.path.exists(os.path.join(d, ".mpi-join.lock")), f"a lock was left in {d}"
+
+
+RANK_LEAVES_EARLY = """
+import os, sys, time
+from mpi4py import MPI
+from mpi_join.runtime.hydra import finalize_pmi
+rank = MPI.COMM_WORLD.Get_rank()
+MPI.COMM_WORLD.Barrier()
+if rank == 1:                                   # a stopped worker: leaves at once with 130
+    said = finalize_pmi() if sys.argv[1] == "finalize" else None
+    print(f"rank 1 finalize_pmi {said}", flush=True)
+    os._exit(130)
+time.sleep(1.5)                                 # the others still in their handlers
+open(os.path.join(sys.argv[2], f"alive.{rank}"), "w").close()
+os._exit(130)
+"""
+
+
+@pytest.mark.parametrize("leaves", ["finalize", "plain"])
+def test_a_rank_that_finalizes_pmi_leaves_the_others_running(tmp_path, leaves):
+    """Under mpiexec a rank that exits without PMI finalize makes Hydra SIGKILL the others (the
+    launch then exits 9 when it reaps one of them first, not 130); runtime/hydra.finalize_pmi is
+    what a stopped worker says first, so the others finish their handlers and the launch exits
+    130. The plain exit is checked too, so this test sees the difference it relies on."""
+    script = tmp_path / "leave.py"
+    script.write_text(RANK_LEAVES_EARLY)
+    p = subprocess.run([MPIEXEC, "-n", "3", sys.executable, str(script), leaves, str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    alive = sorted(f for f in os.listdir(tmp_path) if f.startswith("alive."))
+    if leaves == "finalize":
+        assert "rank 1 finalize_pmi True" in p.stdout, (p.stdout, p.stderr)
+        assert (p.returncode, alive) == (130, ["alive.0", "alive.2"]), (p.returncode, p.stdout, p.stderr)
+    else:
+        assert alive == [], (p.returncode, p.stdout, p.stderr)     # Hydra ended ranks 0 and 2
+
+
+def test_finalize_pmi_does_nothing_outside_hydra():
+    """A run in process or under srun has no Hydra proxy for a parent: nothing is written to
+    any descriptor."""
+    from mpi_join.runtime.hydra import finalize_pmi, under_hydra
+    assert under_hydra() is None and finalize_pmi() is False
