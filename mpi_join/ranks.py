@@ -227,10 +227,12 @@ def _interrupted(rank, ctx, signum):
     leaves once rank 0 has released the output directory's lock (at most WAIT_FOR_RANK0_S): on a
     loaded machine a worker that left first let mpiexec end rank 0 before its handler had run (no
     line, a lock left). Rank 0 leaves last, after a wait longer than a worker's for it. A worker
-    finalizes PMI before it leaves (runtime/hydra.py), so that mpiexec takes its exit for an
-    orderly one: a rank that leaves without makes mpiexec SIGKILL the others, and one still in
-    its handler then made the launch's exit code 9, not 130 (about one run in six on a loaded
-    machine). Rank 0 does not, so that its exit still ends a worker whose handler never ran."""
+    that saw rank 0 release the lock finalizes PMI before it leaves (runtime/hydra.py), so that
+    mpiexec takes its exit for an orderly one: a rank that leaves without makes mpiexec SIGKILL
+    the others, and one still in its handler then made the launch's exit code 9, not 130 (about
+    one run in six on a loaded machine). Rank 0 does not, so that its exit still ends a worker
+    whose handler never ran; and a worker that waited for rank 0 in vain does not either, so that
+    its exit ends a rank 0 that cannot run (the launcher then says rank 0's line)."""
     if ctx.get("stopping"):
         return
     ctx["stopping"] = True
@@ -240,12 +242,12 @@ def _interrupted(rank, ctx, signum):
         sys.stderr.flush()
         _release(ctx)
         time.sleep(WAIT_FOR_WORKERS_S)
-    else:
-        if ctx.get("output"):
-            lock, end = os.path.join(ctx["output"], LOCK), time.monotonic() + WAIT_FOR_RANK0_S
-            while os.path.exists(lock) and time.monotonic() < end:
-                time.sleep(0.02)
-        finalize_pmi()
+    elif ctx.get("output"):
+        lock, end = os.path.join(ctx["output"], LOCK), time.monotonic() + WAIT_FOR_RANK0_S
+        while os.path.exists(lock) and time.monotonic() < end:
+            time.sleep(0.02)
+        if not os.path.exists(lock):
+            finalize_pmi()
     sys.stderr.flush()
     os._exit(128 + int(signum))
 
