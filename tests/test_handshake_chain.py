@@ -77,3 +77,37 @@ def test_every_segment_is_empty_at_the_end_of_the_input(n):
     _check(got, run_oracle(job, arrays))
     held = {r: [len(w) for w in m.seg.join.windows] for r, m in mods.items()}
     assert all(h == [0, 0] for h in held.values()), held
+
+
+def test_llhj_stamps_follow_a_plain_list_through_appends_drops_and_a_restore():
+    """ring/llhj.Stamps keeps each stream's stamps in a buffer with room after them: against a
+    plain list, through appends (the buffer regrown), drops at the front (moves, expiry), the
+    first row stamped past a growing `done` (moved rows from a neighbour ahead), and a
+    snapshot restored into a new one."""
+    from mpi_join.ring.llhj import Stamps
+    rng = np.random.default_rng(7)
+    st, plain, done, regrown = Stamps(), [[], []], -1, set()
+    for step in range(3000):
+        s = int(rng.integers(2))
+        op = rng.random()
+        if op < 0.45:
+            n, stamp = int(rng.integers(1, 40)), done + int(rng.integers(-3, 4))
+            before = id(st.buf[s])
+            st.append(s, n, stamp)
+            plain[s] += [stamp] * n
+            if id(st.buf[s]) != before:
+                regrown.add(len(plain[s]))
+        elif op < 0.75:
+            k = int(rng.integers(-2, 30))
+            st.drop(s, k)
+            plain[s] = plain[s][max(k, 0):]
+        else:
+            done += int(rng.integers(0, 2))
+        first = next((i for i, v in enumerate(plain[s]) if v > done), None)
+        assert st.first_past(s, done) == first, step
+        assert st[s].tolist() == plain[s], step
+        if step % 500 == 499:
+            arrays, _ = st.snapshot()
+            st = Stamps()
+            st.restore(arrays, {})
+    assert len(regrown) > 5            # the buffers were regrown along the way, not made once

@@ -24,7 +24,7 @@ from ..runtime.headers import Header
 from ..join.range_join import probe_ranges
 from ..join.kernels import search
 from ..slaves.local_join import find_pairs, warm_up
-from ..runtime.operator import INT_KEYS, Arrays, Fields, Operator, Output
+from ..runtime.operator import INT_KEYS, Fields, Operator, Output
 from .chain_routing import New, beside
 from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment
 
@@ -79,6 +79,63 @@ class Replicas:
         return self.dtypes[int(s)] if k.isdigit() and s in ("0", "1") else None
 
 
+class Stamps:
+    """Per stored row of each stream, aligned with its window: `since`, the last batch whose
+    replica already met the row elsewhere (declared state, saved as since/0 and since/1).
+    Rows are appended at the back and leave at the front, so each stream's stamps live in a
+    buffer with room after them: an append writes its rows' stamps there (a new buffer, half
+    again as large, when the room is used up), not a copy of the window's stamps per batch.
+    Only rows moved in from a neighbour ahead of this worker carry a stamp past its last batch:
+    the first of them is looked for only while the largest stamp is past it."""
+
+    def __init__(self):
+        self.set([np.zeros(0, np.int64), np.zeros(0, np.int64)])
+
+    def set(self, arrays):
+        self.buf = [np.array(a, np.int64) for a in arrays]
+        self.lo, self.hi = [0, 0], [len(a) for a in self.buf]
+        self.most = [None, None]        # the largest stamp of each stream, once asked for
+
+    def __getitem__(self, s):
+        return self.buf[s][self.lo[s]:self.hi[s]]
+
+    def append(self, s, n, stamp):
+        if self.hi[s] + n > len(self.buf[s]):
+            kept = self[s]
+            self.buf[s] = np.empty(max(64, (len(kept) + n) * 3 // 2), np.int64)
+            self.buf[s][:len(kept)] = kept
+            self.lo[s], self.hi[s] = 0, len(kept)
+        self.buf[s][self.hi[s]:self.hi[s] + n] = stamp
+        self.hi[s] += n
+        if self.most[s] is not None:
+            self.most[s] = max(self.most[s], int(stamp))
+
+    def drop(self, s, k):
+        """Forget the first k rows' stamps (they moved on, or expired at an end); none if k <= 0."""
+        self.lo[s] = min(self.lo[s] + max(k, 0), self.hi[s])
+
+    def first_past(self, s, done):
+        """The first row of stream s stamped past `done`, or None."""
+        if self.most[s] is None:
+            self.most[s] = int(self[s].max(initial=-1))
+        if self.most[s] <= done:
+            return None
+        ahead = self[s] > done
+        if not ahead.any():
+            self.most[s] = done
+            return None
+        return int(np.argmax(ahead))
+
+    def snapshot(self):
+        return {str(s): self[s].copy() for s in (0, 1)}, {}
+
+    def restore(self, arrays, attrs):
+        self.set([arrays["0"], arrays["1"]])
+
+    def state_dtype(self, name):
+        return np.dtype(np.int64) if name in ("0", "1") else None
+
+
 class LowLatencyModule(Operator):
     """A middle worker of the chain; the ends are the role classes below (`exits`, as in
     handshake). A stream's home, where its new tuples are stored, is the end where it enters,
@@ -93,13 +150,13 @@ class LowLatencyModule(Operator):
         self.seg = Segment.of(job, rank, self.n, dtypes, self.exits, older=True)
         self.home = self.exits[::-1]
         self.left, self.right = beside(graph, rank)
-        self.since = [np.zeros(0, np.int64), np.zeros(0, np.int64)]   # per stored row, aligned with the window
+        self.since = Stamps()                # per stored row, aligned with the window
         self.done = -1                       # the last batch processed here
         self.replicas = Replicas(dtypes)     # (batch id, [R rows, S rows]) retained for catch-up
         self.heard = {w: -1 for w in (self.left, self.right) if w}   # neighbours' last stamps
         self.told = -1
         self.counts = {"moved": 0, "catch_up_pairs": 0}
-        self.declare(segment=self.seg, since=Arrays(self, "since", (np.dtype(np.int64),) * 2),
+        self.declare(segment=self.seg, since=self.since,
                      replicas=self.replicas, marks=Fields(self, "done", "told", heard=INT_KEYS))
 
     def warm_up(self):
@@ -110,7 +167,7 @@ class LowLatencyModule(Operator):
         out = restore_home(self, read, old)
         # the new run numbers its batches afresh (its sources may number otherwise): every stored
         # row waits for all of them, as if nothing had been processed yet; no replica is needed
-        self.since = [np.full(len(self.seg.join.windows[s]), -1, np.int64) for s in (0, 1)]
+        self.since.set([np.full(len(self.seg.join.windows[s]), -1, np.int64) for s in (0, 1)])
         self.done = self.told = -1
         self.heard = {w: -1 for w in self.heard}
         self.replicas.drop_through(None)
@@ -142,7 +199,7 @@ class LowLatencyModule(Operator):
         for s, new in ((0, R), (1, S)):
             if self.home[s] and len(new):
                 seg.join.append(seg.join.derive(new, s), s)
-                self.since[s] = np.concatenate([self.since[s], np.full(len(new), b, np.int64)])
+                self.since.append(s, len(new), b)
         self.done = b
         self.replicas.keep(b, [R, S])
         seg._drop_at_end(0, bounds)
@@ -179,7 +236,7 @@ class LowLatencyModule(Operator):
                 self.counts["catch_up_pairs"] += len(res[1])
                 self._emit(out, *res)
             self.seg.join.append(self.seg.join.derive(rows, s), s)
-            self.since[s] = np.concatenate([self.since[s], np.full(len(rows), stamp, np.int64)])
+            self.since.append(s, len(rows), stamp)
 
     def _pairs(self, R, S):
         """Every visible matching pair of R rows and S rows (both in seq order), each found by its
@@ -207,14 +264,14 @@ class LowLatencyModule(Operator):
     def _move(self, out, bounds):
         # rows that batches still to come here must meet (since > done) wait: a move is stamped
         # with `done`, and the next worker must not skip those batches for them
-        limit = tuple(int(np.argmax(sc > self.done)) if (sc > self.done).any() else None for sc in self.since)
+        limit = (self.since.first_past(0, self.done), self.since.first_past(1, self.done))
         due = self.seg.due(limit=limit)
         for s, rows in enumerate(due):
             if rows is None:
                 continue
             k = self.seg.sent[s]
             self.seg.acked(s, k)                 # no acknowledgement needed: the stamp orders it
-            self.since[s] = self.since[s][k:]
+            self.since.drop(s, k)
             empty = [np.zeros(0, dt) for dt in self.dtypes]
             empty[s] = rows
             dest = self.right if s == 0 else self.left
@@ -228,9 +285,7 @@ class LowLatencyModule(Operator):
     def _sync_since(self):
         """Keep `since` aligned with the windows after expiry at the ends."""
         for s in (0, 1):
-            n = len(self.seg.join.windows[s])
-            if len(self.since[s]) > n:
-                self.since[s] = self.since[s][len(self.since[s]) - n:]
+            self.since.drop(s, len(self.since[s]) - len(self.seg.join.windows[s]))
 
     def _trim(self):
         """Drop replicas every neighbour that can move rows here has stamped past."""
