@@ -26,9 +26,11 @@ class SortedRuns:
         self.big = self.small = (np.zeros(0, key_dtype), _EU, 0)
 
     @classmethod
-    def of(cls, keys):
+    def of(cls, keys, order=None):
+        """The index of rows 0, 1, ... with these keys (`order`: their stable sort, when the
+        caller has it)."""
         r = cls(keys.dtype)
-        order = np.argsort(keys, kind="stable")
+        order = np.argsort(keys, kind="stable") if order is None else order
         r.big = (keys[order], order.astype(np.uint32), 0)
         return r
 
@@ -51,13 +53,13 @@ class SortedRuns:
         self.big = merge(*self.big, *self.small, live_from)
         self.small = (np.zeros(0, self.kd), _EU, 0)
 
-    def add(self, keys, first, live_from):
-        """Entries for rows first, first+1, ... with these keys; entries below `live_from` are
-        dropped when runs merge."""
+    def add(self, keys, first, live_from, order=None):
+        """Entries for rows first, first+1, ... with these keys (`order`: their stable sort, when
+        the caller has it); entries below `live_from` are dropped when runs merge."""
         if not len(keys):
             return
         keys = np.asarray(keys, self.kd)
-        order = np.argsort(keys, kind="stable")
+        order = np.argsort(keys, kind="stable") if order is None else order
         new = (keys[order], order.astype(np.uint32), first)
         self.small = merge(*self.small, *new, live_from)
         # each add re-merges the small run, and each big merge moves the big one: a small run of

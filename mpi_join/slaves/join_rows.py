@@ -124,6 +124,7 @@ class RowLayout:
         # hashes() of the last rows asked about, per stream (`hashed`: shared by joins that probe
         # with the same rows, a chained index's subindexes)
         self._hashed = hashed if hashed is not None else ([], [])
+        self._ordered = ([], [])
         # what a snapshot holds: the runtime rows, and whether each row of an outer stream has met a partner
         self.state_dtypes = [derived_dtype(dt, 0, 0, s in self.outer, u) for s, (dt, u) in enumerate(zip(dtypes, unread))]
 
@@ -182,6 +183,22 @@ class RowLayout:
         """lo over the other stream of each of stream s's window rows."""
         _, col, shift = self.vis[s]
         return rows[col] + shift if shift else rows[col]
+
+    def key_order(self, rows, s):
+        """The stable order of derived rows by their index keys (index_keys; None: no index),
+        remembered as the hashes are: a batch is probed in that order (equi), joined with the
+        other stream's batch through a run of it, and appended to its window's index by it,
+        one sort for the three."""
+        for r, o in self._ordered[s]:
+            if r is rows:
+                return o
+        key = self.index_keys(rows, s)
+        o = None if key is None else np.argsort(key, kind="stable")
+        memo = self._ordered[s]
+        memo.append((rows, o))
+        if len(memo) > 2:
+            del memo[0]
+        return o
 
     def index_keys(self, rows, s):
         """The keys stream s's index sorts derived rows by (None: no index)."""
