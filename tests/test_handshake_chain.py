@@ -107,7 +107,8 @@ def test_llhj_stamps_follow_a_plain_list_through_appends_drops_and_a_restore():
         assert st.first_past(s, done) == first, step
         assert st[s].tolist() == plain[s], step
         if step % 500 == 499:
-            arrays, _ = st.snapshot()
+            from mpi_join.runtime.operator import Arrays
+            arrays, _ = Arrays(st, "arrays", (np.dtype(np.int64),) * 2).snapshot()
             st = Stamps()
-            st.restore(arrays, {})
+            Arrays(st, "arrays", (np.dtype(np.int64),) * 2).restore(arrays, {})
     assert len(regrown) > 5            # the buffers were regrown along the way, not made once

@@ -24,7 +24,7 @@ from ..runtime.headers import Header
 from ..join.range_join import probe_ranges
 from ..join.kernels import search
 from ..slaves.local_join import find_pairs, warm_up
-from ..runtime.operator import INT_KEYS, Fields, Operator, Output
+from ..runtime.operator import INT_KEYS, Arrays, Fields, Operator, Output
 from .chain_routing import New, beside
 from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment
 
@@ -81,7 +81,7 @@ class Replicas:
 
 class Stamps:
     """Per stored row of each stream, aligned with its window: `since`, the last batch whose
-    replica already met the row elsewhere (declared state, saved as since/0 and since/1).
+    replica already met the row elsewhere (declared state through `arrays`: since/0, since/1).
     Rows are appended at the back and leave at the front, so each stream's stamps live in a
     buffer with room after them: an append writes its rows' stamps there (a new buffer, half
     again as large, when the room is used up), not a copy of the window's stamps per batch.
@@ -126,14 +126,14 @@ class Stamps:
             return None
         return int(np.argmax(ahead))
 
-    def snapshot(self):
-        return {str(s): self[s].copy() for s in (0, 1)}, {}
+    @property
+    def arrays(self):
+        """Both streams' stamps, as the operator's declared state saves them (operator.Arrays)."""
+        return [self[0], self[1]]
 
-    def restore(self, arrays, attrs):
-        self.set([arrays["0"], arrays["1"]])
-
-    def state_dtype(self, name):
-        return np.dtype(np.int64) if name in ("0", "1") else None
+    @arrays.setter
+    def arrays(self, arrays):
+        self.set(arrays)
 
 
 class LowLatencyModule(Operator):
@@ -156,7 +156,7 @@ class LowLatencyModule(Operator):
         self.heard = {w: -1 for w in (self.left, self.right) if w}   # neighbours' last stamps
         self.told = -1
         self.counts = {"moved": 0, "catch_up_pairs": 0}
-        self.declare(segment=self.seg, since=self.since,
+        self.declare(segment=self.seg, since=Arrays(self.since, "arrays", (np.dtype(np.int64),) * 2),
                      replicas=self.replicas, marks=Fields(self, "done", "told", heard=INT_KEYS))
 
     def warm_up(self):

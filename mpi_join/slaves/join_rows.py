@@ -162,18 +162,14 @@ class RowLayout:
             return rows["_h"]
         if not self.key_cols[0]:
             return np.zeros(len(rows), np.uint64)
-        for r, h in self._hashed[s]:
-            if r is rows:
-                return h
-        h = key_hash(self.keys(rows, s))
-        self._remember(rows, s, h)
+        h = _recall(self._hashed[s], rows)
+        if h is None:
+            h = key_hash(self.keys(rows, s))
+            self._remember(rows, s, h)
         return h
 
     def _remember(self, rows, s, h):
-        memo = self._hashed[s]
-        memo.append((rows, h))
-        if len(memo) > 2:
-            del memo[0]
+        _keep(self._hashed[s], rows, h)
 
     def coord(self, rows, s):
         """Stream s's coordinate of each window row (a view)."""
@@ -184,21 +180,17 @@ class RowLayout:
         _, col, shift = self.vis[s]
         return rows[col] + shift if shift else rows[col]
 
-    def key_order(self, rows, s):
-        """The stable order of derived rows by their index keys (index_keys; None: no index),
+    def sorted_keys(self, rows, s):
+        """(index keys, their stable order) of derived rows, (None, None) without an index;
         remembered as the hashes are: a batch is probed in that order (equi), joined with the
         other stream's batch through a run of it, and appended to its window's index by it,
-        one sort for the three."""
-        for r, o in self._ordered[s]:
-            if r is rows:
-                return o
-        key = self.index_keys(rows, s)
-        o = None if key is None else np.argsort(key, kind="stable")
-        memo = self._ordered[s]
-        memo.append((rows, o))
-        if len(memo) > 2:
-            del memo[0]
-        return o
+        one sort (and one set of keys) for the three."""
+        got = _recall(self._ordered[s], rows)
+        if got is None:
+            key = self.index_keys(rows, s)
+            got = (key, None if key is None else np.argsort(key, kind="stable"))
+            _keep(self._ordered[s], rows, got)
+        return got
 
     def index_keys(self, rows, s):
         """The keys stream s's index sorts derived rows by (None: no index)."""
@@ -225,3 +217,18 @@ class RowLayout:
             if c not in rows.dtype.names and c in dtype.names:
                 out[c] = rows["_band"][:, k]          # exact: _exact_in_float64
         return out
+
+
+def _recall(memo, rows):
+    """What `memo` holds for these very rows (not equal ones), or None."""
+    for r, v in memo:
+        if r is rows:
+            return v
+    return None
+
+
+def _keep(memo, rows, value):
+    """Remember `value` for `rows`, the last two batches asked about."""
+    memo.append((rows, value))
+    if len(memo) > 2:
+        del memo[0]

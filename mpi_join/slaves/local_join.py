@@ -73,7 +73,7 @@ def _probe(layout, P, p, X, xbase, run, check=True, newer=False, split=0):
         h = layout.hashes(P, p)
         # probes in hash order gallop through a large run instead of searching it from its
         # middle, each a few cache misses
-        order = layout.key_order(P, p) if split and len(X) > 4096 else _E
+        order = layout.sorted_keys(P, p)[1] if split and len(X) > 4096 else _E
         res = [K.collect(equi_run, pk, h, *vis_p, rk, rp, xbase - rb, xk, *vis_x, check,
                          newer, first, int(split), layout.one_word, order, guess=guess)
                for rk, rp, rb in run.runs() if len(rk)]
@@ -159,8 +159,8 @@ class BinaryJoin:
         if len(n1) and len(w0):
             out.append(find_pairs(self.layout, n1, 1, w0, self.windows[0].base, self.runs[0], split=len(w0) if self.layout.older else 0))
         if len(n0) and len(n1):
-            key = self.layout.index_keys(n1, 1)
-            run = SortedRuns.of(key, self.layout.key_order(n1, 1)) if key is not None else None
+            key, order = self.layout.sorted_keys(n1, 1)
+            run = SortedRuns.of(key, order) if key is not None else None
             out.append(find_pairs(self.layout, n0, 0, n1, 0, run))
         if self.layout.outer:
             for A, a, B, b in out:
@@ -244,11 +244,7 @@ class BinaryJoin:
             seq = rows["seq"]
             self.in_order[s] = self.in_order[s] and int(seq[0]) > self.newest[s] and bool((seq[1:] > seq[:-1]).all())
             self.newest[s] = max(self.newest[s], int(seq.max()))
-        if key is None:
-            key = self.layout.index_keys(rows, s)
-            order = self.layout.key_order(rows, s) if key is not None else None
-        else:
-            order = None
+        key, order = self.layout.sorted_keys(rows, s) if key is None else (key, None)
         if key is not None:
             self.runs[s].add(key, first, w.base, order)
 
