@@ -365,7 +365,7 @@ BAND = 'equi = [["R.k", "S.k"]]\nband = [{left = "R.v", right = "S.w", eps = 0.3
          "llhj-count-equi", "psp-time-band"])
 def test_a_checkpoint_resumes_at_other_rank_counts_exactly_once(tmp_path, strategy, kind, predicate, extra, chain):
     """A run on P ranks SIGKILLed after two checkpoints, resumed at P+2 and SIGKILLed after a
-    checkpoint of its own, then resumed from that one at P-2 (biclique: P-1, its fewest with two
+    checkpoint of its own, then resumed from that one at P-2 in process (biclique: P-1, its fewest with two
     dispatchers) to the end: every restore takes the state out of the files of the rank count
     before (hash: whole key groups, partitioning/key_groups.py; matrix: each stored tuple to its
     row or column of the new grid; biclique: each stored tuple to its unit by the routing of a
@@ -394,7 +394,8 @@ def test_a_checkpoint_resumes_at_other_rank_counts_exactly_once(tmp_path, strate
             plan = cli("checkpoint", "inspect", root, "-n", "2")
             assert f"at 2 ranks (1 worker): would move {moved} of 60 key groups" in plan.stdout, plan.stdout
     assert offsets == sorted(set(offsets)), f"each resumed run went past its checkpoint before its kill: {offsets}"
-    r = run_mpi(chain[2], "run", unpaced(path), "--resume", root)
+    # the last resume in process (the same ranks' code): the one before it rescaled under mpiexec
+    r = run_local(chain[2], "run", unpaced(path), "--resume", root)
     assert r.returncode == 0 and "resuming from checkpoint" in r.stderr, r.stderr
     expect = run_oracle(job, arrays)
     assert len(expect) > 500
@@ -414,7 +415,7 @@ def test_a_test_strategy_with_no_restore_code_resumes_at_other_rank_counts(tmp_p
     """A strategy whose edges route by their placement and whose cores end in the runtime's sink
     (tests/broadcast_strategy.py, tests/stripe_strategy.py), with no restore code: SIGKILLed after
     checkpoints on P + 1 ranks (P its fewest; the victim its sink), resumed at P + 3 and killed
-    again (rank 2), resumed at P to the end: the oracle's result, each pair once."""
+    again (rank 2), resumed at P to the end (in process): the oracle's result, each pair once."""
     path, job, arrays = paced_checkpointed_job(tmp_path, strategy, predicate, windows=('"60ms"', '"40ms"'),
                                                total=12000)
     root, fewest = job.checkpoint.dir, strategies.get(strategy).min_ranks
@@ -422,7 +423,7 @@ def test_a_test_strategy_with_no_restore_code_resumes_at_other_rank_counts(tmp_p
         p = kill_after_checkpoints(path, root, ranks, victim, 1 if n else 2, 12000, ("--resume", root) if n else ())
         assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
         assert [m for _, m in ck.list_checkpoints(root) if m][-1]["ranks"] == ranks
-    r = run_mpi(fewest, "run", unpaced(path), "--resume", root)
+    r = run_local(fewest, "run", unpaced(path), "--resume", root)    # the rescale under mpiexec: the one before
     assert r.returncode == 0 and "resuming from checkpoint" in r.stderr and "Traceback" not in r.stderr, r.stderr
     expect = run_oracle(job, arrays)
     assert len(expect) > 500
