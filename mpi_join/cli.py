@@ -1386,8 +1386,9 @@ class _BenchChoice(click.Choice):
 @click.option("--load", "load_fraction", type=Finite(), default=None,
               help="Also replay at this fraction of the sustainable rate (the slowest quarter of the best run's second half) and report its delays (e.g. 0.8).")
 @click.option("--case", default=None,
-              help="runtime: 4.8 M tuples (20,000/s per stream over 120 s, 100,000 uniform keys, 60 s windows) "
-                   "on 2 and 3 ranks, and at 80% of the sustainable rate. memory: rank 0's peak RSS with 1 M and "
+              help="runtime: 4.8 M equi tuples (20,000/s per stream over 120 s, 100,000 uniform keys, 60 s windows; "
+                   "the band workload for a strategy without equi joins) on 2 and 3 ranks in 3 rounds, and at 80% "
+                   "of the sustainable rate. memory: rank 0's peak RSS with 1 M and "
                    "8 M staged tuples (--tuples adds a size), on 2 ranks unless -n is given. sources: rank 0's "
                    "CPU per tuple with run.sources = 1, 2 and 4 at one worker count (-n: ranks with one source; "
                    "1.6 M tuples unless --tuples). window: a worker's cost per batch of its join against windows of 10 s, "
@@ -1396,8 +1397,11 @@ class _BenchChoice(click.Choice):
                    "(flat is the goal). A strategy's own "
                    "cases are listed by `mpi-join strategies` (psp: fig8a; handshake, llhj: max-rate; splitjoin: "
                    "cores, where -n values are join cores; biclique: fig6a, where -n is join units).")
+@click.option("--repeat", type=click.IntRange(1, 50), default=None,
+              help="Rounds of the strategy's runs, the oracle timed again after each run; the table adds medians "
+                   "over the rounds and each run's ratio to the oracle timed beside it (default 1; 3 with --case runtime).")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Work directory (default: a temporary one).")
-def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, load_fraction, case, workdir):
+def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, load_fraction, case, repeat, workdir):
     """Throughput and latency of STRATEGY against the single-core oracle, measured in the same run.
 
     Generates the strategy's workload (from the registry), times the oracle on it, runs STRATEGY
@@ -1473,13 +1477,17 @@ def bench(strategy, nprocs, tuples, rate, window, skew, uniform_keys, params, lo
         from .tools.bench import bench_commits
         bench_commits(workdir=workdir, say=lambda m: click.echo(m, err=True))
         return
+    workload = None
     if case == "runtime":
         tuples, rate, window, uniform_keys = 4_800_000, 20000.0, "60s", 100_000
-        nprocs = nprocs or (2, 3)
+        nprocs = nprocs or tuple(n for n in (2, 3) if n >= strategies.get(strategy).min_ranks) or (
+            strategies.get(strategy).min_ranks,)
         load_fraction = load_fraction or 0.8
+        repeat = repeat or 3
+        workload = "equi" if strategy in strategies.supporting({"equi"}) else None
     try:
         run_bench(strategy, list(nprocs) or [4], tuples, rate, window, skew, prm, workdir, uniform_keys,
-                  load_fraction=load_fraction)
+                  load_fraction=load_fraction, repeat=repeat or 1, workload=workload)
     except JobError as e:
         _fail(e)
 

@@ -89,3 +89,24 @@ def test_bench_job_edits_replace_a_key_in_its_own_table_only(tmp_path):
     assert d["run"] == {"rate": "max", "batch_size": 7}
     assert d["strategy"] == {"name": "hash", "rate": 3, "ordered": False, "local_join": "scan"}
     assert d["checkpoint"] == {"every_tuples": 5}
+
+
+def test_a_repeated_bench_takes_medians_and_rates_each_run_by_the_oracle_timed_beside_it():
+    from mpi_join.tools.bench import median_rows
+
+    def run(n, r, tps, oracle_s):
+        lat = {"p50": 1.0, "p90": 2.0, "p99": 3.0}
+        return {"nprocs": n, "round": r, "tuples_per_s": tps, "wall_s": 1000 / tps, "results": 7,
+                "latency_ms": lat, "oracle_s": oracle_s}
+    out = {"runs": {}, "rounds": [run(2, 1, 300.0, 2.0), run(3, 1, 500.0, 4.0), run(2, 2, 200.0, 1.0),
+                                  run(3, 2, 400.0, 2.0), run(2, 3, 250.0, 5.0), run(3, 3, 450.0, 2.5)]}
+    # the oracle took 2, 4, 1, 2, 5, 2.5 s after the runs and 2 s before them: median 2 s, 500 tuples/s
+    rows = {r[0]: r for r in median_rows("hash", [2, 3], out, [2.0, 2.0, 4.0, 1.0, 2.0, 5.0, 2.5], 1000, 7)}
+    assert rows["oracle (1 core), median"][1] == "500"
+    assert rows["hash (2 ranks), median"][1] == "250" and rows["hash (2 ranks), median"][-1] == "0.50"
+    assert rows["hash (3 ranks), median"][1] == "450" and rows["hash (3 ranks), median"][-1] == "0.90"
+    # each run against the oracle timed right after it: 300 x 2 / 1000 = 0.60, 200 x 1 / 1000, 250 x 5 / 1000
+    assert rows["hash (2 ranks), round 1"][-1] == "0.60"
+    assert rows["hash (2 ranks), range"][-1] == "0.20-1.25"
+    assert rows["hash (3 ranks), range"][-1] == "0.80-2.00"
+    assert out["runs"][2]["tuples_per_s"] == 250.0 and out["runs"][3]["tuples_per_s"] == 450.0

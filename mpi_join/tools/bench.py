@@ -3,6 +3,7 @@ import functools
 import json
 import os
 import re
+import statistics
 import subprocess
 import tempfile
 import time
@@ -81,36 +82,54 @@ def oracle_rate(job):
 
 
 def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_keys=None, replay_rate=None,
-          load_fraction=None):
+          load_fraction=None, repeat=1, workload=None):
     """Time the single-core oracle and `strategy` on each rank count in `ranks`, on the strategy's
-    workload, in one run; check every run equals the oracle; print tuples/s, ratios against the
-    oracle and production-delay percentiles. With `load_fraction`, also replay at that fraction of
-    the sustainable rate (see _steady_rate) of the fastest rank count and report its delays."""
+    workload (or `workload`), in one run; check every run equals the oracle; print tuples/s, ratios
+    against the oracle and production-delay percentiles. With `repeat` > 1 the strategy's runs
+    come in that many rounds and the oracle is timed again after each run (when its result is
+    checked), so the two alternate on the machine: a single-core baseline moved by 30% within an
+    hour here, and one pair of runs shows neither a ratio nor its absence. The table then gives
+    each run, and medians over the rounds against the median of the oracle's timings. With
+    `load_fraction`, also replay once at that fraction of the sustainable rate (see _steady_rate)
+    of the fastest rank count and report its delays."""
     from .. import strategies
     from ..config import load_job
     from .workloads import make
     info = strategies.get(strategy)
+    workload = workload or info.workload
     workdir, tmp = work_dir(workdir)
-    keys = ("" if info.workload != "equi" else      # keys and skew apply to the equi workload only
+    keys = ("" if workload != "equi" else      # keys and skew apply to the equi workload only
             f", uniform keys over {uniform_keys:,}" if uniform_keys else f", b-model keys with b = {skew}")
-    print(f"workload {info.workload}: {tuples:,} tuples, {rate:g} tuples/s per stream (event time), window "
-          f"{window}{keys}; {strategy} on {', '.join(map(str, ranks))} ranks", flush=True)
-    job_path = make(info.workload, workdir, tuples=tuples, rate=rate, window=window, skew=skew, strategy=strategy,
+    rounds = f", {repeat} rounds" if repeat > 1 else ""
+    print(f"workload {workload}: {tuples:,} tuples, {rate:g} tuples/s per stream (event time), window "
+          f"{window}{keys}; {strategy} on {', '.join(map(str, ranks))} ranks{rounds}", flush=True)
+    job_path = make(workload, workdir, tuples=tuples, rate=rate, window=window, skew=skew, strategy=strategy,
                     uniform_keys=uniform_keys)
     for k, v in params.items():
         set_param(job_path, k, v)
     job = load_job(job_path)
-    total = len(ranks) + bool(load_fraction)
+    total = len(ranks) * repeat + bool(load_fraction)
     print(f"bench: the oracle on {tuples:,} tuples (the baseline)", flush=True)
     o_rate, o_s, o_n = oracle_rate(job)
+    oracle_s = [o_s]
     rows = [("oracle (1 core)", f"{o_rate:,.0f}", f"{o_s:.2f}", f"{o_n:,}", "-", "-", "-", "1.00")]
-    out = {"oracle_tps": o_rate, "runs": {}}
-    cases = [(n, replay_rate) for n in ranks]
-    for k, (n, rr) in enumerate(cases):
-        print(f"bench: run {k + 1}/{total}: {strategy} on {n} ranks", flush=True)
-        s = run_verified(job_path, workdir, job, n, rr, o_n)
-        out["runs"][n] = s
-        rows.append(_row(f"{strategy} ({n} ranks)", s, o_rate))
+    out = {"oracle_tps": o_rate, "runs": {}, "rounds": []}
+    k = 0
+    for r in range(repeat):
+        for n in ranks:
+            k += 1
+            print(f"bench: run {k}/{total}: {strategy} on {n} ranks" + (f" (round {r + 1})" if repeat > 1 else ""),
+                  flush=True)
+            s = run_verified(job_path, workdir, job, n, replay_rate, o_n)
+            oracle_s.append(s["oracle_s"])
+            out["rounds"].append(dict(s, nprocs=n, round=r + 1))
+            if repeat == 1:
+                out["runs"][n] = s
+                rows.append(_row(f"{strategy} ({n} ranks)", s, o_rate))
+    if repeat > 1:
+        n_in = round(o_rate * o_s)                           # the input's tuples
+        rows = median_rows(strategy, ranks, out, oracle_s, n_in, o_n)
+        out["oracle_tps"] = o_rate = n_in / statistics.median(oracle_s)
     if load_fraction:
         n = max(out["runs"], key=lambda k: out["runs"][k]["tuples_per_s"])
         average, steady = _steady_rate(out["runs"][n])
@@ -123,10 +142,37 @@ def bench(strategy, ranks, tuples, rate, window, skew, params, workdir, uniform_
         out["loaded"] = dict(s, rate_per_stream=per_stream, ranks=n)
         rows.append(_row(f"{strategy} ({n} ranks) at {load_fraction:.0%} = {per_stream:,.0f}/s per stream", s, o_rate))
     print_table(("", "tuples/s", "seconds", "results", "p50 ms", "p90 ms", "p99 ms", "vs oracle"), rows)
+    if repeat > 1:
+        print(f"medians: the oracle over its {len(oracle_s)} timings (one before the runs, one after each), "
+              f"each rank count over its {repeat} rounds; 'range' rows give the lowest and highest ratio of a "
+              f"run to the oracle timed right after it")
     print("results equal the oracle in every run")
     if tmp:
         tmp.cleanup()
     return out
+
+
+def median_rows(strategy, ranks, out, oracle_s, tuples, results):
+    """The table's rows for a repeated bench: every run against the oracle timed right after it
+    (when its result was checked), then the oracle's median and each rank count's median; the
+    median run of each rank count goes into out["runs"] (what --load starts from)."""
+    o_med = tuples / statistics.median(oracle_s)
+    rows = [("oracle (1 core), each timing", ", ".join(f"{tuples / x:,.0f}" for x in oracle_s), "-", "-", "-",
+             "-", "-", "-")]
+    for s in out["rounds"]:
+        rows.append(_row(f"{strategy} ({s['nprocs']} ranks), round {s['round']}", s, tuples / s["oracle_s"]))
+    rows.append(("oracle (1 core), median", f"{o_med:,.0f}", f"{statistics.median(oracle_s):.2f}", f"{results:,}",
+                 "-", "-", "-", "1.00"))
+    for n in ranks:
+        mine = sorted((s for s in out["rounds"] if s["nprocs"] == n), key=lambda s: s["tuples_per_s"])
+        mid = mine[(len(mine) - 1) // 2]
+        out["runs"][n] = mid
+        ratios = [s["tuples_per_s"] * s["oracle_s"] / tuples for s in mine]
+        rows.append(_row(f"{strategy} ({n} ranks), median", dict(mid, tuples_per_s=statistics.median(
+            s["tuples_per_s"] for s in mine), wall_s=statistics.median(s["wall_s"] for s in mine)), o_med))
+        rows.append((f"{strategy} ({n} ranks), range", "-", "-", "-", "-", "-", "-",
+                     f"{min(ratios):.2f}-{max(ratios):.2f}"))
+    return rows
 
 
 def bench_sources(strategy, nprocs, tuples, ks, workdir, repeat=3):
@@ -238,7 +284,7 @@ def run_verified(job_path, workdir, job, n, replay_rate, expect_n, expected=None
     if not rep["ok"]:
         raise JobError(f"bench: results on {n} ranks differ from the oracle: missing {rep['missing']}, "
                        f"extra {rep['extra']}, duplicated {rep['duplicated']}")
-    return s
+    return dict(s, oracle_s=rep["oracle_s"])
 
 
 def _row(label, s, o_rate):
