@@ -152,6 +152,11 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
                          s.ts BETWEEN r.ts - INTERVAL '5' SECOND AND r.ts"
                            the join as one SELECT instead of equi, band and interval (README
                            "The join in SQL"); `explain` prints the TOML form it is read as
+                  filter = { R = "device <> 'bot' AND x IN (1, 2)" }   a stream's own condition
+                           (SQL: WHERE/ON terms on one stream's columns); a row that fails it
+                           meets no partner
+                  select = [ ["click_id", "S.id"], ["t", "S.ts"] ]   the columns, named and in
+                           order, of collect --with-payload and tail --with-payload (SQL's list)
       [strategy]  name = "hash"; partitions = 60; local_join = "index" | "bnl"
       [run]       batch_size = 8192        tuples per distribution epoch at most (1..2^24)
                   flush_interval = "50ms"  an epoch closes after this long at most (up to 1 day)
@@ -276,7 +281,7 @@ def tail(out, counts, no_follow, with_payload, job_path, fmt):
     import json
     import numpy as np
     import pyarrow.parquet as pq
-    from .storage.tail import Payloads, follow
+    from .storage.tail import Payloads, follow, project
     if not os.path.isdir(out):
         _fail(JobError(f"{out}: no such run output directory"))
     if os.path.exists(os.path.join(out, "_manifest.json")):
@@ -308,8 +313,10 @@ def tail(out, counts, no_follow, with_payload, job_path, fmt):
                         raise JobError(f"{f}: result columns {', '.join(seq)} expected (is --job the run's job?)")
                     seqs = np.stack([t.column(c).fill_null(-1).to_numpy() for c in seq], axis=1).astype(np.int64) \
                         if t.num_rows else np.zeros((0, len(seq)), np.int64)
-                    rows = [r + p for r, p in zip(rows, payloads.values(seqs))]
-                    names += payloads.names()
+                    names, cols = project(payloads.job, names + payloads.names(),
+                                          [t.column(i).to_pylist() for i in range(t.num_columns)] +
+                                          payloads.columns(seqs))
+                    rows = list(zip(*cols)) if cols else []
                 if fmt == "jsonl":
                     for r in rows:
                         click.echo(json.dumps(dict(zip(names, r))))

@@ -60,11 +60,13 @@ class Stream:
     raw: RawSource | None = None
     nullable: tuple = ()  # columns the ranks read that may hold nulls (every other payload column may)
     reads: tuple = ()     # payload columns the ranks read: the predicate's, a strategy's (an aggregate's)
+    filter: str | None = None   # its own condition ([predicate] filter, SQL's one-stream terms: join/filters.py)
 
     @property
     def null_flag(self):
-        """Do this stream's rows carry the NULL flag (a column the ranks read may be null)?"""
-        return bool(set(self.nullable) & set(self.reads))
+        """Do this stream's rows carry the NULL flag (a column the ranks read may be null, or the
+        stream has a filter: a row that fails it is flagged, and so meets no partner)?"""
+        return bool(set(self.nullable) & set(self.reads)) or self.filter is not None
 
     @property
     def rows_dtype(self):
@@ -140,6 +142,7 @@ class Job:
     idle_timeout_ns: int | None = None     # a live stream silent this long stops holding the watermark back
     restart: Restart = Restart()           # `mpi-join live`'s restart strategy ([live])
     kafka_out: KafkaOut | None = None      # [output] kafka: results produced to a topic, exactly once
+    select: tuple = ()                     # [predicate] select: ((name, stream index, column), ...) payloads give
 
     @property
     def stream_names(self):
@@ -147,6 +150,11 @@ class Job:
 
     def stream_index(self, name):
         return self.stream_names.index(name)
+
+    def projection(self):
+        """[(name, the column collect --with-payload names <stream>_<column>)] of [predicate]
+        select (SQL's SELECT list) in its order, or None: every column (SELECT *)."""
+        return [(n, f"{self.streams[i].name}_{c}") for n, i, c in self.select] or None
 
 
 # Every key a job file may hold, by the table it is in (`streams.*` for each stream's table):
@@ -159,7 +167,7 @@ JOB_KEYS = {
     "output": ("dir", "commit_every", "commit_rows", "kafka"),
     "streams.*": ("schema", "window", "raw", "nullable"),
     "streams.*.raw": ("path", "format", "time", "time_unit", "delimiter", "header", "source", "options"),
-    "predicate": ("equi", "band", "theta", "interval", "outer", "sql"),
+    "predicate": ("equi", "band", "theta", "interval", "outer", "sql", "filter", "select"),
     "predicate.band": ("left", "right", "eps", "closed"),
     "predicate.theta": ("udf", "streams"),
     "predicate.interval": ("left", "right", "lower", "upper", "closed"),
@@ -234,14 +242,15 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     staged, output = (p if "://" in p else os.path.join(base, p) for p in (staged, output))
 
     windows, residual = _interval(raw, ts_unit, path)
-    streams = _streams(raw, ts_unit, path, base, windows)
+    streams = _filters(raw, _streams(raw, ts_unit, path, base, windows), path)
     predicate = _predicate(raw, streams, path, base, residual)
     streams = with_reads(streams, predicate)
     strategy = _strategy(raw, path, overrides)
     run = _run(raw, path)
     ckpt = _checkpoint(raw, path, base, overrides)
     job = _staged_widths(Job(path, name, ts_unit, staged, output, streams, predicate, strategy, run, ckpt, raw,
-                             lateness, commit_every, commit_rows, idle, _restart(raw, path), kafka_out))
+                             lateness, commit_every, commit_rows, idle, _restart(raw, path), kafka_out,
+                             _select(raw, streams, path)))
     from .strategies import check_strategy
     job = check_strategy(job)
     try:
@@ -302,21 +311,81 @@ def _outer(p, streams, path):
     return tuple(sorted(names.index(x) for x in o))
 
 
+def _filters(raw, streams, path):
+    """`[predicate] filter = { clicks = "device <> 'bot'" }`: each stream's own condition on its
+    columns and `ts` (join/filters.py), checked against its schema here."""
+    import pyarrow as pa
+    from .join import filters
+    from .schema import arrow_type, is_string
+    p = raw.get("predicate") if isinstance(raw.get("predicate"), dict) else {}
+    f = p.get("filter")
+    if f is None:
+        return streams
+    names = [s.name for s in streams]
+    if not isinstance(f, dict) or not f:
+        raise ConfigError(f"{path}: predicate.filter: expected a table of conditions by stream, such as "
+                          f"{{ {names[0]} = \"x > 0\" }}, got {f!r}")
+    out = list(streams)
+    for name, text in f.items():
+        if name not in names:
+            raise ConfigError(f"{path}: predicate.filter.{name}: unknown stream (streams: {', '.join(names)})")
+        s = streams[names.index(name)]
+        schema = {c: pa.string() if is_string(t) else arrow_type(s.dtype.fields[c][0]) for c, t in s.schema.items()}
+        where = f"{path}: " + (f"predicate.sql: the condition on {name}" if "sql" in p else f"predicate.filter.{name}")
+        filters.check(text, {**schema, TS: pa.int64()}, where)
+        out[names.index(name)] = replace(s, filter=text)
+    return tuple(out)
+
+
+def _select(raw, streams, path):
+    """`[predicate] select = [["user", "clicks.user_id"], ["click_ts", "clicks.ts"], ...]`: the
+    columns `collect --with-payload` and `tail --with-payload` give, named and in this order
+    (SQL's SELECT list); a column is a stream's schema column, its `ts` or its `seq`."""
+    p = raw.get("predicate") if isinstance(raw.get("predicate"), dict) else {}
+    sel = p.get("select")
+    if sel is None:
+        return ()
+    where = f"{path}: predicate.select"
+    if not (isinstance(sel, list) and sel and all(isinstance(x, list) and len(x) == 2 and
+                                                  all(isinstance(y, str) for y in x) for x in sel)):
+        raise ConfigError(f"{where}: expected a list of [name, \"stream.column\"] pairs, such as "
+                          f"[[\"user\", \"{streams[0].name}.ts\"]], got {sel!r}")
+    names = [s.name for s in streams]
+    out, seen = [], set()
+    for k, (name, ref) in enumerate(sel):
+        check_text(name, f"{where}[{k}]", 200)
+        if name in seen:
+            raise ConfigError(f"{where}[{k}]: the column name {name!r} is given twice; give one an alias "
+                              f"(c.ts AS click_ts)")
+        seen.add(name)
+        st, _, col = ref.partition(".")
+        if st not in names:
+            raise ConfigError(f"{where}[{k}]: {ref!r}: unknown stream {st!r} (streams: {', '.join(names)})")
+        s = streams[names.index(st)]
+        if col not in ("ts", "seq", *s.schema):
+            raise ConfigError(f"{where}[{k}]: {ref!r}: stream {st} has no column {col!r} "
+                              f"(columns: ts, seq, {', '.join(s.schema)})")
+        out.append((name, names.index(st), col))
+    return tuple(out)
+
+
 def _sql_predicate(raw, ts_unit, path):
     """`raw` with a [predicate] sql = "SELECT ..." read into the TOML form it stands for
     (join/sql.py), the SQL kept beside it; a theta UDF may be given with it (SQL cannot name one)."""
     p = raw.get("predicate")
     if not isinstance(p, dict) or "sql" not in p:
         return raw
-    both = sorted(set(p) & {"equi", "band", "interval"})
+    both = sorted(set(p) & {"equi", "band", "interval", "filter", "select"})
     if both:
         raise ConfigError(f"{path}: predicate.sql: give the join as SQL or as {', '.join(both)}, not both")
     from .join.sql import predicate_table
     st = raw.get("streams") if isinstance(raw.get("streams"), dict) else {}
     times = {n: (s.get("raw") or {}).get("time") for n, s in st.items()
              if isinstance(s, dict) and isinstance(s.get("raw"), dict)}
+    schemas = {n: list(s.get("schema") or {}) if isinstance(s, dict) and isinstance(s.get("schema"), dict) else []
+               for n, s in st.items()}
     try:
-        table = predicate_table(p["sql"], list(st), ts_unit, times)
+        table = predicate_table(p["sql"], list(st), ts_unit, times, schemas)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     return dict(raw, predicate=dict(table, sql=p["sql"], **({"theta": p["theta"]} if "theta" in p else {})))

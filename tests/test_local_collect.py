@@ -74,3 +74,27 @@ def test_input_beyond_a_quarter_of_the_memory_goes_to_spark_under_auto_and_is_re
     monkeypatch.setenv("MPI_JOIN_MEMORY_BYTES", "1000")
     c = cli("collect", str(tmp_path / "out"), "--job", path, "--out", str(tmp_path / "c"), "--engine", "local")
     assert c.returncode == 2 and "results of" in c.stderr and "use --engine spark" in c.stderr, c.stderr
+
+
+def test_a_select_list_gives_the_same_columns_through_spark_local_collect_and_tail(spark, tmp_path):
+    from test_filters import FLINK, JOB, _raw as raw_clicks
+    raw_clicks(tmp_path, np.random.default_rng(9))
+    path = str(tmp_path / "job.toml")
+    (tmp_path / "job.toml").write_text(JOB.format(sql=FLINK, strategy="hash"))
+    assert cli("stage", path).returncode == 0
+    assert run_local(3, "run", path).returncode == 0
+    runs = [cli("collect", str(tmp_path / "out"), "--job", path, "--out", str(tmp_path / d), "--with-payload",
+                "--engine", e) for d, e in (("a", "local"), ("b", "spark"))]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    ta, tb = (pq.read_table(str(tmp_path / d)) for d in "ab")
+    names = ["click_id", "impression_id", "device", "country", "click_time"]
+    assert ta.column_names == tb.column_names == names and ta.schema == tb.schema, (ta.schema, tb.schema)
+    ra, rb = (sorted(t.to_pylist(), key=repr) for t in (ta, tb))
+    assert ra == rb and len(ra) > 10
+    t = cli("tail", str(tmp_path / "out"), "--no-follow", "--with-payload", "--job", path, "--format", "jsonl")
+    assert t.returncode == 0, t.stderr
+    lines = [json.loads(x) for x in t.stdout.splitlines()]
+    assert all(list(x) == names for x in lines) and len(lines) == len(ra)
+    # (tail gives a null text payload as "", as it did before a SELECT list)
+    assert sorted((x["click_id"], x["impression_id"], x["device"], x["country"]) for x in lines) == \
+        sorted((r["click_id"], r["impression_id"], r["device"], r["country"] or "") for r in ra)

@@ -98,14 +98,19 @@ def test_a_multi_way_join_for_psp():
 
 
 REFUSED = [
-    ("SELECT * FROM trades t LEFT JOIN quotes q ON t.sym = q.sym WHERE q.bid > t.px", "LEFT JOIN: an outer join"),
+    ("SELECT * FROM trades t LEFT JOIN quotes q ON t.sym = q.sym WHERE q.bid > t.px",
+     "LEFT JOIN with WHERE q.bid > t.px: a WHERE filters the outer join's result"),
+    ("SELECT * FROM trades t LEFT JOIN quotes q ON t.sym = q.sym WHERE t.px > 5", "put a condition on one stream in ON"),
     ("SELECT * FROM trades t, quotes q LEFT JOIN trades u ON u.sym = q.sym", "LEFT JOIN: an outer join"),
     ("SELECT t.sym, COUNT(*) FROM trades t JOIN quotes q ON t.sym = q.sym GROUP BY t.sym", "GROUP BY"),
     ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym ORDER BY t.px", "ORDER BY"),
     ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym LIMIT 10", "LIMIT"),
     ("SELECT DISTINCT t.sym FROM trades t JOIN quotes q ON t.sym = q.sym", "SELECT DISTINCT"),
     ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym OR t.px = q.bid", "OR (t.sym = q.sym OR t.px = q.bid)"),
-    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.px = 5", "t.px = 5: a filter on one stream"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND (t.px = 5 OR q.bid = 3)",
+     "OR (t.px = 5 OR q.bid = 3): conditions between streams must all hold"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.time > 5", "reads its ts"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.px > 5", "no condition between the streams"),
     ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.px > q.bid", "t.px > q.bid: a comparison other than"),
     ("SELECT * FROM trades t JOIN quotes q ON t.sym <> q.sym", "t.sym <> q.sym: <>"),
     ("SELECT * FROM trades t JOIN (SELECT * FROM quotes) q ON t.sym = q.sym", "only the job's streams"),
@@ -117,8 +122,6 @@ REFUSED = [
      "bounds one side only"),
     ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts BETWEEN t.ts - INTERVAL '5' WEEK AND t.ts",
      "interval unit WEEK"),
-    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.sym IN (1, 2)", "IN: a filter on one stream"),
-    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.px LIKE 'A%'", "LIKE: a filter on one stream"),
     ("SELECT * FROM trades t JOIN quotes q ON NOT t.sym = q.sym", "NOT (NOT t.sym = q.sym)"),
     ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND my_udf(t.px, q.bid)", "a function or subquery"),
     ("SELECT * FROM trades t, quotes q", "no condition between the streams"),
@@ -138,8 +141,10 @@ REFUSED = [
     ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND q.ts BETWEEN t.ts - 1e400 AND t.ts",
      "1e400 is out of range"),
     ("SELECT * FROM trades t JOIN quotes q ON ABS(t.px - q.bid) < 1e400", "1e400 is not a finite number"),
-    ("SELECT t.sym, q.bid FROM trades t JOIN quotes q ON t.sym = q.sym",
-     "SELECT t.sym: the join's result is its matching tuples"),
+    ("SELECT t.px * 2 FROM trades t JOIN quotes q ON t.sym = q.sym", "SELECT t.px * 2: the result's columns"),
+    ("SELECT *, t.px FROM trades t JOIN quotes q ON t.sym = q.sym", "SELECT * with other columns"),
+    ("SELECT sym FROM trades t JOIN quotes q ON t.sym = q.sym", "SELECT sym: a column of trades and quotes"),
+    ("SELECT size FROM trades t JOIN quotes q ON t.sym = q.sym", "SELECT size: no stream has a column 'size'"),
 ]
 
 
@@ -149,6 +154,47 @@ def test_what_sql_cannot_say_is_refused_with_one_line_naming_the_clause(sql, say
         _job(_sql(sql), wt="", wq="")
     msg = str(e.value)
     assert "\n" not in msg and "predicate.sql: " in msg and says in msg, msg
+
+
+CHECKED = [      # refused once the streams are known (their columns and types)
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND LN(t.px) > 1", "a function mpi-join does not know"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.size > 1",
+     "predicate.sql: the condition on trades: size > 1: unknown column 'size'"),
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.px > 'a'", "the condition on trades: px > 'a'"),
+    ("SELECT t.ts, q.ts FROM trades t JOIN quotes q ON t.sym = q.sym", "the column name 'ts' is given twice"),
+]
+
+
+@pytest.mark.parametrize("sql,says", CHECKED, ids=[str(k) for k in range(len(CHECKED))])
+def test_a_filter_or_column_list_the_streams_cannot_give_is_refused_with_one_line(sql, says):
+    with pytest.raises(ConfigError) as e:
+        _job(_sql(sql))
+    msg = str(e.value)
+    assert "\n" not in msg and says in msg, msg
+
+
+FILTERED = [
+    ("SELECT * FROM trades t JOIN quotes q ON t.sym = q.sym AND t.px = 5", {"trades": "px = 5"}, []),
+    ("SELECT * FROM trades t, quotes q WHERE t.sym = q.sym AND t.sym IN (1, 2) AND (q.bid > 3 OR q.bid IS NULL) "
+     "AND NOT q.sym = 7", {"trades": "sym IN (1, 2)", "quotes": "(bid > 3 OR bid IS NULL) AND (NOT sym = 7)"}, []),
+    ("SELECT t.sym, q.bid AS b, px, q.ts AS quote_ts, t.seq FROM trades t JOIN quotes q ON t.sym = q.sym", {},
+     [["sym", "trades.sym"], ["b", "quotes.bid"], ["px", "trades.px"], ["quote_ts", "quotes.ts"],
+      ["seq", "trades.seq"]]),
+    ("SELECT q.*, t.px FROM trades t LEFT JOIN quotes q ON t.sym = q.sym AND t.px > 2 AND q.bid BETWEEN 1 AND 2",
+     {"trades": "px > 2", "quotes": "bid BETWEEN 1 AND 2"},
+     [["quotes_ts", "quotes.ts"], ["quotes_sym", "quotes.sym"], ["quotes_bid", "quotes.bid"], ["px", "trades.px"]]),
+]
+
+
+@pytest.mark.parametrize("sql,filters,select", FILTERED, ids=[str(k) for k in range(len(FILTERED))])
+def test_conditions_on_one_stream_are_its_filter_and_a_column_list_its_select(sql, filters, select):
+    from mpi_join.join.sql import predicate_table
+    t = predicate_table(sql, ["trades", "quotes"], "ms", schemas={"trades": ["sym", "px"], "quotes": ["sym", "bid"]})
+    assert t.get("filter", {}) == filters and t.get("select", []) == select
+    job = _job(_sql(sql))
+    assert {s.name: s.filter for s in job.streams if s.filter} == t.get("filter", {})
+    assert [[n, f"{job.streams[i].name}.{c}"] for n, i, c in job.select] == select
+    assert all(s.null_flag for s in job.streams if s.filter)     # a row that fails its filter is flagged
 
 
 def test_an_integer_duration_above_2_to_the_53_is_read_exactly():

@@ -15,9 +15,18 @@ that is an AND of
   b.ts BETWEEN a.ts + lo AND a.ts + hi,  b.ts >= a.ts + lo (> for open) and b.ts <= a.ts + hi
                                                   interval (b.ts - a.ts within [lo, hi])
 with `ts` (or the stream's raw time column) as each stream's event time and lo, hi as INTERVAL
-'n' UNIT (or a number in the job's ts_unit). Anything else is refused with one line naming the
-clause: OR, a filter on one stream, GROUP BY, ORDER BY, LIMIT, a subquery, ... `A LEFT JOIN B ON
-...` keeps A's tuples without a partner (outer = ["A"]), RIGHT keeps B's, FULL both."""
+'n' UNIT (or a number in the job's ts_unit). A condition whose columns are all of one stream
+(comparisons, IN, IS NULL, LIKE, arithmetic, OR and NOT among them) is that stream's filter,
+applied to its rows before the join (join/filters.py: `filter = { s = "..." }`). A SELECT list
+of columns (`t.x`, `t.x AS y`, `t.*` as `<stream>_<column>`, a name only one stream has; `ts` the event time, `seq` the
+tuple number) is the result's columns for `collect --with-payload` (`select = [[name,
+"stream.column"], ...]`). Anything else is refused with one line naming the clause: OR between
+streams, an expression in the SELECT list, GROUP BY, ORDER BY, LIMIT, a subquery, ... `A LEFT
+JOIN B ON ...` keeps A's tuples without a partner (outer = ["A"]), RIGHT keeps B's, FULL both;
+its one-stream conditions go in ON (a kept row that fails them is kept without a partner, as
+SQL's ON says), and a WHERE beside an outer join is refused."""
+import json
+
 import sqlglot
 from sqlglot import exp
 
@@ -39,14 +48,15 @@ def _no(what):
     raise _Refused(what)
 
 
-def predicate_table(sql, streams, ts_unit, time_columns=None):
-    """The [predicate] table (equi, band, interval) that `sql` says, for a job with these stream
-    names; `time_columns`: {stream: its raw time column}, also read as its event time. Raises
-    ConfigError("predicate.sql: ...") naming what it cannot express."""
+def predicate_table(sql, streams, ts_unit, time_columns=None, schemas=None):
+    """The [predicate] table (equi, band, interval, filter, select) that `sql` says, for a job
+    with these stream names; `time_columns`: {stream: its raw time column}, also read as its event
+    time; `schemas`: {stream: its schema's column names} (a SELECT list's columns are resolved
+    against them). Raises ConfigError("predicate.sql: ...") naming what it cannot express."""
     try:
         _limits(sql)
         return _translate(_plain_interval_numbers(sql) if isinstance(sql, str) else sql, list(streams), ts_unit,
-                          time_columns or {})
+                          time_columns or {}, schemas or {})
     except _Refused as e:
         raise ConfigError(f"predicate.sql: {e}") from None
     except RecursionError:
@@ -77,7 +87,7 @@ def _limits(sql):
         _no(f"{ands + 1:,} conditions joined by AND; at most {MAX_CONDITIONS}")
 
 
-def _translate(sql, names, ts_unit, time_columns):
+def _translate(sql, names, ts_unit, time_columns, schemas):
     if not isinstance(sql, str) or not sql.strip():
         _no("expected one SELECT ... FROM ... statement as text")
     trees = [t for t in sqlglot.parse(sql) if t is not None]
@@ -96,9 +106,6 @@ def _translate(sql, names, ts_unit, time_columns):
             _no(f"an aggregate in the SELECT list ({e.sql()}): the join's result is its matching pairs")
         if e.find(exp.Subquery, exp.Select) and e is not q:
             _no(f"a subquery in the SELECT list ({e.sql()})")
-        if not (isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))):
-            _no(f"SELECT {e.sql()}: the join's result is its matching tuples (each stream's seq), not chosen "
-                f"columns; write SELECT * and take the columns after `collect --with-payload`")
     alias = {}
 
     def table(t):
@@ -125,9 +132,13 @@ def _translate(sql, names, ts_unit, time_columns):
     for j in joins:
         side, kind = (j.args.get("side") or "").upper(), (j.args.get("kind") or "").upper()
         if side in ("LEFT", "RIGHT", "FULL") or kind == "OUTER":
-            if len(joins) != 1 or q.args.get("where") is not None or j.args.get("on") is None:
-                _no(f"{side or kind} JOIN: an outer join is of two streams, with its conditions in ON (a WHERE "
-                    f"would drop the rows without a partner, and a join of more streams is not supported)")
+            if len(joins) != 1 or j.args.get("on") is None:
+                _no(f"{side or kind} JOIN: an outer join is of two streams, with its conditions in ON (a join of "
+                    f"more streams is not supported)")
+            if q.args.get("where") is not None:
+                _no(f"{side or kind} JOIN with WHERE {q.args['where'].this.sql()}: a WHERE filters the outer "
+                    f"join's result, which mpi-join does not do; put a condition on one stream in ON (a kept row "
+                    f"that fails it is kept without a partner)")
             if side not in ("LEFT", "RIGHT", "FULL"):
                 _no(f"{kind} JOIN: say which side is kept: LEFT, RIGHT or FULL OUTER JOIN")
             first, other = alias[frm.this.alias_or_name], j.this.name
@@ -152,8 +163,18 @@ def _translate(sql, names, ts_unit, time_columns):
         _no("no condition between the streams (a cross product); give ON or WHERE conditions")
     out = {"equi": [], "band": []}
     times = {}                       # (left stream, right stream) -> {"lower": (value, closed), "upper": ...}
+    filters = {}                     # stream -> its own conditions
     for a in atoms:
-        _atom(a, alias, time_columns, ts_unit, out, times)
+        one = _one_stream(a, alias, time_columns)
+        if one is not None:
+            filters.setdefault(one[0], []).append(one[1])
+        else:
+            _atom(a, alias, time_columns, ts_unit, out, times)
+    if not any(out.values()) and not times:
+        _no("no condition between the streams (a cross product); give ON or WHERE conditions that relate them")
+    out["filter"] = {n: " AND ".join(f"({c})" if len(conds) > 1 else c for c in conds)
+                     for n, conds in filters.items()}
+    out["select"] = _select_list(q.expressions, alias, schemas, time_columns)
     for (left, right), b in times.items():
         if "interval" in out:
             _no("time conditions between more than one pair of streams: give the other streams windows")
@@ -173,11 +194,70 @@ def _conjuncts(c):
         return _conjuncts(c.this)
     if isinstance(c, exp.And):
         return _conjuncts(c.left) + _conjuncts(c.right)
-    if isinstance(c, exp.Or):
-        _no(f"OR ({c.sql()}): conditions must all hold (AND)")
-    if isinstance(c, exp.Not):
-        _no(f"NOT ({c.sql()}): conditions must all hold as written")
+    tables = {x.table for x in c.find_all(exp.Column)}
+    if isinstance(c, exp.Or) and len(tables) != 1:
+        _no(f"OR ({c.sql()}): conditions between streams must all hold (AND); an OR may join conditions on "
+            f"one stream")
+    if isinstance(c, exp.Not) and len(tables) != 1:
+        _no(f"NOT ({c.sql()}): conditions between streams must hold as written; NOT may negate a condition on "
+            f"one stream")
     return [c]
+
+
+def _one_stream(a, alias, time_columns):
+    """(stream, the condition `a` as its filter's text, columns unqualified) when every column
+    `a` reads is of one stream: applied to that stream's rows before the join (join/filters.py);
+    else None."""
+    cols = list(a.find_all(exp.Column))
+    refs = {_col(c, alias) for c in cols}
+    if len({r[0] for r in refs}) != 1:
+        if not cols:
+            _no(f"{a.sql()}: a condition without a column of any stream")
+        return None
+    stream = next(iter(refs))[0]
+    for c in cols:
+        if c.name != "ts" and c.name == time_columns.get(stream):
+            _no(f"{a.sql()}: a condition on one stream's event time reads its ts ({c.table}.ts, a number in the "
+                f"job's ts_unit), not the raw column")
+
+    def bare(n):
+        return exp.column(n.name, quoted=n.this.quoted if isinstance(n.this, exp.Identifier) else False) \
+            if isinstance(n, exp.Column) else n
+    return stream, a.copy().transform(bare).sql()
+
+
+def _select_list(items, alias, schemas, time_columns):
+    """[[name, "stream.column"], ...] of a SELECT list that names columns (empty for SELECT *):
+    qualified columns, `t.*` (its stream's ts and schema columns, named `<stream>_<column>` as
+    SELECT * names them), columns whose name is one stream's only, each with an optional alias;
+    `ts` (or the stream's raw time column) is its event time, `seq` its tuple number."""
+    if all(isinstance(e, exp.Star) for e in items):
+        return []
+    out = []
+    for e in items:
+        name = e.alias if isinstance(e, exp.Alias) else None
+        c = e.this if isinstance(e, exp.Alias) else e
+        if isinstance(c, exp.Star):
+            _no("SELECT * with other columns: name the columns, or t.* for all of one stream's")
+        if isinstance(c, exp.Column) and isinstance(c.this, exp.Star):
+            if c.table not in alias:
+                _no(f"SELECT {c.sql()}: {c.table!r} is not a stream or alias of the FROM clause")
+            s = alias[c.table]
+            out += [[f"{s}_{x}", f"{s}.{x}"] for x in ["ts", *schemas.get(s, [])]]    # as SELECT * names them
+            continue
+        if not isinstance(c, exp.Column):
+            _no(f"SELECT {e.sql()}: the result's columns are the streams' columns (with an alias); compute "
+                f"others from the collected result")
+        if c.table:
+            s = _col(c, alias)[0]
+        else:
+            owners = [s for s in alias.values() if c.name in ("ts", "seq", *schemas.get(s, []))]
+            if len(owners) != 1:
+                _no(f"SELECT {c.sql()}: " + (f"a column of {' and '.join(owners)}; qualify it" if owners else
+                                             f"no stream has a column {c.name!r}"))
+            s = owners[0]
+        out.append([name or c.name, f"{s}.{'ts' if c.name == time_columns.get(s) else c.name}"])
+    return out
 
 
 def _col(e, alias):
@@ -348,7 +428,7 @@ def _atom(a, alias, time_columns, ts_unit, out, times):
     if isinstance(a, exp.NEQ):
         _no(f"{where}: <> is not a condition mpi-join joins on (equi, band or interval)")
     if isinstance(a, (exp.Like, exp.ILike, exp.In, exp.Is)):
-        _no(f"{where}: {a.key.upper()}: a filter on one stream; filter rows when staging")
+        _no(f"{where}: {a.key.upper()} relates two streams; such a condition is on one stream's columns")
     if isinstance(a, (exp.Func, exp.Anonymous)) or a.find(exp.Subquery, exp.Exists):
         _no(f"{where}: a function or subquery as a condition; a user-defined condition is a theta UDF in the "
             f"TOML form ([predicate] theta)")
@@ -381,7 +461,7 @@ def as_toml(table):
         if isinstance(v, bool):
             return "true" if v else "false"
         if isinstance(v, str):
-            return f'"{v}"'
+            return json.dumps(v, ensure_ascii=False)      # a TOML basic string (quotes escaped)
         if isinstance(v, dict):
             return "{ " + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + " }"
         if isinstance(v, list):

@@ -94,6 +94,7 @@ def _lines(names, cols, fmt):
 def _records(job, paths, payloads, fmt):
     """The result rows of part files `paths` as Kafka values: seqs, emit_ns, latency_ns, payload."""
     import pyarrow.parquet as pq
+    from .tail import project
     seq_cols = [f"{s.name}_seq" for s in job.streams]
     names = seq_cols + ["emit_ns", "latency_ns"] + payloads.names()
     out = []
@@ -103,7 +104,7 @@ def _records(job, paths, payloads, fmt):
             continue
         seqs = np.stack([t.column(c).fill_null(-1).to_numpy() for c in seq_cols], axis=1)
         cols = [t.column(c).combine_chunks() for c in seq_cols + ["emit_ns", "latency_ns"]] + payloads.columns(seqs)
-        out += _lines(names, cols, fmt)
+        out += _lines(*project(job, names, cols), fmt)
     return out
 
 

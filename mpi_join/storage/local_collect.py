@@ -86,6 +86,8 @@ def collect_local(job, run_dir, out, with_payload=False, progress=print, partial
         tables = staged.result() if staged is not None else staged_payloads(job)
         for s in job.streams:
             cols.update(_payload(job, s, res.column(f"{s.name}_seq"), tables[s.name]))
+        if job.projection():                   # the SELECT list's columns, named and in its order
+            cols = {name: cols[src] for name, src in job.projection()}
     _write(out, pa.table(cols), job.ts_unit)
     metrics = os.path.join(rd, "metrics", "summary.json")
     run = json.load(open(metrics)) if os.path.exists(metrics) else None

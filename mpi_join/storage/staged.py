@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from ..schema import MAX_CHAR, SEQ, TS, arrow_type, from_arrow, is_string, numpy_field, stored, to_arrow, type_name
+from ..schema import MAX_CHAR, NULL, SEQ, TS, arrow_type, from_arrow, is_string, numpy_field, stored, to_arrow, type_name
 
 MANIFEST = "_manifest.json"
 FORMAT = "mpi-join-staged/1"
@@ -153,7 +153,13 @@ class StreamReader:
         staged parts; `bench door`'s 1.2 M rows, three unread text columns: rank 0's CPU 0.98 s ->
         0.60 s)."""
         self.stream, self.chunk_rows = stream, chunk_rows
-        self.columns = [c for c in stored(stream.dtype) if not only_read or c in (SEQ, TS) or c in stream.reads]
+        self.keep = None                 # the stream's filter: a row that fails it gets the NULL flag
+        wanted = set()
+        if stream.filter is not None:
+            from ..join import filters
+            self.keep, wanted = filters.compiled(stream.filter), set(filters.columns(filters.parse(stream.filter)))
+        self.columns = [c for c in stored(stream.dtype)
+                        if not only_read or c in (SEQ, TS) or c in stream.reads or c in wanted]
         self.parts = []                  # (file, ParquetFile, [(row group, rows, seq min, seq max)])
         self.count = 0
         if man is None and os.path.isdir(staged):
@@ -245,7 +251,10 @@ class StreamReader:
                 continue
             f, row0 = self._file, self._row
             self._row += rb.num_rows
-            arr = from_arrow(pa.Table.from_batches([rb]), self.stream.dtype, f, self.stream, missing_zero=True)
+            table = pa.Table.from_batches([rb])
+            arr = from_arrow(table, self.stream.dtype, f, self.stream, missing_zero=True)
+            if self.keep is not None:
+                arr[NULL] |= ~self.keep(table)
             self._check_order(arr, f, row0)
             if self._skip >= 0 and len(arr) and arr[SEQ][0] < self._skip:
                 arr = arr[int(np.searchsorted(arr[SEQ], self._skip)):]

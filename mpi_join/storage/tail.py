@@ -52,6 +52,17 @@ def _files_since(out, rec, n):
     return files, rec["commits"]
 
 
+def project(job, names, columns):
+    """(names, columns) of a result table with payloads (`names[k]` the name of `columns[k]`:
+    <stream>_seq, emit_ns, latency_ns, <stream>_<column>) as the job's SELECT list gives them
+    ([predicate] select), or as they are without one."""
+    proj = job.projection()
+    if not proj:
+        return names, columns
+    at = {n: k for k, n in enumerate(names)}
+    return [n for n, _ in proj], [columns[at[src]] for _, src in proj]
+
+
 class Payloads:
     """The staged columns of each result's tuples (`tail --with-payload`, `publish`). Each
     stream's rows are read once, as the followed log grows: a StreamReader per stream is given

@@ -104,6 +104,13 @@ def explain(job, nranks):
         from ..join.sql import as_toml
         out.append("join, as given in SQL: " + " ".join(sql.split()))
         out += ["  read as the TOML form: [predicate] " + "; ".join(as_toml(job.raw["predicate"]))]
+    for st in job.streams:
+        if st.filter:
+            out.append(f"filter {st.name}: {st.filter} (a row that fails it meets no partner"
+                       + (", and is kept without one" if job.streams.index(st) in job.predicate.outer else "") + ")")
+    if job.select:
+        out.append("result columns: " + ", ".join(f"{n} ({job.streams[i].name}.{c})" for n, i, c in job.select)
+                   + " (collect --with-payload, tail --with-payload)")
     out.append("time conditions (event time, " + job.ts_unit + "):")
     out += ["  " + line for line in time_conditions(job)]
     out.append("local joins:")

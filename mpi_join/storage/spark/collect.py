@@ -182,6 +182,9 @@ def collect(spark, job, run_dir, out, with_payload=False, files=1, progress=prin
     prev = spark.conf.get("spark.sql.parquet.outputTimestampType", None)
     spark.conf.set("spark.sql.parquet.outputTimestampType",
                    "TIMESTAMP_MICROS" if job.ts_unit == "us" else "TIMESTAMP_MILLIS")
+    if with_payload and job.projection():      # the SELECT list's columns, named and in its order
+        data, order = data.select(*[F.col(src).alias(name) for name, src in job.projection()]), \
+            [name for name, _ in job.projection()]
     try:
         data.select(*order).coalesce(max(1, files)).write.mode("overwrite").parquet(fs.uri(out))
     finally:
