@@ -314,13 +314,13 @@ def _outer(p, streams, path):
 def _filters(raw, streams, path):
     """`[predicate] filter = { clicks = "device <> 'bot'" }`: each stream's own condition on its
     columns and `ts` (join/filters.py), checked against its schema here."""
-    import pyarrow as pa
-    from .join import filters
-    from .schema import arrow_type, is_string
     p = raw.get("predicate") if isinstance(raw.get("predicate"), dict) else {}
     f = p.get("filter")
     if f is None:
         return streams
+    import pyarrow as pa
+    from .join import filters                 # (sqlglot: imported only by a job with a filter)
+    from .schema import arrow_type, is_string
     names = [s.name for s in streams]
     if not isinstance(f, dict) or not f:
         raise ConfigError(f"{path}: predicate.filter: expected a table of conditions by stream, such as "
