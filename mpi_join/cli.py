@@ -147,7 +147,7 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
                            S.ts - R.ts within [lower, upper] (Flink's between; 0 may lie outside,
                            as in lower = "1s", upper = "5s"), given instead of window =
                   outer = ["R"]            LEFT outer join: each R tuple without a partner is also
-                           a result, with null S (["S"]: RIGHT; ["R", "S"]: FULL; hash only)
+                           a result, with null S (["S"]: RIGHT; ["R", "S"]: FULL; every strategy)
                   sql = "SELECT * FROM R r JOIN S s ON r.x = s.a AND ABS(r.y - s.b) < 10 AND
                          s.ts BETWEEN r.ts - INTERVAL '5' SECOND AND r.ts"
                            the join as one SELECT instead of equi, band and interval (README

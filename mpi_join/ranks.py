@@ -414,7 +414,15 @@ def _driver(job_path, overrides, tx, ctx):
     for r in ranks:
         r["host"] = tx.host(r["rank"])
     summary = summarize(ranks, report.wall_s, total)
-    summary["results"], part_records = _verify_parts(job.output, ctx["kept"], worker_metrics, summary["results"])
+    lone = driver.ckpt.lone                          # an outer join's lone rows (storage/lone_rows.py)
+    if lone is not None:                             # those this run's cuts wrote are its results too
+        summary["results"] += sum(r["rows"] for r in lone.written.values())
+    summary["results"], part_records = _verify_parts(job.output, ctx["kept"], worker_metrics, summary["results"],
+                                                     lone.written if lone is not None else {})
+    if lone is not None:                             # the input has ended: every tuple is final
+        last = lone.finish(driver.source.total, part_records)
+        part_records = dict(part_records, **last)
+        summary["results"] += sum(r["rows"] for r in last.values())
     from .storage.checksums import as_records, verify_snapshots
     snapshots = as_records(row for w in worker_metrics for row in w.get("snapshot_parts", []))
     if snapshots:                # every one as written, numbered without a gap, none other there
@@ -547,16 +555,16 @@ def _lock_dirs(job, overrides):
     return held
 
 
-def _verify_parts(out, kept, workers, counted):
+def _verify_parts(out, kept, workers, counted, own=None):
     """Every result part file of the run must be readable with the rows its writer wrote (the
     files a resumed checkpoint committed were verified before the start); no other part file may
-    be there. Returns the number of results in the files, which is what the summary reports (it
+    be there (`own`: rank 0's, an outer join's lone rows). Returns the number of results in the files, which is what the summary reports (it
     must equal what the workers counted), and the files' records, which _SUCCESS keeps for
     `collect` to check."""
     from .errors import InputError
     from .storage.checksums import as_records, verify_part
     rdir = os.path.join(out, "results")
-    records = dict(kept, **as_records(row for w in workers for row in w.get("result_parts", [])))
+    records = dict(kept, **as_records(row for w in workers for row in w.get("result_parts", [])), **(own or {}))
     present = {f for f in os.listdir(rdir) if _OWN["results"].fullmatch(f) and not f.endswith(".tmp")}
     stray = sorted(present - set(records))
     if stray:
@@ -635,6 +643,9 @@ def warm_ahead(job_path, overrides, tx):
 def _operator(info, job, rank, graph):
     """The operator of this worker's role in `graph` (a join module, dispatcher, merger, ...)."""
     from .join.window import runtime_dtype
+    if job.predicate.outer and not info.outer:    # its places join; rank 0 finds the lone rows at the end
+        from dataclasses import replace
+        job = replace(job, predicate=replace(job.predicate, outer=()))
     dtypes = [runtime_dtype(s.dtype, len(job.streams)) for s in job.streams]
     return info.load_role(graph.role(rank))(job, rank, graph, dtypes)
 

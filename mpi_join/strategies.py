@@ -49,7 +49,12 @@ class StrategyInfo:
     variants: tuple = ()       # (workload, params): cases bench-suite runs beside the strategy's own
     suite_budget_s: float = 0  # seconds of the full test suite its tests may take (printed, never enforced)
     testing: bool = False      # registered by the tests to check the runtime (its join is another's)
-    outer: bool = False        # runs outer joins (predicate.outer): every partner of a tuple is found on one rank
+    outer: bool = False        # emits an outer join's lone rows itself, as tuples leave its windows (every
+                               # partner of a tuple is found on one rank); else rank 0 writes them from
+                               # the results (storage/lone_rows.py): at each checkpoint with `cut_complete`,
+                               # else when the input has ended
+    cut_complete: bool = False  # every pair of the input before a checkpoint's offset is in the result
+                                # files that cut closes (a pair is found when its newer tuple arrives)
     rescale: bool = False      # a checkpoint resumes at another rank count: each worker takes its state out
                                # of the old workers' files (Operator.restore_rescaled: by default key groups,
                                # partitioning/key_groups.py; matrix and biclique deal stored tuples again)
@@ -230,7 +235,7 @@ REGISTRY = {
         },
     ),
     "psp": StrategyInfo(
-        name="psp", suite_budget_s=150, shape="chain", rescale=True,
+        name="psp", suite_budget_s=150, shape="chain", rescale=True, cut_complete=True,
         summary="a ring of time-sliced multi-way joins (pipelined state partitioning): no state duplicated, "
                 "every predicate",
         streams=(2, 8),
@@ -290,7 +295,7 @@ REGISTRY = {
         "run_case_llhj", {}, 100,
         variants=(("band", {"local_join": "index"}),), rescale=True),
     "biclique": StrategyInfo(
-        name="biclique", suite_budget_s=285, shape="biclique", min_ranks=4, rescale=True, graph="mpi_join.biclique.graph:build",
+        name="biclique", suite_budget_s=285, shape="biclique", min_ranks=4, rescale=True, cut_complete=True, graph="mpi_join.biclique.graph:build",
         summary="BiStream's join-biclique: dispatchers store each tuple at one unit of its side and send it to "
                 "be joined at units of the other side (random or ContRand routing); no state replicated",
         roles={**_roles("mpi_join.biclique.shuffler", driver="Shuffler", dispatcher="Dispatcher"), "unit": "mpi_join.biclique.roles:Unit",
@@ -348,7 +353,7 @@ REGISTRY = {
         },
     ),
     "matrix": StrategyInfo(
-        name="matrix", suite_budget_s=70, shape="matrix", rescale=True,
+        name="matrix", suite_budget_s=70, shape="matrix", rescale=True, cut_complete=True,
         summary="join-matrix (the baseline of BiStream): a grid of cells, each R tuple stored along a row and each "
                 "S tuple down a column, so every pair meets in one cell",
         graph="mpi_join.biclique.matrix:build",
@@ -516,11 +521,10 @@ def check_runnable(job, nranks):
         raise ConfigError(f"{job.path}: predicate: strategy {info.name!r} needs {' and '.join(sorted(missing))} "
                           f"conditions{why}, the job has only {', '.join(sorted(job.predicate.kinds))}; "
                           f"{', '.join(sorted(info.predicates - info.requires))} conditions may be added to them; {hint}")
-    if job.predicate.outer and not info.outer:
-        can = [n for n in names() if REGISTRY[n].outer]
-        raise ConfigError(f"{job.path}: predicate.outer: strategy {info.name!r} does not run outer joins (a tuple's "
-                          f"partners are found on several ranks, none of which knows it has none); strategies that "
-                          f"do: {', '.join(can)}; `mpi-join oracle` computes any in one process")
+    if job.predicate.outer and job.strategy.params.get("aggregate"):
+        raise ConfigError(f"{job.path}: predicate.outer: an outer join's rows without a partner come after the last "
+                          f"result, which an online aggregate does not wait for; aggregate the collected results, or "
+                          f"drop strategy.aggregate")
     k = job.run.sources
     if nranks - (k - 1) < info.min_ranks:
         more = f" plus {k - 1} extra source rank{'s' if k > 2 else ''} (run.sources = {k})" if k > 1 else ""

@@ -35,10 +35,15 @@ class Checkpointer:
         self.committed = (0, 0)            # (files, results) committed so far
         self._last_offset = None
         self._last_t = time.perf_counter()
+        self.lone = None                   # an outer join's lone rows, counted at each cut (storage/lone_rows.py)
 
     def record_input(self, records):
         """The staged input's file records as the next cut holds them (a followed log's grow)."""
         self.input = records
+
+    def count_lone_rows(self, lone):
+        """An outer join whose lone rows rank 0 writes (storage/lone_rows.py): each cut counts them."""
+        self.lone = lone
 
     def commit_with(self, commits):
         """A followed run: its cuts commit results (commits.Commits)."""
@@ -119,8 +124,13 @@ class Checkpointer:
     def _finish(self, cid, p):
         attrs = dict(p["attrs"], epoch=p["epoch"], input_offset=p["offset"], sent=p["sent"][0],
                      sources_sent={str(r): n for r, n in p["sent"].items() if r != 0})
-        digest = ck.write_rank(self.cfg.dir, cid, 0, p["arrays"], attrs, p["cut"])
         new = as_records(row for a in p["acks"].values() for row in a.files)   # closed since the last cut
+        arrays = p["arrays"]
+        if self.lone is not None and self.lone.at_cuts:   # the tuples this cut made final: their lone rows go with it
+            new = dict(new, **self.lone.cut(p["offset"], new))
+            state, attrs["lone"] = self.lone.state()
+            arrays = dict(arrays, **state)
+        digest = ck.write_rank(self.cfg.dir, cid, 0, arrays, attrs, p["cut"])
         digests = {"0": digest, **{str(src): a.digest for src, a in p["acks"].items()}}
         snaps = as_records(row for a in p["acks"].values() for row in a.snapshots)
         if self.ledger is None:
@@ -146,9 +156,18 @@ def restore_router(router, root, cid):
     source's router routes alike at the cut: each takes rank 0's); returns the rank file's
     attributes."""
     arrays, attrs = ck.read_rank(root, cid, 0, lambda n, _: router.state_dtype(n[7:]) if n.startswith("router/")
-                                 else None, manifest="auto")
+                                 else None, manifest="auto", keep=lambda n: n.startswith("router/"))
     router.restore({k[7:]: v for k, v in arrays.items()}, attrs["router"])
     return attrs
+
+
+def restore_lone(lone, root, cid):
+    """An outer join's open tuples at checkpoint `cid` (storage/lone_rows.py) into `lone`; the
+    result files it committed were counted before it."""
+    from ..storage.lone_rows import LoneRows
+    arrays, attrs = ck.read_rank(root, cid, 0, lambda n, _: LoneRows.dtype(n) if n.startswith("lone/") else None,
+                                 manifest="auto", keep=lambda n: n.startswith("lone/"))
+    lone.restore(arrays, attrs["lone"], ck.committed_files(root, ck.manifest_of(root, cid)[0]))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from ..join.jit import Compiles, GcPauses, freeze_heap
 from ..runtime.operator import SOURCE
 from ..storage.staged import staged_manifest
 from ..runtime.wire import unpack_obj
-from .checkpointer import Checkpointer, resume_driver
+from .checkpointer import Checkpointer, restore_lone, resume_driver
 from .calls import OperatorCalls
 from .coordinator import Coordinator
 from .moves import Moves
@@ -33,6 +33,7 @@ from .parts import Parts
 from .source import Source
 from .termination import end_run, recv_or_stall
 from ..join.window import runtime_dtype
+from .. import strategies
 
 
 @dataclass(frozen=True)
@@ -98,10 +99,16 @@ class Driver:
                                        decides=self.decides)
         self.router.connect(self.coordinator)
         self.sources_sent, self.resumed_from = {}, None     # a resumed run's: each extra source's DATA count at the cut
+        info = strategies.get(job.strategy.name)
+        if self.decides and job.predicate.outer and not info.outer and arrays is None:
+            from ..storage.lone_rows import LoneRows          # its places cannot tell a lone tuple: rank 0 counts
+            self.ckpt.count_lone_rows(LoneRows(job, at_cuts=info.cut_complete))
         if resume:
             r = resume_driver(self.router, self.source, graph, tx.size, *resume)
             self.sources_sent, self.epoch, self.resumed_from = r.sources_sent, r.epoch, r.resumed_from
             self.ckpt.resumed(resume[1], resume[0])
+            if self.ckpt.lone is not None and self.ckpt.lone.at_cuts:
+                restore_lone(self.ckpt.lone, resume[0], resume[1])
             self.out.resumed(r.sent)
             self.parts.start_at(r.lease)
             self.metrics.record(tuples_out=r.tuples_out)

@@ -109,7 +109,10 @@ def _uri(out):
 
 
 def _quantiles(x, qs):
-    """Each quantile as a value of `x` (as Spark's percentile_approx gives one), None when empty."""
+    """Each quantile as a value of `x` (as Spark's percentile_approx gives one), None when empty;
+    nulls (NaN: the lone rows rank 0 writes have no production delay) left out, as Spark does."""
+    if x is not None and x.dtype.kind == "f":
+        x = x[~np.isnan(x)]
     if x is None or not len(x):
         return None
     return [int(v) for v in np.quantile(x, qs, method="inverted_cdf")]

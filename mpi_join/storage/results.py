@@ -198,7 +198,9 @@ def _write(chunks, names, path):
     arrays over the same memory, so nothing is copied before Parquet encodes them."""
     cols = [[c[0][k] for c in chunks] for k in range(len(names) - 2)] + [[c[1] for c in chunks], [c[2] for c in chunks]]
     seqs = len(names) - 2
-    table = pa.Table.from_arrays([pa.chunked_array([_seq_array(a) if k < seqs else pa.array(a, pa.int64()) for a in col])
+    table = pa.Table.from_arrays([pa.chunked_array([_seq_array(a) if k < seqs else
+                                                    a if isinstance(a, pa.Array) else pa.array(a, pa.int64())
+                                                    for a in col])
                                   for k, col in enumerate(cols)], names=names)
     tmp = path + ".tmp"
     # every column is int64, near its neighbours (a probe's partners are in one window): delta

@@ -189,8 +189,15 @@ def time_conditions(job):
                 cond += " (and every tuple of a combination within its window of the newest)"
             lines.append(cond)
     names = [s.name for s in job.streams]
+    from .. import strategies
+    info = strategies.get(job.strategy.name)
+    when = ("once no partner can still come" if info.outer else
+            f"written by rank 0 from the results at each checkpoint once event time has passed its window, and "
+            f"at the end ({info.name} finds a tuple's partners in several places)" if info.cut_complete else
+            f"written by rank 0 from the results when the input has ended ({info.name} finds a tuple's partners in "
+            f"several places, some after a checkpoint that holds both tuples)")
     for k in job.predicate.outer:
-        lines.append(f"outer: each {names[k]} tuple without a partner is a result once no partner can still come, "
+        lines.append(f"outer: each {names[k]} tuple without a partner is a result {when}, "
                      f"with null {names[1 - k]} columns")
     return lines
 

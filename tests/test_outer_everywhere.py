@@ -1,0 +1,93 @@
+"""LEFT, RIGHT and FULL joins on every strategy (storage/lone_rows.py: where no place knows that a
+tuple met no partner, rank 0 writes its lone row from the recorded results once the input has
+ended): random inputs, equi keys and bands, time windows and intervals, in process and under
+mpiexec, through a SIGKILL, a --resume and a rescale, each equal to the oracle (which
+tests/test_oracle.py and tests/test_filters.py check against DuckDB)."""
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import equi_job_text, random_streams, run_local, run_mpi, write_job
+from mpi_join.join.oracle import run_oracle
+from mpi_join.storage.results import read_results
+from reference import assert_same_rows
+
+OUTER = {"LEFT": 'outer = ["R"]', "RIGHT": 'outer = ["S"]', "FULL": 'outer = ["R", "S"]'}
+EQUI = 'equi = [["R.k", "S.k"]]'
+BAND = 'band = [{ left = "R.v", right = "S.w", eps = 0.5, closed = true }]'
+INTERVAL = 'interval = { left = "R", right = "S", lower = "-20ms", upper = "35ms", closed = "left" }'
+SHIFTED = 'interval = { left = "R", right = "S", lower = "5ms", upper = "40ms", closed = "both" }'
+
+# (strategy, ranks): each strategy at a rank count its roles need
+PLACES = [("matrix", 4), ("biclique", 5), ("handshake", 3), ("llhj", 4), ("splitjoin", 4), ("psp", 3)]
+
+
+def _job(tmp_path, strategy, pred, kind, windows=('"60ms"', '"45ms"'), n=3000, seed=0, run="", extra=""):
+    text = equi_job_text(None if "interval" in pred else windows, strategy=strategy,
+                         predicate=pred + "\n" + OUTER[kind], run=run) + extra
+    arrays = random_streams(np.random.default_rng(seed), n, key_range=40, ts_step=3)
+    path, job = write_job(str(tmp_path), text, arrays)
+    return path, job, arrays
+
+
+def _lone(job, arrays):
+    expect = run_oracle(job, arrays)
+    return expect, int((expect < 0).any(axis=1).sum())
+
+
+CASES = [(s, n, pred, kind) for k, (s, n) in enumerate(PLACES)
+         for pred, kind in ((EQUI, ("LEFT", "RIGHT", "FULL")[k % 3]), (BAND + "\n" + INTERVAL, ("FULL", "LEFT", "RIGHT")[k % 3]),
+                            (EQUI + "\n" + SHIFTED, ("RIGHT", "FULL", "LEFT")[k % 3]))]
+
+
+@pytest.mark.parametrize("strategy,n,pred,kind", CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(CASES)])
+def test_an_outer_join_equals_the_oracle_on_every_strategy(tmp_path, strategy, n, pred, kind):
+    path, job, arrays = _job(tmp_path, strategy, pred, kind, seed=n + len(pred))
+    expect, lone = _lone(job, arrays)
+    assert lone > 10 and len(expect) > lone            # both: pairs, and rows without a partner
+    r = run_local(n, "run", path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert_same_rows(read_results(job.output, job.stream_names), expect)
+    mine = [f for f in os.listdir(os.path.join(job.output, "results")) if f.startswith("part-r0000-")]
+    assert sum(pq.read_metadata(os.path.join(job.output, "results", f)).num_rows for f in mine) == lone
+
+
+@pytest.mark.parametrize("strategy,n,kind", [("matrix", 5, "FULL"), ("handshake", 4, "LEFT")])
+def test_an_outer_join_under_mpiexec(tmp_path, strategy, n, kind):
+    path, job, arrays = _job(tmp_path, strategy, EQUI, kind, n=4000, seed=n)
+    r = run_mpi(n, "run", path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert_same_rows(read_results(job.output, job.stream_names), run_oracle(job, arrays))
+
+
+@pytest.mark.parametrize("strategy,ranks,again,kind", [("matrix", 4, 5, "FULL"), ("splitjoin", 4, 3, "RIGHT"),
+                                                      ("llhj", 4, 4, "LEFT")])
+def test_an_outer_join_through_a_sigkill_a_resume_and_a_rescale(tmp_path, strategy, ranks, again, kind):
+    """The job crashes (its one process SIGKILLed after two checkpoints) and resumes, at another
+    rank count where `again` differs: the lone rows come once, from every recorded result."""
+    from test_checkpoint import kill_local_after_checkpoints, unpaced
+    run = 'batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"\n'
+    path, job, arrays = _job(tmp_path, strategy, EQUI, kind, n=12000, seed=ranks, run=run,
+                             extra='\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 3\n')
+    p = kill_local_after_checkpoints(path, job.checkpoint.dir, ranks, 2, 12000)
+    assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    r = run_local(again, "run", unpaced(path), "--resume", job.checkpoint.dir)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "resuming from checkpoint" in r.stderr
+    expect, lone = _lone(job, arrays)
+    assert lone > 10
+    assert_same_rows(read_results(job.output, job.stream_names), expect)
+
+
+def test_an_outer_join_with_an_online_aggregate_is_refused_in_one_line(tmp_path):
+    from conftest import cli
+    text = equi_job_text(('"60ms"', '"45ms"'), strategy="biclique", predicate=EQUI + "\n" + OUTER["LEFT"],
+                         extra_strategy='aggregate = "count(*)"')
+    (tmp_path / "job.toml").write_text(text)
+    path = str(tmp_path / "job.toml")
+    c = cli("check", path, "-n", "5")
+    assert c.returncode == 2 and "predicate.outer: an outer join's rows without a partner come after the last " \
+                                  "result" in c.stderr, c.stderr
+    assert len(c.stderr.strip().splitlines()) == 1
