@@ -152,6 +152,10 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
                          s.ts BETWEEN r.ts - INTERVAL '5' SECOND AND r.ts"
                            the join as one SELECT instead of equi, band and interval (README
                            "The join in SQL"); `explain` prints the TOML form it is read as
+                  asof = { left = "R", right = "S", direction = "backward" | "forward" | "nearest",
+                           tolerance = "5s", closed = true }   with equi keys: each R tuple's one S
+                           tuple nearest in event time (README "ASOF joins"; outer = ["R"]: ASOF
+                           LEFT JOIN; hash)
                   filter = { R = "device <> 'bot' AND x IN (1, 2)" }   a stream's own condition
                            (SQL: WHERE/ON terms on one stream's columns); a row that fails it
                            meets no partner

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .errors import ConfigError, InputError
-from .join.predicate import Band, Equi, Interval, Predicate, Theta
+from .join.predicate import AsOf, Band, Equi, Interval, Predicate, Theta
 from .storage.paths import check_layout, check_name, check_text, job_dirs
 from .reads import with_reads
 from .schema import INTEGER_KINDS, TS, rows_dtype, stream_dtype
@@ -167,7 +167,8 @@ JOB_KEYS = {
     "output": ("dir", "commit_every", "commit_rows", "kafka"),
     "streams.*": ("schema", "window", "raw", "nullable"),
     "streams.*.raw": ("path", "format", "time", "time_unit", "delimiter", "header", "source", "options"),
-    "predicate": ("equi", "band", "theta", "interval", "outer", "sql", "filter", "select"),
+    "predicate": ("equi", "band", "theta", "interval", "outer", "sql", "filter", "select", "asof"),
+    "predicate.asof": ("left", "right", "direction", "tolerance", "closed"),
     "predicate.band": ("left", "right", "eps", "closed"),
     "predicate.theta": ("udf", "streams"),
     "predicate.interval": ("left", "right", "lower", "upper", "closed"),
@@ -242,8 +243,12 @@ def parse_job(raw, path="<job>", overrides=None, udfs=True):
     staged, output = (p if "://" in p else os.path.join(base, p) for p in (staged, output))
 
     windows, residual = _interval(raw, ts_unit, path)
-    streams = _filters(raw, _streams(raw, ts_unit, path, base, windows), path)
-    predicate = _predicate(raw, streams, path, base, residual)
+    asof_windows, asof = _asof(raw, ts_unit, path)
+    if asof is not None and windows:
+        raise ConfigError(f"{path}: predicate.asof: give an ASOF join or an interval, not both")
+    streams = _filters(raw, _streams(raw, ts_unit, path, base, windows or asof_windows,
+                                     "predicate.asof" if asof else "predicate.interval"), path)
+    predicate = _predicate(raw, streams, path, base, residual, asof)
     streams = with_reads(streams, predicate)
     strategy = _strategy(raw, path, overrides)
     run = _run(raw, path)
@@ -304,7 +309,7 @@ def _outer(p, streams, path):
     if len(streams) != 2:
         raise ConfigError(f"{where}: outer joins relate two streams; this job has {len(streams)}")
     kinds = {s.window.kind for s in streams}
-    if kinds != {"time"}:
+    if kinds != {"time"} and "asof" not in p:        # (an ASOF join's left rows wait in a time window)
         raise ConfigError(f"{where}: outer joins need time windows or an interval on both streams (a tuple is "
                           f"emitted without a partner once event time has passed every partner it could have); "
                           f"this job has {' and '.join(sorted(kinds))} windows")
@@ -375,7 +380,7 @@ def _sql_predicate(raw, ts_unit, path):
     p = raw.get("predicate")
     if not isinstance(p, dict) or "sql" not in p:
         return raw
-    both = sorted(set(p) & {"equi", "band", "interval", "filter", "select"})
+    both = sorted(set(p) & {"equi", "band", "interval", "filter", "select", "asof"})
     if both:
         raise ConfigError(f"{path}: predicate.sql: give the join as SQL or as {', '.join(both)}, not both")
     from .join.sql import predicate_table
@@ -389,6 +394,62 @@ def _sql_predicate(raw, ts_unit, path):
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     return dict(raw, predicate=dict(table, sql=p["sql"], **({"theta": p["theta"]} if "theta" in p else {})))
+
+
+ASOF_DIRECTIONS = ("backward", "forward", "nearest")
+
+
+def _asof(raw, ts_unit, path):
+    """`[predicate] asof = { left = "trades", right = "quotes", direction = "backward",
+    tolerance = "5s", closed = true }` with equi keys (and `outer = ["trades"]` for ASOF LEFT):
+    ({stream name: Window}, the (left, right, direction, tolerance in ts units or None, closed)),
+    or ({}, None). Each left row waits in its window until no right row that could be its match
+    can still come, and is matched then against the right window, which holds every right row
+    that could still be one (README "ASOF joins"):
+      backward  left W = 1,             right W = tolerance + 1 (unbounded without one)
+      forward   left W = tolerance + 1, right W = tolerance + 1
+      nearest   left W = tolerance + 1, right W = 2 x tolerance + 1"""
+    p = raw.get("predicate")
+    if not isinstance(p, dict) or "asof" not in p:
+        return {}, None
+    a, where = p["asof"], f"{path}: predicate.asof"
+    if not isinstance(a, dict):
+        raise ConfigError(f"{where}: expected {{ left = \"trades\", right = \"quotes\", direction = \"backward\", "
+                          f"tolerance = \"5s\", closed = true }}")
+    _no_unknown(a, JOB_KEYS["predicate.asof"], "predicate.asof.", path)
+    names = list(raw.get("streams", {}) or {})
+    for k in ("left", "right"):
+        if a.get(k) not in names:
+            raise ConfigError(f"{where}.{k}: expected a stream name ({', '.join(map(str, names))}), got {a.get(k)!r}")
+    if a["left"] == a["right"]:
+        raise ConfigError(f"{where}: left and right are both {a['left']!r}; an ASOF join relates two streams")
+    if len(names) != 2:
+        raise ConfigError(f"{where}: an ASOF join is of two streams; this job has {len(names)}")
+    direction = a.get("direction", "backward")
+    if direction not in ASOF_DIRECTIONS:
+        raise ConfigError(f"{where}.direction: expected one of {', '.join(ASOF_DIRECTIONS)}, got {direction!r}")
+    closed = a.get("closed", True)
+    if not isinstance(closed, bool):
+        raise ConfigError(f"{where}.closed: expected true (equal times match) or false, got {closed!r}")
+    tol = None
+    if "tolerance" in a:
+        ns = _duration(a["tolerance"], "predicate.asof.tolerance", path, lo_ns=0, hi_ns=MAX_WINDOW_NS,
+                       hi_text="100 years")
+        if ns > MAX_WINDOW_NS:
+            raise ConfigError(f"{where}.tolerance: at most 100 years, got {a['tolerance']!r}")
+        per = ts_unit_ns(ts_unit)
+        if ns % per:
+            raise ConfigError(f"{where}.tolerance: {a['tolerance']!r} is not a whole number of {ts_unit} (job.ts_unit)")
+        tol = int(ns // per)
+    elif direction != "backward":
+        raise ConfigError(f"{where}.tolerance: required with direction = \"{direction}\" (a left row waits that long "
+                          f"for a right row after it); give one such as \"5s\" (in SQL: a second bound, "
+                          f"{a['right']}.ts <= {a['left']}.ts + INTERVAL '5' SECOND)")
+    text = f"asof {direction} {a['left']} -> {a['right']}" + (f" within {a['tolerance']}" if tol is not None else "")
+    wait = 1 if direction == "backward" else tol + 1
+    reach = (None if tol is None else tol + 1) if direction != "nearest" else 2 * tol + 1
+    right = Window("unbounded", 0, text) if reach is None else Window("time", reach, text)
+    return {a["left"]: Window("time", wait, text), a["right"]: right}, (a["left"], a["right"], direction, tol, closed)
 
 
 def _interval(raw, ts_unit, path):
@@ -457,7 +518,7 @@ def _interval(raw, ts_unit, path):
     return windows, ((iv["left"], iv["right"], lo, up),)
 
 
-def _streams(raw, ts_unit, path, base, interval=None):
+def _streams(raw, ts_unit, path, base, interval=None, given="predicate.interval"):
     st = _table(raw, "streams", path)
     if len(st) < 2:
         raise ConfigError(f"{path}: streams: a join needs at least two streams, found {len(st)}")
@@ -478,7 +539,7 @@ def _streams(raw, ts_unit, path, base, interval=None):
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from None
         if interval and "window" in spec:
-            raise ConfigError(f"{path}: {where}.window: the windows are given by predicate.interval; give one or the other")
+            raise ConfigError(f"{path}: {where}.window: the windows are given by {given}; give one or the other")
         if "window" not in spec and not interval:
             raise ConfigError(f"{path}: {where}.window: required (a duration such as \"15min\", a tuple count, or \"unbounded\")")
         rs = _raw_source(spec["raw"], schema, f"{where}.raw", path, base) if "raw" in spec else None
@@ -636,7 +697,7 @@ def _pair(l, r, streams, where, path):
     return a, b
 
 
-def _predicate(raw, streams, path, base=None, interval=()):
+def _predicate(raw, streams, path, base=None, interval=(), asof=None):
     p = _table(raw, "predicate", path)
     _no_unknown(p, JOB_KEYS["predicate"], "predicate.", path)
     equi, band, theta = [], [], []
@@ -697,8 +758,18 @@ def _predicate(raw, streams, path, base=None, interval=()):
         theta.append(Theta(udf, (names.index(ss[0]), names.index(ss[1]))))
     order = [s.name for s in streams]
     iv = tuple(Interval((order.index(a), TS), (order.index(b), TS), lo, up) for a, b, lo, up in interval)
-    pred = Predicate(tuple(equi), tuple(band), tuple(theta), iv, _outer(p, streams, path),
-                     tuple(s.window for s in streams))
+    outer = _outer(p, streams, path)
+    if asof is not None:
+        left, right, direction, tol, closed = asof
+        if not equi or band or theta:
+            raise ConfigError(f"{path}: predicate.asof: an ASOF join matches on equal keys (equi) and event time; "
+                              f"give equi keys and no band or theta conditions")
+        if outer and outer != (order.index(left),):
+            raise ConfigError(f"{path}: predicate.outer: an ASOF join keeps its left stream's rows (outer = "
+                              f"[\"{left}\"], ASOF LEFT JOIN) or none")
+        asof = AsOf(order.index(left), order.index(right), direction, tol, closed, bool(outer))
+        outer = ()
+    pred = Predicate(tuple(equi), tuple(band), tuple(theta), iv, outer, tuple(s.window for s in streams), asof)
     if not pred.kinds:
         raise ConfigError(f"{path}: predicate: give at least one of equi, band or theta")
     # every stream must be connected to the others, or the join is a cross product

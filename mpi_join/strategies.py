@@ -201,6 +201,7 @@ _CHAIN_PARAMS = {
 REGISTRY = {
     "hash": StrategyInfo(
         name="hash", suite_budget_s=225, shape="partition", outer=True, rescale=True,
+        predicates=frozenset({"equi", "band", "theta", "asof"}),
         summary="master + slaves; epoch-synchronised distribution of hash-partitioned windows",
         requires=frozenset({"equi"}),
         requires_why="hash partitioning needs equal keys to meet on one slave",

@@ -17,6 +17,9 @@ def run_oracle(job, arrays):
     """All results of `job` over `arrays` (one structured array per stream, sorted by seq).
 
     Returns an (n, M) int64 array of seqs, one column per stream, in job stream order."""
+    if job.predicate.asof is not None:
+        from .asof import oracle
+        return oracle(job, arrays)
     if len(arrays) == 2:
         pairs = np.concatenate([_binary(job, arrays, 0, 1), _binary(job, arrays, 1, 0)[:, ::-1]])
         return np.concatenate([pairs] + [unmatched(arrays[k][SEQ], pairs[:, k], k) for k in job.predicate.outer])

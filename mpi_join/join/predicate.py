@@ -49,6 +49,24 @@ class Interval:
 
 
 @dataclass(frozen=True)
+class AsOf:
+    """An ASOF join: each row of stream `left` is joined with the one row of stream `right` with
+    equal keys (the equi conditions) nearest to it in event time in `direction` ("backward":
+    right.ts <= left.ts, the latest; "forward": right.ts >= left.ts, the earliest; "nearest":
+    the least |right.ts - left.ts|, the earlier side on a tie), equal times counting when
+    `closed`, at most `tolerance` ts units apart (None: any). Of right rows at the same best
+    time, the last to arrive (the largest seq). `keep`: a left row without one is a result too,
+    with null right (ASOF LEFT JOIN). README "ASOF joins"."""
+    kind: ClassVar[str] = "asof"
+    left: int
+    right: int
+    direction: str
+    tolerance: int | None
+    closed: bool
+    keep: bool
+
+
+@dataclass(frozen=True)
 class Predicate:
     """A conjunction of pairwise conditions (equi, band, theta) between streams, and the
     residual time condition of a shifted interval (`interval`; not a kind: the windows carry
@@ -59,10 +77,11 @@ class Predicate:
     interval: tuple = field(default=(), repr=False)
     outer: tuple = field(default=(), repr=False)     # streams whose tuples without a partner are results too
     windows: tuple = field(default=(), repr=False, compare=False)   # each stream's Window: what a join can derive from ts
+    asof: AsOf | None = None
 
     @property
     def kinds(self):
-        return {k for k in ("equi", "band", "theta") if getattr(self, k)}
+        return {k for k in ("equi", "band", "theta") if getattr(self, k)} | ({"asof"} if self.asof else set())
 
     def between(self, i, j):
         """Conditions relating streams i and j, each oriented so that `left` is stream i."""

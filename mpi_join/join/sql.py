@@ -129,9 +129,18 @@ def _translate(sql, names, ts_unit, time_columns, schemas):
     table(frm.this)
     conds, outer = [], []
     joins = q.args.get("joins") or []
+    asof = None                      # (left stream, right stream): an ASOF JOIN
     for j in joins:
         side, kind = (j.args.get("side") or "").upper(), (j.args.get("kind") or "").upper()
-        if side in ("LEFT", "RIGHT", "FULL") or kind == "OUTER":
+        if (j.args.get("method") or "").upper() == "ASOF":
+            if len(joins) != 1 or j.args.get("on") is None or side not in ("", "LEFT"):
+                _no(f"ASOF {side + ' ' if side else ''}JOIN: an ASOF join is of two streams, inner or LEFT, with its "
+                    f"conditions in ON")
+            asof = (alias[frm.this.alias_or_name], j.this.name)
+            outer = [asof[0]] if side == "LEFT" else []
+            if side == "LEFT" and q.args.get("where") is not None:
+                _no(f"ASOF LEFT JOIN with WHERE {q.args['where'].this.sql()}: put a condition on one stream in ON")
+        elif side in ("LEFT", "RIGHT", "FULL") or kind == "OUTER":
             if len(joins) != 1 or j.args.get("on") is None:
                 _no(f"{side or kind} JOIN: an outer join is of two streams, with its conditions in ON (a join of "
                     f"more streams is not supported)")
@@ -172,6 +181,9 @@ def _translate(sql, names, ts_unit, time_columns, schemas):
             _atom(a, alias, time_columns, ts_unit, out, times)
     if not any(out.values()) and not times:
         _no("no condition between the streams (a cross product); give ON or WHERE conditions that relate them")
+    if asof is not None:
+        out["asof"] = _asof(asof, times, out)
+        times = {}
     out["filter"] = {n: " AND ".join(f"({c})" if len(conds) > 1 else c for c in conds)
                      for n, conds in filters.items()}
     out["select"] = _select_list(q.expressions, alias, schemas, time_columns)
@@ -187,6 +199,38 @@ def _translate(sql, names, ts_unit, time_columns, schemas):
                            "closed": closed[(lo_closed, hi_closed)]}
     out["outer"] = outer
     return {k: v for k, v in out.items() if v}
+
+
+def _asof(sides, times, out):
+    """The [predicate] asof table of an ASOF JOIN's time conditions, as DuckDB writes them
+    (`t.ts >= q.ts`: backward; `t.ts <= q.ts`: forward; `>`/`<`: equal times do not match), with
+    an optional tolerance as a second bound (`q.ts >= t.ts - INTERVAL '5' SECOND`)."""
+    left, right = sides
+    if out["band"]:
+        _no("ASOF JOIN: its conditions are equal keys and one event-time comparison; no band")
+    if not out["equi"]:
+        _no("ASOF JOIN: give equal keys (t.sym = q.sym) beside the time comparison")
+    if set(times) - {(left, right), (right, left)} or not times:
+        _no(f"ASOF JOIN: compare the two streams' event times ({left}.ts >= {right}.ts)")
+    b = dict(times.get((left, right), {}))         # bounds on right.ts - left.ts
+    for which, (v, closed) in times.get((right, left), {}).items():   # left.ts - right.ts: the other way round
+        b["upper" if which == "lower" else "lower"] = (v[1:] if v.startswith("-") else
+                                                      v if v == "0s" else "-" + v, closed)
+    lo, up = b.get("lower"), b.get("upper")
+    zero = {k for k, v in (("lower", lo), ("upper", up)) if v is not None and v[0] == "0s"}
+    if zero == {"upper"} or (zero == {"lower", "upper"} and up[1] is False):
+        direction, closed, tol = "backward", up[1], lo
+    elif zero == {"lower"}:
+        direction, closed, tol = "forward", lo[1], up
+    else:
+        _no(f"ASOF JOIN: its time condition reads {left}.ts >= {right}.ts (backward) or {left}.ts <= {right}.ts "
+            f"(forward), with an optional tolerance as a second bound")
+    table = {"left": left, "right": right, "direction": direction, "closed": closed}
+    if tol is not None:
+        if not tol[1]:
+            _no("ASOF JOIN: a tolerance bound is inclusive (>= or <=)")
+        table["tolerance"] = tol[0].lstrip("-")
+    return table
 
 
 def _conjuncts(c):

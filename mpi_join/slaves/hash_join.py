@@ -73,7 +73,7 @@ class HashJoinModule(CoreModule):
     def on_eos(self, src):
         """The driver's link is this slave's only input (graph.star), and a moved group is in before
         it ends (mover.py: an Install is in order on that link): an outer join's lone rows go now."""
-        if not self.job.predicate.outer:
+        if not self.job.predicate.outer and self.job.predicate.asof is None:
             return None
         out = Output()
         sa, sb, tin = self.core.finish()

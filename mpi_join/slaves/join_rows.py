@@ -83,6 +83,9 @@ class RowLayout:
         wins = pred.windows
         self.vis = [coord_lo(wins, i, j), coord_lo(wins, j, i)]     # per side: coord, lo, lo shift
         self.outer = [s for s, k in enumerate((i, j)) if k in pred.outer]
+        # an ASOF join (join/asof.py): its left side's rows are matched as they leave the window
+        self.asof_left = (i, j).index(pred.asof.left) if pred.asof is not None and {i, j} == {
+            pred.asof.left, pred.asof.right} else None
         eq_i, eq_j, bands, thetas = binary_parts(pred, i, j)
         self.key_cols = (eq_i, eq_j)
         self.band_cols = ([b.left[1] for b in bands], [b.right[1] for b in bands])
@@ -116,7 +119,7 @@ class RowLayout:
         self.in_band = [{} if self.residual or NULL in dt.names else    # a null row's `_band` is NaN
                         {c: self.band_cols[s].index(c) for c in self.band_cols[s] if c not in others[s] and
                          _exact_in_float64(dt.fields[c][0])} for s, dt in enumerate(dtypes)]
-        self.older = older and not self.outer
+        self.older = older and not self.outer and self.asof_left is None
         drops = [{"_coord", "_lo"} - {v[0], v[1]} | ({"_h"} if method == "equi" or not eq_i else set()) | u | set(b)
                  | ({"_tin"} if self.older else set()) for v, u, b in zip(self.vis, unread, self.in_band)]
         self.dtypes = [derived_dtype(dt, 0 if self.key_view[s] else sum(self.widths), len(bands), s in self.outer,

@@ -154,11 +154,13 @@ class BinaryJoin:
         n0, n1 = self.layout.derive(new0, 0), self.layout.derive(new1, 1)
         out = []
         w0, w1 = self.windows[0].view(), self.windows[1].view()
-        if len(n0) and len(w1):
+        if self.layout.asof_left is not None:       # an ASOF join's matches come at expiry (expire_stream)
+            pass
+        elif len(n0) and len(w1):
             out.append(find_pairs(self.layout, n0, 0, w1, self.windows[1].base, self.runs[1], split=len(w1) if self.layout.older else 0))
-        if len(n1) and len(w0):
+        if len(n1) and len(w0) and self.layout.asof_left is None:
             out.append(find_pairs(self.layout, n1, 1, w0, self.windows[0].base, self.runs[0], split=len(w0) if self.layout.older else 0))
-        if len(n0) and len(n1):
+        if len(n0) and len(n1) and self.layout.asof_left is None:
             key, order = self.layout.sorted_keys(n1, 1)
             run = SortedRuns.of(key, order) if key is not None else None
             out.append(find_pairs(self.layout, n0, 0, n1, 0, run))
@@ -253,14 +255,30 @@ class BinaryJoin:
         warm_up(self.layout.pred, self.layout.runtime_dtypes, self.layout.method)
 
     def expire(self, bounds):
-        for s in (0, 1):
-            self.expire_stream(s, bounds[(self.layout.i, self.layout.j)[s]] if len(bounds) > 2 else bounds[s])
+        b = [bounds[(self.layout.i, self.layout.j)[s]] if len(bounds) > 2 else bounds[s] for s in (0, 1)]
+        left = self.layout.asof_left
+        if left is None:
+            for s in (0, 1):
+                self.expire_stream(s, b[s])
+            return
+        # an ASOF join: its left rows first, while the right rows they may match are in their
+        # window; and a right row stays while a left row still there may match it (its bound
+        # comes from the left stream's next tuples, which may be far ahead of the left rows held)
+        self.expire_stream(left, b[left])
+        w, a = self.windows[left], self.layout.pred.asof
+        if len(w):
+            oldest = int(w.view()["ts"][0])
+            need = oldest if a.direction == "forward" else (oldest - a.tolerance if a.tolerance is not None else None)
+            b[1 - left] = min(b[1 - left], need) if need is not None else min(b[1 - left], -(1 << 62))
+        self.expire_stream(1 - left, b[1 - left])
 
     def expire_stream(self, s, bound):
         """Expire stream s's window by its bound (window.py); returns how many rows left."""
         w = self.windows[s]
         v = w.view()                     # v still holds what left (window.py)
         k = w.expire(bound)
+        if s == self.layout.asof_left and k:
+            self._asof_matches(v[:k], s)
         if s in self.layout.outer and k:
             lone = v[:k][v[HIT][:k] == 0]
             if len(lone):
@@ -269,6 +287,31 @@ class BinaryJoin:
         if k:
             self.runs[s].settle(w.base, len(w))
         return k
+
+    def _asof_matches(self, rows, s):
+        """An ASOF join's left rows `rows` (of stream s) leave their window: no right row that
+        could be a match can still come, and every one that could is in the right window (the
+        windows config._asof gives). Each one's match (join/asof.best) goes to `lone` as a
+        result, or, in an ASOF LEFT JOIN, the row alone."""
+        from ..join.asof import best
+        a, o = self.layout.pred.asof, 1 - s
+        X = self.windows[o].view()
+        if len(X):
+            A, ia, B, ib = find_pairs(self.layout, rows, s, X, self.windows[o].base, self.runs[o], check=False)
+            il, ir = (ia, ib) if s == 0 else (ib, ia)
+            il, ir = best(a, rows["ts"], X["ts"], X["seq"], il, ir)
+        else:
+            il = ir = _E
+        if a.keep:
+            lone = np.ones(len(rows), bool)
+            lone[il] = False
+            il = np.concatenate([il, np.flatnonzero(lone)])
+            ir = np.concatenate([ir, np.full(int(lone.sum()), -1, np.int64)])
+        if not len(il):
+            return
+        seqs = [rows["seq"][il].astype(np.int64), np.where(ir >= 0, X["seq"][np.maximum(ir, 0)] if len(X) else -1,
+                                                            -1).astype(np.int64)]
+        self.lone.append((seqs[s], seqs[1 - s], rows["_tin"][il].astype(np.int64)))
 
     def drop(self, s, k):
         """Drop the oldest k rows of stream s without expiring them (a chain's acknowledged

@@ -166,6 +166,18 @@ def time_conditions(job):
         return "" if w == 0 else f" {'-' if w < 0 else '+'} {duration(abs(w) * per, exact=True)}"
     lines = []
     m = len(job.streams)
+    a = job.predicate.asof
+    if a is not None:                  # an ASOF join says its own condition (join/asof.py)
+        L, R = job.streams[a.left].name, job.streams[a.right].name
+        side = {"backward": f"{R}.ts <{'=' if a.closed else ''} {L}.ts, the latest",
+                "forward": f"{R}.ts >{'=' if a.closed else ''} {L}.ts, the earliest",
+                "nearest": f"the nearest {R}.ts to {L}.ts (the earlier on a tie{'' if a.closed else ', not equal'})"}
+        within = "" if a.tolerance is None else f", at most {duration(a.tolerance * per, exact=True)} apart"
+        wait = job.streams[a.left].window
+        return [f"asof: each {L} tuple joins the one {R} tuple with equal keys and {side[a.direction]}{within} (of "
+                f"equal times, the last to arrive){'; without one it is a result alone' if a.keep else ''}; it is "
+                f"matched once no {R} tuple can change its match (after {duration(wait.size * per, exact=True)} of "
+                f"event time); kept: each {R} tuple {_kept(job.streams[a.right], per)}"]
     for i in range(m):
         for j in range(i + 1, m):
             a, b = job.streams[i], job.streams[j]
