@@ -536,6 +536,8 @@ FOLLOWED = [  # (strategy, ranks, predicate, strategy parameters)
     # outer joins whose lone rows rank 0 writes from the results when the log ends (storage/lone_rows.py)
     ("matrix", 4, 'equi = [["R.k", "S.k"]]\nouter = ["R", "S"]', ""),
     ("handshake", 3, 'band = [{ left = "R.v", right = "S.w", eps = 0.05 }]\nouter = ["R"]', ""),
+    # a filter on each stream (join/filters.py): applied to the log's rows as the run reads them
+    ("hash", 3, 'equi = [["R.k", "S.k"]]\nfilter = { R = "v > 0.3 AND k2 = 1", S = "w < 0.8" }', ""),
 ]
 
 
@@ -557,7 +559,8 @@ FOLLOWED_SOURCES = [  # several sources follow the log: one strategy of each ran
 
 
 @pytest.mark.parametrize("strategy,ranks,predicate,params,sources",
-                         [pytest.param(*f, 1, id=f[0] + ("-outer" if f[2] and "outer" in f[2] else ""))
+                         [pytest.param(*f, 1, id=f[0] + ("-outer" if f[2] and "outer" in f[2] else "") +
+                                       ("-filter" if f[2] and "filter" in f[2] else ""))
                           for f in FOLLOWED] + FOLLOWED_SOURCES)
 def test_every_strategy_follows_a_growing_log(tmp_path, strategy, ranks, predicate, params, sources):
     """The log grows while the run follows it (batches of varying density, one committed while the
