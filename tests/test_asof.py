@@ -272,3 +272,16 @@ def test_a_duckdb_asof_query_staged_from_raw_csv_equals_duckdbs_answer(tmp_path)
     mine = sorted(((r["trade"], None if r["quote_time"] is None else round(r["quote_time"].timestamp() * 1000))
                    for r in got.to_pylist()), key=repr)
     assert mine == want and any(w[1] is None for w in want) and len(want) == 400
+
+
+@pytest.mark.parametrize("params", ['reorganize_every = 1\nforce = "migrate"', 'local_join = "bnl"'])
+def test_an_asof_join_moves_with_its_groups_and_runs_on_a_nested_loop(tmp_path, params):
+    """Groups migrate at every reorganisation (their waiting left rows and right rows together),
+    and `local_join = "bnl"` finds the candidates by its own loop: the same matches."""
+    arrays = random_streams(np.random.default_rng(9), 4000, key_range=30, ts_step=3)
+    text = equi_job_text(None, predicate=_pred("nearest", "9ms", False, True), extra_strategy=params,
+                         run="batch_size = 97\nmax_inflight = 2")
+    path, job = write_job(str(tmp_path), text, arrays)
+    r = run_local(4, "run", path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert_same_rows(read_results(job.output, job.stream_names), run_oracle(job, arrays))
