@@ -155,7 +155,7 @@ def run(job, nprocs, output, staged, strategy, resume, overwrite, follow, allow_
                   asof = { left = "R", right = "S", direction = "backward" | "forward" | "nearest",
                            tolerance = "5s", closed = true }   with equi keys: each R tuple's one S
                            tuple nearest in event time (README "ASOF joins"; outer = ["R"]: ASOF
-                           LEFT JOIN; hash)
+                           LEFT JOIN; hash, matrix: keys or none)
                   filter = { R = "device <> 'bot' AND x IN (1, 2)" }   a stream's own condition
                            (SQL: WHERE/ON terms on one stream's columns); a row that fails it
                            meets no partner

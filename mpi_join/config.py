@@ -761,9 +761,9 @@ def _predicate(raw, streams, path, base=None, interval=(), asof=None):
     outer = _outer(p, streams, path)
     if asof is not None:
         left, right, direction, tol, closed = asof
-        if not equi or band or theta:
-            raise ConfigError(f"{path}: predicate.asof: an ASOF join matches on equal keys (equi) and event time; "
-                              f"give equi keys and no band or theta conditions")
+        if band or theta:
+            raise ConfigError(f"{path}: predicate.asof: an ASOF join matches on equal keys (equi, or none) and event "
+                              f"time; give no band or theta conditions")
         if outer and outer != (order.index(left),):
             raise ConfigError(f"{path}: predicate.outer: an ASOF join keeps its left stream's rows (outer = "
                               f"[\"{left}\"], ASOF LEFT JOIN) or none")
@@ -771,9 +771,9 @@ def _predicate(raw, streams, path, base=None, interval=(), asof=None):
         outer = ()
     pred = Predicate(tuple(equi), tuple(band), tuple(theta), iv, outer, tuple(s.window for s in streams), asof)
     if not pred.kinds:
-        raise ConfigError(f"{path}: predicate: give at least one of equi, band or theta")
+        raise ConfigError(f"{path}: predicate: give at least one of equi, band, theta or asof")
     # every stream must be connected to the others, or the join is a cross product
-    linked = {0}
+    linked = {0, 1} if asof is not None else {0}      # an ASOF join relates its two streams by event time
     changed = True
     while changed:
         changed = False

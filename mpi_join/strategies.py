@@ -355,6 +355,7 @@ REGISTRY = {
     ),
     "matrix": StrategyInfo(
         name="matrix", suite_budget_s=70, shape="matrix", rescale=True, cut_complete=True,
+        predicates=frozenset({"equi", "band", "theta", "asof"}),
         summary="join-matrix (the baseline of BiStream): a grid of cells, each R tuple stored along a row and each "
                 "S tuple down a column, so every pair meets in one cell",
         graph="mpi_join.biclique.matrix:build",

@@ -116,7 +116,7 @@ def test_an_asof_join_in_sql_is_the_job_its_toml_form_is(tmp_path, sql, table, o
 REFUSED = [
     ('equi = [["R.k", "S.k"]]\nasof = { left = "R", right = "S", direction = "forward" }',
      "predicate.asof.tolerance: required with direction = \"forward\""),
-    ('band = [{ left = "R.v", right = "S.w", eps = 1 }]\nasof = { left = "R", right = "S" }', "give equi keys"),
+    ('band = [{ left = "R.v", right = "S.w", eps = 1 }]\nasof = { left = "R", right = "S" }', "no band or theta"),
     ('equi = [["R.k", "S.k"]]\nasof = { left = "R", right = "S" }\nouter = ["S"]', "ASOF LEFT JOIN"),
     ('equi = [["R.k", "S.k"]]\nasof = { left = "R", right = "S", direction = "sideways" }', "direction: expected one of"),
     ('equi = [["R.k", "S.k"]]\nasof = { left = "R", right = "S", tolerance = "1.5ms" }', "not a whole number of ms"),
@@ -124,7 +124,6 @@ REFUSED = [
      'interval = { left = "R", right = "S", lower = "0s", upper = "1s" }', "an ASOF join or an interval"),
     ("sql = '''SELECT * FROM R r ASOF JOIN S s ON r.k = s.k AND r.ts >= s.ts + 5'''", "its time condition reads"),
     ("sql = '''SELECT * FROM R r ASOF RIGHT JOIN S s ON r.k = s.k AND r.ts >= s.ts'''", "inner or LEFT"),
-    ("sql = '''SELECT * FROM R r ASOF JOIN S s ON r.ts >= s.ts'''", "give equal keys"),
 ]
 
 
@@ -137,9 +136,51 @@ def test_what_an_asof_join_cannot_be_is_refused_in_one_line(pred, says):
 
 def test_strategies_that_do_not_run_asof_joins_refuse_them_in_one_line(tmp_path):
     path, _, _ = _job(tmp_path, _pred("backward", "20ms", True, False))
-    (tmp_path / "job.toml").write_text((tmp_path / "job.toml").read_text().replace('name = "hash"', 'name = "matrix"'))
+    text = (tmp_path / "job.toml").read_text()
+    (tmp_path / "job.toml").write_text(text.replace('name = "hash"', 'name = "splitjoin"'))
     c = cli("check", path, "-n", "4")
-    assert c.returncode == 2 and "asof" in c.stderr and "strategies that support it: hash" in c.stderr, c.stderr
+    assert c.returncode == 2 and "asof" in c.stderr and "strategies that support it: hash, matrix" in c.stderr, c.stderr
+    # matrix chooses its grid for it: a grid given otherwise is refused
+    (tmp_path / "job.toml").write_text(text.replace('name = "hash"', 'name = "matrix"\nrows = 2'))
+    c = cli("check", path, "-n", "5")
+    assert c.returncode == 2 and "strategy.rows: an ASOF join puts each left row in one cell" in c.stderr, c.stderr
+
+
+def test_a_keyless_asof_join_and_its_filters_equal_duckdbs(tmp_path):
+    """Without keys every right row is a candidate; a row its filter drops matches nothing (a left
+    row is then alone), as DuckDB's ASOF LEFT JOIN with the left condition in ON and the right
+    stream filtered."""
+    duckdb = pytest.importorskip("duckdb")
+    pred = ('asof = { left = "R", right = "S", direction = "backward" }\nouter = ["R"]\n'
+            'filter = { R = "v > 5", S = "w < 15" }')
+    path, job, arrays = _job(tmp_path, pred)
+    from mpi_join.storage.staged import read_staged
+    got = run_oracle(job, read_staged(job))
+    R, S = arrays
+    con = duckdb.connect()
+    con.register("r", pa.table({"seq": R["seq"], "ts": R["ts"], "v": R["v"]}))
+    con.register("s", pa.table({"seq": S["seq"], "ts": S["ts"], "w": S["w"]}))
+    want = con.execute("select r.seq, f.ts from r asof left join (select * from s where w < 15) f "
+                       "on r.ts >= f.ts and r.v > 5").fetchall()
+    assert _times(job, arrays, got) == sorted(want, key=lambda w: (w[0], -1 if w[1] is None else w[1]))
+    assert any(w[1] is None for w in want) and len(want) == len(R)
+
+
+MATRIX = [("backward", "20ms", True, True, "R", True), ("nearest", "9ms", False, False, "S", True),
+          ("forward", "15ms", True, True, "S", False), ("backward", None, False, False, "R", False)]
+
+
+@pytest.mark.parametrize("direction,tol,closed,keep,left,keyed", MATRIX)
+def test_matrix_runs_an_asof_join_with_keys_or_without_equal_to_the_oracle(tmp_path, direction, tol, closed, keep,
+                                                                         left, keyed):
+    """A grid of one column (left R) or one row (left S): each left row in one cell, with every
+    right row."""
+    pred = _pred(direction, tol, closed, keep, left)
+    path, job, arrays = _job(tmp_path, pred if keyed else pred.replace('equi = [["R.k", "S.k"]]\n', ""))
+    (tmp_path / "job.toml").write_text((tmp_path / "job.toml").read_text().replace('name = "hash"', 'name = "matrix"'))
+    r = run_local(4, "run", path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert_same_rows(read_results(job.output, job.stream_names), run_oracle(job, arrays))
 
 
 RUNS = [c + (k, left) for (c, k, left) in zip(CASES, itertools.cycle((False, True)), itertools.cycle(("R", "S", "S")))]
@@ -162,13 +203,15 @@ def test_hash_runs_an_asof_join_under_mpiexec(tmp_path):
     assert_same_rows(read_results(job.output, job.stream_names), run_oracle(job, arrays))
 
 
-@pytest.mark.parametrize("again", [3, 5])
-def test_an_asof_join_through_a_sigkill_a_resume_and_a_rescale(tmp_path, again):
+@pytest.mark.parametrize("strategy,again", [("hash", 3), ("hash", 5), ("matrix", 5)])
+def test_an_asof_join_through_a_sigkill_a_resume_and_a_rescale(tmp_path, strategy, again):
     """Left rows waiting in their window at the cut are matched after the resume, once."""
     from test_checkpoint import kill_local_after_checkpoints, unpaced
     run = 'batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"'
     path, job, arrays = _job(tmp_path, _pred("backward", "25ms", True, True), n=12000, run=run,
                              extra='\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 3\n')
+    (tmp_path / "job.toml").write_text((tmp_path / "job.toml").read_text().replace('name = "hash"',
+                                                                                  f'name = "{strategy}"'))
     p = kill_local_after_checkpoints(path, job.checkpoint.dir, 4, 2, 12000)
     assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
     r = run_local(again, "run", unpaced(path), "--resume", job.checkpoint.dir)

@@ -1,8 +1,11 @@
 """`matrix`'s cells (the grid, as the placement rank 0's edges route by: matrix.py)."""
 
+import numpy as np
+
+from ..join.window import POS_INF
 from ..slaves.local_join import BinaryJoin, warm_up
 from ..runtime.operator import Fields, Operator, Output, Rows
-from .matrix import grid
+from .matrix import grid, grid_rows
 from .roles import check_state, state_limit
 
 
@@ -28,6 +31,23 @@ class Cell(Operator):
         self.join.expire(header.bounds)
         out = Output()
         out.emit((a, b), tin)
+        self._matched(out)
+        return out
+
+    def _matched(self, out):
+        """An ASOF join's matches of the left rows that left the window (BinaryJoin._asof_matches)."""
+        for a, b, tin in self.join.lone:
+            out.emit((a, b), tin)
+        self.join.lone.clear()
+
+    def on_eos(self, src):
+        """The input has ended (every link's): an ASOF join's left rows still waiting are matched."""
+        self.ended = getattr(self, "ended", 0) + 1
+        if self.job.predicate.asof is None or self.ended < sum(d == self.rank for _, d in self.graph.eos_links()):
+            return None
+        self.join.expire(np.full(2, POS_INF, np.int64))
+        out = Output()
+        self._matched(out)
         return out
 
     def stats(self):
@@ -35,5 +55,5 @@ class Cell(Operator):
 
     def shape(self):
         """This run's grid (rows, cols)."""
-        return grid(len(self.graph.workers), self.job.strategy.params["rows"])
+        return grid(len(self.graph.workers), grid_rows(self.job))
 

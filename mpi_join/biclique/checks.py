@@ -45,6 +45,9 @@ def check_job(job, nranks):
 
 def check_matrix(job, nranks):
     rows, workers = job.strategy.params["rows"], nranks - 1
+    if job.predicate.asof is not None and rows:
+        return (f"{job.path}: strategy.rows: an ASOF join puts each left row in one cell with every right row (a "
+                f"grid of one {'column' if job.predicate.asof.left == 0 else 'row'}); leave rows unset")
     if rows and workers % rows:
         return (f"{job.path}: strategy.rows: {rows} rows do not divide the {workers} workers of {nranks} ranks into "
                 f"a grid; use a divisor of {workers}, or 0 to choose one")

@@ -14,9 +14,24 @@ from ..runtime.graph import star
 from .routing import spread
 
 
+ONE_COLUMN = -1          # `rows` of a grid of one column (every row a cell of its own)
+
+
+def grid_rows(job):
+    """The `rows` a job's grid is built with: strategy.rows, but for an ASOF join, whose left
+    rows must each be in one cell with every right row (join/asof.py): one column when the left
+    stream is R (each R tuple in one cell, each S tuple in all), one row when it is S."""
+    a = job.predicate.asof
+    if a is None:
+        return job.strategy.params["rows"]
+    return ONE_COLUMN if a.left == 0 else 1
+
+
 def grid(workers, rows=0):
-    """(rows, cols) with rows x cols = workers: `rows` if given, else the divisor of `workers`
-    nearest its square root (from below)."""
+    """(rows, cols) with rows x cols = workers: `rows` if given (ONE_COLUMN: `workers`), else the
+    divisor of `workers` nearest its square root (from below)."""
+    if rows == ONE_COLUMN:
+        return workers, 1
     if rows:
         return rows, workers // rows
     r = max(d for d in range(1, math.isqrt(workers) + 1) if workers % d == 0)
@@ -31,7 +46,7 @@ class Grid:
     tuples by it."""
 
     def __init__(self, job):
-        self.rows, self._last = job.strategy.params["rows"], {}
+        self.rows, self._last = grid_rows(job), {}
 
     def home(self, batch, stream, index, count):
         rows, cols = grid(count, self.rows)

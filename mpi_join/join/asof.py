@@ -11,7 +11,7 @@ to arrive (the largest seq)."""
 import numpy as np
 from numba import njit
 
-from ..schema import SEQ, TS
+from ..schema import NULL, SEQ, TS
 from .predicate import key_matrix, key_widths
 from .range_join import exact_codes
 
@@ -23,6 +23,8 @@ def oracle(job, arrays):
     stream order, -1 for a kept left row's missing match."""
     a = job.predicate.asof
     L, R = arrays[a.left], arrays[a.right]
+    if NULL in R.dtype.names:            # a right row with a null key, or one its filter drops, is no one's match
+        R = R[R[NULL] == 0]
     cl = [c.left[1] if c.left[0] == a.left else c.right[1] for c in job.predicate.equi]
     cr = [c.right[1] if c.right[0] == a.right else c.left[1] for c in job.predicate.equi]
     widths = key_widths(L.dtype, cl, R.dtype, cr)
@@ -34,6 +36,8 @@ def oracle(job, arrays):
     ends = np.searchsorted(rcode, np.arange(n), "right")
     got = _match(lc, L[TS].astype(np.int64), rts, starts, ends, DIRECTIONS[a.direction],
                  -1 if a.tolerance is None else int(a.tolerance), a.closed)
+    if NULL in L.dtype.names:            # ... nor has one
+        got[L[NULL] != 0] = -1
     hit = got >= 0
     keep = np.ones(len(L), bool) if a.keep else hit
     out = np.full((int(keep.sum()), 2), -1, np.int64)

@@ -208,8 +208,6 @@ def _asof(sides, times, out):
     left, right = sides
     if out["band"]:
         _no("ASOF JOIN: its conditions are equal keys and one event-time comparison; no band")
-    if not out["equi"]:
-        _no("ASOF JOIN: give equal keys (t.sym = q.sym) beside the time comparison")
     if set(times) - {(left, right), (right, left)} or not times:
         _no(f"ASOF JOIN: compare the two streams' event times ({left}.ts >= {right}.ts)")
     b = dict(times.get((left, right), {}))         # bounds on right.ts - left.ts

@@ -22,6 +22,7 @@ import numpy as np
 from ..join import kernels as K
 from ..join.index_kernels import band_run, equi_run, result_rows, scan_band, visible_pairs
 from ..join.sorted_runs import SortedRuns, merge
+from ..join.predicate import no_null
 from ..join.window import Window, footprint
 from .join_rows import HIT, RowLayout
 
@@ -298,6 +299,9 @@ class BinaryJoin:
         X = self.windows[o].view()
         if len(X):
             A, ia, B, ib = find_pairs(self.layout, rows, s, X, self.windows[o].base, self.runs[o], check=False)
+            keep = no_null(A, B, ia, ib)             # (keys exclude such rows themselves; a keyless join does not)
+            if keep is not None:
+                ia, ib = ia[keep], ib[keep]
             il, ir = (ia, ib) if s == 0 else (ib, ia)
             il, ir = best(a, rows["ts"], X["ts"], X["seq"], il, ir)
         else:
