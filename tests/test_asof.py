@@ -219,7 +219,8 @@ def test_an_asof_join_through_a_sigkill_a_resume_and_a_rescale(tmp_path, strateg
     assert_same_rows(read_results(job.output, job.stream_names), run_oracle(job, arrays))
 
 
-def test_an_asof_join_followed_live_matches_each_left_row_once(tmp_path):
+@pytest.mark.parametrize("strategy", ["hash", "matrix"])
+def test_an_asof_join_followed_live_matches_each_left_row_once(tmp_path, strategy):
     """A growing staged log, followed under mpiexec: every left row's match is committed once
     (before the log ends for the rows whose wait is over), equal to the oracle's on the log."""
     import json
@@ -228,7 +229,7 @@ def test_an_asof_join_followed_live_matches_each_left_row_once(tmp_path):
     from conftest import MPIEXEC, mpi_join_cmd
     from mpi_join.config import load_job
     from mpi_join.storage.staged_log import LogWriter, waiting_dtype
-    text = equi_job_text(None, predicate=_pred("backward", "30ms", True, True),
+    text = equi_job_text(None, strategy=strategy, predicate=_pred("backward", "30ms", True, True),
                          run='batch_size = 50\nflush_interval = "5ms"')
     (tmp_path / "job.toml").write_text(text.replace('dir = "out"', 'dir = "out"\ncommit_every = "100ms"'))
     job = load_job(str(tmp_path / "job.toml"))

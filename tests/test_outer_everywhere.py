@@ -54,7 +54,8 @@ def test_an_outer_join_equals_the_oracle_on_every_strategy(tmp_path, strategy, n
     assert sum(pq.read_metadata(os.path.join(job.output, "results", f)).num_rows for f in mine) == lone
 
 
-@pytest.mark.parametrize("strategy,n,kind", [("matrix", 5, "FULL"), ("handshake", 4, "LEFT")])
+@pytest.mark.parametrize("strategy,n,kind", [("matrix", 5, "FULL"), ("handshake", 4, "LEFT"), ("biclique", 5, "RIGHT"),
+                                             ("psp", 3, "FULL"), ("llhj", 4, "RIGHT"), ("splitjoin", 4, "LEFT")])
 def test_an_outer_join_under_mpiexec(tmp_path, strategy, n, kind):
     path, job, arrays = _job(tmp_path, strategy, EQUI, kind, n=4000, seed=n)
     r = run_mpi(n, "run", path)
@@ -63,7 +64,8 @@ def test_an_outer_join_under_mpiexec(tmp_path, strategy, n, kind):
 
 
 @pytest.mark.parametrize("strategy,ranks,again,kind", [("matrix", 4, 5, "FULL"), ("splitjoin", 4, 3, "RIGHT"),
-                                                      ("llhj", 4, 4, "LEFT")])
+                                                      ("llhj", 4, 4, "LEFT"), ("biclique", 5, 6, "LEFT"),
+                                                      ("psp", 3, 4, "RIGHT"), ("handshake", 3, 3, "FULL")])
 def test_an_outer_join_through_a_sigkill_a_resume_and_a_rescale(tmp_path, strategy, ranks, again, kind):
     """The job crashes (its one process SIGKILLed after two checkpoints) and resumes, at another
     rank count where `again` differs: the lone rows come once, from every recorded result."""
