@@ -51,7 +51,7 @@ def test_strategy_defaults_filled_and_checked():
     ('band = [{left = "R.v", right = "S.w"}]', "eps: expected a finite number"),
     ('theta = [{udf = "no_such_module:f"}]', "cannot import module 'no_such_module'"),
     ('theta = [{udf = "mpi_join.udfs:nothing"}]', "has no function 'nothing'"),
-    ("", "give at least one of equi, band or theta"),
+    ("", "give at least one of equi, band, theta or asof"),
 ])
 def test_bad_predicates(pred, msg):
     with pytest.raises(ConfigError, match=msg):

@@ -536,8 +536,6 @@ FOLLOWED = [  # (strategy, ranks, predicate, strategy parameters)
     # outer joins whose lone rows rank 0 writes from the results when the log ends (storage/lone_rows.py)
     ("matrix", 4, 'equi = [["R.k", "S.k"]]\nouter = ["R", "S"]', ""),
     ("handshake", 3, 'band = [{ left = "R.v", right = "S.w", eps = 0.05 }]\nouter = ["R"]', ""),
-    ("biclique", 5, 'band = [{ left = "R.v", right = "S.w", eps = 0.002 }]\nouter = ["S"]', ""),
-    ("splitjoin", 4, 'equi = [["R.k", "S.k"]]\nouter = ["R", "S"]', ""),
     # a filter on each stream (join/filters.py): applied to the log's rows as the run reads them
     ("hash", 3, 'equi = [["R.k", "S.k"]]\nfilter = { R = "v > 0.3 AND k2 = 1", S = "w < 0.8" }', ""),
 ]
