@@ -399,6 +399,18 @@ def _sql_predicate(raw, ts_unit, path):
 ASOF_DIRECTIONS = ("backward", "forward", "nearest")
 
 
+def _left_right(spec, raw, where, what):
+    """The job's stream names, once `spec`'s `left` and `right` (an interval's, an ASOF join's:
+    `what`) are checked to be two of them."""
+    names = list(raw.get("streams", {}) or {})
+    for k in ("left", "right"):
+        if spec.get(k) not in names:
+            raise ConfigError(f"{where}.{k}: expected a stream name ({', '.join(map(str, names))}), got {spec.get(k)!r}")
+    if spec["left"] == spec["right"]:
+        raise ConfigError(f"{where}: left and right are both {spec['left']!r}; {what} relates two streams")
+    return names
+
+
 def _asof(raw, ts_unit, path):
     """`[predicate] asof = { left = "trades", right = "quotes", direction = "backward",
     tolerance = "5s", closed = true }` with equi keys (and `outer = ["trades"]` for ASOF LEFT):
@@ -417,12 +429,7 @@ def _asof(raw, ts_unit, path):
         raise ConfigError(f"{where}: expected {{ left = \"trades\", right = \"quotes\", direction = \"backward\", "
                           f"tolerance = \"5s\", closed = true }}")
     _no_unknown(a, JOB_KEYS["predicate.asof"], "predicate.asof.", path)
-    names = list(raw.get("streams", {}) or {})
-    for k in ("left", "right"):
-        if a.get(k) not in names:
-            raise ConfigError(f"{where}.{k}: expected a stream name ({', '.join(map(str, names))}), got {a.get(k)!r}")
-    if a["left"] == a["right"]:
-        raise ConfigError(f"{where}: left and right are both {a['left']!r}; an ASOF join relates two streams")
+    names = _left_right(a, raw, where, "an ASOF join")
     if len(names) != 2:
         raise ConfigError(f"{where}: an ASOF join is of two streams; this job has {len(names)}")
     direction = a.get("direction", "backward")
@@ -435,8 +442,6 @@ def _asof(raw, ts_unit, path):
     if "tolerance" in a:
         ns = _duration(a["tolerance"], "predicate.asof.tolerance", path, lo_ns=0, hi_ns=MAX_WINDOW_NS,
                        hi_text="100 years")
-        if ns > MAX_WINDOW_NS:
-            raise ConfigError(f"{where}.tolerance: at most 100 years, got {a['tolerance']!r}")
         per = ts_unit_ns(ts_unit)
         if ns % per:
             raise ConfigError(f"{where}.tolerance: {a['tolerance']!r} is not a whole number of {ts_unit} (job.ts_unit)")
@@ -472,12 +477,7 @@ def _interval(raw, ts_unit, path):
         raise ConfigError(f"{where}: expected {{ left = \"R\", right = \"S\", lower = \"-5s\", upper = \"0s\", "
                           f"closed = \"both\" }}")
     _no_unknown(iv, JOB_KEYS["predicate.interval"], "predicate.interval.", path)
-    names = list(raw.get("streams", {}) or {})
-    for k in ("left", "right"):
-        if iv.get(k) not in names:
-            raise ConfigError(f"{where}.{k}: expected a stream name ({', '.join(map(str, names))}), got {iv.get(k)!r}")
-    if iv["left"] == iv["right"]:
-        raise ConfigError(f"{where}: left and right are both {iv['left']!r}; an interval relates two streams")
+    names = _left_right(iv, raw, where, "an interval")
     if len(names) != 2:
         raise ConfigError(f"{where}: an interval gives the windows of a two-stream join; this job has "
                           f"{len(names)} streams (give each stream a window instead)")

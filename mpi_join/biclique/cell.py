@@ -18,6 +18,7 @@ class Cell(Operator):
         self.join = BinaryJoin(job.predicate, dtypes, self.method, older=True)     # a cell's input is in seq order
         self.limit = state_limit(job)
         self.peak = 0
+        self.ended = 0                                # input links ended (an ASOF join's rows wait for all)
         # at another rank count each cell's rows come by the grid's placement (matrix.Grid), its peak anew
         self.declare(windows=Rows(self), counts=Fields(self, "peak", rescale="fresh"))
 
@@ -42,7 +43,7 @@ class Cell(Operator):
 
     def on_eos(self, src):
         """The input has ended (every link's): an ASOF join's left rows still waiting are matched."""
-        self.ended = getattr(self, "ended", 0) + 1
+        self.ended += 1
         if self.job.predicate.asof is None or self.ended < sum(d == self.rank for _, d in self.graph.eos_links()):
             return None
         self.join.expire(np.full(2, POS_INF, np.int64))

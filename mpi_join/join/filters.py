@@ -96,7 +96,7 @@ def _eval(e, t):
     if isinstance(e, exp.Literal):
         if e.is_string:
             return pa.scalar(e.name)
-        return pa.scalar(float(e.name) if any(c in e.name for c in ".eE") else int(e.name))
+        return pa.scalar(_number(e.name))
     if isinstance(e, exp.Null):
         return pa.scalar(None, pa.null())
     if isinstance(e, exp.Boolean):
@@ -149,6 +149,11 @@ def _eval(e, t):
                   f"AND/OR/NOT, arithmetic)")
 
 
+def _number(text):
+    """A number literal's value: an integer as an int (exact), else a float."""
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
 def _literal(v):
     if isinstance(v, exp.Null):
         return None
@@ -156,7 +161,7 @@ def _literal(v):
         x = _literal(v.this)
         return -x
     if isinstance(v, exp.Literal):
-        return v.name if v.is_string else (float(v.name) if any(c in v.name for c in ".eE") else int(v.name))
+        return v.name if v.is_string else _number(v.name)
     if isinstance(v, exp.Boolean):
         return bool(v.this)
     raise Refused(f"{v.sql()}: IN lists values (numbers, text, NULL)")

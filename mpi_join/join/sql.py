@@ -212,8 +212,7 @@ def _asof(sides, times, out):
         _no(f"ASOF JOIN: compare the two streams' event times ({left}.ts >= {right}.ts)")
     b = dict(times.get((left, right), {}))         # bounds on right.ts - left.ts
     for which, (v, closed) in times.get((right, left), {}).items():   # left.ts - right.ts: the other way round
-        b["upper" if which == "lower" else "lower"] = (v[1:] if v.startswith("-") else
-                                                      v if v == "0s" else "-" + v, closed)
+        b["upper" if which == "lower" else "lower"] = (_negated(v), closed)
     lo, up = b.get("lower"), b.get("upper")
     zero = {k for k, v in (("lower", lo), ("upper", up)) if v is not None and v[0] == "0s"}
     if zero == {"upper"} or (zero == {"lower", "upper"} and up[1] is False):
@@ -483,6 +482,11 @@ def _band(out, x, y, eps, closed, where):
     out["band"].append({"left": f"{x[0]}.{x[1]}", "right": f"{y[0]}.{y[1]}", "eps": eps, "closed": closed})
 
 
+def _negated(value):
+    """A duration text of _offset ("5s", "-250ms", "0s") with its sign turned."""
+    return value[1:] if value.startswith("-") else (value if value == "0s" else "-" + value)
+
+
 def _time_bound(times, a, b, which, value, closed, where):
     """b.ts - a.ts >= value (lower) or <= value (upper), kept per ordered pair of streams."""
     if a == b:
@@ -490,7 +494,7 @@ def _time_bound(times, a, b, which, value, closed, where):
     key, flip = ((a, b), False) if (b, a) not in times else ((b, a), True)
     if flip:                                   # a.ts - b.ts: the other bound of the other pair
         which = "upper" if which == "lower" else "lower"
-        value = value[1:] if value.startswith("-") else (value if value == "0s" else "-" + value)
+        value = _negated(value)
     b_ = times.setdefault(key, {})
     if which in b_:
         _no(f"{where}: a second {which} bound on {key[1]}.ts - {key[0]}.ts")

@@ -155,16 +155,15 @@ class BinaryJoin:
         n0, n1 = self.layout.derive(new0, 0), self.layout.derive(new1, 1)
         out = []
         w0, w1 = self.windows[0].view(), self.windows[1].view()
-        if self.layout.asof_left is not None:       # an ASOF join's matches come at expiry (expire_stream)
-            pass
-        elif len(n0) and len(w1):
-            out.append(find_pairs(self.layout, n0, 0, w1, self.windows[1].base, self.runs[1], split=len(w1) if self.layout.older else 0))
-        if len(n1) and len(w0) and self.layout.asof_left is None:
-            out.append(find_pairs(self.layout, n1, 1, w0, self.windows[0].base, self.runs[0], split=len(w0) if self.layout.older else 0))
-        if len(n0) and len(n1) and self.layout.asof_left is None:
-            key, order = self.layout.sorted_keys(n1, 1)
-            run = SortedRuns.of(key, order) if key is not None else None
-            out.append(find_pairs(self.layout, n0, 0, n1, 0, run))
+        if self.layout.asof_left is None:          # (an ASOF join's matches come at expiry: expire_stream)
+            if len(n0) and len(w1):
+                out.append(find_pairs(self.layout, n0, 0, w1, self.windows[1].base, self.runs[1], split=len(w1) if self.layout.older else 0))
+            if len(n1) and len(w0):
+                out.append(find_pairs(self.layout, n1, 1, w0, self.windows[0].base, self.runs[0], split=len(w0) if self.layout.older else 0))
+            if len(n0) and len(n1):
+                key, order = self.layout.sorted_keys(n1, 1)
+                run = SortedRuns.of(key, order) if key is not None else None
+                out.append(find_pairs(self.layout, n0, 0, n1, 0, run))
         if self.layout.outer:
             for A, a, B, b in out:
                 for s, rows, idx in ((0, A, a), (1, B, b)):
@@ -267,10 +266,10 @@ class BinaryJoin:
         # comes from the left stream's next tuples, which may be far ahead of the left rows held)
         self.expire_stream(left, b[left])
         w, a = self.windows[left], self.layout.pred.asof
-        if len(w):
+        if len(w):                     # the right rows at or after its oldest row's reach stay
             oldest = int(w.view()["ts"][0])
-            need = oldest if a.direction == "forward" else (oldest - a.tolerance if a.tolerance is not None else None)
-            b[1 - left] = min(b[1 - left], need) if need is not None else min(b[1 - left], -(1 << 62))
+            reach = oldest if a.direction == "forward" else -(1 << 62) if a.tolerance is None else oldest - a.tolerance
+            b[1 - left] = min(b[1 - left], reach)
         self.expire_stream(1 - left, b[1 - left])
 
     def expire_stream(self, s, bound):
@@ -313,8 +312,9 @@ class BinaryJoin:
             ir = np.concatenate([ir, np.full(int(lone.sum()), -1, np.int64)])
         if not len(il):
             return
-        seqs = [rows["seq"][il].astype(np.int64), np.where(ir >= 0, X["seq"][np.maximum(ir, 0)] if len(X) else -1,
-                                                            -1).astype(np.int64)]
+        right = np.full(len(ir), -1, np.int64)
+        right[ir >= 0] = X["seq"][ir[ir >= 0]]
+        seqs = [rows["seq"][il].astype(np.int64), right]
         self.lone.append((seqs[s], seqs[1 - s], rows["_tin"][il].astype(np.int64)))
 
     def drop(self, s, k):

@@ -19,6 +19,7 @@ from ..errors import InputError
 from ..schema import SEQ, TS
 from . import paths
 from .pages import small_pages
+from .tail import project
 
 _RANK = re.compile(r"part-r(\d+)-")
 
@@ -86,8 +87,7 @@ def collect_local(job, run_dir, out, with_payload=False, progress=print, partial
         tables = staged.result() if staged is not None else staged_payloads(job)
         for s in job.streams:
             cols.update(_payload(job, s, res.column(f"{s.name}_seq"), tables[s.name]))
-        if job.projection():                   # the SELECT list's columns, named and in its order
-            cols = {name: cols[src] for name, src in job.projection()}
+        cols = dict(zip(*project(job, list(cols), list(cols.values()))))   # the SELECT list's, if any
     _write(out, pa.table(cols), job.ts_unit)
     metrics = os.path.join(rd, "metrics", "summary.json")
     run = json.load(open(metrics)) if os.path.exists(metrics) else None
