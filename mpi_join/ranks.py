@@ -415,8 +415,8 @@ def _driver(job_path, overrides, tx, ctx):
         r["host"] = tx.host(r["rank"])
     summary = summarize(ranks, report.wall_s, total)
     lone = driver.ckpt.lone                          # an outer join's lone rows (storage/lone_rows.py)
-    if lone is not None:                             # those this run's cuts wrote are its results too
-        summary["results"] += sum(r["rows"] for r in lone.written.values())
+    if lone is not None:                             # those the cuts wrote are results too (a resumed one's included)
+        summary["results"] += lone.rows
     summary["results"], part_records = _verify_parts(job.output, ctx["kept"], worker_metrics, summary["results"],
                                                      lone.written if lone is not None else {})
     if lone is not None:                             # the input has ended: every tuple is final

@@ -51,10 +51,11 @@ class StrategyInfo:
     testing: bool = False      # registered by the tests to check the runtime (its join is another's)
     outer: bool = False        # emits an outer join's lone rows itself, as tuples leave its windows (every
                                # partner of a tuple is found on one rank); else rank 0 writes them from
-                               # the results (storage/lone_rows.py): at each checkpoint with `cut_complete`,
-                               # else when the input has ended
+                               # the results (storage/lone_rows.py), at each checkpoint
     cut_complete: bool = False  # every pair of the input before a checkpoint's offset is in the result
-                                # files that cut closes (a pair is found when its newer tuple arrives)
+                                # files that cut closes (a pair is found when its newer tuple arrives):
+                                # a lone tuple is final once its window has passed; else once no rank
+                                # holds it (Operator.oldest)
     rescale: bool = False      # a checkpoint resumes at another rank count: each worker takes its state out
                                # of the old workers' files (Operator.restore_rescaled: by default key groups,
                                # partitioning/key_groups.py; matrix and biclique deal stored tuples again)

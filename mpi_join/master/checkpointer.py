@@ -126,8 +126,8 @@ class Checkpointer:
                      sources_sent={str(r): n for r, n in p["sent"].items() if r != 0})
         new = as_records(row for a in p["acks"].values() for row in a.files)   # closed since the last cut
         arrays = p["arrays"]
-        if self.lone is not None and self.lone.at_cuts:   # the tuples this cut made final: their lone rows go with it
-            new = dict(new, **self.lone.cut(p["offset"], new))
+        if self.lone is not None:          # the tuples this cut made final: their lone rows go with it
+            new = dict(new, **self.lone.cut(p["offset"], new, [a.oldest for a in p["acks"].values()]))
             state, attrs["lone"] = self.lone.state()
             arrays = dict(arrays, **state)
         digest = ck.write_rank(self.cfg.dir, cid, 0, arrays, attrs, p["cut"])

@@ -102,12 +102,12 @@ class Driver:
         info = strategies.get(job.strategy.name)
         if self.decides and job.predicate.outer and not info.outer and arrays is None:
             from ..storage.lone_rows import LoneRows          # its places cannot tell a lone tuple: rank 0 counts
-            self.ckpt.count_lone_rows(LoneRows(job, at_cuts=info.cut_complete))
+            self.ckpt.count_lone_rows(LoneRows(job, by_time=info.cut_complete))
         if resume:
             r = resume_driver(self.router, self.source, graph, tx.size, *resume)
             self.sources_sent, self.epoch, self.resumed_from = r.sources_sent, r.epoch, r.resumed_from
             self.ckpt.resumed(resume[1], resume[0])
-            if self.ckpt.lone is not None and self.ckpt.lone.at_cuts:
+            if self.ckpt.lone is not None:
                 restore_lone(self.ckpt.lone, resume[0], resume[1])
             self.out.resumed(r.sent)
             self.parts.start_at(r.lease)

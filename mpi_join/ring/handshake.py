@@ -32,7 +32,7 @@ import numpy as np
 from ..runtime.headers import Header
 from ..slaves.local_join import BinaryJoin, warm_up
 from ..join.kernels import search
-from ..runtime.operator import Fields, Operator, Output
+from ..runtime.operator import Fields, Operator, Output, oldest_seqs
 from .chain_routing import Arriving, beside
 
 
@@ -157,6 +157,10 @@ class Segment:
 
     def footprint(self):
         return self.join.footprint()
+
+    def oldest(self, n):
+        """Rows sent on but not yet acknowledged are still here: counted."""
+        return oldest_seqs([w.view() for w in self.join.windows], n)
 
     def held(self):
         return [len(self.join.windows[s]) - self.sent[s] for s in (0, 1)]

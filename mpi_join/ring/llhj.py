@@ -24,7 +24,7 @@ from ..runtime.headers import Header
 from ..join.range_join import probe_ranges
 from ..join.kernels import search
 from ..slaves.local_join import find_pairs, warm_up
-from ..runtime.operator import INT_KEYS, Arrays, Fields, Operator, Output
+from ..runtime.operator import INT_KEYS, Arrays, Fields, Operator, Output, oldest_seqs
 from .chain_routing import New, beside
 from .handshake import Alone, AtLeftEnd, AtRightEnd, Segment
 
@@ -66,6 +66,13 @@ class Replicas:
     def drop_through(self, floor):
         """Forget the batches up to `floor`; none if `floor` is None (all of them)."""
         self.kept = [] if floor is None else [(b, r) for b, r in self.kept if b > floor]
+
+    def oldest(self, n):
+        """A retained batch's rows still meet moved rows at a catch-up."""
+        out = [None] * n
+        for _, rows in self.kept:
+            out = oldest_seqs(rows, n, into=out)
+        return out
 
     def snapshot(self):
         return ({f"{k}/{s}": rows[s] for k, (_, rows) in enumerate(self.kept) for s in (0, 1)},

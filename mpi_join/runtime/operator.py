@@ -253,6 +253,11 @@ class Rows:
     def state_dtype(self, name):
         return self.join.state_dtype(name, "w")
 
+    def oldest(self, n):
+        if not hasattr(self.join, "windows"):        # a join that does not show its rows: holds all
+            return [0] * n
+        return oldest_seqs([w.view() for w in self.join.windows], n)
+
     def footprint(self):
         return self.join.footprint()
 
@@ -393,6 +398,19 @@ class Operator:
     def restore_groups(self, files, groups):
         _restore_groups(self, files, groups)
 
+    def oldest(self):
+        """Per stream, the oldest seq this vertex still holds (None: none), from its declared
+        parts: a part that holds rows says so with `oldest(n)`; None for the whole when one
+        holding rows does not (then nothing counts as final: storage/lone_rows.py)."""
+        n, out = len(self.dtypes), [None] * len(self.dtypes)
+        for p in _declared(self):
+            if isinstance(p, (Fields, Array, Arrays)):
+                continue
+            if not hasattr(p, "oldest"):
+                return None
+            out = [a if b is None else b if a is None else min(a, b) for a, b in zip(out, p.oldest(n))]
+        return out
+
     def footprint(self):
         sizes = [p.footprint() for p in _declared(self) if hasattr(p, "footprint")]
         return sum(h for h, _ in sizes), sum(r for _, r in sizes)
@@ -416,6 +434,26 @@ class Operator:
 
     def report(self, workers):
         return []
+
+
+def oldest_seqs(batches, n, names=(), into=None):
+    """Per stream (n of them), the oldest seq among `batches` (None: none), lowered into `into`:
+    a batch of tuples (`seq` and `ts` columns) is stream k's when it is batches[k]; one with "<name>_seq"
+    columns (`names`) holds results, each naming a tuple of every stream (-1: none). What a rank
+    still holds at a cut (Operator.oldest): an outer join's tuples older than every held one
+    have met every partner they will (storage/lone_rows.py)."""
+    out = list(into) if into is not None else [None] * n
+    for k, b in enumerate(batches):
+        if b is None or not len(b) or b.dtype.names is None:
+            continue
+        cols = [(k, b["seq"])] if {"seq", "ts"} <= set(b.dtype.names) and k < n else []
+        cols += [(j, b[f"{m}_seq"]) for j, m in enumerate(names) if f"{m}_seq" in b.dtype.names]
+        for j, c in cols:
+            c = c[c >= 0]
+            if len(c):
+                v = int(c.min())
+                out[j] = v if out[j] is None else min(out[j], v)
+    return out
 
 
 def _declared(op, kind=object):

@@ -117,6 +117,8 @@ class MarkerDone(Control):
     files: tuple = ()
     digest: str = ""
     snapshots: tuple = ()  # [[name, rows, bytes, sha256]] of the aggregate snapshots it has written
+    oldest: object = None  # an outer join's: per stream, the oldest seq the rank held at the cut (-1: none;
+                           # None: not told), in its state or channel state (storage/lone_rows.py)
 
 
 @dataclass(frozen=True)

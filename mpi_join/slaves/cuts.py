@@ -12,8 +12,8 @@ from ..errors import InputError
 from ..storage import checkpoint as ck
 from ..storage.checksums import as_rows
 from ..storage.results import part_of
-from ..runtime.operator import Output
-from ..runtime.graph import RESULTS
+from ..runtime.operator import Output, oldest_seqs
+from ..runtime.graph import DRIVER, RESULTS
 from ..runtime.protocol import DataHeader, MarkerDone
 
 
@@ -69,7 +69,12 @@ class Cuts:
                 arrays[f"channel/{k}/{s}"] = b
             chan.append(src)
         digest = ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan), c.marker.cut)
-        return MarkerDone(c.marker.id, tuple(c.attrs["new_files"]), digest, tuple(c.attrs["snapshot_records"]))
+        oldest = c.attrs.get("oldest")
+        if oldest is not None:              # the tuples in channel state are held too
+            for _, _, batches in c.channel:
+                oldest = oldest_seqs(batches, len(oldest), self.module.job.stream_names, into=oldest)
+            oldest = tuple(-1 if v is None else v for v in oldest)
+        return MarkerDone(c.marker.id, tuple(c.attrs["new_files"]), digest, tuple(c.attrs["snapshot_records"]), oldest)
 
     def state_dtype(self, name, attrs):
         parts = name.split("/")
@@ -104,7 +109,9 @@ def worker_state(w):
                            "sent": w.outbox.sent, "received": w.received, "input_part": w.inbox.part,
                            "marked": w.inbox.marked, "new_files": w.writer.new_records(),
                            "next_part": w.writer.next_number,
-                           "snapshot_records": w.writer.snapshot_records()}
+                           "snapshot_records": w.writer.snapshot_records(),
+                           # an outer join's lone rows are final once no rank holds them (lone_rows.py)
+                           "oldest": w.module.oldest() if w.job.predicate.outer else None}
 
 
 def restore_worker(w, root, cid, part=0):
@@ -183,8 +190,9 @@ def restore_rescaled(w, root, cid, man):
         out = mine.extend(out)
     last = max(w.graph.workers)
     committed = ck.committed_files(root, man)
+    # rank 0's own (an outer join's lone rows) it counts itself (storage/lone_rows.py)
     taken = {n: rec for n, rec in committed.items()
-             if part_of(n)[0] == w.rank or (w.rank == last and part_of(n)[0] not in w.graph.workers)}
+             if part_of(n)[0] == w.rank or (w.rank == last and part_of(n)[0] not in (DRIVER, *w.graph.workers))}
     snaps = (man.get("snapshots") or {}) if w.rank == last else {}
     # numbered past every committed file, whoever wrote it: a writer's files after a rescale
     # come after all before it in the numbers too (verify --ordered reads the write order so)

@@ -119,7 +119,7 @@ class DistributorCore(JoinCore):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         self.children = graph.upstream(rank, FLOWS)
-        self.gather = Gather(1 + len(self.children), self.link_dtypes(FLOWS))
+        self.gather = Gather(1 + len(self.children), self.link_dtypes(FLOWS), job.stream_names)
         self.declare(gather=self.gather)
 
     def on_data(self, src, header, batches):

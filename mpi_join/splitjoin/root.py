@@ -7,7 +7,7 @@ from collections import deque
 import numpy as np
 
 from ..storage.results import result_dtype
-from ..runtime.operator import Fields, Operator, Output
+from ..runtime.operator import Fields, Operator, Output, oldest_seqs
 from . import rap, rescale
 from .graph import FLOWS
 
@@ -17,9 +17,10 @@ class Gather:
     has brought its message for it (inputs answer every batch, in order). Declared state: the
     queued flows, "<input>/<message>/<flow>"."""
 
-    def __init__(self, n, dtypes):
+    def __init__(self, n, dtypes, names):
+        """`names`: the streams' (the results' "<name>_seq" columns)."""
         self.queues = [deque() for _ in range(n)]
-        self.dtypes = dtypes
+        self.dtypes, self.names = dtypes, names
 
     def add(self, i, flows):
         self.queues[i].append(list(flows))
@@ -29,6 +30,14 @@ class Gather:
         while all(self.queues):
             sets = [q.popleft() for q in self.queues]
             yield [x for s in (0, 2) for x in rap.merge([(f[s], f[s + 1]) for f in sets])]
+
+    def oldest(self, n):
+        """Results still queued name tuples whose results are not yet written."""
+        out = [None] * n
+        for q in self.queues:
+            for f in q:
+                out = oldest_seqs(f, n, self.names, into=out)
+        return out
 
     def snapshot(self):
         arrays = {f"{i}/{m}/{a}": x for i, q in enumerate(self.queues) for m, f in enumerate(q)
@@ -52,7 +61,7 @@ class Combiner(Operator):
     def __init__(self, job, rank, graph, dtypes):
         super().__init__(job, rank, graph, dtypes)
         self.inputs = graph.upstream(rank)
-        self.gather = Gather(len(self.inputs), self.link_dtypes(FLOWS))
+        self.gather = Gather(len(self.inputs), self.link_dtypes(FLOWS), job.stream_names)
         self.cols = [f"{n}_seq" for n in job.stream_names]
         self.stars = [0, 0]
         self.received = 0

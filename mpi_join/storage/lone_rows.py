@@ -7,22 +7,26 @@ units of the other side, a chain's segments, the join cores of a tree), so no pl
 a tuple met no partner. Their places agree through the results themselves: a tuple met a
 partner exactly when a result names it, and every result is in a part file the run records.
 
-Rank 0 keeps the count (LoneRows). Where the strategy finds every pair of the input before a
-cut by the cut (StrategyInfo.cut_complete: matrix, biclique, psp), at each completed checkpoint
-(a followed run's commits) the files the cut closed hold every result of the input before its
-offset: it reads their kept
-streams' seq columns and the staged rows up to the offset (seq and ts), and a kept tuple whose
-window has passed the newest event time read (ts + window < it: no tuple still to come can be
-its partner) is final; those no result named are written as lone rows (the other side null)
-into part files of rank 0's own (`part-r0000-*`), committed with the cut. Its open tuples go
-into rank 0's checkpoint file, so a resume (at any rank count) goes on from the cut. Elsewhere
-(handshake and llhj: a chain's tuples meet as they move along it; splitjoin: results merge up
-its tree) a pair may be found after the cut that holds both tuples, so no tuple is final before
-the input has ended. When it has, every tuple is final: the rest are written after the last
-result. Exactly
-once: each tuple is final at one cut, and what a cut wrote is committed with it or taken back
-with it. Their `emit_ns` is when they were written; their `latency_ns` is null (no probe made
-them).
+Rank 0 keeps the count (LoneRows). At each completed checkpoint (a followed run's commits) it
+reads the seq columns of the kept streams in the result files the cut closed, and the staged rows
+up to the cut's offset (seq and ts); the kept tuples final at the cut that no result named are
+written as lone rows (the other side null) into part files of rank 0's own (`part-r0000-*`),
+committed with the cut. A tuple is final at a cut when no result naming it can come after it:
+- where the strategy finds every pair of the input before a cut by the cut
+  (StrategyInfo.cut_complete: matrix, biclique, psp), once its window has passed the newest
+  event time read (ts + window < it: no tuple still to come can be its partner);
+- elsewhere (handshake and llhj: a chain's tuples meet as they move along it, so a pair may be
+  found after the cut that holds both; splitjoin: results merge up its tree after the cut), once
+  no rank holds it: every rank says with its part of the cut the oldest seq of each stream it
+  still holds (windows, retained batches, queued results, channel state: Operator.oldest), and
+  a tuple older than all of them has left every window after meeting every partner (a tuple
+  leaves a chain at its end, a core's window when nothing still to come sees it), so each of
+  its results was written before the cut (the cut is consistent).
+Its open tuples go into rank 0's checkpoint file, so a resume (at any rank count) goes on from
+the cut. When the input has ended every tuple is final: the rest are written after the last
+result. Exactly once: each tuple is final at one cut, and what a cut wrote is committed with it
+or taken back with it. Their `emit_ns` is when they were written; their `latency_ns` is null (no
+probe made them).
 """
 import os
 import time
@@ -39,11 +43,11 @@ _E = np.zeros(0, np.int64)
 
 
 class LoneRows:
-    def __init__(self, job, at_cuts=False, rows_per_file=ROWS_PER_FILE):
-        """`at_cuts`: the strategy finds every pair of the input before a cut by the cut
-        (StrategyInfo.cut_complete), so tuples are final at cuts; else only at the end (a chain's
-        tuples meet as they move along it, a tree's results merge up it after the cut)."""
-        self.job, self.rows_per_file, self.at_cuts = job, rows_per_file, at_cuts
+    def __init__(self, job, by_time=False, rows_per_file=ROWS_PER_FILE):
+        """`by_time`: the strategy finds every pair of the input before a cut by the cut
+        (StrategyInfo.cut_complete), so a tuple is final once its window has passed; else once no
+        rank holds it (the module docstring)."""
+        self.job, self.rows_per_file, self.by_time = job, rows_per_file, by_time
         self.names = job.stream_names
         self.kept = tuple(job.predicate.outer)
         self.reach = [s.window.size if s.window.kind == "time" else None for s in job.streams]
@@ -54,6 +58,7 @@ class LoneRows:
         self.number = 0                  # rank 0's next part file
         self.absorbed = set()            # result files whose seqs are counted
         self.written = {}                # this run's lone files: {name: record}
+        self.before = 0                  # lone rows the checkpoint this run resumed from had committed
         self._readers = None
         self._held = {}                  # per stream: rows read past the last offset
 
@@ -63,7 +68,12 @@ class LoneRows:
         arrays = {}
         for k, (seq, ts, met) in self.open.items():
             arrays.update({f"lone/seq{k}": seq, f"lone/ts{k}": ts, f"lone/met{k}": met.astype(np.uint8)})
-        return arrays, {"read_to": self.read_to, "last_ts": self.last_ts, "number": self.number}
+        return arrays, {"read_to": self.read_to, "last_ts": self.last_ts, "number": self.number, "rows": self.rows}
+
+    @property
+    def rows(self):
+        """Lone rows written so far, those of the runs before a resume's checkpoint included."""
+        return self.before + sum(r["rows"] for r in self.written.values())
 
     @staticmethod
     def dtype(name):
@@ -77,23 +87,37 @@ class LoneRows:
             self.open[k] = (arrays[f"lone/seq{k}"].astype(np.int64), arrays[f"lone/ts{k}"].astype(np.int64),
                             arrays[f"lone/met{k}"].astype(bool))
         self.read_to, self.last_ts, self.number = int(attrs["read_to"]), attrs["last_ts"], int(attrs["number"])
+        self.before = int(attrs.get("rows", 0))
         self.absorbed = set(committed)
 
     # -- at a cut, and at the end ----------------------------------------------------------
-    def cut(self, offset, records):
-        """A checkpoint at input `offset` completed; `records`: the result files it closed. Returns
-        the records of the lone-row files written for the tuples it made final."""
+    def cut(self, offset, records, held=()):
+        """A checkpoint at input `offset` completed; `records`: the result files it closed; `held`:
+        each rank's oldest seq per stream at the cut (protocol.MarkerDone.oldest). Returns the
+        records of the lone-row files written for the tuples it made final."""
         self._read(offset)
         self._absorb(records)
         if self.last_ts is None:
             return {}
+        floor = None if self.by_time else self._floor(held)
         out = {}
         for k in self.kept:
             seq, ts, met = self.open[k]
-            final = np.zeros(len(seq), bool) if self.reach[k] is None else ts + self.reach[k] < self.last_ts
+            if not self.by_time:
+                final = np.zeros(len(seq), bool) if floor is None else seq < floor[k]
+            else:
+                final = np.zeros(len(seq), bool) if self.reach[k] is None else ts + self.reach[k] < self.last_ts
             out.update(self._emit(k, seq[final & ~met]))
             self.open[k] = (seq[~final], ts[~final], met[~final])
         return out
+
+    def _floor(self, held):
+        """Per stream, the oldest seq any rank holds (no rank holds one: past every seq); None
+        when a rank could not tell."""
+        if any(h is None for h in held):
+            return None
+        n = len(self.names)
+        return [min([int(h[k]) for h in held if int(h[k]) >= 0], default=np.iinfo(np.int64).max) for k in range(n)]
 
     def finish(self, total, records):
         """The input (`total` tuples) has ended and `records` are every result file of the run:
