@@ -1,6 +1,6 @@
 """LEFT, RIGHT and FULL joins on every strategy (storage/lone_rows.py: where no place knows that a
-tuple met no partner, rank 0 writes its lone row from the recorded results once the input has
-ended): random inputs, equi keys and bands, time windows and intervals, in process and under
+tuple met no partner, rank 0 writes its lone row from the recorded results at the first
+checkpoint where it is final, the rest when the input has ended): random inputs, equi keys and bands, time windows and intervals, in process and under
 mpiexec, through a SIGKILL, a --resume and a rescale, each equal to the oracle (which
 tests/test_oracle.py and tests/test_filters.py check against DuckDB)."""
 import os
@@ -67,14 +67,20 @@ def test_an_outer_join_under_mpiexec(tmp_path, strategy, n, kind):
                                                       ("llhj", 4, 4, "LEFT"), ("biclique", 5, 6, "LEFT"),
                                                       ("psp", 3, 4, "RIGHT"), ("handshake", 3, 3, "FULL")])
 def test_an_outer_join_through_a_sigkill_a_resume_and_a_rescale(tmp_path, strategy, ranks, again, kind):
-    """The job crashes (its one process SIGKILLed after two checkpoints) and resumes, at another
-    rank count where `again` differs: the lone rows come once, from every recorded result."""
+    """The job crashes (its one process SIGKILLed after two checkpoints, which committed lone
+    rows) and resumes, at another rank count where `again` differs (at the same, the lone rows
+    the checkpoint committed are counted by rank 0): the lone rows come once, from every
+    recorded result."""
     from test_checkpoint import kill_local_after_checkpoints, unpaced
     run = 'batch_size = 40\nmax_inflight = 2\nrate = 2500\nflush_interval = "10ms"\n'
     path, job, arrays = _job(tmp_path, strategy, EQUI, kind, n=12000, seed=ranks, run=run,
                              extra='\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 1500\nkeep = 3\n')
     p = kill_local_after_checkpoints(path, job.checkpoint.dir, ranks, 2, 12000)
     assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    # lone rows came with the cuts, not only at the end: some are in what the crashed run committed
+    from mpi_join.storage import checkpoint as ck
+    cid, man = [c for c in ck.list_checkpoints(job.checkpoint.dir) if c[1] is not None][-1]
+    assert any(n.startswith("part-r0000-") for n in ck.committed_files(job.checkpoint.dir, man)), cid
     r = run_local(again, "run", unpaced(path), "--resume", job.checkpoint.dir)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "resuming from checkpoint" in r.stderr
@@ -93,3 +99,21 @@ def test_an_outer_join_with_an_online_aggregate_is_refused_in_one_line(tmp_path)
     assert c.returncode == 2 and "predicate.outer: an outer join's rows without a partner come after the last " \
                                   "result" in c.stderr, c.stderr
     assert len(c.stderr.strip().splitlines()) == 1
+
+
+def test_the_oldest_held_seq_reads_rows_and_results_and_nothing_else():
+    """What a rank holds at a cut (runtime/operator.oldest_seqs): a batch of tuples is its slot's
+    stream's, results name a tuple of each stream (-1: none), other arrays (a splitjoin star,
+    with a seq of its own) say nothing."""
+    from mpi_join.runtime.operator import oldest_seqs
+    from mpi_join.storage.results import result_dtype
+    from mpi_join.splitjoin.rap import STAR
+    rows = np.zeros(3, [("seq", np.int64), ("ts", np.int64)])
+    rows["seq"] = [9, 4, 7]
+    res = np.zeros(2, result_dtype(["R", "S"]))
+    res["R_seq"], res["S_seq"] = [-1, 6], [3, 8]
+    star = np.zeros(1, STAR)
+    assert oldest_seqs([None, rows], 2) == [None, 4]
+    assert oldest_seqs([res, star], 2, ("R", "S")) == [6, 3]
+    assert oldest_seqs([rows, star], 2, ("R", "S"), into=[5, None]) == [4, None]
+    assert oldest_seqs([rows[:0], res[:0]], 2, ("R", "S"), into=[5, 2]) == [5, 2]
