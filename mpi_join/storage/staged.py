@@ -147,15 +147,17 @@ class StreamReader:
     Parquet statistics); rows must be in seq order within the stream, checked as they are read.
     `seek(seq)` skips whole row groups before `seq` using their statistics, without reading them."""
 
-    def __init__(self, staged, stream, chunk_rows=65536, man=None, only_read=False):
+    def __init__(self, staged, stream, chunk_rows=65536, man=None, only_read=False, nulls=False):
         """`only_read`: decode seq, ts and the columns the ranks read (stream.reads), the other
         payload columns 0 (a run's source: nothing reads them, and collect takes them from the
         staged parts; `bench door`'s 1.2 M rows, three unread text columns: rank 0's CPU 0.98 s ->
-        0.60 s)."""
+        0.60 s). `nulls`: rows of the staged row dtype (stream.rows_dtype: a NULLS flag per
+        payload column), the stream's filter not applied (a result's payload, which shows nulls)."""
         self.stream, self.chunk_rows = stream, chunk_rows
+        self.dtype = stream.rows_dtype if nulls else stream.dtype
         self.keep = None                 # the stream's filter: a row that fails it gets the NULL flag
         wanted = set()
-        if stream.filter is not None:
+        if stream.filter is not None and not nulls:
             from ..join import filters
             self.keep, wanted = filters.compiled(stream.filter), set(filters.columns(filters.parse(stream.filter)))
         self.columns = [c for c in stored(stream.dtype)
@@ -252,7 +254,7 @@ class StreamReader:
             f, row0 = self._file, self._row
             self._row += rb.num_rows
             table = pa.Table.from_batches([rb])
-            arr = from_arrow(table, self.stream.dtype, f, self.stream, missing_zero=True)
+            arr = from_arrow(table, self.dtype, f, self.stream, missing_zero=True)
             if self.keep is not None:
                 arr[NULL] |= ~self.keep(table)
             self._check_order(arr, f, row0)

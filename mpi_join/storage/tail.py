@@ -3,6 +3,7 @@ import os
 
 import numpy as np
 
+from ..schema import NULLS
 from .commits import read_commits, read_committed
 
 
@@ -73,7 +74,7 @@ class Payloads:
     def __init__(self, job, keep=2_000_000):
         self.job, self.keep, self.top = job, keep, -1
         self.readers = [None] * len(job.streams)
-        self.held = [Recent(s.dtype, keep) for s in job.streams]
+        self.held = [Recent(s.rows_dtype, keep) for s in job.streams]
         self.rows = [h.view() for h in self.held]
 
     def names(self):
@@ -86,7 +87,7 @@ class Payloads:
         for k, s in enumerate(self.job.streams):
             r = self.readers[k]
             if r is None:
-                self.readers[k] = StreamReader(self.job.staged, s, man=man)
+                self.readers[k] = StreamReader(self.job.staged, s, man=man, nulls=True)
             else:                                  # the parts committed since: those it has not
                 had = {p[0] for p in r.parts}
                 r.add([f for f in stream_files(self.job.staged, s.name, man) if f not in had],
@@ -100,7 +101,7 @@ class Payloads:
     def _older(self, k, q):
         """Stream k's rows of seqs `q` (sorted, unique) below what is held: read again."""
         from .staged import StreamReader, staged_manifest
-        r = StreamReader(self.job.staged, self.job.streams[k], man=staged_manifest(self.job))
+        r = StreamReader(self.job.staged, self.job.streams[k], man=staged_manifest(self.job), nulls=True)
         r.seek(int(q[0]))
         got = []
         while (c := r.next_chunk()) is not None:
@@ -127,9 +128,11 @@ class Payloads:
             at = np.minimum(np.searchsorted(a["seq"], q), max(len(a) - 1, 0))
             ok = (q >= 0) & (len(a) > 0)
             ok[ok] = a["seq"][at[ok]] == q[ok]
-            for c in ["ts", *s.schema]:
+            flags = a[NULLS][at] if len(a) else np.zeros((len(q), len(s.schema)), np.uint8)
+            for i, c in enumerate(["ts", *s.schema]):
                 vals = _plain_column(a[c][at] if len(a) else np.zeros(len(q), a.dtype[c]))
-                cols.append(vals if ok.all() else [v if good else None for v, good in zip(vals, ok)])
+                good = ok if i == 0 else ok & (flags[:, i - 1] == 0)      # a staged null is null
+                cols.append(vals if good.all() else [v if g else None for v, g in zip(vals, good)])
         return cols
 
 
