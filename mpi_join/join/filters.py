@@ -30,8 +30,10 @@ class Refused(Exception):
     """What a condition holds that this module cannot evaluate (its text is the reason)."""
 
 
+@functools.lru_cache(maxsize=64)
 def parse(text):
-    """The condition `text` as a sqlglot expression (Refused when it is not one)."""
+    """The condition `text` as a sqlglot expression (Refused when it is not one); parsed once
+    (every reader of a stream asks: the run's, a count of lone rows, collect)."""
     if not isinstance(text, str) or not text.strip():
         raise Refused("expected a condition as SQL text, such as \"device <> 'bot'\"")
     try:

@@ -168,7 +168,7 @@ class LoneRows:
         from .staged import StreamReader, staged_manifest, stream_files
         man = staged_manifest(self.job)
         if self._readers is None:
-            self._readers = [StreamReader(self.job.staged, s, man=man, only_read=True) for s in self.job.streams]
+            self._readers = [StreamReader(self.job.staged, s, man=man, bare=True) for s in self.job.streams]
             for r in self._readers:
                 r.seek(self.read_to)
         else:                              # a followed log: the parts committed since

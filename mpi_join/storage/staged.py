@@ -147,21 +147,23 @@ class StreamReader:
     Parquet statistics); rows must be in seq order within the stream, checked as they are read.
     `seek(seq)` skips whole row groups before `seq` using their statistics, without reading them."""
 
-    def __init__(self, staged, stream, chunk_rows=65536, man=None, only_read=False, nulls=False):
+    def __init__(self, staged, stream, chunk_rows=65536, man=None, only_read=False, nulls=False, bare=False):
         """`only_read`: decode seq, ts and the columns the ranks read (stream.reads), the other
         payload columns 0 (a run's source: nothing reads them, and collect takes them from the
         staged parts; `bench door`'s 1.2 M rows, three unread text columns: rank 0's CPU 0.98 s ->
         0.60 s). `nulls`: rows of the staged row dtype (stream.rows_dtype: a NULLS flag per
-        payload column), the stream's filter not applied (a result's payload, which shows nulls)."""
+        payload column), the stream's filter not applied (a result's payload, which shows nulls).
+        `bare`: seq and ts alone, no filter (an outer join's count of lone rows)."""
         self.stream, self.chunk_rows = stream, chunk_rows
-        self.dtype = stream.rows_dtype if nulls else stream.dtype
+        self.dtype = (np.dtype([(SEQ, np.int64), (TS, np.int64)]) if bare else
+                      stream.rows_dtype if nulls else stream.dtype)
         self.keep = None                 # the stream's filter: a row that fails it gets the NULL flag
         wanted = set()
-        if stream.filter is not None and not nulls:
+        if stream.filter is not None and not nulls and not bare:
             from ..join import filters
             self.keep, wanted = filters.compiled(stream.filter), set(filters.columns(filters.parse(stream.filter)))
         self.columns = [c for c in stored(stream.dtype)
-                        if not only_read or c in (SEQ, TS) or c in stream.reads or c in wanted]
+                        if c in (SEQ, TS) or not bare and (not only_read or c in stream.reads or c in wanted)]
         self.parts = []                  # (file, ParquetFile, [(row group, rows, seq min, seq max)])
         self.count = 0
         if man is None and os.path.isdir(staged):
