@@ -197,8 +197,14 @@ def test_hash_runs_an_asof_join_equal_to_the_oracle(tmp_path, direction, tol, cl
     assert_same_rows(read_results(job.output, job.stream_names), expect)
 
 
-def test_hash_runs_an_asof_join_under_mpiexec(tmp_path):
-    path, job, arrays = _job(tmp_path, _pred("nearest", "12ms", True, True), n=5000)
+@pytest.mark.parametrize("strategy", ["hash", "matrix"])
+def test_an_asof_join_under_mpiexec(tmp_path, strategy):
+    """hash with keys; matrix without (a grid of one column)."""
+    pred = _pred("nearest", "12ms", True, True)
+    path, job, arrays = _job(tmp_path, pred if strategy == "hash" else pred.replace('equi = [["R.k", "S.k"]]\n', ""),
+                             n=5000)
+    (tmp_path / "job.toml").write_text((tmp_path / "job.toml").read_text().replace('name = "hash"',
+                                                                                  f'name = "{strategy}"'))
     r = run_mpi(4, "run", path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert_same_rows(read_results(job.output, job.stream_names), run_oracle(job, arrays))
@@ -220,7 +226,7 @@ def test_an_asof_join_through_a_sigkill_a_resume_and_a_rescale(tmp_path, strateg
     assert_same_rows(read_results(job.output, job.stream_names), run_oracle(job, arrays))
 
 
-@pytest.mark.parametrize("strategy", ["hash"])
+@pytest.mark.parametrize("strategy", ["hash", "matrix"])
 def test_an_asof_join_followed_live_matches_each_left_row_once(tmp_path, strategy):
     """A growing staged log, followed under mpiexec: every left row's match is committed once
     (before the log ends for the rows whose wait is over), equal to the oracle's on the log."""
