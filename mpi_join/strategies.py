@@ -55,7 +55,7 @@ class StrategyInfo:
     cut_complete: bool = False  # every pair of the input before a checkpoint's offset is in the result
                                 # files that cut closes (a pair is found when its newer tuple arrives):
                                 # a lone tuple is final once its window has passed; else once no rank
-                                # holds it (Operator.oldest)
+                                # holds it (operator.oldest)
     rescale: bool = False      # a checkpoint resumes at another rank count: each worker takes its state out
                                # of the old workers' files (Operator.restore_rescaled: by default key groups,
                                # partitioning/key_groups.py; matrix and biclique deal stored tuples again)

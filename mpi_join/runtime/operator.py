@@ -27,7 +27,7 @@ Every vertex:
   windows: slaves/local_join.BinaryJoin), an `Array` (one array, or None), an `Arrays` (a list
   of arrays), or any object with
   snapshot() -> (arrays, attrs), restore(arrays, attrs), state_dtype(name) and, if it holds
-  window rows, footprint().
+  window rows, footprint() and oldest(n) (the oldest seq of each stream it holds: `oldest`).
 - `stats()` for metrics, `footprint()` for the memory figures.
 A vertex whose state moves in units (coordinator.move): `unit_of(batch)`, `take(unit)` -> (arrays,
 attrs) and `put(unit, arrays, attrs)`; the runtime moves the state and the unit's queued rows.
@@ -398,19 +398,6 @@ class Operator:
     def restore_groups(self, files, groups):
         _restore_groups(self, files, groups)
 
-    def oldest(self):
-        """Per stream, the oldest seq this vertex still holds (None: none), from its declared
-        parts: a part that holds rows says so with `oldest(n)`; None for the whole when one
-        holding rows does not (then nothing counts as final: storage/lone_rows.py)."""
-        n, out = len(self.dtypes), [None] * len(self.dtypes)
-        for p in _declared(self):
-            if isinstance(p, (Fields, Array, Arrays)):
-                continue
-            if not hasattr(p, "oldest"):
-                return None
-            out = [a if b is None else b if a is None else min(a, b) for a, b in zip(out, p.oldest(n))]
-        return out
-
     def footprint(self):
         sizes = [p.footprint() for p in _declared(self) if hasattr(p, "footprint")]
         return sum(h for h, _ in sizes), sum(r for _, r in sizes)
@@ -440,7 +427,7 @@ def oldest_seqs(batches, n, names=(), into=None):
     """Per stream (n of them), the oldest seq among `batches` (None: none), lowered into `into`:
     a batch of tuples (`seq` and `ts` columns) is stream k's when it is batches[k]; one with "<name>_seq"
     columns (`names`) holds results, each naming a tuple of every stream (-1: none). What a rank
-    still holds at a cut (Operator.oldest): an outer join's tuples older than every held one
+    still holds at a cut (operator.oldest): an outer join's tuples older than every held one
     have met every partner they will (storage/lone_rows.py)."""
     out = list(into) if into is not None else [None] * n
     for k, b in enumerate(batches):
@@ -459,6 +446,20 @@ def oldest_seqs(batches, n, names=(), into=None):
 def _declared(op, kind=object):
     """`op`'s declared parts (of class `kind`)."""
     return [p for p in op.__dict__.get("_parts", {}).values() if isinstance(p, kind)]
+
+
+def oldest(op):
+    """Per stream, the oldest seq a vertex still holds (None: none), from its
+    declared parts: a part that holds rows says so with `oldest(n)`; None for the whole when one
+    holding rows does not (then nothing counts as final: storage/lone_rows.py)."""
+    n, out = len(op.dtypes), [None] * len(op.dtypes)
+    for p in _declared(op):
+        if isinstance(p, (Fields, Array, Arrays)):
+            continue
+        if not hasattr(p, "oldest"):
+            return None
+        out = [a if b is None else b if a is None else min(a, b) for a, b in zip(out, p.oldest(n))]
+    return out
 
 
 def _snapshot(op):

@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..storage import checkpoint as ck
 from ..storage.checksums import as_rows
 from ..storage.results import part_of
-from ..runtime.operator import Output, oldest_seqs
+from ..runtime.operator import Output, oldest, oldest_seqs
 from ..runtime.graph import DRIVER, RESULTS
 from ..runtime.protocol import DataHeader, MarkerDone
 
@@ -69,12 +69,12 @@ class Cuts:
                 arrays[f"channel/{k}/{s}"] = b
             chan.append(src)
         digest = ck.write_rank(c.marker.dir, c.marker.id, self.rank, arrays, dict(c.attrs, channel=chan), c.marker.cut)
-        oldest = c.attrs.get("oldest")
-        if oldest is not None:              # the tuples in channel state are held too
+        held = c.attrs.get("oldest")
+        if held is not None:                # the tuples in channel state are held too
             for _, _, batches in c.channel:
-                oldest = oldest_seqs(batches, len(oldest), self.module.job.stream_names, into=oldest)
-            oldest = tuple(-1 if v is None else v for v in oldest)
-        return MarkerDone(c.marker.id, tuple(c.attrs["new_files"]), digest, tuple(c.attrs["snapshot_records"]), oldest)
+                held = oldest_seqs(batches, len(held), self.module.job.stream_names, into=held)
+            held = tuple(-1 if v is None else v for v in held)
+        return MarkerDone(c.marker.id, tuple(c.attrs["new_files"]), digest, tuple(c.attrs["snapshot_records"]), held)
 
     def state_dtype(self, name, attrs):
         parts = name.split("/")
@@ -111,7 +111,7 @@ def worker_state(w):
                            "next_part": w.writer.next_number,
                            "snapshot_records": w.writer.snapshot_records(),
                            # an outer join's lone rows are final once no rank holds them (lone_rows.py)
-                           "oldest": w.module.oldest() if w.job.predicate.outer else None}
+                           "oldest": oldest(w.module) if w.job.predicate.outer else None}
 
 
 def restore_worker(w, root, cid, part=0):

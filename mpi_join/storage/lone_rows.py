@@ -18,7 +18,7 @@ committed with the cut. A tuple is final at a cut when no result naming it can c
 - elsewhere (handshake and llhj: a chain's tuples meet as they move along it, so a pair may be
   found after the cut that holds both; splitjoin: results merge up its tree after the cut), once
   no rank holds it: every rank says with its part of the cut the oldest seq of each stream it
-  still holds (windows, retained batches, queued results, channel state: Operator.oldest), and
+  still holds (windows, retained batches, queued results, channel state: runtime/operator.oldest), and
   a tuple older than all of them has left every window after meeting every partner (a tuple
   leaves a chain at its end, a core's window when nothing still to come sees it), so each of
   its results was written before the cut (the cut is consistent).
