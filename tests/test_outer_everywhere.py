@@ -117,3 +117,16 @@ def test_the_oldest_held_seq_reads_rows_and_results_and_nothing_else():
     assert oldest_seqs([res, star], 2, ("R", "S")) == [6, 3]
     assert oldest_seqs([rows, star], 2, ("R", "S"), into=[5, None]) == [4, None]
     assert oldest_seqs([rows[:0], res[:0]], 2, ("R", "S"), into=[5, 2]) == [5, 2]
+
+
+def test_a_multiway_outer_join_is_refused_in_one_line(tmp_path):
+    """psp's joins of three or more streams have no outer form (a lone row of which stream, with
+    which partners?): `check` says so in one line, naming the option."""
+    from conftest import cli
+    streams = "".join(f'[streams.{s}]\nschema = {{ k = "int32", v = "float32" }}\nwindow = "40ms"\n' for s in "ABC")
+    (tmp_path / "job.toml").write_text(
+        f'[job]\nname = "m3"\nts_unit = "ms"\n[input]\nstaged = "staged"\n[output]\ndir = "out"\n{streams}'
+        '[predicate]\nequi = [["A.k", "B.k"], ["B.k", "C.k"]]\nouter = ["A"]\n[strategy]\nname = "psp"\n')
+    c = cli("check", str(tmp_path / "job.toml"), "-n", "4")
+    assert c.returncode == 2 and len(c.stderr.strip().splitlines()) == 1, c.stderr
+    assert "predicate.outer: outer joins relate two streams; this job has 3" in c.stderr, c.stderr
