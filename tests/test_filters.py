@@ -1,7 +1,8 @@
 """SQL that filters and projects (join/filters.py, join/sql.py): a condition on one stream is
 applied to its rows before the join, with SQL's nulls, and a SELECT list names the columns
 `collect --with-payload` writes; both checked against DuckDB on the same raw CSV files, the
-user's Flink query unchanged, in process for every strategy and under mpiexec."""
+user's Flink query unchanged, in process for every strategy and under mpiexec, and through a
+SIGKILL, a resume and a rescale."""
 import datetime
 import os
 
@@ -149,3 +150,26 @@ def test_explain_prints_each_streams_filter_and_the_result_columns(tmp_path):
     assert "filter impressions: country IN ('us', 'de') OR x > 8" in e.stdout
     assert "result columns: click_id (clicks.id), impression_id (impressions.id), device (clicks.device), " \
            "country (impressions.country), click_time (clicks.ts)" in e.stdout
+
+
+@pytest.mark.parametrize("strategy,ranks,again", [("matrix", 4, 5), ("handshake", 3, 3)])
+def test_filters_and_an_outer_join_through_a_sigkill_a_resume_and_a_rescale(tmp_path, strategy, ranks, again):
+    """The LEFT query (a filter on each stream in ON) crashes after two checkpoints and resumes,
+    at another rank count where `again` differs: a filter is applied again to the rows a resume
+    reads, and the answer is DuckDB's."""
+    from test_checkpoint import kill_local_after_checkpoints, unpaced
+    rng = np.random.default_rng(ranks + len(strategy))
+    _raw(tmp_path, rng)
+    path = str(tmp_path / "job.toml")
+    (tmp_path / "job.toml").write_text(
+        JOB.format(sql=LEFT, strategy=strategy) + '[run]\nbatch_size = 20\nmax_inflight = 2\nrate = 150\n'
+        'flush_interval = "10ms"\n[checkpoint]\ndir = "ckpt"\nevery_tuples = 100\nkeep = 3\n')
+    assert cli("stage", path).returncode == 0
+    job = load_job(path)
+    p = kill_local_after_checkpoints(path, job.checkpoint.dir, ranks, 2, 600)
+    assert p.returncode != 0 and not os.path.exists(os.path.join(job.output, "_SUCCESS"))
+    r = run_local(again, "run", unpaced(path), "--resume", job.checkpoint.dir)
+    assert r.returncode == 0 and "resuming from checkpoint" in r.stderr, r.stderr[-2000:]
+    names, got = _collected(tmp_path, path)
+    want_names, want = _duckdb(tmp_path, LEFT)
+    assert names == want_names and got == want and any(w[1] is None for w in want)
