@@ -33,7 +33,6 @@ from .parts import Parts
 from .source import Source
 from .termination import end_run, recv_or_stall
 from ..join.window import runtime_dtype
-from .. import strategies
 
 
 @dataclass(frozen=True)
@@ -99,10 +98,10 @@ class Driver:
                                        decides=self.decides)
         self.router.connect(self.coordinator)
         self.sources_sent, self.resumed_from = {}, None     # a resumed run's: each extra source's DATA count at the cut
-        info = strategies.get(job.strategy.name)
-        if self.decides and job.predicate.outer and not info.outer and arrays is None:
-            from ..storage.lone_rows import LoneRows          # its places cannot tell a lone tuple: rank 0 counts
-            self.ckpt.count_lone_rows(LoneRows(job, by_time=info.cut_complete))
+        from ..storage.lone_rows import LoneRows, finality
+        rule = finality(job)
+        if self.decides and rule is not None and arrays is None:    # its places cannot tell a lone tuple: rank 0 counts
+            self.ckpt.count_lone_rows(LoneRows(job, by_time=rule == "time"))
         if resume:
             r = resume_driver(self.router, self.source, graph, tx.size, *resume)
             self.sources_sent, self.epoch, self.resumed_from = r.sources_sent, r.epoch, r.resumed_from

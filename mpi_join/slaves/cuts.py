@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import InputError
 from ..storage import checkpoint as ck
 from ..storage.checksums import as_rows
+from ..storage.lone_rows import finality
 from ..storage.results import part_of
 from ..runtime.operator import Output, oldest, oldest_seqs
 from ..runtime.graph import DRIVER, RESULTS
@@ -110,8 +111,8 @@ def worker_state(w):
                            "marked": w.inbox.marked, "new_files": w.writer.new_records(),
                            "next_part": w.writer.next_number,
                            "snapshot_records": w.writer.snapshot_records(),
-                           # an outer join's lone rows are final once no rank holds them (lone_rows.py)
-                           "oldest": oldest(w.module) if w.job.predicate.outer else None}
+                           # where an outer join's lone rows are final once no rank holds them (lone_rows.py)
+                           "oldest": oldest(w.module) if finality(w.job) == "held" else None}
 
 
 def restore_worker(w, root, cid, part=0):

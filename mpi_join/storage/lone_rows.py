@@ -39,6 +39,18 @@ from ..schema import SEQ, TS
 from .results import _write, part_name
 
 ROWS_PER_FILE = 1_000_000
+
+
+def finality(job):
+    """How rank 0 tells that an outer join's kept tuple is final (LoneRows): "time" where a cut
+    holds every pair before it (StrategyInfo.cut_complete), else "held" (its ranks then say at
+    each cut what they hold: operator.oldest); None where rank 0 writes no lone rows (no outer
+    join, or a strategy whose ranks emit them: StrategyInfo.outer)."""
+    from .. import strategies
+    info = strategies.get(job.strategy.name)
+    if not job.predicate.outer or info.outer:
+        return None
+    return "time" if info.cut_complete else "held"
 _E = np.zeros(0, np.int64)
 
 
