@@ -115,9 +115,20 @@ def test_sorted_runs_merge_drops_expired_rows():
     r = SortedRuns(np.uint64)
     r.add(np.array([5, 1, 3], np.uint64), 0, 0)
     r.add(np.array([2, 1], np.uint64), 3, 2)        # rows 0 and 1 expired
-    keys, offsets, base = r.small
+    keys, offsets, base, values = r.small
     assert base == 2 and list(offsets + base) == [4, 3, 2] and list(keys) == [1, 2, 3]
     assert offsets.dtype == np.uint32                # 12 bytes an entry: rows are offsets from base
+    assert len(values) == 0                          # none carried
+
+
+def test_sorted_runs_carry_each_rows_value_through_merges():
+    """A run that carries values (the rows' seqs) keeps each beside its entry through a merge that
+    sorts and drops entries (the property test below: through merges into the big run too)."""
+    r = SortedRuns(np.uint64, carry=True)
+    r.add(np.array([5, 1, 3], np.uint64), 0, 0, values=np.array([50, 10, 30]))
+    r.add(np.array([2, 1], np.uint64), 3, 2, values=np.array([20, 11]))        # rows 0 and 1 expired
+    keys, offsets, base, values = r.small
+    assert list(keys) == [1, 2, 3] and list(offsets + base) == [4, 3, 2] and list(values) == [11, 20, 30]
 
 
 def test_sorted_runs_refuse_a_span_past_32_bits():
@@ -332,17 +343,18 @@ def test_equi_run_finds_every_pair_whatever_the_probe_order(seed, n_run, n_probe
         o = np.argsort(ph, kind="stable")
         o = o if order == "ascending" else o[::-1]
         pk, ph = pk[o], ph[o]
-    run = SortedRuns.of(xh).big
     seqs = rng.permutation(2 * (n_run + n_probe)).astype(np.int64)     # distinct, as seqs are
     xs, ps = seqs[:n_run], seqs[n_run:n_run + n_probe]
+    run = SortedRuns.of(xh, values=xs).big             # carrying each row's seq
     z = np.zeros
-    oa, ob = np.empty(n_run * n_probe + 1, np.int64), np.empty(n_run * n_probe + 1, np.int64)
+    oa, ob, ov = (np.empty(n_run * n_probe + 1, np.int64) for _ in range(3))
     first = rng.integers(0, n_run + 1, n_probe).astype(np.int64) if by_pos else np.zeros(0, np.int64)
     split = int(rng.integers(0, n_run + 1)) if by_pos else 0
-    n = equi_run(pk[:, None], ph, ps, z(n_probe, np.int64), z(n_probe, np.int64), 0, run[0], run[1], 0,
+    n = equi_run(pk[:, None], ph, ps, z(n_probe, np.int64), z(n_probe, np.int64), 0, run[0], run[1], run[3], 0,
                  xk[:, None], xs, z(n_run, np.int64), z(n_run, np.int64), 0, False, newer, first, split, one_word,
-                 rng.permutation(n_probe) if shuffle else np.zeros(0, np.int64), oa, ob)
+                 rng.permutation(n_probe) if shuffle else np.zeros(0, np.int64), oa, ob, ov)
     got = sorted(zip(oa[:n].tolist(), ob[:n].tolist()))
+    assert (ov[:n] == xs[ob[:n]]).all()                # each pair's row's seq, read from the run
     want = sorted((i, j) for i in range(n_probe) for j in range(n_run)       # rows before split: by position
                   if pk[i] == xk[j] and (j >= first[i] if j < split else (not newer or xs[j] < ps[i])))
     assert got == want
@@ -421,11 +433,11 @@ def test_sorted_runs_hold_every_live_row_once_in_key_order(ops, seed):
     threshold), expiry (`settle`) in any order; each run stays sorted by (key, row), every live
     row has exactly one entry, and the memory counted covers every entry kept."""
     rng = np.random.default_rng(seed)
-    r, live, nxt, live_from = SortedRuns(np.uint64), {}, 0, 0
+    r, live, nxt, live_from = SortedRuns(np.uint64, carry=True), {}, 0, 0
     for op, k in ops:
         if op == "add":
             keys = rng.integers(0, 50, k).astype(np.uint64)
-            r.add(keys, nxt, live_from)
+            r.add(keys, nxt, live_from, values=3 * np.arange(nxt, nxt + k))        # a value of its row's
             live.update(zip(range(nxt, nxt + k), keys.tolist()))
             nxt += k
         else:
@@ -433,8 +445,9 @@ def test_sorted_runs_hold_every_live_row_once_in_key_order(ops, seed):
             live = {row: key for row, key in live.items() if row >= live_from}
             r.settle(live_from, len(live))
         got = {}
-        for keys, offs, base in r.runs():
+        for keys, offs, base, values in r.runs():
             rows = offs.astype(np.int64) + base
+            assert (values == 3 * rows).all()
             pairs = list(zip(keys.tolist(), rows.tolist()))
             assert pairs == sorted(pairs)
             for key, row in pairs:
@@ -442,8 +455,8 @@ def test_sorted_runs_hold_every_live_row_once_in_key_order(ops, seed):
                     assert row not in got
                     got[row] = key
         assert got == live
-        entries = sum(len(keys) for keys, _, _ in r.runs())
-        assert r.nbytes >= 12 * entries
+        entries = sum(len(keys) for keys, _, _, _ in r.runs())
+        assert r.nbytes >= 20 * entries
         assert op == "add" or entries <= 2 * len(live) + 4096          # settled: few entries of rows gone
 
 

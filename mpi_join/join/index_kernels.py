@@ -13,36 +13,43 @@ MAX_SPAN = (1 << 32) - 1           # the largest uint32 offset from a run's base
 
 
 @njit(cache=True)
-def merge_runs(k1, p1, b1, k2, p2, b2, live_from, ko, po):
+def merge_runs(k1, p1, b1, v1, k2, p2, b2, v2, live_from, ko, po, vo):
     """Merge two runs sorted by key (then row), dropping rows below live_from; the offsets out
-    are from live_from. -1 if one does not fit in 32 bits."""
+    are from live_from; each entry's carried value too when `vo` has room for them (the runs
+    carry values: sorted_runs.SortedRuns). -1 if an offset does not fit in 32 bits."""
     a = b = m = 0
+    carry = vo.shape[0] > 0
     while a < k1.shape[0] or b < k2.shape[0]:
         if b >= k2.shape[0] or (a < k1.shape[0] and (k1[a] < k2[b] or (k1[a] == k2[b] and
                                                                         p1[a] + b1 <= p2[b] + b2))):
             k, p = k1[a], p1[a] + b1
+            v = v1[a] if carry else 0
             a += 1
         else:
             k, p = k2[b], p2[b] + b2
+            v = v2[b] if carry else 0
             b += 1
         if p >= live_from:
             if p - live_from > MAX_SPAN:
                 return -1
             ko[m] = k
             po[m] = p - live_from
+            if carry:
+                vo[m] = v
             m += 1
     return m
 
 
 @njit(cache=True)
 def result_rows(a_seq, a_tin, b_seq, b_tin, ia, ib, out_sa, out_sb, out_tin, off, side):
-    """Write pairs (ia, ib) as results from `off` on: both seqs, and the arrival of the newer
-    tuple (what its production delay is measured from). One pass instead of seven gathers.
+    """Write pairs (ia, ib), whose seqs are a_seq and b_seq (one per pair: find_pairs `seqs`),
+    as results from `off` on: both seqs, and the arrival of the newer tuple (what its production
+    delay is measured from), a_tin[ia] or b_tin[ib]. One pass instead of several gathers.
     `side` -1: the newer by seq; 0 or 1: a's or b's (an `older` window's rows hold no tin: the
     probe's is the newer; the other argument is then a stand-in of the same type, never read)."""
     for k in range(ia.shape[0]):
-        sa = a_seq[ia[k]]
-        sb = b_seq[ib[k]]
+        sa = a_seq[k]
+        sb = b_seq[k]
         out_sa[off + k] = sa
         out_sb[off + k] = sb
         out_tin[off + k] = a_tin[ia[k]] if (sa > sb if side < 0 else side == 0) else b_tin[ib[k]]
@@ -74,8 +81,8 @@ def _gallop(run, q0, v):
 
 
 @njit(cache=True)
-def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_keys, x_seq, x_coord, x_lo, x_dlo,
-             check, newer, first, split, one_word, order, out_a, out_b):
+def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, run_v, xbase, x_keys, x_seq, x_coord, x_lo,
+             x_dlo, check, newer, first, split, one_word, order, out_a, out_b, out_v):
     """Probe one run of an equi index: rows of X whose key equals the probe's and whose visibility
     holds (not tested when `check` is false: every row is known to be visible). Entries of expired
     rows (pos < xbase) are skipped. `*_dlo`: added to each side's lo (BinaryJoin.coord_lo).
@@ -83,7 +90,8 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_
     `split`: the rows of X before it are older than every probe, so probe i sees exactly those
     from first[i] on (from 0 when `first` is empty) and they are not read; `one_word`: equal
     hashes are equal keys.
-    `order` (when not empty): the probes to take in turn (their hash order).
+    `order` (when not empty): the probes to take in turn (their hash order). `run_v`: the run's
+    carried values (sorted_runs.SortedRuns), copied to `out_v` with each pair when not empty.
 
     Probes in ascending hash order (ChainedIndex sorts its batch once for all its subindexes;
     `order`) find their entries by galloping on from the last one: the run is read about in
@@ -96,6 +104,7 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_
     has_first = first.shape[0] > 0
     ordered = order.shape[0] > 0
     hprev = p_h[0] if p_h.shape[0] else 0
+    carry = run_v.shape[0] > 0
     for k in range(p_h.shape[0]):
         i = order[k] if ordered else k
         h = p_h[i]
@@ -111,12 +120,14 @@ def equi_run(p_keys, p_h, p_seq, p_coord, p_lo, p_dlo, run_h, run_pos, xbase, x_
             if j < split:           # older than every probe: seen from the probe's first row on
                 if j < f or not (one_word or K._keys_equal(p_keys, i, x_keys, j, 0)):
                     continue
-            elif (newer and x_seq[j] > p_seq[i]) or not (one_word or K._keys_equal(p_keys, i, x_keys, j, 0)) or (
+            elif (newer and (run_v[q - 1] if carry else x_seq[j]) > p_seq[i]) or not (one_word or K._keys_equal(p_keys, i, x_keys, j, 0)) or (
                     check and not K._visible(p_seq[i], p_coord[i], p_lo[i] + p_dlo, x_seq[j], x_coord[j],
                                              x_lo[j] + x_dlo)):
                 continue
             if n < out_a.shape[0]:
                 out_a[n], out_b[n] = i, j
+                if carry:
+                    out_v[n] = run_v[q - 1]
             n += 1
     return n
 

@@ -69,8 +69,9 @@ def set_up():
     _first(0)
 
 
-def collect(kernel, *args, guess=1024):
-    """Run a pair-emitting kernel, growing the output until it fits; returns (ia, ib).
+def collect(kernel, *args, guess=1024, outs=2):
+    """Run a pair-emitting kernel, growing the output until it fits; returns (ia, ib) (and a
+    third array when `outs` is 3: a value the kernel read for each pair, index_kernels.equi_run).
 
     Every pair-emitting kernel here and in index_kernels.py records a pair with the same three
     lines (store it if it fits, count it), written out in each on purpose: as a helper function,
@@ -80,11 +81,10 @@ def collect(kernel, *args, guess=1024):
     80 ms (200 probes against 200,000 rows)."""
     cap = max(int(guess), 16)
     while True:
-        oa = np.empty(cap, np.int64)
-        ob = np.empty(cap, np.int64)
-        n = kernel(*args, oa, ob)
+        o = [np.empty(cap, np.int64) for _ in range(outs)]
+        n = kernel(*args, *o)
         if n <= cap:
-            return oa[:n], ob[:n]
+            return tuple(a[:n] for a in o)
         cap = int(n)
 
 

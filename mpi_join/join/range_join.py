@@ -127,7 +127,7 @@ class _RowIndex:
     def find(self, codes, lo, hi, guess):
         """(p, row of the window's view) for each row with code codes[p] in [lo[p], hi[p])."""
         res = [K.collect(range_run, codes, lo, hi, rh, rp, rb - self.window.base, guess=guess)
-               for rh, rp, rb in self.runs.runs() if len(rh)]
+               for rh, rp, rb, _ in self.runs.runs() if len(rh)]
         if not res:
             return _E, _E
         return res[0] if len(res) == 1 else (np.concatenate([r[0] for r in res]), np.concatenate([r[1] for r in res]))

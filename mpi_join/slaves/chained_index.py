@@ -104,7 +104,7 @@ class ChainedIndex:
                 check = sub.lo < reach
                 self.checked += check
                 self.unchecked += not check
-                pairs = sub.join.probe_pairs(new, o, check=check)
+                pairs = sub.join.probe_pairs(new, o, check=check, seqs=True)
                 if len(pairs[1]):
                     parts.append(pairs)
         res = [probe_results(*p, o, tin) for p in parts]

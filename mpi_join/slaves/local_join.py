@@ -29,7 +29,7 @@ from .join_rows import HIT, RowLayout
 _E = np.zeros(0, np.int64)
 
 
-def find_pairs(layout, P, p, X, xbase, run, check=True, newer=False, split=0):
+def find_pairs(layout, P, p, X, xbase, run, check=True, newer=False, split=0, seqs=False):
     """How a binary join finds the pairs of two sets of window rows (`layout`: its RowLayout):
     its method's kernel (index_kernels.py, kernels.py), the window test, then the conditions the
     method does not decide (range_join.pair_mask). P is stream p's rows, X the other's; returns
@@ -37,11 +37,18 @@ def find_pairs(layout, P, p, X, xbase, run, check=True, newer=False, split=0):
     the per-pair window test (the caller knows every row of X is visible; bnl tests it all the
     same); `newer`: only the pairs whose P row is the newer (by seq); `split`: the rows of X
     before it are older than every P row, so a P row sees those from the first whose coordinate
-    reaches its lo (a window's coordinates are in order: window.py)."""
-    ip, ix = _probe(layout, P, p, X, xbase, run, check, newer, split)
+    reaches its lo (a window's coordinates are in order: window.py). `seqs`: also each pair's
+    seq of stream 0 and of stream 1 (two more arrays), X's from the index where it carries them
+    (read in run order, not at a random window row each: a cache miss a result)."""
+    ip, ix, sx = _probe(layout, P, p, X, xbase, run, check, newer, split)
     if layout.residual and len(ip) and not _scans(layout):     # a scan filters each block itself
-        ip, ix = _residual(layout, P, p, X, ip, ix)
-    return (P, ip, X, ix) if p == 0 else (X, ix, P, ip)
+        keep = _residual(layout, P, p, X, ip, ix)
+        ip, ix, sx = ip[keep], ix[keep], (sx[keep] if sx is not None else None)
+    out = (P, ip, X, ix) if p == 0 else (X, ix, P, ip)
+    if not seqs:
+        return out
+    sp, sx = P["seq"][ip].astype(np.int64), (X["seq"][ix].astype(np.int64) if sx is None else sx)
+    return out + ((sp, sx) if p == 0 else (sx, sp))
 
 
 def _scans(layout):
@@ -50,16 +57,16 @@ def _scans(layout):
 
 
 def _residual(layout, P, p, X, ip, ix):
-    """The candidate pairs (rows of P, rows of X) that satisfy the conditions the method does
-    not decide (range_join.pair_mask)."""
+    """Which candidate pairs (rows of P, rows of X) satisfy the conditions the method does not
+    decide (range_join.pair_mask): a mask."""
     from ..join.range_join import pair_mask
     A, B, ia, ib = (P, X, ip, ix) if p == 0 else (X, P, ix, ip)
-    keep = pair_mask(layout.pred, layout.i, layout.j, A, B, ia, ib)
-    return ip[keep], ix[keep]
+    return pair_mask(layout.pred, layout.i, layout.j, A, B, ia, ib)
 
 
 def _probe(layout, P, p, X, xbase, run, check=True, newer=False, split=0):
-    """find_pairs' candidates by the layout's method, as (rows of P, rows of X)."""
+    """find_pairs' candidates by the layout's method, as (rows of P, rows of X, seqs of those X
+    rows where the run carries them, else None)."""
     (cp, lp, dp), (cx, lx, dx) = layout.vis[p], layout.vis[1 - p]
     vis_p = (P["seq"], P[cp], P[lp], dp)
     vis_x = (X["seq"], X[cx], X[lx], dx)
@@ -75,17 +82,19 @@ def _probe(layout, P, p, X, xbase, run, check=True, newer=False, split=0):
         # probes in hash order gallop through a large run instead of searching it from its
         # middle, each a few cache misses
         order = layout.sorted_keys(P, p)[1] if split and len(X) > 4096 else _E
-        res = [K.collect(equi_run, pk, h, *vis_p, rk, rp, xbase - rb, xk, *vis_x, check,
-                         newer, first, int(split), layout.one_word, order, guess=guess)
-               for rk, rp, rb in run.runs() if len(rk)]
+        res = [K.collect(equi_run, pk, h, *vis_p, rk, rp, rv, xbase - rb, xk, *vis_x, check,
+                         newer, first, int(split), layout.one_word, order, guess=guess, outs=3)
+               for rk, rp, rb, rv in run.runs() if len(rk)]
         newer = False
+        if not run.carry:
+            res = [r[:2] for r in res]
     elif layout.method == "band":
         eps = layout.eps
         # probes in order of their first band value gallop through a large run (as equi's)
         v = P["_band"][:, 0]
         order = np.argsort(v, kind="stable") if len(X) > 4096 and not (v[1:] >= v[:-1]).all() else _E
         res = [K.collect(band_run, P["_band"], *vis_p, rk, rp, xbase - rb, X["_band"], *vis_x, eps, layout.closed,
-                         check, order, guess=guess) for rk, rp, rb in run.runs() if len(rk)]
+                         check, order, guess=guess) for rk, rp, rb, _ in run.runs() if len(rk)]
     elif layout.method == "bnl":
         res = [K.collect(K.equi_bnl, layout.keys(P, p), *vis_p, layout.keys(X, 1 - p), *vis_x, guess=guess)]
     elif layout.band_scan:
@@ -97,13 +106,13 @@ def _probe(layout, P, p, X, xbase, run, check=True, newer=False, split=0):
         res = [_scan(P, X, vis_p, vis_x, check,
                      (lambda ip, ix: _residual(layout, P, p, X, ip, ix)) if layout.residual else None)]
     if not res:
-        return _E, _E
-    ip, ix = (res[0] if len(res) == 1 else
-              (np.concatenate([r[0] for r in res]), np.concatenate([r[1] for r in res])))
+        return _E, _E, None
+    out = res[0] if len(res) == 1 else tuple(np.concatenate([r[c] for r in res]) for c in range(len(res[0])))
+    ip, ix, sx = out if len(out) == 3 else (*out, None)
     if newer:
         keep = P["seq"][ip] > X["seq"][ix]
         ip, ix = ip[keep], ix[keep]
-    return ip, ix
+    return ip, ix, sx
 
 
 class BinaryJoin:
@@ -132,7 +141,9 @@ class BinaryJoin:
         self.lone = lone if lone is not None else []
         lay = self.layout
         self.windows = [Window(dt, coord=lay.vis[s][0], raw=lay.runtime_dtypes[s]) for s, dt in enumerate(lay.dtypes)]
-        self.runs = [SortedRuns(np.uint64 if lay.method == "equi" else np.float64) for _ in (0, 1)]
+        # an equi index carries its rows' seqs (a band probe reads its candidate rows anyway)
+        self.runs = [SortedRuns(np.uint64, carry=True) if lay.method == "equi" else SortedRuns(np.float64)
+                     for _ in (0, 1)]
         self.newest = [-1, -1]        # the largest seq appended to each window (seqs are >= 0)
         self.in_order = [True, True]  # have each window's rows come in seq order (so far, always)
 
@@ -157,30 +168,32 @@ class BinaryJoin:
         w0, w1 = self.windows[0].view(), self.windows[1].view()
         if self.layout.asof_left is None:          # (an ASOF join's matches come at expiry: expire_stream)
             if len(n0) and len(w1):
-                out.append(find_pairs(self.layout, n0, 0, w1, self.windows[1].base, self.runs[1], split=len(w1) if self.layout.older else 0))
+                out.append(find_pairs(self.layout, n0, 0, w1, self.windows[1].base, self.runs[1],
+                                      split=len(w1) if self.layout.older else 0, seqs=True))
             if len(n1) and len(w0):
-                out.append(find_pairs(self.layout, n1, 1, w0, self.windows[0].base, self.runs[0], split=len(w0) if self.layout.older else 0))
+                out.append(find_pairs(self.layout, n1, 1, w0, self.windows[0].base, self.runs[0],
+                                      split=len(w0) if self.layout.older else 0, seqs=True))
             if len(n0) and len(n1):
                 key, order = self.layout.sorted_keys(n1, 1)
                 run = SortedRuns.of(key, order) if key is not None else None
-                out.append(find_pairs(self.layout, n0, 0, n1, 0, run))
+                out.append(find_pairs(self.layout, n0, 0, n1, 0, run, seqs=True))
         if self.layout.outer:
-            for A, a, B, b in out:
+            for A, a, B, b, _, _ in out:
                 for s, rows, idx in ((0, A, a), (1, B, b)):
                     if s in self.layout.outer and len(idx):
                         rows[HIT][idx] = 1
         # results are read out before appending: an append may compact the window under its views
-        n = sum(len(a) for (_, a, _, _) in out)
+        n = sum(len(o[1]) for o in out)
         res = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)) if n else (_E, _E, _E)
         off = 0
-        for A, a, B, b in out:
+        for A, a, B, b, sa, sb in out:
             if len(a):
                 if tins is None:
-                    result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, off, -1)
+                    result_rows(sa, A["_tin"], sb, B["_tin"], a, b, *res, off, -1)
                 else:      # a window row is older than its probe: the new row's tin (both new: the newer's)
                     side = -1 if (A is n0 and B is n1) else (0 if A is n0 else 1)
                     ta, tb = tins[0] if A is n0 else tins[1], tins[1] if B is n1 else tins[0]
-                    result_rows(A["seq"], ta, B["seq"], tb, a, b, *res, off, side)
+                    result_rows(sa, ta, sb, tb, a, b, *res, off, side)
                 off += len(a)
         self.append(n0, 0)
         self.append(n1, 1)
@@ -197,14 +210,15 @@ class BinaryJoin:
         X = self.windows[o].view()
         if not len(n) or len(X) <= skip:
             return _E, _E, _E
-        A, a, B, b = find_pairs(self.layout, n, s, X, self.windows[o].base, self.runs[o], check, split=self._older(n, o, X))
+        A, a, B, b, sa, sb = find_pairs(self.layout, n, s, X, self.windows[o].base, self.runs[o], check,
+                                        split=self._older(n, o, X), seqs=True)
         if skip:
             keep = (b if s == 0 else a) >= skip
-            a, b = a[keep], b[keep]
+            a, b, sa, sb = a[keep], b[keep], sa[keep], sb[keep]
         if not len(a):
             return _E, _E, _E
         res = (np.empty(len(a), np.int64), np.empty(len(a), np.int64), np.empty(len(a), np.int64))
-        result_rows(A["seq"], A["_tin"], B["seq"], B["_tin"], a, b, *res, 0, -1)
+        result_rows(sa, A["_tin"], sb, B["_tin"], a, b, *res, 0, -1)
         return res
 
     def probe_newer(self, new, s, check=True):
@@ -212,18 +226,18 @@ class BinaryJoin:
         joins (splitjoin cores, biclique units) find a pair when its newer tuple arrives, so a
         pair with a stored tuple newer than its probe is the other tuple's to find. `new`: runtime
         rows (a result's arrival time is its probe's)."""
-        A, a, B, b = self.probe_pairs(new, s, check)
-        return probe_results(A, a, B, b, s, new["_tin"])
+        return probe_results(*self.probe_pairs(new, s, check, seqs=True), s, new["_tin"])
 
-    def probe_pairs(self, new, s, check=True):
-        """The pairs probe_newer() keeps, as (rows of stream 0, idx, rows of stream 1, idx): for a
-        caller that reads more of each pair than its seqs (an aggregate's columns)."""
+    def probe_pairs(self, new, s, check=True, seqs=False):
+        """The pairs probe_newer() keeps, as (rows of stream 0, idx, rows of stream 1, idx), and
+        with `seqs` their seqs (find_pairs): for a caller that reads more of each pair than its
+        seqs (an aggregate's columns)."""
         n = self.layout.derive(new, s)
         X = self.windows[1 - s].view()
         if not len(n) or not len(X):
-            return n[:0], _E, n[:0], _E
+            return (n[:0], _E, n[:0], _E) + ((_E, _E) if seqs else ())
         return find_pairs(self.layout, n, s, X, self.windows[1 - s].base, self.runs[1 - s], check, newer=True,
-                           split=self._older(n, 1 - s, X))
+                          split=self._older(n, 1 - s, X), seqs=seqs)
 
     def _older(self, rows, o, X):
         """How many of the first rows of X, stream o's window, are older (by seq) than every one
@@ -248,7 +262,7 @@ class BinaryJoin:
             self.newest[s] = max(self.newest[s], int(seq.max()))
         key, order = self.layout.sorted_keys(rows, s) if key is None else (key, None)
         if key is not None:
-            self.runs[s].add(key, first, w.base, order)
+            self.runs[s].add(key, first, w.base, order, rows["seq"])
 
     def warm_up(self):
         """Compile this join's kernels before data arrives (warm_up, below)."""
@@ -361,13 +375,13 @@ class BinaryJoin:
         return self.layout.state_dtypes[int(s)] if p == prefix and s in ("0", "1") else None
 
 
-def probe_results(A, a, B, b, s, tin):
-    """Pairs (rows a of A, rows b of B) whose probe, of stream s, is the newer, as (seq 0, seq 1,
-    the probe's tin); `tin`: the probing rows' arrival times."""
+def probe_results(A, a, B, b, sa, sb, s, tin):
+    """Pairs (rows a of A, rows b of B, their seqs sa and sb: find_pairs `seqs`) whose probe, of
+    stream s, is the newer, as (seq 0, seq 1, the probe's tin); `tin`: the probing rows' arrival
+    times."""
     if not len(a):
         return _E, _E, _E
-    return (A["seq"][a].astype(np.int64), B["seq"][b].astype(np.int64),
-            tin[a if s == 0 else b].astype(np.int64))
+    return sa, sb, tin[a if s == 0 else b].astype(np.int64)
 
 
 def _scan(P, X, vis_p, vis_x, check=True, residual=None, pairs_per_block=1 << 22):
@@ -379,7 +393,10 @@ def _scan(P, X, vis_p, vis_x, check=True, residual=None, pairs_per_block=1 << 22
     res = []
     for i0 in range(0, len(P), step):
         ip, ix = K.collect(visible_pairs, *vis_p, *vis_x, i0, min(i0 + step, len(P)), check, guess=1024)
-        res.append(residual(ip, ix) if residual is not None and len(ip) else (ip, ix))
+        if residual is not None and len(ip):
+            keep = residual(ip, ix)
+            ip, ix = ip[keep], ix[keep]
+        res.append((ip, ix))
     if not res:
         return _E, _E
     return np.concatenate([r[0] for r in res]), np.concatenate([r[1] for r in res])
