@@ -36,7 +36,7 @@ class SortedRuns:
         caller has it; `values`: the rows' values to carry)."""
         r = cls(keys.dtype, values is not None)
         order = np.argsort(keys, kind="stable") if order is None else order
-        r.big = (keys[order], order.astype(np.uint32), 0, _EI if values is None else values[order].astype(np.int64))
+        r.big = (keys[order], order.astype(np.uint32), 0, _EI if values is None else values[order].astype(np.int64, copy=False))
         return r
 
     def runs(self):
@@ -66,7 +66,7 @@ class SortedRuns:
             return
         keys = np.asarray(keys, self.kd)
         order = np.argsort(keys, kind="stable") if order is None else order
-        new = (keys[order], order.astype(np.uint32), first, values[order].astype(np.int64) if self.carry else _EI)
+        new = (keys[order], order.astype(np.uint32), first, values[order].astype(np.int64, copy=False) if self.carry else _EI)
         self.small = merge(*self.small, *new, live_from)
         # each add re-merges the small run, and each big merge moves the big one: a small run of
         # sqrt(2 x batch x big) entries balances the two (about 40 entry moves a row on a window

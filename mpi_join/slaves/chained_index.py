@@ -107,7 +107,7 @@ class ChainedIndex:
                 pairs = sub.join.probe_pairs(new, o, check=check, seqs=True)
                 if len(pairs[1]):
                     parts.append(pairs)
-        res = [probe_results(*p, o, tin) for p in parts]
+        res = [probe_results(p, o, tin) for p in parts]
         seqs = tuple(np.concatenate([r[k] for r in res]) if res else _E for k in range(3))
         values = {(s, c): np.concatenate([p[2 * s][c][p[2 * s + 1]] for p in parts]) if parts
                   else np.zeros(0, self.dtypes[s][c]) for s, c in columns}

@@ -47,7 +47,8 @@ def find_pairs(layout, P, p, X, xbase, run, check=True, newer=False, split=0, se
     out = (P, ip, X, ix) if p == 0 else (X, ix, P, ip)
     if not seqs:
         return out
-    sp, sx = P["seq"][ip].astype(np.int64), (X["seq"][ix].astype(np.int64) if sx is None else sx)
+    sp = P["seq"][ip].astype(np.int64, copy=False)
+    sx = X["seq"][ix].astype(np.int64, copy=False) if sx is None else sx
     return out + ((sp, sx) if p == 0 else (sx, sp))
 
 
@@ -111,7 +112,7 @@ def _probe(layout, P, p, X, xbase, run, check=True, newer=False, split=0):
     ip, ix, sx = out if len(out) == 3 else (*out, None)
     if newer:
         keep = P["seq"][ip] > X["seq"][ix]
-        ip, ix = ip[keep], ix[keep]
+        ip, ix, sx = ip[keep], ix[keep], (sx[keep] if sx is not None else None)
     return ip, ix, sx
 
 
@@ -226,7 +227,7 @@ class BinaryJoin:
         joins (splitjoin cores, biclique units) find a pair when its newer tuple arrives, so a
         pair with a stored tuple newer than its probe is the other tuple's to find. `new`: runtime
         rows (a result's arrival time is its probe's)."""
-        return probe_results(*self.probe_pairs(new, s, check, seqs=True), s, new["_tin"])
+        return probe_results(self.probe_pairs(new, s, check, seqs=True), s, new["_tin"])
 
     def probe_pairs(self, new, s, check=True, seqs=False):
         """The pairs probe_newer() keeps, as (rows of stream 0, idx, rows of stream 1, idx), and
@@ -375,10 +376,11 @@ class BinaryJoin:
         return self.layout.state_dtypes[int(s)] if p == prefix and s in ("0", "1") else None
 
 
-def probe_results(A, a, B, b, sa, sb, s, tin):
-    """Pairs (rows a of A, rows b of B, their seqs sa and sb: find_pairs `seqs`) whose probe, of
-    stream s, is the newer, as (seq 0, seq 1, the probe's tin); `tin`: the probing rows' arrival
-    times."""
+def probe_results(pairs, s, tin):
+    """Pairs (find_pairs with `seqs`: rows of stream 0, idx, rows of stream 1, idx, seqs of each)
+    whose probe, of stream s, is the newer, as (seq 0, seq 1, the probe's tin); `tin`: the
+    probing rows' arrival times."""
+    _, a, _, b, sa, sb = pairs
     if not len(a):
         return _E, _E, _E
     return sa, sb, tin[a if s == 0 else b].astype(np.int64)

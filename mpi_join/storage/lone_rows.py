@@ -39,6 +39,7 @@ from ..schema import SEQ, TS
 from .results import _write, part_name
 
 ROWS_PER_FILE = 1_000_000
+_E = np.zeros(0, np.int64)
 
 
 def finality(job):
@@ -51,7 +52,6 @@ def finality(job):
     if not job.predicate.outer or info.outer:
         return None
     return "time" if info.cut_complete else "held"
-_E = np.zeros(0, np.int64)
 
 
 class LoneRows:
